@@ -1,0 +1,19 @@
+// Command ipkeeper is the CNI IPAM plugin exec'd by the container runtime
+// (usually via Multus and a bridge/macvlan/ipvlan plugin). It only forwards
+// requests to the node's ipkeeper-agent; see package cnishim.
+package main
+
+import (
+	"github.com/containernetworking/cni/pkg/skel"
+
+	"github.com/ipkeeper/ipkeeper/pkg/cnishim"
+)
+
+// version is set at build time:
+//
+//	go build -ldflags "-X main.version=v1.2.3" ./cmd/ipkeeper
+var version = "dev"
+
+func main() {
+	skel.PluginMainFuncs(cnishim.Funcs(), cnishim.VersionInfo(), "ipkeeper CNI IPAM plugin "+version)
+}

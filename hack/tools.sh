@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Builds, at pinned versions, the binaries the tests and the demo run:
+# etcd, kube-apiserver, kube-controller-manager, kubectl, the CNI reference
+# plugins, the Multus thin plugin, controller-gen and golangci-lint.
+#
+# Nothing prebuilt can be downloaded here, but everything builds from the Go
+# module proxy. Each component is built in a throwaway module that pins its
+# version (go install pkg@version fails for modules whose version list the
+# proxy refuses) and cached outside the checkout, keyed by version, so a fresh
+# clone does not rebuild:
+#   ${IPKEEPER_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ipkeeper/tools}/<name>-<version>/
+#
+# Usage: hack/tools.sh [component...]     (default: all)
+#        hack/tools.sh --env              (prints the binaries' paths, builds nothing)
+set -euo pipefail
+
+K8S_VERSION=v1.34.2
+ETCD_VERSION=v3.6.4
+CNI_PLUGINS_VERSION=v1.9.0
+MULTUS_VERSION=v4.2.3
+CONTROLLER_TOOLS_VERSION=v0.19.0
+GOLANGCI_LINT_VERSION=v2.6.2
+
+ROOT="${IPKEEPER_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ipkeeper/tools}"
+
+log() { printf '[tools] %s\n' "$*" >&2; }
+die() { printf '[tools] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# --env prints, as shell assignments, where each pinned binary lives, so
+# make and the test framework agree on one set of paths (and versions).
+if [[ "${1:-}" == "--env" ]]; then
+	cat <<ENV
+IPKEEPER_TOOLS_DIR=$ROOT
+IPKEEPER_ETCD=$ROOT/etcd-${ETCD_VERSION}/etcd
+IPKEEPER_KUBE_APISERVER=$ROOT/kubernetes-${K8S_VERSION}/kube-apiserver
+IPKEEPER_KUBE_CONTROLLER_MANAGER=$ROOT/kubernetes-${K8S_VERSION}/kube-controller-manager
+IPKEEPER_KUBECTL=$ROOT/kubernetes-${K8S_VERSION}/kubectl
+IPKEEPER_CNI_PLUGINS_DIR=$ROOT/cni-plugins-${CNI_PLUGINS_VERSION}
+IPKEEPER_MULTUS=$ROOT/multus-${MULTUS_VERSION}/multus
+IPKEEPER_CONTROLLER_GEN=$ROOT/controller-gen-${CONTROLLER_TOOLS_VERSION}/controller-gen
+IPKEEPER_GOLANGCI_LINT=$ROOT/golangci-lint-${GOLANGCI_LINT_VERSION}/golangci-lint
+ENV
+	exit 0
+fi
+
+command -v go >/dev/null || die "go is not on PATH"
+
+# done_marker DIR: a component counts as built only when every binary is in
+# place and the marker was written last, so an interrupted build is redone.
+built() { [[ -f "$1/.complete" ]]; }
+
+# build_in_module DIR GOMOD_CONTENT OUTPUT PKG [LDFLAGS]
+# Creates a throwaway module in a temp dir, builds PKG into DIR/OUTPUT.
+build_in_module() {
+	local dir=$1 gomod=$2 out=$3 pkg=$4 ldflags=${5:-}
+	local work
+	work=$(mktemp -d)
+	# shellcheck disable=SC2064
+	trap "rm -rf '$work'" RETURN
+	printf '%s\n' "$gomod" >"$work/go.mod"
+	if [[ "$pkg" == "./" ]]; then
+		printf '%s\n' "${MAIN_GO:?}" >"$work/main.go"
+	fi
+	log "  go build $pkg -> $dir/$out"
+	(cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local \
+		go build -trimpath -ldflags "-s -w $ldflags" -o "$dir/$out" "$pkg") ||
+		die "building $pkg failed (module in $work kept for inspection)"
+}
+
+k8s_gomod() {
+	local minor=${K8S_VERSION#v1.}
+	local staging_version="v0.${minor}"
+	local modfile
+	modfile=$(cd "$(mktemp -d)" && go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" |
+		sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
+	[[ -f "$modfile" ]] || die "could not download go.mod of k8s.io/kubernetes@${K8S_VERSION}"
+	echo "module ipkeeper.tools/k8s"
+	echo "go 1.24.0"
+	echo "require k8s.io/kubernetes ${K8S_VERSION}"
+	grep '=> ./staging' "$modfile" | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
+}
+
+build_k8s() {
+	local dir="$ROOT/kubernetes-${K8S_VERSION}"
+	if built "$dir"; then log "kubernetes ${K8S_VERSION}: cached in $dir"; return; fi
+	log "kubernetes ${K8S_VERSION}: building kube-apiserver, kube-controller-manager, kubectl (first build takes 5-10 minutes)"
+	mkdir -p "$dir"
+	local gomod minor ld
+	gomod=$(k8s_gomod)
+	minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+	ld="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
+	for b in kube-apiserver kube-controller-manager kubectl; do
+		build_in_module "$dir" "$gomod" "$b" "k8s.io/kubernetes/cmd/$b" "$ld"
+	done
+	touch "$dir/.complete"
+}
+
+build_etcd() {
+	local dir="$ROOT/etcd-${ETCD_VERSION}"
+	if built "$dir"; then log "etcd ${ETCD_VERSION}: cached in $dir"; return; fi
+	log "etcd ${ETCD_VERSION}: building"
+	mkdir -p "$dir"
+	local gomod="module ipkeeper.tools/etcd
+go 1.24.0
+require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}
+replace go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 ${ETCD_VERSION}
+replace go.etcd.io/etcd/client/pkg/v3 => go.etcd.io/etcd/client/pkg/v3 ${ETCD_VERSION}
+replace go.etcd.io/etcd/client/v3 => go.etcd.io/etcd/client/v3 ${ETCD_VERSION}
+replace go.etcd.io/etcd/pkg/v3 => go.etcd.io/etcd/pkg/v3 ${ETCD_VERSION}"
+	MAIN_GO='package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }' build_in_module "$dir" "$gomod" etcd "./"
+	touch "$dir/.complete"
+}
+
+build_cni_plugins() {
+	local dir="$ROOT/cni-plugins-${CNI_PLUGINS_VERSION}"
+	if built "$dir"; then log "CNI plugins ${CNI_PLUGINS_VERSION}: cached in $dir"; return; fi
+	log "CNI reference plugins ${CNI_PLUGINS_VERSION}: building bridge, macvlan, loopback, host-local"
+	mkdir -p "$dir"
+	local gomod="module ipkeeper.tools/cni
+go 1.24.0
+require github.com/containernetworking/plugins ${CNI_PLUGINS_VERSION}"
+	for p in main/bridge main/macvlan main/loopback ipam/host-local; do
+		build_in_module "$dir" "$gomod" "${p#*/}" "github.com/containernetworking/plugins/plugins/$p"
+	done
+	touch "$dir/.complete"
+}
+
+build_multus() {
+	local dir="$ROOT/multus-${MULTUS_VERSION}"
+	if built "$dir"; then log "multus ${MULTUS_VERSION}: cached in $dir"; return; fi
+	log "Multus ${MULTUS_VERSION}: building the thin plugin"
+	mkdir -p "$dir"
+	local gomod="module ipkeeper.tools/multus
+go 1.24.0
+require gopkg.in/k8snetworkplumbingwg/multus-cni.v4 ${MULTUS_VERSION}"
+	build_in_module "$dir" "$gomod" multus "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus"
+	touch "$dir/.complete"
+}
+
+build_controller_gen() {
+	local dir="$ROOT/controller-gen-${CONTROLLER_TOOLS_VERSION}"
+	if built "$dir"; then log "controller-gen ${CONTROLLER_TOOLS_VERSION}: cached in $dir"; return; fi
+	log "controller-gen ${CONTROLLER_TOOLS_VERSION}: building"
+	mkdir -p "$dir"
+	local gomod="module ipkeeper.tools/controllergen
+go 1.24.0
+require sigs.k8s.io/controller-tools ${CONTROLLER_TOOLS_VERSION}"
+	build_in_module "$dir" "$gomod" controller-gen "sigs.k8s.io/controller-tools/cmd/controller-gen"
+	touch "$dir/.complete"
+}
+
+build_golangci_lint() {
+	local dir="$ROOT/golangci-lint-${GOLANGCI_LINT_VERSION}"
+	if built "$dir"; then log "golangci-lint ${GOLANGCI_LINT_VERSION}: cached in $dir"; return; fi
+	log "golangci-lint ${GOLANGCI_LINT_VERSION}: building"
+	mkdir -p "$dir"
+	local gomod="module ipkeeper.tools/golangcilint
+go 1.24.0
+require github.com/golangci/golangci-lint/v2 ${GOLANGCI_LINT_VERSION}"
+	build_in_module "$dir" "$gomod" golangci-lint "github.com/golangci/golangci-lint/v2/cmd/golangci-lint"
+	touch "$dir/.complete"
+}
+
+components=("$@")
+[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen)
+for c in "${components[@]}"; do
+	case "$c" in
+	etcd) build_etcd ;;
+	kubernetes) build_k8s ;;
+	cni-plugins) build_cni_plugins ;;
+	multus) build_multus ;;
+	controller-gen) build_controller_gen ;;
+	golangci-lint) build_golangci_lint ;;
+	*) die "unknown component '$c' (known: etcd kubernetes cni-plugins multus controller-gen golangci-lint)" ;;
+	esac
+done
+log "all requested tools are in $ROOT"

@@ -1,0 +1,99 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// OwnerKind says what holds a reservation.
+// +kubebuilder:validation:Enum=Pod;IPAMClaim
+type OwnerKind string
+
+const (
+	// OwnerPod is an ephemeral reservation: released when the pod's attachment
+	// is deleted (CNI DEL) or the pod is gone.
+	OwnerPod OwnerKind = "Pod"
+	// OwnerIPAMClaim is a persistent reservation: kept across pods and
+	// released only when the claim is gone.
+	OwnerIPAMClaim OwnerKind = "IPAMClaim"
+)
+
+// ReservationOwner identifies the object a reservation belongs to. The UID
+// matters: a pod or claim recreated with the same name is a different owner.
+type ReservationOwner struct {
+	// Kind of the owner.
+	// +required
+	Kind OwnerKind `json:"kind"`
+	// Namespace of the owner.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+	// Name of the owner.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// UID of the owner.
+	// +required
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MinLength=1
+	UID types.UID `json:"uid"`
+}
+
+// IPReservationSpec records which owner holds one IP of one network.
+// It never changes after creation: a reservation is released by deleting it.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable; delete the reservation to release the address"
+// +kubebuilder:validation:XValidation:rule="self.owner.kind != 'Pod' || (has(self.interfaceName) && size(self.interfaceName) > 0)",message="interfaceName is required for reservations owned by a Pod"
+type IPReservationSpec struct {
+	// Network is the CNI network name (the `name` of the NetworkAttachmentDefinition's config).
+	// NADs in different namespaces with the same network name share one pool.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Network string `json:"network"`
+	// IP is the reserved address, in canonical form (no prefix length).
+	// +required
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip.isCanonical(self)",message="must be an IP address in canonical form, without prefix length"
+	IP string `json:"ip"`
+	// Owner is the pod (ephemeral) or IPAMClaim (persistent) holding the address.
+	// +required
+	Owner ReservationOwner `json:"owner"`
+	// InterfaceName is the pod's interface (CNI_IFNAME) the address is on; pods only.
+	// +optional
+	InterfaceName string `json:"interfaceName,omitempty"`
+	// ContainerID is the CNI container ID of the attachment; pods only.
+	// +optional
+	ContainerID string `json:"containerID,omitempty"`
+	// Node is the node whose agent made the reservation; pods only.
+	// +optional
+	Node string `json:"node,omitempty"`
+}
+
+// IPReservation reserves one IP address of one network for one owner.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=ipr;iprs,categories=ipkeeper
+// +kubebuilder:selectablefield:JSONPath=`.spec.network`
+// +kubebuilder:selectablefield:JSONPath=`.spec.node`
+// +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.network`
+// +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.spec.ip`
+// +kubebuilder:printcolumn:name="Owner-Kind",type=string,JSONPath=`.spec.owner.kind`
+// +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.owner.name`
+// +kubebuilder:printcolumn:name="Namespace",type=string,JSONPath=`.spec.owner.namespace`,priority=1
+// +kubebuilder:printcolumn:name="Interface",type=string,JSONPath=`.spec.interfaceName`,priority=1
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.node`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type IPReservation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec IPReservationSpec `json:"spec"`
+}
+
+// IPReservationList is a list of IPReservations.
+// +kubebuilder:object:root=true
+type IPReservationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []IPReservation `json:"items"`
+}

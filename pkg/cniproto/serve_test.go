@@ -1,0 +1,128 @@
+package cniproto
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestServeSocketPermissions(t *testing.T) {
+	sock := serve(t, &funcHandler{})
+	for path, want := range map[string]fs.FileMode{sock: 0o600, filepath.Dir(sock): 0o700} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("%s mode = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func TestListenReplacesStaleSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	// A socket file nobody serves, as left behind by a killed agent.
+	stale, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	_ = stale.Close()
+
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatalf("Listen over stale socket: %v", err)
+	}
+	_ = ln.Close()
+}
+
+func TestListenRefusesLiveSocketAndNonSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	go func() { // accept so the probe dial completes
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	if _, err := Listen(sock); err == nil || !strings.Contains(err.Error(), "another process is already serving") {
+		t.Fatalf("Listen on a live socket: err = %v", err)
+	}
+
+	file := filepath.Join(t.TempDir(), "not-a-socket")
+	if err := os.WriteFile(file, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(file); err == nil || !strings.Contains(err.Error(), "is not a socket") {
+		t.Fatalf("Listen on a regular file: err = %v", err)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "keep me" {
+		t.Fatal("Listen clobbered a regular file")
+	}
+}
+
+func TestServeGracefulShutdown(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	handlerCtxErr := make(chan error, 1)
+	h := &funcHandler{del: func(*Request) error {
+		close(started)
+		<-release
+		return nil
+	}}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, sock, NewHTTPHandler(ctxProbe{h, handlerCtxErr}, nil)) }()
+	waitForSocket(t, sock, done)
+
+	req := addReq()
+	req.Command = CmdDel
+	callErr := make(chan error, 1)
+	go func() { _, err := (&Client{SocketPath: sock}).Do(context.Background(), req); callErr <- err }()
+	<-started
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned (%v) with a request in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if err := <-callErr; err != nil {
+		t.Fatalf("in-flight DEL failed during shutdown: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if err := <-handlerCtxErr; err != nil {
+		t.Fatalf("handler context was cancelled by shutdown: %v", err)
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("socket still present after shutdown: %v", err)
+	}
+}
+
+// ctxProbe records whether the handler's context was cancelled by the time
+// Del returned.
+type ctxProbe struct {
+	*funcHandler
+	ctxErr chan<- error
+}
+
+func (p ctxProbe) Del(ctx context.Context, r *Request) error {
+	err := p.funcHandler.Del(ctx, r)
+	p.ctxErr <- ctx.Err()
+	return err
+}

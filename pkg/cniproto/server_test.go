@@ -1,0 +1,282 @@
+package cniproto
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+)
+
+// funcHandler is a Handler whose behaviour each test sets; nil funcs succeed.
+type funcHandler struct {
+	add    func(*Request) (*types100.Result, error)
+	del    func(*Request) error
+	status func() error
+}
+
+func (h *funcHandler) Add(_ context.Context, r *Request) (*types100.Result, error) {
+	if h.add == nil {
+		return &types100.Result{}, nil
+	}
+	return h.add(r)
+}
+
+func (h *funcHandler) Del(_ context.Context, r *Request) error {
+	if h.del == nil {
+		return nil
+	}
+	return h.del(r)
+}
+
+func (h *funcHandler) Check(context.Context, *Request) error { return nil }
+func (h *funcHandler) GC(context.Context, *Request) error    { return nil }
+
+func (h *funcHandler) Status(context.Context) error {
+	if h.status == nil {
+		return nil
+	}
+	return h.status()
+}
+
+// serve starts h on a fresh socket and returns its path; the server is
+// stopped, and must shut down cleanly, when the test ends.
+func serve(t *testing.T, h Handler) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "run", "agent.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, sock, NewHTTPHandler(h, nil)) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	waitForSocket(t, sock, done)
+	return sock
+}
+
+func waitForSocket(t *testing.T, sock string, done <-chan error) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("Serve returned early: %v", err)
+		default:
+		}
+		if c, err := net.Dial("unix", sock); err == nil {
+			_ = c.Close()
+			return
+		}
+	}
+	t.Fatalf("agent socket %s never came up", sock)
+}
+
+func addReq() Request {
+	return Request{Command: CmdAdd, ContainerID: "c1", Netns: "/var/run/netns/x", IfName: "net1",
+		Config: json.RawMessage(`{"cniVersion":"1.1.0","name":"n","ipam":{"type":"ipkeeper"}}`)}
+}
+
+func TestClientServerAdd(t *testing.T) {
+	var got *Request
+	sock := serve(t, &funcHandler{add: func(r *Request) (*types100.Result, error) {
+		got = r
+		return &types100.Result{IPs: []*types100.IPConfig{{Address: mustCIDR(t, "10.1.0.7/24")}}}, nil
+	}})
+	req := addReq()
+	req.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"
+	req.Config = json.RawMessage(`{"cniVersion":"1.1.0","name":"n","html":"<&>"}`)
+	resp, err := (&Client{SocketPath: sock}).Do(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if got.Args != req.Args || got.IfName != "net1" || string(got.Config) != string(req.Config) {
+		t.Fatalf("agent received %+v (config %s), want %+v", got, got.Config, req)
+	}
+	var res types100.Result
+	if err := json.Unmarshal(resp.Result, &res); err != nil {
+		t.Fatalf("decoding result %s: %v", resp.Result, err)
+	}
+	if res.CNIVersion != "1.1.0" || len(res.IPs) != 1 || res.IPs[0].Address.String() != "10.1.0.7/24" {
+		t.Fatalf("result = %s", resp.Result)
+	}
+}
+
+func TestClientServerErrors(t *testing.T) {
+	cniErr := types.NewError(types.ErrInvalidNetworkConfig, "subnet 10.0.0.0/33 is invalid", "see ipam.ranges[0]")
+	tests := []struct {
+		name     string
+		del      func(*Request) error
+		wantCode uint
+		wantMsg  string
+		wantDet  string
+	}{
+		{"passthrough", func(*Request) error { return cniErr }, 7, cniErr.Msg, cniErr.Details},
+		{"wrapped keeps context", func(*Request) error { return fmt.Errorf("releasing: %w", cniErr) }, 7,
+			"releasing: " + cniErr.Msg, cniErr.Details},
+		{"plain error is internal", func(*Request) error { return errors.New("etcd on fire") }, types.ErrInternal, "etcd on fire", ""},
+		{"panic is internal", func(*Request) error { panic("boom") }, types.ErrInternal, "internal error in ipkeeper-agent: panic: boom", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sock := serve(t, &funcHandler{del: tt.del})
+			req := addReq()
+			req.Command = CmdDel
+			resp, err := (&Client{SocketPath: sock}).Do(t.Context(), req)
+			var ce *types.Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("Do error = %v (%T), want *types.Error", err, err)
+			}
+			if resp == nil || resp.Error != ce {
+				t.Fatalf("Do response = %+v, want the error in it too", resp)
+			}
+			if ce.Code != tt.wantCode || ce.Msg != tt.wantMsg || ce.Details != tt.wantDet {
+				t.Fatalf("got %+v, want code %d msg %q details %q", ce, tt.wantCode, tt.wantMsg, tt.wantDet)
+			}
+		})
+	}
+}
+
+func TestStatusNotReady(t *testing.T) {
+	sock := serve(t, &funcHandler{status: func() error { return errors.New("informer caches not synced") }})
+	c := &Client{SocketPath: sock}
+	_, postErr := c.Do(t.Context(), Request{Command: CmdStatus, Config: []byte(`{}`)})
+	for name, err := range map[string]error{"GET /v1/status": c.Status(t.Context()), "POST STATUS": postErr} {
+		var ce *types.Error
+		if !errors.As(err, &ce) || ce.Code != ErrPluginNotAvailable || !strings.Contains(ce.Msg, "not synced") {
+			t.Errorf("%s: error = %v, want code 50 mentioning the cause", name, err)
+		}
+	}
+}
+
+func TestStatusReady(t *testing.T) {
+	sock := serve(t, &funcHandler{})
+	if err := (&Client{SocketPath: sock}).Status(t.Context()); err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+}
+
+func TestRequestValidation(t *testing.T) {
+	sock := serve(t, &funcHandler{})
+	c := &Client{SocketPath: sock}
+	for _, tc := range []struct {
+		mutate func(*Request)
+		code   uint
+		msg    string
+	}{
+		{func(r *Request) { r.Command = "FROB" }, types.ErrInvalidEnvironmentVariables, `unknown CNI command "FROB"`},
+		{func(r *Request) { r.IfName = "" }, types.ErrInvalidEnvironmentVariables, "CNI_IFNAME is required for ADD"},
+		{func(r *Request) { r.Config = json.RawMessage(`[1]`) }, types.ErrDecodingFailure, "not a JSON object"},
+		{func(r *Request) { r.Config = nil }, types.ErrDecodingFailure, "missing"},
+	} {
+		req := addReq()
+		tc.mutate(&req)
+		_, err := c.Do(t.Context(), req)
+		var ce *types.Error
+		if !errors.As(err, &ce) || ce.Code != tc.code || !strings.Contains(ce.Msg, tc.msg) {
+			t.Errorf("Do(%+v) error = %v, want code %d containing %q", req, err, tc.code, tc.msg)
+		}
+	}
+}
+
+func TestRequestTooLarge(t *testing.T) {
+	sock := serve(t, &funcHandler{})
+	big := json.RawMessage(`{"name":"n","pad":"` + strings.Repeat("x", MaxRequestSize) + `"}`)
+
+	// The client refuses before sending...
+	_, err := (&Client{SocketPath: sock}).Do(t.Context(), Request{Command: CmdGC, Config: big})
+	var ce *types.Error
+	if !errors.As(err, &ce) || ce.Code != types.ErrInvalidNetworkConfig || !strings.Contains(ce.Msg, "1 MiB") {
+		t.Fatalf("client: error = %v, want code 7 naming the 1 MiB limit", err)
+	}
+
+	// ...and the server enforces the limit against other clients.
+	body, _ := json.Marshal(Request{Command: CmdGC, Config: big})
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	hresp, err := hc.Post("http://agent"+PathCNI, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("raw POST: %v", err)
+	}
+	defer func() { _ = hresp.Body.Close() }()
+	raw, _ := io.ReadAll(hresp.Body)
+	var resp Response
+	if err := json.Unmarshal(raw, &resp); err != nil || resp.Error == nil {
+		t.Fatalf("server reply %d %s: want a CNI error (%v)", hresp.StatusCode, raw, err)
+	}
+	if hresp.StatusCode != http.StatusRequestEntityTooLarge || resp.Error.Code != types.ErrInvalidNetworkConfig ||
+		!strings.Contains(resp.Error.Msg, "exceeds the 1048576-byte (1 MiB) limit") {
+		t.Fatalf("server reply %d %+v", hresp.StatusCode, resp.Error)
+	}
+}
+
+func TestClientUnreachable(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "nope", "agent.sock")
+	_, err := (&Client{SocketPath: sock}).Do(t.Context(), addReq())
+	var ue *UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("error = %v (%T), want *UnavailableError", err, err)
+	}
+	want := "ipkeeper-agent is not reachable at " + sock + ": dial unix " + sock +
+		": connect: no such file or directory (is the ipkeeper-agent DaemonSet running on this node?)"
+	if err.Error() != want {
+		t.Fatalf("error =\n  %s\nwant\n  %s", err, want)
+	}
+	if err := (&Client{SocketPath: sock}).Status(t.Context()); !errors.As(err, &ue) {
+		t.Fatalf("Status error = %v, want *UnavailableError", err)
+	}
+}
+
+func TestClientTimeout(t *testing.T) {
+	release := make(chan struct{})
+	sock := serve(t, &funcHandler{del: func(*Request) error { <-release; return nil }})
+	defer close(release) // before the server's cleanup, which waits for the handler
+	req := addReq()
+	req.Command = CmdDel
+	_, err := (&Client{SocketPath: sock, Timeout: 50 * time.Millisecond}).Do(t.Context(), req)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did not answer the DEL request within 50ms") {
+		t.Fatalf("error = %v", err)
+	}
+}
+
+func mustCIDR(t *testing.T, s string) net.IPNet {
+	t.Helper()
+	ip, n, err := net.ParseCIDR(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.IP = ip
+	return *n
+}
+
+func TestHandlerLogsRequests(t *testing.T) {
+	var logs bytes.Buffer
+	h := NewHTTPHandler(&funcHandler{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	req := addReq()
+	req.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0"
+	body, _ := json.Marshal(req)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, PathCNI, bytes.NewReader(body)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
+	}
+	for _, want := range []string{"command=ADD", "containerID=c1", "ifName=net1", "pod=ns/web-0"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log %q lacks %q", logs.String(), want)
+		}
+	}
+}

@@ -1,0 +1,319 @@
+package framework
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	ipkscheme "github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
+)
+
+// Options tune the control plane.
+type Options struct {
+	// WithControllerManager starts kube-controller-manager (garbage collector
+	// and namespace controllers). Default true; set Without to skip it.
+	WithoutControllerManager bool
+	// ExtraCRDDirs are installed in addition to the shipped and test CRDs.
+	ExtraCRDDirs []string
+}
+
+// ControlPlane is a running etcd + kube-apiserver (+ kube-controller-manager).
+type ControlPlane struct {
+	// Config authenticates as a cluster admin.
+	Config *rest.Config
+	// Client is a controller-runtime client with ipkeeper's scheme (no cache: reads are live).
+	Client client.Client
+	// Clientset is a typed client-go clientset.
+	Clientset kubernetes.Interface
+	// Dynamic is a dynamic client, for KubeVirt objects and other unstructured data.
+	Dynamic dynamic.Interface
+	// Scheme has the built-ins, IPReservation, IPAMClaim and NAD types.
+	Scheme *runtime.Scheme
+	// KubeconfigPath is an admin kubeconfig for processes started by tests.
+	KubeconfigPath string
+	// Tools are the binaries in use.
+	Tools *Tools
+	// Dir holds kubeconfigs and component logs; removed by Stop.
+	Dir string
+
+	env  *envtest.Environment
+	logs map[string]*logFile
+	kcm  *exec.Cmd
+	done chan error
+}
+
+// Start brings up the control plane and installs every CRD ipkeeper ships
+// (manifests/crds) or tests with (tests/crds). It returns once the API server
+// serves the CRDs and, if started, kube-controller-manager reports healthy.
+func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
+	tools, err := FindTools()
+	if err != nil {
+		return nil, err
+	}
+	if err := requireExecutables(tools.Etcd, tools.KubeAPIServer); err != nil {
+		return nil, err
+	}
+	if !opts.WithoutControllerManager {
+		if err := requireExecutables(tools.KubeControllerManager); err != nil {
+			return nil, err
+		}
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "ipkeeper-controlplane-")
+	if err != nil {
+		return nil, fmt.Errorf("creating control plane dir: %w", err)
+	}
+	cp := &ControlPlane{Tools: tools, Dir: dir, logs: map[string]*logFile{}}
+	defer func() {
+		if err != nil {
+			cp.DumpLogs(os.Stderr, 60)
+			_ = cp.Stop()
+		}
+	}()
+
+	etcdLog, err := cp.newLog("etcd")
+	if err != nil {
+		return nil, err
+	}
+	apiLog, err := cp.newLog("kube-apiserver")
+	if err != nil {
+		return nil, err
+	}
+	crdDirs := append([]string{
+		filepath.Join(root, "manifests", "crds"),
+		filepath.Join(root, "tests", "crds", "kubevirt"),
+	}, opts.ExtraCRDDirs...)
+	cp.env = &envtest.Environment{
+		CRDDirectoryPaths:     crdDirs,
+		ErrorIfCRDPathMissing: true,
+		ControlPlane: envtest.ControlPlane{
+			Etcd:      &envtest.Etcd{Path: tools.Etcd, Out: etcdLog, Err: etcdLog, StartTimeout: time.Minute},
+			APIServer: &envtest.APIServer{Path: tools.KubeAPIServer, Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute},
+		},
+	}
+	if cp.Config, err = cp.env.Start(); err != nil {
+		return nil, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
+	}
+	// Tests create many objects quickly; the client-side default (5 qps) would throttle them.
+	cp.Config.QPS, cp.Config.Burst = 500, 1000
+
+	admin, err := cp.env.AddUser(envtest.User{Name: "ipkeeper-test-admin", Groups: []string{"system:masters"}}, cp.Config)
+	if err != nil {
+		return nil, fmt.Errorf("provisioning the admin user: %w", err)
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return nil, fmt.Errorf("rendering the admin kubeconfig: %w", err)
+	}
+	cp.KubeconfigPath = filepath.Join(dir, "admin.kubeconfig")
+	if err := os.WriteFile(cp.KubeconfigPath, kubeconfig, 0o600); err != nil {
+		return nil, fmt.Errorf("writing kubeconfig: %w", err)
+	}
+
+	if cp.Scheme, err = ipkscheme.New(); err != nil {
+		return nil, err
+	}
+	if cp.Client, err = client.New(cp.Config, client.Options{Scheme: cp.Scheme}); err != nil {
+		return nil, fmt.Errorf("creating client: %w", err)
+	}
+	if cp.Clientset, err = kubernetes.NewForConfig(cp.Config); err != nil {
+		return nil, fmt.Errorf("creating clientset: %w", err)
+	}
+	if cp.Dynamic, err = dynamic.NewForConfig(cp.Config); err != nil {
+		return nil, fmt.Errorf("creating dynamic client: %w", err)
+	}
+
+	if !opts.WithoutControllerManager {
+		if err := cp.startControllerManager(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return cp, nil
+}
+
+// startControllerManager runs kube-controller-manager with only the
+// controllers tests rely on: owner-reference garbage collection and namespace
+// deletion. It starts after the CRDs are installed so the garbage collector
+// discovers them at once, and waits for /healthz on its secure port.
+func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	log, err := cp.newLog("kube-controller-manager")
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(cp.Tools.KubeControllerManager,
+		"--kubeconfig="+cp.KubeconfigPath,
+		"--controllers=garbagecollector,namespace",
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+filepath.Join(cp.Dir, "kcm-certs"),
+		"-v=2",
+	)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting kube-controller-manager: %w", err)
+	}
+	cp.kcm = cmd
+	cp.done = make(chan error, 1)
+	go func() { cp.done <- cmd.Wait() }()
+
+	httpc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		// The controller manager serves a self-signed certificate; /healthz carries no secrets.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+	}}
+	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		select {
+		case err := <-cp.done:
+			cp.done <- err
+			return fmt.Errorf("kube-controller-manager exited during startup: %w (log: %s)", err, log.path)
+		default:
+		}
+		if resp, err := httpc.Get(url); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kube-controller-manager not healthy at %s after 90s (log: %s)", url, log.path)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops kube-controller-manager, kube-apiserver and etcd and removes Dir.
+func (cp *ControlPlane) Stop() error {
+	var errs []error
+	if cp.kcm != nil && cp.kcm.Process != nil {
+		_ = cp.kcm.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-cp.done:
+		case <-time.After(10 * time.Second):
+			_ = cp.kcm.Process.Kill()
+			<-cp.done
+		}
+	}
+	if cp.env != nil {
+		if err := cp.env.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stopping etcd and kube-apiserver: %w", err))
+		}
+	}
+	for _, l := range cp.logs {
+		_ = l.close()
+	}
+	if cp.Dir != "" {
+		if err := os.RemoveAll(cp.Dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DumpLogs writes the last tailLines lines of every component's log to w.
+func (cp *ControlPlane) DumpLogs(w io.Writer, tailLines int) {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+		l, ok := cp.logs[name]
+		if !ok {
+			continue
+		}
+		data, err := os.ReadFile(l.path)
+		if err != nil {
+			fmt.Fprintf(w, "--- %s log unreadable: %v\n", name, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > tailLines {
+			lines = lines[len(lines)-tailLines:]
+		}
+		fmt.Fprintf(w, "--- last %d lines of %s (%s)\n%s\n", len(lines), name, l.path, strings.Join(lines, "\n"))
+	}
+}
+
+// TB is the part of testing.TB the framework uses.
+type TB interface {
+	Cleanup(func())
+	Failed() bool
+	Logf(format string, args ...any)
+}
+
+// DumpLogsOnFailure prints the component logs when t fails.
+func (cp *ControlPlane) DumpLogsOnFailure(t TB) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			var b strings.Builder
+			cp.DumpLogs(&b, 40)
+			t.Logf("control plane logs:\n%s", b.String())
+		}
+	})
+}
+
+type logFile struct {
+	mu   sync.Mutex
+	f    *os.File
+	path string
+}
+
+func (cp *ControlPlane) newLog(name string) (*logFile, error) {
+	path := filepath.Join(cp.Dir, name+".log")
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("creating %s log: %w", name, err)
+	}
+	l := &logFile{f: f, path: path}
+	cp.logs[name] = l
+	return l, nil
+}
+
+func (l *logFile) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Write(p)
+}
+
+func (l *logFile) close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Close()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,86 @@
+package framework
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Tools holds the paths of the pinned binaries the framework runs.
+type Tools struct {
+	Etcd                  string
+	KubeAPIServer         string
+	KubeControllerManager string
+	Kubectl               string
+	CNIPluginsDir         string
+	Multus                string
+}
+
+// RepoRoot returns the root of the ipkeeper checkout (the directory holding go.mod).
+func RepoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("locating go.mod: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("not inside the ipkeeper module (go env GOMOD is empty)")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// FindTools reads the binaries' paths from the environment (as exported by
+// the Makefile) or, when unset, from `hack/tools.sh --env`, which computes
+// the same pinned paths without building anything. Missing binaries are an
+// error that says how to build them: integration tests must not silently skip.
+func FindTools() (*Tools, error) {
+	vars := map[string]string{}
+	for _, k := range []string{"IPKEEPER_ETCD", "IPKEEPER_KUBE_APISERVER", "IPKEEPER_KUBE_CONTROLLER_MANAGER",
+		"IPKEEPER_KUBECTL", "IPKEEPER_CNI_PLUGINS_DIR", "IPKEEPER_MULTUS"} {
+		if v := os.Getenv(k); v != "" {
+			vars[k] = v
+		}
+	}
+	if len(vars) < 6 {
+		root, err := RepoRoot()
+		if err != nil {
+			return nil, err
+		}
+		out, err := exec.Command("bash", filepath.Join(root, "hack", "tools.sh"), "--env").Output()
+		if err != nil {
+			return nil, fmt.Errorf("running hack/tools.sh --env: %w", err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+				if _, set := vars[k]; !set {
+					vars[k] = v
+				}
+			}
+		}
+	}
+	t := &Tools{
+		Etcd:                  vars["IPKEEPER_ETCD"],
+		KubeAPIServer:         vars["IPKEEPER_KUBE_APISERVER"],
+		KubeControllerManager: vars["IPKEEPER_KUBE_CONTROLLER_MANAGER"],
+		Kubectl:               vars["IPKEEPER_KUBECTL"],
+		CNIPluginsDir:         vars["IPKEEPER_CNI_PLUGINS_DIR"],
+		Multus:                vars["IPKEEPER_MULTUS"],
+	}
+	return t, nil
+}
+
+// requireExecutables fails with a build hint when a binary is missing.
+func requireExecutables(paths ...string) error {
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("required binary %q is missing: run `make tools` (builds the pinned versions into the cache, once)", p)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,295 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/pkg/reservation"
+)
+
+func newReservation(network, ip string) *ipkeeperv1alpha1.IPReservation {
+	return &ipkeeperv1alpha1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   reservation.Name(network, netip.MustParseAddr(ip)),
+			Labels: map[string]string{reservation.NetworkLabel: reservation.NetworkLabelValue(network)},
+		},
+		Spec: ipkeeperv1alpha1.IPReservationSpec{
+			Network:       network,
+			IP:            ip,
+			Owner:         ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "default", Name: "pod-a", UID: "0b8e7c1a-1111-4c1e-9f00-000000000001"},
+			InterfaceName: "net1",
+			ContainerID:   "c0ffee",
+			Node:          "node-1",
+		},
+	}
+}
+
+func kubevirtObject(kind, namespace, name string, spec any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1",
+		"kind":       kind,
+		"metadata":   map[string]any{"name": name, "namespace": namespace},
+		"spec":       spec,
+	}}
+	return u
+}
+
+// TestCRDsAcceptValidAndRejectInvalid checks every CRD ipkeeper ships or
+// tests with is installed, takes a valid object and refuses an invalid one
+// with an error that names the offending field.
+func TestCRDsAcceptValidAndRejectInvalid(t *testing.T) {
+	ctx := context.Background()
+	ns := cp.NewNamespace(t, "crds")
+
+	tests := []struct {
+		name      string
+		valid     client.Object
+		invalid   client.Object
+		wantField string // the field the rejection must name
+	}{
+		{
+			name:  "IPReservation IPv4",
+			valid: newReservation("crd-test", "10.10.0.5"),
+			invalid: func() client.Object {
+				r := newReservation("crd-test", "10.10.0.6")
+				r.Spec.IP = "10.10.0.6/24"
+				return r
+			}(),
+			wantField: "spec.ip",
+		},
+		{
+			name:  "IPReservation IPv6",
+			valid: newReservation("crd-test", "fd00:10::5"),
+			invalid: func() client.Object {
+				r := newReservation("crd-test", "fd00:10::6")
+				r.Spec.IP = "fd00:10:0:0::6" // not canonical
+				return r
+			}(),
+			wantField: "spec.ip",
+		},
+		{
+			name:  "IPReservation owner kind",
+			valid: newReservation("crd-test", "10.10.0.7"),
+			invalid: func() client.Object {
+				r := newReservation("crd-test", "10.10.0.8")
+				r.Spec.Owner.Kind = "Node"
+				return r
+			}(),
+			wantField: "spec.owner.kind",
+		},
+		{
+			name:  "IPReservation pod owner needs interface",
+			valid: newReservation("crd-test", "10.10.0.9"),
+			invalid: func() client.Object {
+				r := newReservation("crd-test", "10.10.0.10")
+				r.Spec.InterfaceName = ""
+				return r
+			}(),
+			wantField: "spec",
+		},
+		{
+			name: "IPAMClaim",
+			valid: &ipamclaimsv1alpha1.IPAMClaim{
+				ObjectMeta: metav1.ObjectMeta{Name: "vm1.blue", Namespace: ns},
+				Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: "blue", Interface: "pod16477688c0e"},
+			},
+			invalid: &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "k8s.cni.cncf.io/v1alpha1", "kind": "IPAMClaim",
+				"metadata": map[string]any{"name": "vm1.red", "namespace": ns},
+				"spec":     map[string]any{"interface": "net1"}, // network is required
+			}},
+			wantField: "spec.network",
+		},
+		{
+			name: "NetworkAttachmentDefinition",
+			valid: &nadv1.NetworkAttachmentDefinition{
+				ObjectMeta: metav1.ObjectMeta{Name: "blue", Namespace: ns},
+				Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: `{"cniVersion":"1.0.0","name":"blue","type":"bridge"}`},
+			},
+			invalid: &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+				"metadata": map[string]any{"name": "red", "namespace": ns},
+				"spec":     map[string]any{"config": int64(42)},
+			}},
+			wantField: "spec.config",
+		},
+		{
+			name:      "VirtualMachine (test-only CRD)",
+			valid:     kubevirtObject("VirtualMachine", ns, "vm1", map[string]any{"runStrategy": "Halted"}),
+			invalid:   kubevirtObject("VirtualMachine", ns, "vm2", "not-an-object"),
+			wantField: "spec",
+		},
+		{
+			name:      "VirtualMachineInstance (test-only CRD)",
+			valid:     kubevirtObject("VirtualMachineInstance", ns, "vmi1", map[string]any{"domain": map[string]any{}}),
+			invalid:   kubevirtObject("VirtualMachineInstance", ns, "vmi2", []any{"a"}),
+			wantField: "spec",
+		},
+		{
+			name:      "VirtualMachineInstanceMigration (test-only CRD)",
+			valid:     kubevirtObject("VirtualMachineInstanceMigration", ns, "mig1", map[string]any{"vmiName": "vmi1"}),
+			invalid:   kubevirtObject("VirtualMachineInstanceMigration", ns, "mig2", int64(7)),
+			wantField: "spec",
+		},
+		{
+			name: "KubeVirt (test-only CRD)",
+			valid: kubevirtObject("KubeVirt", ns, "kubevirt", map[string]any{"configuration": map[string]any{
+				"developerConfiguration": map[string]any{"featureGates": []any{"PersistentIPs"}}}}),
+			invalid:   kubevirtObject("KubeVirt", ns, "kubevirt2", "x"),
+			wantField: "spec",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := cp.Client.Create(ctx, tt.valid); err != nil {
+				t.Fatalf("valid object refused: %v", err)
+			}
+			t.Cleanup(func() { _ = cp.Client.Delete(ctx, tt.valid) })
+			err := cp.Client.Create(ctx, tt.invalid)
+			if err == nil {
+				_ = cp.Client.Delete(ctx, tt.invalid)
+				t.Fatalf("invalid object accepted")
+			}
+			if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
+				t.Fatalf("want an Invalid error, got %v", err)
+			}
+			if !strings.Contains(err.Error(), tt.wantField) {
+				t.Errorf("error %q does not name the field %q", err, tt.wantField)
+			}
+		})
+	}
+}
+
+// TestKubeVirtCRDsHaveStatusSubresource: KubeVirt writes status through the
+// subresource; a plain update must not change it (the simulator relies on this).
+func TestKubeVirtCRDsHaveStatusSubresource(t *testing.T) {
+	ctx := context.Background()
+	ns := cp.NewNamespace(t, "kv-status")
+	vm := kubevirtObject("VirtualMachine", ns, "vm1", map[string]any{"runStrategy": "Always"})
+	if err := cp.Client.Create(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(vm.Object, true, "status", "ready"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Client.Update(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, _ := unstructured.NestedBool(vm.Object, "status", "ready"); found {
+		t.Fatalf("status written through the main resource: status subresource missing")
+	}
+	if err := unstructured.SetNestedField(vm.Object, true, "status", "ready"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Client.Status().Update(ctx, vm); err != nil {
+		t.Fatalf("status update through the subresource: %v", err)
+	}
+	if ready, _, _ := unstructured.NestedBool(vm.Object, "status", "ready"); !ready {
+		t.Fatalf("status.ready not stored through the status subresource")
+	}
+}
+
+// TestIPReservationSpecIsImmutable: a reservation is released by deleting it,
+// never by rewriting its owner (that would hand an address over silently).
+func TestIPReservationSpecIsImmutable(t *testing.T) {
+	ctx := context.Background()
+	r := newReservation("immutable-test", "10.20.0.1")
+	if err := cp.Client.Create(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(ctx, r) })
+	r.Spec.Owner.Name = "someone-else"
+	err := cp.Client.Update(ctx, r)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "immutable") {
+		t.Fatalf("owner change: want Invalid error mentioning immutability, got %v", err)
+	}
+}
+
+// TestPrinterColumns asks the API server for the table kubectl prints and
+// checks the columns operators rely on.
+func TestPrinterColumns(t *testing.T) {
+	ctx := context.Background()
+	ns := cp.NewNamespace(t, "columns")
+	r := newReservation("columns-test", "10.30.0.1")
+	if err := cp.Client.Create(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(ctx, r) })
+	claim := &ipamclaimsv1alpha1.IPAMClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm1.blue", Namespace: ns},
+		Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: "blue", Interface: "podabc"},
+	}
+	if err := cp.Client.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	claim.Status = ipamclaimsv1alpha1.IPAMClaimStatus{
+		IPs:      []string{"10.30.0.2/24"},
+		OwnerPod: &ipamclaimsv1alpha1.OwnerPod{Name: "virt-launcher-vm1-abcde"},
+		Conditions: []metav1.Condition{{
+			Type: "IPsAllocated", Status: metav1.ConditionTrue, Reason: "SuccessfulAllocation",
+			Message: "allocated", LastTransitionTime: metav1.Now(),
+		}},
+	}
+	if err := cp.Client.Status().Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		path        string
+		wantColumns []string
+		wantCells   []string
+	}{
+		{
+			path:        "/apis/ipkeeper.io/v1alpha1/ipreservations/" + r.Name,
+			wantColumns: []string{"Name", "Network", "IP", "Owner-Kind", "Owner", "Node", "Age"},
+			wantCells:   []string{"columns-test", "10.30.0.1", "Pod", "pod-a", "node-1"},
+		},
+		{
+			path:        "/apis/k8s.cni.cncf.io/v1alpha1/namespaces/" + ns + "/ipamclaims/vm1.blue",
+			wantColumns: []string{"Name", "Network", "Interface", "IPs", "Owner-Pod", "Ready", "Age"},
+			wantCells:   []string{"blue", "podabc", "10.30.0.2/24", "virt-launcher-vm1-abcde", "True"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			raw, err := cp.Clientset.CoreV1().RESTClient().Get().AbsPath(tt.path).
+				SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var table metav1.Table
+			if err := json.Unmarshal(raw, &table); err != nil {
+				t.Fatalf("decoding table: %v", err)
+			}
+			var cols []string
+			for _, c := range table.ColumnDefinitions {
+				if c.Priority == 0 {
+					cols = append(cols, c.Name)
+				}
+			}
+			if strings.Join(cols, ",") != strings.Join(tt.wantColumns, ",") {
+				t.Errorf("columns = %v, want %v", cols, tt.wantColumns)
+			}
+			if len(table.Rows) != 1 {
+				t.Fatalf("want 1 row, got %d", len(table.Rows))
+			}
+			row, _ := json.Marshal(table.Rows[0].Cells)
+			for _, cell := range tt.wantCells {
+				if !strings.Contains(string(row), cell) {
+					t.Errorf("row %s lacks %q", row, cell)
+				}
+			}
+		})
+	}
+}
