@@ -1,33 +1,87 @@
-// Command ipkeeper-agent will run on every node: it installs the ipkeeper CNI
-// binary and serves its requests on a root-only unix socket.
-// Until those land it only parses its flags and reports that it has nothing
-// to run, so that no manifest can mistake it for a working controller.
+// Command ipkeeper-agent runs on every node (DaemonSet): it installs the
+// ipkeeper CNI plugin into the host's CNI bin dir and serves its requests
+// on a root-only unix socket, allocating addresses cluster-wide.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ipkeeper/ipkeeper/pkg/agent"
+	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
 	"github.com/ipkeeper/ipkeeper/pkg/version"
 )
+
+type options struct {
+	kubeconfig  string
+	agent       agent.Options
+	logLevel    string
+	showVersion bool
+}
+
+func (o *options) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fs.StringVar(&o.agent.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, set from the downward API)")
+	fs.StringVar(&o.agent.SocketPath, "socket", cniproto.DefaultSocketPath, "unix socket the CNI plugin talks to (created root-only)")
+	fs.StringVar(&o.agent.CNIBinDir, "cni-bin-dir", "", "install the ipkeeper CNI plugin into this directory on start (e.g. /host/opt/cni/bin); empty: do not install")
+	fs.StringVar(&o.agent.PluginSource, "cni-plugin-source", "", "CNI plugin binary to install (default: 'ipkeeper' next to this binary)")
+	fs.StringVar(&o.agent.MetricsAddr, "metrics-bind-address", ":9910", "address for Prometheus /metrics; empty disables")
+	fs.StringVar(&o.agent.ProbeAddr, "health-probe-bind-address", ":9911", "address for /healthz and /readyz; empty disables")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+}
 
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
+	var o options
 	fs := flag.NewFlagSet("ipkeeper-agent", flag.ContinueOnError)
-	showVersion := fs.Bool("version", false, "print the version and exit")
+	o.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if *showVersion {
+	if o.showVersion {
 		fmt.Println(version.Version)
 		return 0
 	}
-	fmt.Fprintln(os.Stderr, "ipkeeper-agent "+version.Version+": the node agent is not implemented yet; nothing to run")
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "--log-level %q: %v\n", o.logLevel, err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	o.agent.Logger = log
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		log.Error("loading kubeconfig", "error", err)
+		return 1
+	}
+	a, err := agent.New(cfg, o.agent)
+	if err != nil {
+		log.Error("starting", "error", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	log.Info("ipkeeper-agent starting", "version", version.Version, "node", o.agent.NodeName)
+	if err := a.Run(ctx); err != nil {
+		log.Error("agent stopped", "error", err)
+		return 1
+	}
 	return 0
 }

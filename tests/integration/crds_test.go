@@ -201,7 +201,8 @@ func TestKubeVirtCRDsHaveStatusSubresource(t *testing.T) {
 }
 
 // TestIPReservationSpecIsImmutable: a reservation is released by deleting it,
-// never by rewriting its owner (that would hand an address over silently).
+// never by rewriting its owner or address (that would hand an address over
+// silently).
 func TestIPReservationSpecIsImmutable(t *testing.T) {
 	ctx := context.Background()
 	r := newReservation("immutable-test", "10.20.0.1")
@@ -211,8 +212,23 @@ func TestIPReservationSpecIsImmutable(t *testing.T) {
 	t.Cleanup(func() { _ = cp.Client.Delete(ctx, r) })
 	r.Spec.Owner.Name = "someone-else"
 	err := cp.Client.Update(ctx, r)
-	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "immutable") {
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "owner is immutable") {
 		t.Fatalf("owner change: want Invalid error mentioning immutability, got %v", err)
+	}
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(r), r); err != nil {
+		t.Fatal(err)
+	}
+	r.Spec.IP = "10.20.0.2"
+	if err := cp.Client.Update(ctx, r); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "ip is immutable") {
+		t.Fatalf("ip change: want Invalid error, got %v", err)
+	}
+	// A pod's new sandbox takes over the attachment: container ID and node may change.
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(r), r); err != nil {
+		t.Fatal(err)
+	}
+	r.Spec.ContainerID, r.Spec.Node = "new-sandbox", "node-2"
+	if err := cp.Client.Update(ctx, r); err != nil {
+		t.Fatalf("container ID change refused: %v", err)
 	}
 }
 

@@ -40,8 +40,9 @@ type ReservationOwner struct {
 }
 
 // IPReservationSpec records which owner holds one IP of one network.
-// It never changes after creation: a reservation is released by deleting it.
-// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable; delete the reservation to release the address"
+// Network, IP, owner and interface never change: a reservation is released
+// by deleting it, never handed over. Only the attachment details (container
+// ID, node) follow a pod's new sandbox.
 // +kubebuilder:validation:XValidation:rule="self.owner.kind != 'Pod' || (has(self.interfaceName) && size(self.interfaceName) > 0)",message="interfaceName is required for reservations owned by a Pod"
 type IPReservationSpec struct {
 	// Network is the CNI network name (the `name` of the NetworkAttachmentDefinition's config).
@@ -49,19 +50,25 @@ type IPReservationSpec struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="network is immutable"
 	Network string `json:"network"`
 	// IP is the reserved address, in canonical form (no prefix length).
 	// +required
 	// +kubebuilder:validation:MaxLength=45
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip.isCanonical(self)",message="must be an IP address in canonical form, without prefix length"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="ip is immutable"
 	IP string `json:"ip"`
 	// Owner is the pod (ephemeral) or IPAMClaim (persistent) holding the address.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="owner is immutable; delete the reservation to release the address"
 	Owner ReservationOwner `json:"owner"`
 	// InterfaceName is the pod's interface (CNI_IFNAME) the address is on; pods only.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="interfaceName is immutable"
 	InterfaceName string `json:"interfaceName,omitempty"`
-	// ContainerID is the CNI container ID of the attachment; pods only.
+	// ContainerID is the CNI container ID of the attachment; pods only. It
+	// follows the pod's current sandbox, so a DEL for an older sandbox does
+	// not release the address the new one uses.
 	// +optional
 	ContainerID string `json:"containerID,omitempty"`
 	// Node is the node whose agent made the reservation; pods only.

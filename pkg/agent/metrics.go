@@ -1,0 +1,55 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the agent's Prometheus series. No per-network or per-pod
+// labels: their cardinality is unbounded.
+type metrics struct {
+	requests     *prometheus.CounterVec   // command, result
+	latency      *prometheus.HistogramVec // command
+	allocations  prometheus.Counter
+	failures     *prometheus.CounterVec // reason
+	conflicts    prometheus.Counter
+	releases     *prometheus.CounterVec // verb
+	apiWrites    *prometheus.CounterVec // verb
+	reservations prometheus.GaugeFunc
+}
+
+func newMetrics(reg prometheus.Registerer, indexLen func() int) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipkeeper_agent_cni_requests_total", Help: "CNI requests served, by command and result (success or error).",
+		}, []string{"command", "result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ipkeeper_agent_cni_request_duration_seconds",
+			Help:    "Time to serve a CNI request, by command.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"command"}),
+		allocations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipkeeper_agent_allocations_total", Help: "Addresses reserved by this agent.",
+		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipkeeper_agent_allocation_failures_total", Help: "ADDs that failed, by reason (exhausted, conflict, invalid, pod, internal).",
+		}, []string{"reason"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipkeeper_agent_allocation_conflicts_total", Help: "Candidate addresses found already reserved at create time (another agent won).",
+		}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipkeeper_agent_releases_total", Help: "Reservations released, by CNI verb (DEL, GC, rollback).",
+		}, []string{"verb"}),
+		apiWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipkeeper_agent_api_writes_total", Help: "Writes to the API server, by verb.",
+		}, []string{"verb"}),
+		reservations: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ipkeeper_agent_reservations", Help: "Reservations in the agent's cache (all networks, all nodes).",
+		}, func() float64 { return float64(indexLen()) }),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.releases, m.apiWrites, m.reservations} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,28 @@
+package agent
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// trimReservation keeps what the index needs; managed fields are most of an
+// object's size, and the agent caches every reservation of the cluster.
+func trimReservation(obj any) (any, error) {
+	if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
+		r.ManagedFields = nil
+		r.Annotations = nil
+	}
+	return obj, nil
+}
+
+// trimPod keeps a pod's identity and annotations (the networks annotation
+// says which IPAMClaim an attachment uses) and drops spec and status.
+func trimPod(obj any) (any, error) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		p.ManagedFields = nil
+		p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName}
+		p.Status = corev1.PodStatus{}
+	}
+	return obj, nil
+}

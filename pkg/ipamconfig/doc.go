@@ -1,0 +1,64 @@
+// Package ipamconfig parses and validates the "ipam" section of a CNI
+// network configuration for ipkeeper. It is pure (no I/O, no Kubernetes) so
+// the CNI shim can use it without growing.
+//
+// # Input
+//
+// Parse takes the full network configuration, as a plugin reads it on
+// stdin. The keys are whereabouts', so a whereabouts network switches to
+// ipkeeper by changing only ipam.type:
+//
+//	name                  network identity; required
+//	cniVersion            passed through
+//	allowPersistentIPs    top-level bool, passed through
+//	runtimeConfig.ips     static IPs ("ips" capability), "a" or "a/n"
+//	args.cni.ips          static IPs, same form
+//	ipam.type             passed through (normally "ipkeeper")
+//	ipam.range            "10.1.0.0/24" or "10.1.0.10-10.1.0.50/24"
+//	ipam.range_start      first address to hand out
+//	ipam.range_end        last address to hand out
+//	ipam.exclude          CIDRs (or bare IPs) never handed out
+//	ipam.gateway          gateway; never handed out
+//	ipam.ipRanges         list of {range, range_start, range_end, exclude, gateway}
+//	ipam.routes           list of {dst, gw, mtu, advmss, priority, table, scope}
+//	ipam.dns              {nameservers, domain, search, options}
+//
+// Unknown keys (etcd_host, kubernetes, log_file, ...) are ignored.
+// ipam.range with its top-level range_start/range_end/exclude becomes the
+// first range, followed by ipam.ipRanges. A top-level exclude without
+// ipam.range applies to every range it overlaps (whereabouts would drop
+// it). ipam.gateway belongs to the range of its family; a per-entry
+// ipRanges[i].gateway is an ipkeeper extension for dual-stack gateways.
+//
+// # Rules
+//
+// At most one range per IP family: the result carries one IP per family.
+// A range's host bits are ignored ("10.0.0.5/24" is 10.0.0.0/24).
+// "A-B/prefix" means range_start A and range_end B in the subnet of
+// B/prefix; explicit range_start/range_end must then agree with it.
+//
+// Start and End never include the network address (for IPv6, the
+// subnet-router anycast address) nor the IPv4 broadcast address. An
+// explicit range_start or range_end on one of those is clamped inward, not
+// rejected. Point-to-point and host prefixes are the exception: in an IPv4
+// /31 both addresses are usable (RFC 3021), likewise an IPv6 /127
+// (RFC 6164), and a /32 or /128 yields its one address. Start..End is not
+// narrowed for the gateway or excludes; the allocator skips them, and Parse
+// rejects a range where they leave nothing to hand out.
+//
+// Excludes must be the range's family and overlap its subnet; a gateway
+// must lie in its subnet. Static IPs must lie in a configured range's
+// subnet (with that prefix length, when one is written), at most one per
+// family; allocator.Usable decides whether the address may be handed out.
+// IP literals are strict (net/netip): no leading-zero octets, and no zones
+// except in dns.nameservers.
+//
+// # Errors
+//
+// Every error is a *FieldError naming the JSON path and the offending
+// value, for example:
+//
+//	ipam.range: invalid CIDR "10.0.0.0/33"
+//	ipam.ipRanges[1].range_start "10.0.1.5" is outside range "10.0.0.0/24"
+//	ipam.exclude[0] "fd00::/64" leaves no usable address in range "fd00::/64"
+package ipamconfig

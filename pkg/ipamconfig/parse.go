@@ -1,0 +1,158 @@
+package ipamconfig
+
+import (
+	"strings"
+)
+
+// Parse parses and validates a CNI network configuration (the bytes a CNI
+// plugin reads on stdin). Errors are *FieldError values naming the key and
+// the value at fault. Parse does no I/O and never panics.
+func Parse(data []byte) (*Config, error) {
+	rc, err := decode(data)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(rc.Name) == "" {
+		return nil, fieldErr("name", ": required")
+	}
+	if rc.IPAM == nil {
+		return nil, fieldErr("ipam", ": required")
+	}
+	ipam := rc.IPAM
+
+	ranges, err := parseRanges(ipam)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &Config{
+		Name:               rc.Name,
+		CNIVersion:         rc.CNIVersion,
+		IPAMType:           ipam.Type,
+		AllowPersistentIPs: rc.AllowPersistentIPs,
+		Ranges:             ranges,
+	}
+	if cfg.Routes, err = parseRoutes(ipam.Routes); err != nil {
+		return nil, err
+	}
+	if cfg.DNS, err = parseDNS(ipam.DNS); err != nil {
+		return nil, err
+	}
+	if cfg.StaticIPs, err = parseStaticIPs(ranges, rc); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// parseRanges builds the range list from ipam.range (plus its top-level
+// range_start/range_end/exclude, as whereabouts does) and ipam.ipRanges.
+func parseRanges(ipam *rawIPAM) ([]Range, error) {
+	var rbs []*rangeBuilder
+	if strings.TrimSpace(ipam.Range) != "" {
+		rb, err := parseRange("ipam", rawRange{
+			Range:      ipam.Range,
+			RangeStart: ipam.RangeStart,
+			RangeEnd:   ipam.RangeEnd,
+			Exclude:    ipam.Exclude,
+		})
+		if err != nil {
+			return nil, err
+		}
+		rbs = append(rbs, rb)
+	} else {
+		// Without ipam.range these would silently do nothing.
+		if ipam.RangeStart != "" {
+			return nil, fieldErr("ipam.range_start", " %q requires ipam.range", ipam.RangeStart)
+		}
+		if ipam.RangeEnd != "" {
+			return nil, fieldErr("ipam.range_end", " %q requires ipam.range", ipam.RangeEnd)
+		}
+	}
+	for i, rr := range ipam.IPRanges {
+		rb, err := parseRange(indexed("ipam.ipRanges", i), rr)
+		if err != nil {
+			return nil, err
+		}
+		rbs = append(rbs, rb)
+	}
+	if len(rbs) == 0 {
+		return nil, fieldErr("ipam.range", ": required (or ipam.ipRanges)")
+	}
+
+	// One range per family: the result carries one IP per family.
+	for i := range rbs {
+		for j := range i {
+			if sameFamily(rbs[i].Subnet.Addr(), rbs[j].Subnet.Addr()) {
+				return nil, fieldErr("ipam.ipRanges", ": two ranges of family %s (%s and %s); configure one range per IP family",
+					family(rbs[i].Subnet.Addr()), rbs[j].Subnet, rbs[i].Subnet)
+			}
+		}
+	}
+
+	// Without ipam.range, whereabouts drops a top-level exclude; applying it
+	// to the ranges it overlaps is what the user meant.
+	if strings.TrimSpace(ipam.Range) == "" {
+		for i, s := range ipam.Exclude {
+			if err := distributeExclude(rbs, i, s); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	if ipam.Gateway != "" {
+		if err := assignGateway(rbs, ipam.Gateway); err != nil {
+			return nil, err
+		}
+	}
+
+	ranges := make([]Range, len(rbs))
+	for i, rb := range rbs {
+		if err := rb.checkUsable(); err != nil {
+			return nil, err
+		}
+		ranges[i] = rb.Range
+	}
+	return ranges, nil
+}
+
+func distributeExclude(rbs []*rangeBuilder, i int, s string) error {
+	f := indexed("ipam.exclude", i)
+	p, _, ok := parsePrefixOrAddr(s)
+	if !ok {
+		return fieldErr(f, ": invalid CIDR %q", s)
+	}
+	used := false
+	for _, rb := range rbs {
+		if sameFamily(p.Addr(), rb.Subnet.Addr()) && p.Masked().Overlaps(rb.Subnet) {
+			if err := rb.addExclude("ipam.exclude", i, s); err != nil {
+				return err
+			}
+			used = true
+		}
+	}
+	if !used {
+		return fieldErr(f, " %q does not overlap any range (%s)", s, subnetList(rbs))
+	}
+	return nil
+}
+
+// assignGateway gives the top-level gateway to the range of its family.
+func assignGateway(rbs []*rangeBuilder, s string) error {
+	gw, ok := parseAddr(s)
+	if !ok {
+		return fieldErr("ipam.gateway", ": invalid IP %q", s)
+	}
+	for _, rb := range rbs {
+		if sameFamily(gw, rb.Subnet.Addr()) {
+			return rb.setGateway("ipam.gateway", s)
+		}
+	}
+	return fieldErr("ipam.gateway", " %q is %s but no %s range is configured (%s)", s, family(gw), family(gw), subnetList(rbs))
+}
+
+func subnetList(rbs []*rangeBuilder) string {
+	names := make([]string, len(rbs))
+	for i, rb := range rbs {
+		names[i] = rb.Subnet.String()
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,107 @@
+package ipamconfig
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// The raw* types mirror the JSON. Only keys ipkeeper uses are declared, so
+// other whereabouts keys (etcd_host, kubernetes, log_file, ...) are ignored.
+
+type rawConf struct {
+	Name               string    `json:"name"`
+	CNIVersion         string    `json:"cniVersion"`
+	AllowPersistentIPs bool      `json:"allowPersistentIPs"`
+	IPAM               *rawIPAM  `json:"ipam"`
+	RuntimeConfig      rawIPList `json:"runtimeConfig"`
+	Args               struct {
+		CNI rawIPList `json:"cni"`
+	} `json:"args"`
+}
+
+type rawIPList struct {
+	IPs []string `json:"ips"`
+}
+
+type rawIPAM struct {
+	Type       string     `json:"type"`
+	Range      string     `json:"range"`
+	RangeStart string     `json:"range_start"`
+	RangeEnd   string     `json:"range_end"`
+	Exclude    []string   `json:"exclude"`
+	Gateway    string     `json:"gateway"`
+	IPRanges   []rawRange `json:"ipRanges"`
+	Routes     []rawRoute `json:"routes"`
+	DNS        types.DNS  `json:"dns"`
+}
+
+// rawRange is one ipam.ipRanges entry. Gateway is an ipkeeper extension so
+// each family of a dual-stack network can carry its own gateway.
+type rawRange struct {
+	Range      string   `json:"range"`
+	RangeStart string   `json:"range_start"`
+	RangeEnd   string   `json:"range_end"`
+	Exclude    []string `json:"exclude"`
+	Gateway    string   `json:"gateway"`
+}
+
+// rawRoute is decoded by hand rather than as types.Route so a bad dst or gw
+// yields an error that names the route.
+type rawRoute struct {
+	Dst      string `json:"dst"`
+	GW       string `json:"gw"`
+	MTU      int    `json:"mtu"`
+	AdvMSS   int    `json:"advmss"`
+	Priority int    `json:"priority"`
+	Table    *int   `json:"table"`
+	Scope    *int   `json:"scope"`
+}
+
+func decode(data []byte) (*rawConf, error) {
+	var rc rawConf
+	if err := json.Unmarshal(data, &rc); err != nil {
+		return nil, decodeErr(err)
+	}
+	return &rc, nil
+}
+
+// decodeErr turns encoding/json errors into FieldErrors naming the key.
+func decodeErr(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		if field == "" {
+			field = "config"
+		}
+		return causedErr(err, field, ": expected %s, got JSON %s", jsonKind(te.Type), te.Value)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return causedErr(err, "config", ": invalid JSON at byte %d: %s", se.Offset, se.Error())
+	}
+	return causedErr(err, "config", ": invalid JSON: %s", err.Error())
+}
+
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "a value"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map, reflect.Pointer:
+		return "an object"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return t.String()
+}
