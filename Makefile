@@ -53,9 +53,18 @@ test-unit: ## Unit tests (no control plane).
 test-integration: tools ## Integration tests on a real etcd + kube-apiserver + kube-controller-manager.
 	go test $(GO_TEST_FLAGS) -v ./tests/integration/...
 
+.PHONY: test-e2e
+test-e2e: tools ## End-to-end tests as root: agent binary, real bridge/macvlan plugins, network namespaces (skipped when not root).
+	go test $(GO_TEST_FLAGS) -timeout 20m -v ./tests/e2e/...
+
 .PHONY: test
-test: verify-generated lint test-unit test-integration ## Everything CI runs.
+test: verify-generated lint test-unit test-integration test-e2e ## Everything CI runs.
 
 .PHONY: clean
 clean: ## Remove build output (not the tools cache).
 	rm -rf $(BIN_DIR)
+
+.PHONY: bench
+bench: tools ## Allocation storm on a real control plane vs. the raw API create rate (same run), plus allocator micro-benchmarks.
+	go test -run '^$$' -bench . -benchtime=1x -count=1 -v ./tests/bench/
+	go test -run '^$$' -bench . -benchmem ./pkg/allocator/

@@ -24,6 +24,8 @@ import (
 
 type options struct {
 	kubeconfig  string
+	apiQPS      float64
+	apiBurst    int
 	agent       agent.Options
 	logLevel    string
 	showVersion bool
@@ -31,6 +33,9 @@ type options struct {
 
 func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	// client-go's default (5 qps) would cap a node at a few pod starts per second.
+	fs.Float64Var(&o.apiQPS, "kube-api-qps", 100, "API requests per second this agent may send (sustained)")
+	fs.IntVar(&o.apiBurst, "kube-api-burst", 200, "API requests this agent may send in a burst")
 	fs.StringVar(&o.agent.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, set from the downward API)")
 	fs.StringVar(&o.agent.SocketPath, "socket", cniproto.DefaultSocketPath, "unix socket the CNI plugin talks to (created root-only)")
 	fs.StringVar(&o.agent.CNIBinDir, "cni-bin-dir", "", "install the ipkeeper CNI plugin into this directory on start (e.g. /host/opt/cni/bin); empty: do not install")
@@ -71,6 +76,8 @@ func run(args []string) int {
 		log.Error("loading kubeconfig", "error", err)
 		return 1
 	}
+	cfg.QPS, cfg.Burst = float32(o.apiQPS), o.apiBurst
+	cfg.UserAgent = "ipkeeper-agent/" + version.Version + " (" + o.agent.NodeName + ")"
 	a, err := agent.New(cfg, o.agent)
 	if err != nil {
 		log.Error("starting", "error", err)

@@ -47,7 +47,8 @@ func parseRequest(req *cniproto.Request) (*request, error) {
 // Add reserves one address per configured range (IP family) for a pod
 // attachment and returns them as a CNI result. It is idempotent for
 // (pod UID, interface, network).
-func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (*types100.Result, error) {
+func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (_ *types100.Result, err error) {
+	defer a.metrics.observe(cniproto.CmdAdd, time.Now(), &err)
 	req, err := parseRequest(creq)
 	if err != nil {
 		a.metrics.failures.WithLabelValues("invalid").Inc()
@@ -166,8 +167,21 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r ipamconfig.R
 	}
 
 	seed := string(owner.UID) + "/" + req.IfName
+	taken := a.idx.takenFunc(network, time.Now())
+	verified := false
 	for attempt := 0; attempt < maxConflicts; attempt++ {
-		ip, err := allocator.Candidate(r, a.idx.takenFunc(network, time.Now()), seed)
+		ip, err := allocator.Candidate(r, taken, seed)
+		if errors.Is(err, allocator.ErrExhausted) && !verified {
+			// The index errs towards "taken" (an informer event for a
+			// reservation already released may arrive late), so confirm
+			// exhaustion against a live list before refusing the pod.
+			if taken, err = a.liveTaken(ctx, network); err != nil {
+				return entry{}, cniError(codeTryAgainLater, err)
+			}
+			verified = true
+			attempt--
+			continue
+		}
 		if errors.Is(err, allocator.ErrExhausted) {
 			a.metrics.failures.WithLabelValues("exhausted").Inc()
 			return entry{}, cniError(codeInternal, fmt.Errorf("network %q is exhausted: %w", network, err))
@@ -186,6 +200,17 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r ipamconfig.R
 	}
 	a.metrics.failures.WithLabelValues("conflict").Inc()
 	return entry{}, cniError(codeTryAgainLater, fmt.Errorf("network %q: %d candidate addresses in %s were taken by others at create time; the agent's cache is lagging, retry", network, maxConflicts, r))
+}
+
+// liveTaken returns a taken predicate built from a live list of the
+// network's reservations plus the conflicts seen since.
+func (a *Agent) liveTaken(ctx context.Context, network string) (func(netip.Addr) bool, error) {
+	since := time.Now()
+	live, err := a.store.TakenIn(ctx, network)
+	if err != nil {
+		return nil, err
+	}
+	return func(ip netip.Addr) bool { return live[ip] || a.idx.conflictSince(network, ip, since) }, nil
 }
 
 // create writes the reservation of ip for the attachment.

@@ -105,6 +105,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	a.store = &apiStore{c: live, metrics: a.metrics}
+	a.pods.metrics = a.metrics
 	return a, nil
 }
 

@@ -3,13 +3,15 @@ package agent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
 )
 
 // Check verifies the attachment still holds one reservation per configured
 // range, made for this sandbox.
-func (a *Agent) Check(ctx context.Context, creq *cniproto.Request) error {
+func (a *Agent) Check(ctx context.Context, creq *cniproto.Request) (err error) {
+	defer a.metrics.observe(cniproto.CmdCheck, time.Now(), &err)
 	req, err := parseRequest(creq)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
@@ -14,7 +15,8 @@ import (
 // Del releases the ephemeral reservations of an attachment: those owned by
 // a pod on this network, this interface and this sandbox (container ID).
 // Claim-owned reservations are kept. Something already gone is success.
-func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) error {
+func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
+	defer a.metrics.observe(cniproto.CmdDel, time.Now(), &err)
 	network, err := networkName(creq.Config)
 	if err != nil {
 		return cniError(codeInvalidConfig, err)

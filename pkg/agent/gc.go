@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
@@ -21,7 +22,8 @@ type gcConfig struct {
 // whose attachment (container ID, interface) is not in the runtime's list
 // of valid attachments. Claim-owned reservations and other nodes' are never
 // touched, nor attachments with an ADD in flight here.
-func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) error {
+func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
+	defer a.metrics.observe(cniproto.CmdGC, time.Now(), &err)
 	network, err := networkName(creq.Config)
 	if err != nil {
 		return cniError(codeInvalidConfig, err)

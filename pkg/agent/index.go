@@ -149,6 +149,14 @@ func (x *index) takenFunc(network string, now time.Time) func(netip.Addr) bool {
 	}
 }
 
+// conflictSince reports whether a create found ip taken at or after since.
+func (x *index) conflictSince(network string, ip netip.Addr, since time.Time) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	t, ok := x.conflicts[network][ip]
+	return ok && !t.Before(since)
+}
+
 // attachment returns the reservations a pod attachment holds.
 func (x *index) attachment(network string, podUID types.UID, ifName string) []entry {
 	x.mu.RLock()

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -14,6 +16,7 @@ type metrics struct {
 	conflicts    prometheus.Counter
 	releases     *prometheus.CounterVec // verb
 	apiWrites    *prometheus.CounterVec // verb
+	podLookups   *prometheus.CounterVec // source
 	reservations prometheus.GaugeFunc
 }
 
@@ -42,14 +45,28 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int) (*metrics, error
 		apiWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_api_writes_total", Help: "Writes to the API server, by verb.",
 		}, []string{"verb"}),
+		podLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipkeeper_agent_pod_lookups_total", Help: "Pod identity checks, by source (cache, or api when the cache had not seen the pod yet).",
+		}, []string{"source"}),
 		reservations: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ipkeeper_agent_reservations", Help: "Reservations in the agent's cache (all networks, all nodes).",
 		}, func() float64 { return float64(indexLen()) }),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.releases, m.apiWrites, m.reservations} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.releases, m.apiWrites, m.podLookups, m.reservations} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// observe records one served CNI request; use as
+// defer a.metrics.observe("ADD", time.Now(), &err).
+func (m *metrics) observe(command string, start time.Time, err *error) {
+	result := "success"
+	if *err != nil {
+		result = "error"
+	}
+	m.requests.WithLabelValues(command, result).Inc()
+	m.latency.WithLabelValues(command).Observe(time.Since(start).Seconds())
 }

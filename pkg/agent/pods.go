@@ -16,8 +16,9 @@ import (
 // when it is there with the right UID, else with a live read (the cache may
 // not have seen a pod bound a moment ago).
 type podLookup struct {
-	cached client.Reader
-	live   client.Reader
+	cached  client.Reader
+	live    client.Reader
+	metrics *metrics
 }
 
 // get returns the pod named in CNI_ARGS and checks its UID.
@@ -25,8 +26,10 @@ func (p *podLookup) get(ctx context.Context, args *cniproto.CNIArgs) (*corev1.Po
 	key := types.NamespacedName{Namespace: args.PodNamespace, Name: args.PodName}
 	pod := &corev1.Pod{}
 	if err := p.cached.Get(ctx, key, pod); err == nil && string(pod.UID) == args.PodUID {
+		p.metrics.podLookups.WithLabelValues("cache").Inc()
 		return pod, nil
 	}
+	p.metrics.podLookups.WithLabelValues("api").Inc()
 	if err := p.live.Get(ctx, key, pod); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("pod %s (K8S_POD_NAMESPACE/K8S_POD_NAME in CNI_ARGS) does not exist", key)

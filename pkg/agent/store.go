@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,6 +25,8 @@ type Store interface {
 	Get(ctx context.Context, name string) (*ipkeeperv1alpha1.IPReservation, error)
 	// Update rewrites a reservation (only its mutable attachment fields change).
 	Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error
+	// TakenIn lists, live, the addresses reserved on a network.
+	TakenIn(ctx context.Context, network string) (map[netip.Addr]bool, error)
 	// Delete deletes the reservation with that name and UID; a reservation
 	// already gone, or replaced by another of the same name, is not an error.
 	Delete(ctx context.Context, name string, uid types.UID) error
@@ -53,6 +56,20 @@ func (s *apiStore) Get(ctx context.Context, name string) (*ipkeeperv1alpha1.IPRe
 		return nil, fmt.Errorf("reading reservation %s: %w", name, err)
 	}
 	return r, nil
+}
+
+func (s *apiStore) TakenIn(ctx context.Context, network string) (map[netip.Addr]bool, error) {
+	var list ipkeeperv1alpha1.IPReservationList
+	if err := s.c.List(ctx, &list, client.MatchingFields{"spec.network": network}); err != nil {
+		return nil, fmt.Errorf("listing reservations of network %q: %w", network, err)
+	}
+	taken := make(map[netip.Addr]bool, len(list.Items))
+	for _, r := range list.Items {
+		if ip, err := netip.ParseAddr(r.Spec.IP); err == nil {
+			taken[ip] = true
+		}
+	}
+	return taken, nil
 }
 
 func (s *apiStore) Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error {

@@ -116,8 +116,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if cp.Config, err = cp.env.Start(); err != nil {
 		return nil, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
 	}
-	// Tests create many objects quickly; the client-side default (5 qps) would throttle them.
-	cp.Config.QPS, cp.Config.Burst = 500, 1000
+	// Tests and benchmarks create many objects quickly: no client-side
+	// throttling, so the API server's own limits are what is measured.
+	cp.Config.QPS = -1
 
 	admin, err := cp.env.AddUser(envtest.User{Name: "ipkeeper-test-admin", Groups: []string{"system:masters"}}, cp.Config)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
 	"github.com/ipkeeper/ipkeeper/pkg/reservation"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
 // TestAgentsRacingHaveNoDuplicates: three agents (three simulated nodes,
@@ -24,16 +25,16 @@ func TestAgentsRacingHaveNoDuplicates(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "race")
 	const network, perNode = "race-net", 200
-	conf := netConf(network, map[string]any{"range": "10.60.0.0/22"})
-	agents := []*testAgent{startAgent(t, "node-a"), startAgent(t, "node-b"), startAgent(t, "node-c")}
+	conf := framework.NetConf(network, map[string]any{"range": "10.60.0.0/22"})
+	agents := []*framework.Agent{cp.StartAgent(t, "node-a"), cp.StartAgent(t, "node-b"), cp.StartAgent(t, "node-c")}
 
 	type job struct {
-		a   *testAgent
+		a   *framework.Agent
 		pod *corev1.Pod
 	}
 	var jobs []job
 	for _, a := range agents {
-		for _, p := range createPods(t, ns, a.node, a.node, perNode) {
+		for _, p := range cp.CreatePods(t, ns, a.Node, a.Node, perNode) {
 			jobs = append(jobs, job{a, p})
 		}
 	}
@@ -50,7 +51,7 @@ func TestAgentsRacingHaveNoDuplicates(t *testing.T) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			res, err := j.a.add(ctx, j.pod, "net1", conf)
+			res, err := j.a.Add(ctx, j.pod, "net1", conf)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -97,12 +98,12 @@ func TestAgentExhaustion(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "exhaust")
 	const network = "exhaust-net"
-	conf := netConf(network, map[string]any{"range": "10.61.0.0/24", "gateway": "10.61.0.1"})
+	conf := framework.NetConf(network, map[string]any{"range": "10.61.0.0/24", "gateway": "10.61.0.1"})
 	const capacity = 253 // .1 is the gateway, .0 and .255 are never handed out
-	agents := []*testAgent{startAgent(t, "node-x"), startAgent(t, "node-y")}
-	pods := map[*testAgent][]*corev1.Pod{}
+	agents := []*framework.Agent{cp.StartAgent(t, "node-x"), cp.StartAgent(t, "node-y")}
+	pods := map[*framework.Agent][]*corev1.Pod{}
 	for _, a := range agents {
-		pods[a] = createPods(t, ns, a.node, a.node, 130)
+		pods[a] = cp.CreatePods(t, ns, a.Node, a.Node, 130)
 	}
 	var (
 		mu        sync.Mutex
@@ -119,7 +120,7 @@ func TestAgentExhaustion(t *testing.T) {
 				defer wg.Done()
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				res, err := a.add(ctx, p, "net1", conf)
+				res, err := a.Add(ctx, p, "net1", conf)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -152,11 +153,11 @@ func TestAgentExhaustion(t *testing.T) {
 	freed := netip.MustParseAddr("10.61.0.77")
 	holder := ok[freed]
 	a := agentFor(agents, holder)
-	if err := a.del(ctx, holder, sandboxID(holder), "net1", conf); err != nil {
+	if err := a.Del(ctx, holder, framework.SandboxID(holder), "net1", conf); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	latecomer := createPods(t, ns, a.node, "late", 1)[0]
-	res, err := a.add(ctx, latecomer, "net1", conf)
+	latecomer := cp.CreatePods(t, ns, a.Node, "late", 1)[0]
+	res, err := a.Add(ctx, latecomer, "net1", conf)
 	if err != nil {
 		t.Fatalf("ADD after DEL freed an address: %v", err)
 	}
@@ -165,9 +166,9 @@ func TestAgentExhaustion(t *testing.T) {
 	}
 }
 
-func agentFor(agents []*testAgent, p *corev1.Pod) *testAgent {
+func agentFor(agents []*framework.Agent, p *corev1.Pod) *framework.Agent {
 	for _, a := range agents {
-		if a.node == p.Spec.NodeName {
+		if a.Node == p.Spec.NodeName {
 			return a
 		}
 	}
@@ -179,15 +180,15 @@ func TestAgentAddIsIdempotentAndDelReleases(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "lifecycle")
 	const network = "lifecycle-net"
-	conf := netConf(network, map[string]any{"range": "10.62.0.0/28"})
-	a := startAgent(t, "node-l")
-	pod := createPods(t, ns, a.node, "p", 1)[0]
+	conf := framework.NetConf(network, map[string]any{"range": "10.62.0.0/28"})
+	a := cp.StartAgent(t, "node-l")
+	pod := cp.CreatePods(t, ns, a.Node, "p", 1)[0]
 
-	first, err := a.add(ctx, pod, "net1", conf)
+	first, err := a.Add(ctx, pod, "net1", conf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := a.add(ctx, pod, "net1", conf)
+	again, err := a.Add(ctx, pod, "net1", conf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestAgentAddIsIdempotentAndDelReleases(t *testing.T) {
 	}
 
 	// A second interface of the same pod on the same network is a second attachment.
-	second, err := a.add(ctx, pod, "net2", conf)
+	second, err := a.Add(ctx, pod, "net2", conf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,15 +210,15 @@ func TestAgentAddIsIdempotentAndDelReleases(t *testing.T) {
 	}
 
 	// A new sandbox of the same pod keeps the address; the old sandbox's DEL must not free it.
-	resp, err := a.client.Do(ctx, cniproto.Request{Command: cniproto.CmdAdd, ContainerID: "sandbox-2", Netns: "/x",
-		IfName: "net1", Args: podArgs(pod), Config: conf})
+	resp, err := a.Client.Do(ctx, cniproto.Request{Command: cniproto.CmdAdd, ContainerID: "sandbox-2", Netns: "/x",
+		IfName: "net1", Args: framework.PodArgs(pod), Config: conf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(resp.Result), ip.String()) {
 		t.Fatalf("new sandbox got %s, want %s", resp.Result, ip)
 	}
-	if err := a.del(ctx, pod, sandboxID(pod), "net1", conf); err != nil {
+	if err := a.Del(ctx, pod, framework.SandboxID(pod), "net1", conf); err != nil {
 		t.Fatal(err)
 	}
 	r := &ipkeeperv1alpha1.IPReservation{}
@@ -230,7 +231,7 @@ func TestAgentAddIsIdempotentAndDelReleases(t *testing.T) {
 
 	// DEL of the current sandbox releases; DEL again (already gone) succeeds.
 	for i := range 2 {
-		if err := a.del(ctx, pod, "sandbox-2", "net1", conf); err != nil {
+		if err := a.Del(ctx, pod, "sandbox-2", "net1", conf); err != nil {
 			t.Fatalf("DEL #%d: %v", i+1, err)
 		}
 	}
@@ -238,10 +239,10 @@ func TestAgentAddIsIdempotentAndDelReleases(t *testing.T) {
 		t.Fatalf("reservation of %s still exists after DEL", ip)
 	}
 	// The freed address is reusable: request it statically for a new pod.
-	newcomer := createPods(t, ns, a.node, "n", 1)[0]
-	static := netConf(network, map[string]any{"range": "10.62.0.0/28"})
+	newcomer := cp.CreatePods(t, ns, a.Node, "n", 1)[0]
+	static := framework.NetConf(network, map[string]any{"range": "10.62.0.0/28"})
 	static = withRuntimeIPs(t, static, ip.String()+"/28")
-	res, err := a.add(ctx, newcomer, "net1", static)
+	res, err := a.Add(ctx, newcomer, "net1", static)
 	if err != nil {
 		t.Fatalf("static request for the freed %s: %v", ip, err)
 	}
@@ -256,22 +257,22 @@ func TestAgentStaticIPs(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "static")
 	const network = "static-net"
-	base := netConf(network, map[string]any{"range": "10.63.0.0/24", "gateway": "10.63.0.1"})
-	a := startAgent(t, "node-s")
-	pods := createPods(t, ns, a.node, "s", 3)
+	base := framework.NetConf(network, map[string]any{"range": "10.63.0.0/24", "gateway": "10.63.0.1"})
+	a := cp.StartAgent(t, "node-s")
+	pods := cp.CreatePods(t, ns, a.Node, "s", 3)
 
-	res, err := a.add(ctx, pods[0], "net1", withRuntimeIPs(t, base, "10.63.0.50/24"))
+	res, err := a.Add(ctx, pods[0], "net1", withRuntimeIPs(t, base, "10.63.0.50/24"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := resultIPs(t, res)[0]; got != netip.MustParseAddr("10.63.0.50") {
 		t.Fatalf("got %s, want 10.63.0.50", got)
 	}
-	_, err = a.add(ctx, pods[1], "net1", withRuntimeIPs(t, base, "10.63.0.50/24"))
+	_, err = a.Add(ctx, pods[1], "net1", withRuntimeIPs(t, base, "10.63.0.50/24"))
 	mustContain(t, err, "10.63.0.50", "already reserved", pods[0].Name)
-	_, err = a.add(ctx, pods[1], "net1", withRuntimeIPs(t, base, "10.63.0.1/24"))
+	_, err = a.Add(ctx, pods[1], "net1", withRuntimeIPs(t, base, "10.63.0.1/24"))
 	mustContain(t, err, "10.63.0.1", "gateway")
-	_, err = a.add(ctx, pods[2], "net1", withRuntimeIPs(t, base, "10.99.0.5/24"))
+	_, err = a.Add(ctx, pods[2], "net1", withRuntimeIPs(t, base, "10.99.0.5/24"))
 	mustContain(t, err, "10.99.0.5")
 	if n := len(reservationsOf(t, network)); n != 1 {
 		t.Fatalf("%d reservations after refused static requests, want 1", n)
@@ -283,14 +284,14 @@ func TestAgentDualStack(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "dual")
 	const network = "dual-net"
-	conf := netConf(network, map[string]any{"ipRanges": []any{
+	conf := framework.NetConf(network, map[string]any{"ipRanges": []any{
 		map[string]any{"range": "10.64.0.0/30"}, // 2 usable
 		map[string]any{"range": "fd00:64::/64"},
 	}})
-	a := startAgent(t, "node-d")
-	pods := createPods(t, ns, a.node, "d", 3)
+	a := cp.StartAgent(t, "node-d")
+	pods := cp.CreatePods(t, ns, a.Node, "d", 3)
 	for _, p := range pods[:2] {
-		res, err := a.add(ctx, p, "net1", conf)
+		res, err := a.Add(ctx, p, "net1", conf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -300,7 +301,7 @@ func TestAgentDualStack(t *testing.T) {
 		}
 	}
 	// IPv4 is exhausted now: the third pod fails and must not keep an IPv6 address.
-	_, err := a.add(ctx, pods[2], "net1", conf)
+	_, err := a.Add(ctx, pods[2], "net1", conf)
 	mustContain(t, err, "exhausted", "10.64.0.0/30")
 	if n := len(reservationsOf(t, network)); n != 4 {
 		t.Fatalf("%d reservations, want 4 (the failed ADD's IPv6 address rolled back)", n)
@@ -311,21 +312,21 @@ func TestAgentDualStack(t *testing.T) {
 func TestAgentRefusesUnknownPods(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "pods")
-	conf := netConf("pods-net", map[string]any{"range": "10.65.0.0/24"})
-	a := startAgent(t, "node-p")
-	pod := createPods(t, ns, a.node, "real", 1)[0]
+	conf := framework.NetConf("pods-net", map[string]any{"range": "10.65.0.0/24"})
+	a := cp.StartAgent(t, "node-p")
+	pod := cp.CreatePods(t, ns, a.Node, "real", 1)[0]
 
 	ghost := pod.DeepCopy()
 	ghost.Name = "ghost"
-	_, err := a.add(ctx, ghost, "net1", conf)
+	_, err := a.Add(ctx, ghost, "net1", conf)
 	mustContain(t, err, ns+"/ghost", "does not exist")
 
 	stale := pod.DeepCopy()
 	stale.UID = "00000000-0000-0000-0000-000000000000"
-	_, err = a.add(ctx, stale, "net1", conf)
+	_, err = a.Add(ctx, stale, "net1", conf)
 	mustContain(t, err, "K8S_POD_UID", string(pod.UID))
 
-	_, err = a.add(ctx, pod, "net1", netConf("pods-net", map[string]any{"range": "10.65.0.0/33"}))
+	_, err = a.Add(ctx, pod, "net1", framework.NetConf("pods-net", map[string]any{"range": "10.65.0.0/33"}))
 	mustContain(t, err, "ipam.range", "10.65.0.0/33")
 	if cniCode(err) != 7 {
 		t.Errorf("invalid config: CNI code %d, want 7", cniCode(err))
@@ -341,20 +342,20 @@ func TestAgentGC(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "gc-verb")
 	const network = "gc-net"
-	conf := netConf(network, map[string]any{"range": "10.66.0.0/24"})
-	otherConf := netConf("gc-other-net", map[string]any{"range": "10.67.0.0/24"})
-	here, there := startAgent(t, "node-g1"), startAgent(t, "node-g2")
-	local := createPods(t, ns, here.node, "local", 3)
-	remote := createPods(t, ns, there.node, "remote", 1)[0]
+	conf := framework.NetConf(network, map[string]any{"range": "10.66.0.0/24"})
+	otherConf := framework.NetConf("gc-other-net", map[string]any{"range": "10.67.0.0/24"})
+	here, there := cp.StartAgent(t, "node-g1"), cp.StartAgent(t, "node-g2")
+	local := cp.CreatePods(t, ns, here.Node, "local", 3)
+	remote := cp.CreatePods(t, ns, there.Node, "remote", 1)[0]
 	for _, p := range local {
-		if _, err := here.add(ctx, p, "net1", conf); err != nil {
+		if _, err := here.Add(ctx, p, "net1", conf); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := here.add(ctx, local[0], "net2", otherConf); err != nil {
+	if _, err := here.Add(ctx, local[0], "net2", otherConf); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := there.add(ctx, remote, "net1", conf); err != nil {
+	if _, err := there.Add(ctx, remote, "net1", conf); err != nil {
 		t.Fatal(err)
 	}
 
@@ -362,9 +363,9 @@ func TestAgentGC(t *testing.T) {
 	if err := json.Unmarshal(conf, &gcConf); err != nil {
 		t.Fatal(err)
 	}
-	gcConf["cni.dev/valid-attachments"] = []any{map[string]any{"containerID": sandboxID(local[0]), "ifname": "net1"}}
+	gcConf["cni.dev/valid-attachments"] = []any{map[string]any{"containerID": framework.SandboxID(local[0]), "ifname": "net1"}}
 	raw, _ := json.Marshal(gcConf)
-	if _, err := here.client.Do(ctx, cniproto.Request{Command: cniproto.CmdGC, Config: raw}); err != nil {
+	if _, err := here.Client.Do(ctx, cniproto.Request{Command: cniproto.CmdGC, Config: raw}); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
 	kept := map[string]bool{}
@@ -384,23 +385,23 @@ func TestAgentGC(t *testing.T) {
 func TestAgentStatusAndCheck(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "check")
-	conf := netConf("check-net", map[string]any{"range": "10.68.0.0/24"})
-	a := startAgent(t, "node-c1")
-	if err := a.client.Status(ctx); err != nil {
+	conf := framework.NetConf("check-net", map[string]any{"range": "10.68.0.0/24"})
+	a := cp.StartAgent(t, "node-c1")
+	if err := a.Client.Status(ctx); err != nil {
 		t.Fatalf("STATUS on a synced agent: %v", err)
 	}
-	pod := createPods(t, ns, a.node, "c", 1)[0]
-	if _, err := a.add(ctx, pod, "net1", conf); err != nil {
+	pod := cp.CreatePods(t, ns, a.Node, "c", 1)[0]
+	if _, err := a.Add(ctx, pod, "net1", conf); err != nil {
 		t.Fatal(err)
 	}
-	check := cniproto.Request{Command: cniproto.CmdCheck, ContainerID: sandboxID(pod), Netns: "/x", IfName: "net1", Args: podArgs(pod), Config: conf}
-	if _, err := a.client.Do(ctx, check); err != nil {
+	check := cniproto.Request{Command: cniproto.CmdCheck, ContainerID: framework.SandboxID(pod), Netns: "/x", IfName: "net1", Args: framework.PodArgs(pod), Config: conf}
+	if _, err := a.Client.Do(ctx, check); err != nil {
 		t.Fatalf("CHECK of a live attachment: %v", err)
 	}
-	if err := a.del(ctx, pod, sandboxID(pod), "net1", conf); err != nil {
+	if err := a.Del(ctx, pod, framework.SandboxID(pod), "net1", conf); err != nil {
 		t.Fatal(err)
 	}
-	_, err := a.client.Do(ctx, check)
+	_, err := a.Client.Do(ctx, check)
 	mustContain(t, err, "holds no address")
 }
 
