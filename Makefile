@@ -16,7 +16,7 @@ BINARIES := ipkeeper ipkeeper-agent ipkeeper-controller
 
 .PHONY: help
 help: ## List targets.
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## Build the three binaries into bin/.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
@@ -42,6 +43,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.agent.PluginSource, "cni-plugin-source", "", "CNI plugin binary to install (default: 'ipkeeper' next to this binary)")
 	fs.StringVar(&o.agent.MetricsAddr, "metrics-bind-address", ":9910", "address for Prometheus /metrics; empty disables")
 	fs.StringVar(&o.agent.ProbeAddr, "health-probe-bind-address", ":9911", "address for /healthz and /readyz; empty disables")
+	fs.DurationVar(&o.agent.ClaimWaitTimeout, "claim-wait-timeout", 30*time.Second, "how long an ADD waits for the IPAMClaim it references to be created")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -55,18 +56,30 @@ func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (_ *types100.Re
 		return nil, err
 	}
 	if err := req.args.RequirePod(); err != nil {
-		a.metrics.failures.WithLabelValues("invalid").Inc()
-		return nil, cniError(codeInvalidEnv, err)
+		return nil, a.fail("invalid", codeInvalidEnv, err)
 	}
 	pod, err := a.pods.get(ctx, req.args)
 	if err != nil {
-		a.metrics.failures.WithLabelValues("pod").Inc()
-		return nil, cniError(codeTryAgainLater, err)
+		return nil, a.fail("pod", codeTryAgainLater, err)
 	}
-	unlock := a.locks.lock(string(pod.UID) + "/" + req.IfName)
-	defer unlock()
-
-	ips, err := a.allocateForPod(ctx, req, pod)
+	claimName, found, err := claimReference(pod, req.IfName, creq.Config)
+	if err == nil && !found && pod.Annotations[nadv1.NetworkAttachmentAnnot] != "" {
+		// The cached pod may predate a networks annotation update.
+		if pod, err = a.pods.getLive(ctx, req.args); err == nil {
+			claimName, _, err = claimReference(pod, req.IfName, creq.Config)
+		}
+	}
+	if err != nil {
+		return nil, a.fail("invalid", codeInvalidConfig, err)
+	}
+	var ips []netip.Prefix
+	if claimName != "" {
+		ips, err = a.allocateForClaim(ctx, req, pod, claimName)
+	} else {
+		unlock := a.locks.lock(string(pod.UID) + "/" + req.IfName)
+		ips, err = a.allocateForPod(ctx, req, pod)
+		unlock()
+	}
 	if err != nil {
 		a.log.Warn("ADD failed", "pod", pod.Namespace+"/"+pod.Name, "interface", req.IfName, "network", req.cfg.Name, "error", err)
 		return nil, err
@@ -155,13 +168,11 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r ipamconfig.R
 	network := req.cfg.Name
 	if static, ok := staticFor(req.cfg, r); ok {
 		if err := allocator.Usable(r, static); err != nil {
-			a.metrics.failures.WithLabelValues("invalid").Inc()
-			return entry{}, cniError(codeInvalidConfig, fmt.Errorf("static IP %s requested for network %q: %w", static, network, err))
+			return entry{}, a.fail("invalid", codeInvalidConfig, fmt.Errorf("static IP %s requested for network %q: %w", static, network, err))
 		}
 		e, err := a.create(ctx, req, static, owner)
 		if errors.Is(err, ErrTaken) {
-			a.metrics.failures.WithLabelValues("conflict").Inc()
-			return entry{}, cniError(codeInternal, a.describeHolder(ctx, network, static))
+			return entry{}, a.fail("conflict", codeInternal, a.describeHolder(ctx, network, static))
 		}
 		return e, err
 	}
@@ -183,12 +194,10 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r ipamconfig.R
 			continue
 		}
 		if errors.Is(err, allocator.ErrExhausted) {
-			a.metrics.failures.WithLabelValues("exhausted").Inc()
-			return entry{}, cniError(codeInternal, fmt.Errorf("network %q is exhausted: %w", network, err))
+			return entry{}, a.fail("exhausted", codeInternal, fmt.Errorf("network %q is exhausted: %w", network, err))
 		}
 		if err != nil {
-			a.metrics.failures.WithLabelValues("internal").Inc()
-			return entry{}, cniError(codeInternal, fmt.Errorf("network %q: %w", network, err))
+			return entry{}, a.fail("internal", codeInternal, fmt.Errorf("network %q: %w", network, err))
 		}
 		e, err := a.create(ctx, req, ip, owner)
 		if errors.Is(err, ErrTaken) {
@@ -198,8 +207,7 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r ipamconfig.R
 		}
 		return e, err
 	}
-	a.metrics.failures.WithLabelValues("conflict").Inc()
-	return entry{}, cniError(codeTryAgainLater, fmt.Errorf("network %q: %d candidate addresses in %s were taken by others at create time; the agent's cache is lagging, retry", network, maxConflicts, r))
+	return entry{}, a.fail("conflict", codeTryAgainLater, fmt.Errorf("network %q: %d candidate addresses in %s were taken by others at create time; the agent's cache is lagging, retry", network, maxConflicts, r))
 }
 
 // liveTaken returns a taken predicate built from a live list of the
@@ -230,11 +238,19 @@ func (a *Agent) create(ctx context.Context, req *request, ip netip.Addr, owner i
 		},
 	}
 	if err := a.store.Create(ctx, obj); err != nil {
+		if errors.Is(err, ErrTaken) && owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim {
+			// The other pod of a live migration may have reserved it for
+			// the same claim a moment ago: that is ours too.
+			if held, gerr := a.store.Get(ctx, obj.Name); gerr == nil && held.Spec.Owner.UID == owner.UID {
+				e, _ := entryOf(held)
+				a.idx.upsert(e)
+				return e, nil
+			}
+		}
 		if errors.Is(err, ErrTaken) {
 			return entry{}, err
 		}
-		a.metrics.failures.WithLabelValues("internal").Inc()
-		return entry{}, cniError(codeTryAgainLater, err)
+		return entry{}, a.fail("internal", codeTryAgainLater, err)
 	}
 	e, _ := entryOf(obj)
 	a.idx.upsert(e)

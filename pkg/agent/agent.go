@@ -40,6 +40,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Logger for structured logs; slog.Default() when nil.
 	Logger *slog.Logger
+	// ClaimWaitTimeout bounds how long an ADD waits for the IPAMClaim it
+	// references to be created (default 30s).
+	ClaimWaitTimeout time.Duration
 }
 
 // Agent serves CNI requests for one node. It implements cniproto.Handler.
@@ -48,6 +51,7 @@ type Agent struct {
 	log     *slog.Logger
 	cache   cache.Cache
 	store   Store
+	claims  ClaimStore
 	pods    *podLookup
 	idx     *index
 	locks   *keyLocks
@@ -72,11 +76,14 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.ClaimWaitTimeout <= 0 {
+		opts.ClaimWaitTimeout = 30 * time.Second
+	}
 	s, err := ipkscheme.New()
 	if err != nil {
 		return nil, err
 	}
-	live, err := client.New(cfg, client.Options{Scheme: s})
+	live, err := client.NewWithWatch(cfg, client.Options{Scheme: s})
 	if err != nil {
 		return nil, fmt.Errorf("creating API client: %w", err)
 	}
@@ -106,6 +113,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	}
 	a.store = &apiStore{c: live, metrics: a.metrics}
 	a.pods.metrics = a.metrics
+	a.claims = &apiClaimStore{c: live, metrics: a.metrics}
 	return a, nil
 }
 

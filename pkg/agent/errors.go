@@ -22,3 +22,28 @@ func cniError(code uint, err error) error {
 	}
 	return &types.Error{Code: code, Msg: err.Error()}
 }
+
+// failure is a failed allocation: a CNI error plus the reason it is
+// counted under (and, for claims, reported in the IPsAllocated condition).
+type failure struct {
+	reason string // exhausted, conflict, invalid, pod, internal
+	cni    *types.Error
+}
+
+func (f *failure) Error() string { return f.cni.Error() }
+func (f *failure) Unwrap() error { return f.cni }
+
+// fail counts a failed allocation and returns it as a CNI error.
+func (a *Agent) fail(reason string, code uint, err error) error {
+	a.metrics.failures.WithLabelValues(reason).Inc()
+	return &failure{reason: reason, cni: &types.Error{Code: code, Msg: err.Error()}}
+}
+
+// failureReason returns the reason of a failure, "internal" for other errors.
+func failureReason(err error) string {
+	var f *failure
+	if errors.As(err, &f) {
+		return f.reason
+	}
+	return "internal"
+}

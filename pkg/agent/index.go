@@ -52,6 +52,8 @@ type index struct {
 	byName map[string]entry
 	taken  map[string]map[netip.Addr]string // network -> IP -> reservation name
 	byPod  map[attachmentKey]map[string]struct{}
+	// byClaim finds the reservations an IPAMClaim (by UID) holds.
+	byClaim map[types.UID]map[string]struct{}
 	// conflicts are addresses a create found taken before the informer
 	// showed them; they expire in case the holder is gone by then.
 	conflicts map[string]map[netip.Addr]time.Time
@@ -64,6 +66,7 @@ func newIndex() *index {
 		byName:    map[string]entry{},
 		taken:     map[string]map[netip.Addr]string{},
 		byPod:     map[attachmentKey]map[string]struct{}{},
+		byClaim:   map[types.UID]map[string]struct{}{},
 		conflicts: map[string]map[netip.Addr]time.Time{},
 	}
 }
@@ -89,6 +92,12 @@ func (x *index) upsert(e entry) {
 		}
 		x.byPod[k][e.name] = struct{}{}
 	}
+	if e.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim {
+		if x.byClaim[e.owner.UID] == nil {
+			x.byClaim[e.owner.UID] = map[string]struct{}{}
+		}
+		x.byClaim[e.owner.UID][e.name] = struct{}{}
+	}
 }
 
 // remove drops a reservation if the index holds that very object (by UID).
@@ -108,11 +117,19 @@ func (x *index) removeLocked(e entry) {
 			delete(x.taken, e.network)
 		}
 	}
-	k := attachmentKey{e.network, e.owner.UID, e.ifName}
-	if m := x.byPod[k]; m != nil {
+	if e.owner.Kind == ipkeeperv1alpha1.OwnerPod {
+		k := attachmentKey{e.network, e.owner.UID, e.ifName}
+		if m := x.byPod[k]; m != nil {
+			delete(m, e.name)
+			if len(m) == 0 {
+				delete(x.byPod, k)
+			}
+		}
+	}
+	if m := x.byClaim[e.owner.UID]; m != nil && e.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim {
 		delete(m, e.name)
 		if len(m) == 0 {
-			delete(x.byPod, k)
+			delete(x.byClaim, e.owner.UID)
 		}
 	}
 }
@@ -166,6 +183,27 @@ func (x *index) attachment(network string, podUID types.UID, ifName string) []en
 		out = append(out, x.byName[name])
 	}
 	return out
+}
+
+// claim returns the reservations of a network an IPAMClaim holds.
+func (x *index) claim(network string, claimUID types.UID) []entry {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []entry
+	for name := range x.byClaim[claimUID] {
+		if e := x.byName[name]; e.network == network {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// get returns the reservation of that name, if the index has it.
+func (x *index) get(name string) (entry, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	e, ok := x.byName[name]
+	return e, ok
 }
 
 // filter returns the entries for which keep is true.

@@ -29,6 +29,13 @@ func (p *podLookup) get(ctx context.Context, args *cniproto.CNIArgs) (*corev1.Po
 		p.metrics.podLookups.WithLabelValues("cache").Inc()
 		return pod, nil
 	}
+	return p.getLive(ctx, args)
+}
+
+// getLive reads the pod from the API server and checks its UID.
+func (p *podLookup) getLive(ctx context.Context, args *cniproto.CNIArgs) (*corev1.Pod, error) {
+	key := types.NamespacedName{Namespace: args.PodNamespace, Name: args.PodName}
+	pod := &corev1.Pod{}
 	p.metrics.podLookups.WithLabelValues("api").Inc()
 	if err := p.live.Get(ctx, key, pod); err != nil {
 		if apierrors.IsNotFound(err) {

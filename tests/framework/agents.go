@@ -34,7 +34,7 @@ type Agent struct {
 
 // StartAgent runs an agent for node until the test ends. Its logs go to
 // stderr when IPKEEPER_AGENT_LOGS is set.
-func (cp *ControlPlane) StartAgent(t testing.TB, node string) *Agent {
+func (cp *ControlPlane) StartAgent(t testing.TB, node string, tweaks ...func(*agent.Options)) *Agent {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ipk-agent-")
 	if err != nil {
@@ -47,12 +47,16 @@ func (cp *ControlPlane) StartAgent(t testing.TB, node string) *Agent {
 		logOut = os.Stderr
 	}
 	reg := prometheus.NewRegistry()
-	a, err := agent.New(cp.Config, agent.Options{
+	opts := agent.Options{
 		NodeName:   node,
 		SocketPath: socket,
 		Registry:   reg,
 		Logger:     slog.New(slog.NewTextHandler(logOut, nil)).With("agent", node),
-	})
+	}
+	for _, tweak := range tweaks {
+		tweak(&opts)
+	}
+	a, err := agent.New(cp.Config, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +88,13 @@ func (cp *ControlPlane) StartAgent(t testing.TB, node string) *Agent {
 // they stay Pending, which is all the IPAM needs (it checks they exist).
 func (cp *ControlPlane) CreatePods(t testing.TB, ns, node, prefix string, n int) []*corev1.Pod {
 	t.Helper()
+	return cp.CreateAnnotatedPods(t, ns, node, prefix, n, nil)
+}
+
+// CreateAnnotatedPods is CreatePods with annotations set at creation, as a
+// mutating webhook would have them.
+func (cp *ControlPlane) CreateAnnotatedPods(t testing.TB, ns, node, prefix string, n int, annotations map[string]string) []*corev1.Pod {
+	t.Helper()
 	pods := make([]*corev1.Pod, n)
 	var (
 		wg   sync.WaitGroup
@@ -98,7 +109,7 @@ func (cp *ControlPlane) CreatePods(t testing.TB, ns, node, prefix string, n int)
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			p := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, i), Namespace: ns},
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, i), Namespace: ns, Annotations: annotations},
 				Spec: corev1.PodSpec{
 					NodeName:   node,
 					Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none"}},
