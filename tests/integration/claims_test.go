@@ -420,3 +420,47 @@ func TestClaimReferenceFromCNIArgs(t *testing.T) {
 		t.Fatalf("claim status %v, pod got %v", got, resultIPs(t, res))
 	}
 }
+
+// TestClaimStatusWithoutReservationIsRepaired: the claim's status names an
+// address whose reservation is gone (deleted by hand, or lost with a
+// restored backup); the next ADD recreates it for the claim and returns it.
+// And a static request with a claim seeds only a claim without addresses.
+func TestClaimStatusWithoutReservationIsRepaired(t *testing.T) {
+	ctx := context.Background()
+	ns := cp.NewNamespace(t, "repair")
+	const network = "repair-net"
+	conf := persistentConf(network, map[string]any{"range": "10.78.0.0/24"})
+	a := cp.StartAgent(t, "node-r")
+
+	claim := createClaim(t, ns, "vm1.blue", network)
+	claim.Status.IPs = []string{"10.78.0.42/24"}
+	if err := cp.Client.Status().Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	pod := createLaunchers(t, ns, a.Node, "launcher", claim.Name, 1)[0]
+	res, err := a.Add(ctx, pod, launcherIf, withRuntimeIPs(t, conf, "10.78.0.7/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultIPs(t, res)[0]; got != netip.MustParseAddr("10.78.0.42") {
+		t.Fatalf("got %s, want the claim's 10.78.0.42 (the claim's addresses win over a static request)", got)
+	}
+	r := &ipkeeperv1alpha1.IPReservation{}
+	if err := cp.Client.Get(ctx, keyOf(reservation.Name(network, netip.MustParseAddr("10.78.0.42"))), r); err != nil {
+		t.Fatalf("missing reservation not recreated: %v", err)
+	}
+	if r.Spec.Owner.UID != claim.UID {
+		t.Fatalf("recreated reservation owned by %+v, want the claim", r.Spec.Owner)
+	}
+
+	// A claim without addresses takes the static request.
+	fresh := createClaim(t, ns, "vm2.blue", network)
+	pod2 := createLaunchers(t, ns, a.Node, "launcher2", fresh.Name, 1)[0]
+	res, err = a.Add(ctx, pod2, launcherIf, withRuntimeIPs(t, conf, "10.78.0.7/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := getClaim(t, ns, fresh.Name).Status.IPs; len(got) != 1 || got[0] != "10.78.0.7/24" || resultIPs(t, res)[0] != netip.MustParseAddr("10.78.0.7") {
+		t.Fatalf("static request with a new claim: claim %v, pod %v; want 10.78.0.7", got, resultIPs(t, res))
+	}
+}
