@@ -192,7 +192,7 @@ func (a *Agent) start(ctx context.Context) error {
 func (a *Agent) onReservation(obj any) {
 	if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
 		if e, ok := entryOf(r); ok {
-			a.idx.upsert(e)
+			a.idx.observe(e)
 		}
 	}
 }

@@ -57,23 +57,49 @@ type index struct {
 	// conflicts are addresses a create found taken before the informer
 	// showed them; they expire in case the holder is gone by then.
 	conflicts map[string]map[netip.Addr]time.Time
+	// unobserved holds the UIDs of reservations this agent wrote that the
+	// informer has not delivered yet; a lagging event for an older object of
+	// the same name must not replace them.
+	unobserved map[string]types.UID
 }
 
 const conflictTTL = 30 * time.Second
 
 func newIndex() *index {
 	return &index{
-		byName:    map[string]entry{},
-		taken:     map[string]map[netip.Addr]string{},
-		byPod:     map[attachmentKey]map[string]struct{}{},
-		byClaim:   map[types.UID]map[string]struct{}{},
-		conflicts: map[string]map[netip.Addr]time.Time{},
+		byName:     map[string]entry{},
+		taken:      map[string]map[netip.Addr]string{},
+		byPod:      map[attachmentKey]map[string]struct{}{},
+		byClaim:    map[types.UID]map[string]struct{}{},
+		conflicts:  map[string]map[netip.Addr]time.Time{},
+		unobserved: map[string]types.UID{},
 	}
 }
 
+// upsert records a reservation this agent just wrote.
 func (x *index) upsert(e entry) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.unobserved[e.name] = e.uid
+	x.upsertLocked(e)
+}
+
+// observe records a reservation delivered by the informer. An event for
+// another object of the same name than one this agent wrote since is stale
+// (that object was deleted before ours was created): ignore it.
+func (x *index) observe(e entry) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if uid, ok := x.unobserved[e.name]; ok {
+		if uid != e.uid {
+			return
+		}
+		delete(x.unobserved, e.name)
+	}
+	x.upsertLocked(e)
+}
+
+func (x *index) upsertLocked(e entry) {
 	if old, ok := x.byName[e.name]; ok {
 		x.removeLocked(old)
 	}
@@ -106,6 +132,7 @@ func (x *index) remove(name string, uid types.UID) {
 	defer x.mu.Unlock()
 	if old, ok := x.byName[name]; ok && (uid == "" || old.uid == uid) {
 		x.removeLocked(old)
+		delete(x.unobserved, name)
 	}
 }
 

@@ -1,0 +1,641 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+const (
+	netA = "net-a"
+	netB = "net-b"
+)
+
+func sortedNames(es []entry) []string {
+	out := make([]string, 0, len(es))
+	for _, e := range es {
+		out = append(out, e.name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestIndexUpsertRemove(t *testing.T) {
+	podA := podEntry(t, netA, "10.0.0.5", "pod-1", "net1", "sandbox-1")
+	podA6 := podEntry(t, netA, "fd00::5", "pod-1", "net1", "sandbox-1")
+	podB := podEntry(t, netB, "10.0.0.5", "pod-2", "net1", "sandbox-2")
+	newerA := with(podA, func(e *entry) { e.uid = "uid-newer"; e.owner.UID = "pod-3"; e.containerID = "sandbox-3" })
+	// Same name, different address: only the index's own bookkeeping can
+	// produce it (names derive from the address), but the old address must
+	// not stay taken.
+	movedA := with(podA, func(e *entry) { e.ip = netip.MustParseAddr("10.0.0.6") })
+	adoptedA := with(podA, func(e *entry) { e.containerID = "sandbox-9"; e.node = "node-b" })
+	claimedA := with(podA, func(e *entry) { e.owner.Kind = ipkeeperv1alpha1.OwnerIPAMClaim })
+
+	type taken struct {
+		network string
+		ip      string
+		want    bool
+	}
+	tests := []struct {
+		name   string
+		ops    func(x *index)
+		len    int
+		uids   map[string]types.UID // name -> UID the index must hold
+		taken  []taken
+		attach map[attachmentKey][]string
+	}{
+		{
+			name:   "upsert",
+			ops:    func(x *index) { x.upsert(podA) },
+			len:    1,
+			uids:   map[string]types.UID{podA.name: podA.uid},
+			taken:  []taken{{netA, "10.0.0.5", true}, {netA, "10.0.0.6", false}, {netB, "10.0.0.5", false}},
+			attach: map[attachmentKey][]string{{netA, "pod-1", "net1"}: {podA.name}, {netA, "pod-1", "eth0"}: nil},
+		},
+		{
+			name:   "upsert then remove by its UID",
+			ops:    func(x *index) { x.upsert(podA); x.remove(podA.name, podA.uid) },
+			len:    0,
+			taken:  []taken{{netA, "10.0.0.5", false}},
+			attach: map[attachmentKey][]string{{netA, "pod-1", "net1"}: nil},
+		},
+		{
+			name:   "remove with an empty UID removes whatever holds the name",
+			ops:    func(x *index) { x.upsert(podA); x.remove(podA.name, "") },
+			len:    0,
+			taken:  []taken{{netA, "10.0.0.5", false}},
+			attach: map[attachmentKey][]string{{netA, "pod-1", "net1"}: nil},
+		},
+		{
+			name:   "remove with a stale UID keeps the newer object",
+			ops:    func(x *index) { x.upsert(podA); x.upsert(newerA); x.remove(podA.name, podA.uid) },
+			len:    1,
+			uids:   map[string]types.UID{podA.name: "uid-newer"},
+			taken:  []taken{{netA, "10.0.0.5", true}},
+			attach: map[attachmentKey][]string{{netA, "pod-3", "net1"}: {podA.name}, {netA, "pod-1", "net1"}: nil},
+		},
+		{
+			name:  "remove of an unknown name is a no-op",
+			ops:   func(x *index) { x.upsert(podA); x.remove("nope", podA.uid) },
+			len:   1,
+			uids:  map[string]types.UID{podA.name: podA.uid},
+			taken: []taken{{netA, "10.0.0.5", true}},
+		},
+		{
+			name:   "upsert of a changed address under the same name moves the taken entry",
+			ops:    func(x *index) { x.upsert(podA); x.upsert(movedA) },
+			len:    1,
+			taken:  []taken{{netA, "10.0.0.5", false}, {netA, "10.0.0.6", true}},
+			attach: map[attachmentKey][]string{{netA, "pod-1", "net1"}: {podA.name}},
+		},
+		{
+			name:   "upsert of an adopted sandbox replaces the attachment entry",
+			ops:    func(x *index) { x.upsert(podA); x.upsert(adoptedA) },
+			len:    1,
+			taken:  []taken{{netA, "10.0.0.5", true}},
+			attach: map[attachmentKey][]string{{netA, "pod-1", "net1"}: {podA.name}},
+		},
+		{
+			name:   "an owner becoming a claim leaves the attachment lookup",
+			ops:    func(x *index) { x.upsert(podA); x.upsert(claimedA) },
+			len:    1,
+			taken:  []taken{{netA, "10.0.0.5", true}},
+			attach: map[attachmentKey][]string{{netA, "pod-1", "net1"}: nil},
+		},
+		{
+			name:   "the same address on two networks is two reservations",
+			ops:    func(x *index) { x.upsert(podA); x.upsert(podB); x.remove(podA.name, podA.uid) },
+			len:    1,
+			uids:   map[string]types.UID{podB.name: podB.uid},
+			taken:  []taken{{netA, "10.0.0.5", false}, {netB, "10.0.0.5", true}},
+			attach: map[attachmentKey][]string{{netB, "pod-2", "net1"}: {podB.name}},
+		},
+		{
+			name:   "dual-stack attachment holds both and loses one",
+			ops:    func(x *index) { x.upsert(podA); x.upsert(podA6); x.remove(podA.name, podA.uid) },
+			len:    1,
+			taken:  []taken{{netA, "10.0.0.5", false}, {netA, "fd00::5", true}},
+			attach: map[attachmentKey][]string{{netA, "pod-1", "net1"}: {podA6.name}},
+		},
+		{
+			name: "upsert clears a conflict on its address",
+			ops: func(x *index) {
+				x.markConflict(netA, podA.ip, time.Now())
+				x.upsert(podA)
+				x.remove(podA.name, podA.uid)
+			},
+			len:   0,
+			taken: []taken{{netA, "10.0.0.5", false}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newIndex()
+			tt.ops(x)
+			checkIndex(t, x)
+			if got := x.len(); got != tt.len {
+				t.Errorf("len() = %d, want %d", got, tt.len)
+			}
+			for name, uid := range tt.uids {
+				if got := x.byName[name].uid; got != uid {
+					t.Errorf("%s has UID %q, want %q", name, got, uid)
+				}
+			}
+			now := time.Now()
+			for _, tk := range tt.taken {
+				if got := x.takenFunc(tk.network, now)(mustAddr(t, tk.ip)); got != tk.want {
+					t.Errorf("taken(%s, %s) = %v, want %v", tk.network, tk.ip, got, tk.want)
+				}
+			}
+			for k, want := range tt.attach {
+				got := x.attachment(k.network, k.podUID, k.ifName)
+				if names := sortedNames(got); !slices.Equal(names, want) {
+					t.Errorf("attachment(%+v) = %v, want %v", k, names, want)
+				}
+			}
+		})
+	}
+}
+
+func TestIndexAttachmentReturnsCurrentEntry(t *testing.T) {
+	x := newIndex()
+	e := podEntry(t, netA, "10.0.0.5", "pod-1", "net1", "sandbox-1")
+	x.upsert(e)
+	adopted := with(e, func(e *entry) { e.containerID = "sandbox-2"; e.node = "node-b" })
+	x.upsert(adopted)
+	got := x.attachment(netA, "pod-1", "net1")
+	if len(got) != 1 || got[0] != adopted {
+		t.Fatalf("attachment = %+v, want [%+v]", got, adopted)
+	}
+}
+
+func TestIndexTakenFunc(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name  string
+		setup func(x *index)
+		now   time.Time
+		ip    string
+		want  bool
+	}{
+		{"free", func(*index) {}, t0, "10.0.0.5", false},
+		{"taken by a reservation", func(x *index) { x.upsert(podEntry(t, netA, "10.0.0.5", "p", "net1", "c")) }, t0, "10.0.0.5", true},
+		{"reservation on another network", func(x *index) { x.upsert(podEntry(t, netB, "10.0.0.5", "p", "net1", "c")) }, t0, "10.0.0.5", false},
+		{"taken by a claim-owned reservation", func(x *index) { x.upsert(claimEntry(t, netA, "10.0.0.5", "c", "net1")) }, t0, "10.0.0.5", true},
+		{"taken by a fresh conflict", func(x *index) { x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0) }, t0, "10.0.0.5", true},
+		{"conflict just under the TTL", func(x *index) { x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0) }, t0.Add(conflictTTL - time.Nanosecond), "10.0.0.5", true},
+		{"conflict exactly conflictTTL old", func(x *index) { x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0) }, t0.Add(conflictTTL), "10.0.0.5", false},
+		{"conflict older than conflictTTL", func(x *index) { x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0) }, t0.Add(time.Hour), "10.0.0.5", false},
+		{"conflict renewed", func(x *index) {
+			x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0)
+			x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0.Add(conflictTTL))
+		}, t0.Add(conflictTTL), "10.0.0.5", true},
+		{"conflict on another network", func(x *index) { x.markConflict(netB, mustAddr(t, "10.0.0.5"), t0) }, t0, "10.0.0.5", false},
+		{"conflict on another address", func(x *index) { x.markConflict(netA, mustAddr(t, "10.0.0.6"), t0) }, t0, "10.0.0.5", false},
+		{"IPv6 conflict", func(x *index) { x.markConflict(netA, mustAddr(t, "fd00::5"), t0) }, t0, "fd00::5", true},
+		{"old conflict, address reserved since", func(x *index) {
+			x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0)
+			x.upsert(podEntry(t, netA, "10.0.0.5", "p", "net1", "c"))
+		}, t0.Add(time.Hour), "10.0.0.5", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newIndex()
+			tt.setup(x)
+			if got := x.takenFunc(netA, tt.now)(mustAddr(t, tt.ip)); got != tt.want {
+				t.Errorf("takenFunc(%s, t0+%v)(%s) = %v, want %v", netA, tt.now.Sub(t0), tt.ip, got, tt.want)
+			}
+		})
+	}
+}
+
+// The predicate reads the index live: the allocator scans while informer
+// events and conflicts keep arriving.
+func TestIndexTakenFuncIsLive(t *testing.T) {
+	now := time.Now()
+	x := newIndex()
+	taken := x.takenFunc(netA, now)
+	e := podEntry(t, netA, "10.0.0.5", "p", "net1", "c")
+	c := mustAddr(t, "10.0.0.6")
+	if taken(e.ip) || taken(c) {
+		t.Fatal("empty index reports an address taken")
+	}
+	x.upsert(e)
+	x.markConflict(netA, c, now)
+	if !taken(e.ip) {
+		t.Error("reservation upserted after takenFunc was built is not seen")
+	}
+	if !taken(c) {
+		t.Error("conflict marked after takenFunc was built is not seen")
+	}
+	x.remove(e.name, e.uid)
+	if taken(e.ip) {
+		t.Error("reservation removed after takenFunc was built is still seen")
+	}
+}
+
+func TestIndexConflictSince(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ip := netip.MustParseAddr("10.0.0.5")
+	tests := []struct {
+		name    string
+		setup   func(x *index)
+		network string
+		since   time.Time
+		want    bool
+	}{
+		{"never marked", func(*index) {}, netA, t0, false},
+		{"marked at since", func(x *index) { x.markConflict(netA, ip, t0) }, netA, t0, true},
+		{"marked after since", func(x *index) { x.markConflict(netA, ip, t0.Add(time.Millisecond)) }, netA, t0, true},
+		{"marked before since", func(x *index) { x.markConflict(netA, ip, t0.Add(-time.Nanosecond)) }, netA, t0, false},
+		{"marked before, then again after since", func(x *index) {
+			x.markConflict(netA, ip, t0.Add(-time.Second))
+			x.markConflict(netA, ip, t0.Add(time.Second))
+		}, netA, t0, true},
+		{"marked on another network", func(x *index) { x.markConflict(netB, ip, t0) }, netA, t0, false},
+		{"cleared by an upsert of the address", func(x *index) {
+			x.markConflict(netA, ip, t0)
+			x.upsert(podEntry(t, netA, ip.String(), "p", "net1", "c"))
+		}, netA, t0, false},
+		{"ages out of conflictSince only by since, not by TTL", func(x *index) { x.markConflict(netA, ip, t0) }, netA, t0.Add(-time.Hour), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newIndex()
+			tt.setup(x)
+			if got := x.conflictSince(tt.network, ip, tt.since); got != tt.want {
+				t.Errorf("conflictSince(%s, %s, t0%+v) = %v, want %v", tt.network, ip, tt.since.Sub(t0), got, tt.want)
+			}
+		})
+	}
+}
+
+func TestIndexAttachment(t *testing.T) {
+	v4 := podEntry(t, netA, "10.0.0.5", "pod-1", "net1", "s1")
+	v6 := podEntry(t, netA, "fd00::5", "pod-1", "net1", "s1")
+	otherIf := podEntry(t, netA, "10.0.0.6", "pod-1", "net2", "s1")
+	otherNet := podEntry(t, netB, "10.0.0.7", "pod-1", "net1", "s1")
+	otherPod := podEntry(t, netA, "10.0.0.8", "pod-2", "net1", "s2")
+	// A claim whose UID and interface collide with pod-1's attachment must
+	// still never be returned: DEL and GC rely on attachment only ever
+	// holding ephemeral, pod-owned addresses.
+	claim := claimEntry(t, netA, "10.0.0.9", "pod-1", "net1")
+	claim6 := claimEntry(t, netA, "fd00::9", "claim-1", "net1")
+
+	x := newIndex()
+	for _, e := range []entry{v4, v6, otherIf, otherNet, otherPod, claim, claim6} {
+		x.upsert(e)
+	}
+	checkIndex(t, x)
+
+	tests := []struct {
+		name    string
+		network string
+		podUID  types.UID
+		ifName  string
+		want    []entry
+	}{
+		{"dual-stack attachment", netA, "pod-1", "net1", []entry{v4, v6}},
+		{"second interface", netA, "pod-1", "net2", []entry{otherIf}},
+		{"other network", netB, "pod-1", "net1", []entry{otherNet}},
+		{"other pod", netA, "pod-2", "net1", []entry{otherPod}},
+		{"claim UID is not a pod attachment", netA, "claim-1", "net1", nil},
+		{"unknown interface", netA, "pod-1", "eth0", nil},
+		{"unknown network", "net-z", "pod-1", "net1", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := x.attachment(tt.network, tt.podUID, tt.ifName)
+			slices.SortFunc(got, func(a, b entry) int { return a.ip.Compare(b.ip) })
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("attachment(%s, %s, %s) =\n  %+v\nwant\n  %+v", tt.network, tt.podUID, tt.ifName, got, tt.want)
+			}
+			for _, e := range got {
+				if e.owner.Kind != ipkeeperv1alpha1.OwnerPod {
+					t.Errorf("attachment returned %s owned by %s", e.name, e.owner.Kind)
+				}
+			}
+		})
+	}
+}
+
+func TestIndexClaim(t *testing.T) {
+	c4 := claimEntry(t, netA, "10.0.0.5", "claim-1", "net1")
+	c6 := claimEntry(t, netA, "fd00::5", "claim-1", "net1")
+	cB := claimEntry(t, netB, "10.0.0.5", "claim-1", "net1")
+	other := claimEntry(t, netA, "10.0.0.6", "claim-2", "net1")
+	// A pod whose UID equals the claim's is still not the claim's.
+	pod := podEntry(t, netA, "10.0.0.7", "claim-1", "net1", "s1")
+
+	x := newIndex()
+	for _, e := range []entry{c4, c6, cB, other, pod} {
+		x.upsert(e)
+	}
+	checkIndex(t, x)
+	tests := []struct {
+		name    string
+		ops     func()
+		network string
+		uid     types.UID
+		want    []entry
+	}{
+		{"dual-stack claim on one network", func() {}, netA, "claim-1", []entry{c4, c6}},
+		{"same claim, other network", func() {}, netB, "claim-1", []entry{cB}},
+		{"other claim", func() {}, netA, "claim-2", []entry{other}},
+		{"unknown claim", func() {}, netA, "claim-9", nil},
+		{"unknown network", func() {}, "net-z", "claim-1", nil},
+		{"stale remove keeps it", func() { x.remove(c4.name, "stale") }, netA, "claim-1", []entry{c4, c6}},
+		{"remove one family", func() { x.remove(c4.name, c4.uid) }, netA, "claim-1", []entry{c6}},
+		{"re-upsert as pod-owned leaves the claim", func() { x.upsert(with(c6, func(e *entry) { e.owner.Kind = ipkeeperv1alpha1.OwnerPod })) }, netA, "claim-1", nil},
+		{"other network unaffected", func() {}, netB, "claim-1", []entry{cB}},
+	}
+	for _, tt := range tests { // in order: each step builds on the previous
+		t.Run(tt.name, func(t *testing.T) {
+			tt.ops()
+			checkIndex(t, x)
+			got := x.claim(tt.network, tt.uid)
+			slices.SortFunc(got, func(a, b entry) int { return a.ip.Compare(b.ip) })
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("claim(%s, %s) = %v, want %v", tt.network, tt.uid, sortedNames(got), sortedNames(tt.want))
+			}
+		})
+	}
+}
+
+func TestIndexGet(t *testing.T) {
+	e := podEntry(t, netA, "10.0.0.5", "pod-1", "net1", "s1")
+	newer := with(e, func(e *entry) { e.uid = "uid-newer" })
+	tests := []struct {
+		name   string
+		ops    func(x *index)
+		lookup string
+		want   entry
+		wantOK bool
+	}{
+		{"empty", func(*index) {}, e.name, entry{}, false},
+		{"present", func(x *index) { x.upsert(e) }, e.name, e, true},
+		{"other name", func(x *index) { x.upsert(e) }, "net-a.10-0-0-6", entry{}, false},
+		{"replaced", func(x *index) { x.upsert(e); x.upsert(newer) }, e.name, newer, true},
+		{"stale remove", func(x *index) { x.upsert(newer); x.remove(e.name, e.uid) }, e.name, newer, true},
+		{"removed", func(x *index) { x.upsert(e); x.remove(e.name, e.uid) }, e.name, entry{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newIndex()
+			tt.ops(x)
+			got, ok := x.get(tt.lookup)
+			if ok != tt.wantOK || got != tt.want {
+				t.Errorf("get(%q) = %+v, %v, want %+v, %v", tt.lookup, got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestIndexFilterAndLen(t *testing.T) {
+	a1 := podEntry(t, netA, "10.0.0.1", "pod-1", "net1", "s1")
+	a2 := with(podEntry(t, netA, "10.0.0.2", "pod-2", "net1", "s2"), func(e *entry) { e.node = "node-b" })
+	b1 := podEntry(t, netB, "fd00::1", "pod-1", "net1", "s1")
+	c1 := claimEntry(t, netA, "10.0.0.3", "claim-1", "net1")
+	all := []entry{a1, a2, b1, c1}
+
+	x := newIndex()
+	for _, e := range all {
+		x.upsert(e)
+	}
+	tests := []struct {
+		name string
+		keep func(entry) bool
+		want []entry
+	}{
+		{"everything", func(entry) bool { return true }, all},
+		{"nothing", func(entry) bool { return false }, nil},
+		{"by network", func(e entry) bool { return e.network == netA }, []entry{a1, a2, c1}},
+		{"by node", func(e entry) bool { return e.node == "node-b" }, []entry{a2}},
+		{"pod-owned on a network and sandbox (DEL)", func(e entry) bool {
+			return e.network == netA && e.owner.Kind == ipkeeperv1alpha1.OwnerPod && e.ifName == "net1" && e.containerID == "s1"
+		}, []entry{a1}},
+		{"claims", func(e entry) bool { return e.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim }, []entry{c1}},
+	}
+	byName := func(a, b entry) int {
+		switch {
+		case a.name < b.name:
+			return -1
+		case a.name > b.name:
+			return 1
+		}
+		return 0
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := x.filter(tt.keep)
+			want := slices.Clone(tt.want)
+			slices.SortFunc(got, byName)
+			slices.SortFunc(want, byName)
+			if !slices.Equal(got, want) {
+				t.Errorf("filter = %v, want %v", sortedNames(got), sortedNames(want))
+			}
+		})
+	}
+
+	lens := []struct {
+		name string
+		op   func()
+		want int
+	}{
+		{"after four upserts", func() {}, 4},
+		{"re-upsert of a held name", func() { x.upsert(with(a1, func(e *entry) { e.containerID = "s9" })) }, 4},
+		{"stale remove", func() { x.remove(a2.name, "stale") }, 4},
+		{"remove", func() { x.remove(a2.name, a2.uid) }, 3},
+		{"conflicts do not count", func() { x.markConflict(netA, mustAddr(t, "10.0.0.99"), time.Now()) }, 3},
+		{"remove all", func() {
+			for _, e := range all {
+				x.remove(e.name, "")
+			}
+		}, 0},
+	}
+	for _, l := range lens {
+		l.op()
+		if got := x.len(); got != l.want {
+			t.Errorf("%s: len() = %d, want %d", l.name, got, l.want)
+		}
+	}
+	checkIndex(t, x)
+}
+
+func TestIndexConflictPruning(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}) }
+	tests := []struct {
+		name      string
+		expired   int // marked at t0
+		fresh     int // marked at t0 + conflictTTL/2
+		markAt    time.Time
+		wantLen   int
+		wantStale bool // expired marks still present
+	}{
+		{"at the bound nothing is pruned", 1023, 0, t0.Add(conflictTTL), 1024, true},
+		{"beyond the bound expired marks go", 1024, 0, t0.Add(conflictTTL), 1, false},
+		{"beyond the bound fresh marks stay", 600, 500, t0.Add(conflictTTL), 501, false},
+		{"beyond the bound nothing expired yet", 600, 500, t0.Add(conflictTTL - time.Nanosecond), 1101, true},
+		{"beyond the bound all fresh", 0, 1100, t0.Add(conflictTTL), 1101, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newIndex()
+			i := 0
+			for ; i < tt.expired; i++ {
+				x.markConflict(netA, addr(i), t0)
+			}
+			for ; i < tt.expired+tt.fresh; i++ {
+				x.markConflict(netA, addr(i), t0.Add(conflictTTL/2))
+			}
+			// Another network's marks are never pruned by this one's.
+			other := mustAddr(t, "fd00::1")
+			x.markConflict(netB, other, t0)
+
+			last := addr(i)
+			x.markConflict(netA, last, tt.markAt)
+
+			if got := len(x.conflicts[netA]); got != tt.wantLen {
+				t.Errorf("%d conflicts kept, want %d", got, tt.wantLen)
+			}
+			if !x.conflictSince(netA, last, tt.markAt) {
+				t.Error("the conflict just marked was pruned")
+			}
+			for j := tt.expired; j < tt.expired+tt.fresh; j++ {
+				if !x.conflictSince(netA, addr(j), t0) {
+					t.Fatalf("fresh conflict %s was pruned", addr(j))
+				}
+			}
+			for j := 0; j < tt.expired; j++ {
+				if got := x.conflictSince(netA, addr(j), t0); got != tt.wantStale {
+					t.Fatalf("expired conflict %s present = %v, want %v", addr(j), got, tt.wantStale)
+				}
+			}
+			if !x.conflictSince(netB, other, t0) {
+				t.Error("another network's conflict was pruned")
+			}
+		})
+	}
+}
+
+func TestIndexConcurrentReadersAndWriters(t *testing.T) {
+	const (
+		writers = 4
+		perW    = 200
+		readers = 4
+	)
+	x := newIndex()
+	entryFor := func(w, i int) entry {
+		ip := fmt.Sprintf("10.%d.%d.%d", w, i>>8, i&0xff)
+		if i%3 == 0 {
+			ip = fmt.Sprintf("fd00:%x::%x", w, i)
+		}
+		if i%4 == 0 {
+			return claimEntry(t, netA, ip, types.UID(fmt.Sprintf("claim-%d-%d", w, i/8)), "net1")
+		}
+		return podEntry(t, netA, ip, types.UID(fmt.Sprintf("pod-%d-%d", w, i/2)), "net1", "s")
+	}
+	// Entries are built up front: t.Fatalf is not for other goroutines.
+	all := make([][]entry, writers)
+	for w := range all {
+		for i := range perW {
+			all[w] = append(all[w], entryFor(w, i))
+		}
+	}
+
+	stop := make(chan struct{})
+	var readersWG, writersWG sync.WaitGroup
+	for r := range readers {
+		readersWG.Add(1)
+		go func() {
+			defer readersWG.Done()
+			taken := x.takenFunc(netA, time.Now())
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				e := all[(r+n)%writers][n%perW]
+				taken(e.ip)
+				x.conflictSince(netA, e.ip, time.Time{})
+				for _, got := range x.attachment(netA, e.owner.UID, "net1") {
+					if got.owner.UID != e.owner.UID || got.owner.Kind != ipkeeperv1alpha1.OwnerPod {
+						t.Errorf("attachment for %s returned %s's entry (%s)", e.owner.UID, got.owner.UID, got.owner.Kind)
+					}
+				}
+				for _, got := range x.claim(netA, e.owner.UID) {
+					if got.owner.UID != e.owner.UID || got.owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim {
+						t.Errorf("claim %s returned %s's entry (%s)", e.owner.UID, got.owner.UID, got.owner.Kind)
+					}
+				}
+				if got, ok := x.get(e.name); ok && got.name != e.name {
+					t.Errorf("get(%s) returned %s", e.name, got.name)
+				}
+				if n%64 == 0 { // O(len); often enough to overlap every writer
+					x.filter(func(e entry) bool { return e.node == "node-a" })
+				}
+				x.len()
+			}
+		}()
+	}
+	for w := range writers {
+		writersWG.Add(1)
+		go func() {
+			defer writersWG.Done()
+			for i, e := range all[w] {
+				x.upsert(e)
+				x.markConflict(netB, e.ip, time.Now())
+				if i%2 == 1 {
+					x.remove(e.name, "stale-uid") // must keep it
+					x.remove(e.name, e.uid)
+				}
+			}
+		}()
+	}
+	writersWG.Wait()
+	close(stop)
+	readersWG.Wait()
+
+	checkIndex(t, x)
+	if got, want := x.len(), writers*perW/2; got != want {
+		t.Errorf("len() = %d, want %d", got, want)
+	}
+	taken := x.takenFunc(netA, time.Now())
+	for w := range all {
+		for i, e := range all[w] {
+			if got, want := taken(e.ip), i%2 == 0; got != want {
+				t.Errorf("taken(%s) = %v, want %v", e.ip, got, want)
+			}
+		}
+	}
+}
+
+// An informer that lags behind the agent's own write can deliver an event
+// for the previous object of the same name (another UID) after the agent
+// recorded its new one; taking it would let the old object's Delete event
+// remove the name altogether until the informer's Add of the new one.
+func TestIndexStaleObjectDoesNotClobberNewer(t *testing.T) {
+	old := podEntry(t, netA, "10.0.0.5", "pod-q", "net1", "sandbox-q")
+	ours := with(old, func(e *entry) { e.uid = "uid-ours"; e.owner.UID = "pod-p"; e.containerID = "sandbox-p" })
+	x := newIndex()
+	x.observe(old)                                                        // informer: Q's reservation
+	x.upsert(ours)                                                        // our create, after Q's agent deleted it
+	x.observe(with(old, func(e *entry) { e.containerID = "sandbox-q2" })) // informer, lagging: Update of Q's
+	x.remove(old.name, old.uid)                                           // informer, lagging: Delete of Q's
+	if !x.takenFunc(netA, time.Now())(ours.ip) {
+		t.Error("our reservation's address is not taken")
+	}
+	if got := x.attachment(netA, "pod-p", "net1"); len(got) != 1 || got[0].uid != "uid-ours" {
+		t.Errorf("attachment of pod-p = %+v, want our reservation", got)
+	}
+}
