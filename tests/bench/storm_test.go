@@ -41,15 +41,18 @@ func BenchmarkAllocationStorm(b *testing.B) {
 			a   *framework.Agent
 			pod *corev1.Pod
 		}
-		var jobs []job
+		pods := make([][]*corev1.Pod, stormAgents)
 		for n := range agents {
 			agents[n] = cp.StartAgent(b, fmt.Sprintf("storm-node-%d", n))
-			for _, p := range cp.CreatePods(b, ns, agents[n].Node, agents[n].Node, stormADDs/stormAgents) {
-				jobs = append(jobs, job{agents[n], p})
+			pods[n] = cp.CreatePods(b, ns, agents[n].Node, agents[n].Node, stormADDs/stormAgents)
+		}
+		// Round-robin over nodes so all agents work at once.
+		var jobs []job
+		for k := range stormADDs / stormAgents {
+			for n := range agents {
+				jobs = append(jobs, job{agents[n], pods[n][k]})
 			}
 		}
-		// Interleave nodes so all agents work at once.
-		slices.SortFunc(jobs, func(x, y job) int { return int(x.pod.CreationTimestamp.Unix() - y.pod.CreationTimestamp.Unix()) })
 
 		// Warm the API server's paths (first requests of a kind are slower).
 		rawCreateRate(b, ns, "warmup", stormADDs/4, stormInFlight)

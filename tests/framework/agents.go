@@ -206,3 +206,17 @@ func hasLabel(pairs []*dto.LabelPair, name, value string) bool {
 	}
 	return false
 }
+
+// Gauge returns the value of an unlabelled gauge from the agent's metrics.
+func (a *Agent) Gauge(name string) float64 {
+	mfs, err := a.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
+}
