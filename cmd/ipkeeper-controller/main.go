@@ -1,33 +1,74 @@
-// Command ipkeeper-controller will run the IPAMClaim controller for KubeVirt
-// VMs, the virt-launcher pod webhook and the reservation garbage collector.
-// Until those land it only parses its flags and reports that it has nothing
-// to run, so that no manifest can mistake it for a working controller.
+// Command ipkeeper-controller runs the cluster-wide half of ipkeeper: the
+// IPAMClaim controllers for KubeVirt VMs, the virt-launcher pod webhook and
+// the reservation garbage collector.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ipkeeper/ipkeeper/pkg/controller"
 	"github.com/ipkeeper/ipkeeper/pkg/version"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
+	var (
+		o           controller.Options
+		kubeconfig  string
+		logLevel    string
+		showVersion bool
+	)
 	fs := flag.NewFlagSet("ipkeeper-controller", flag.ContinueOnError)
-	showVersion := fs.Bool("version", false, "print the version and exit")
+	o.AddFlags(fs)
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if *showVersion {
+	if showVersion {
 		fmt.Println(version.Version)
 		return 0
 	}
-	fmt.Fprintln(os.Stderr, "ipkeeper-controller "+version.Version+": the claims controller, pod webhook and reservation garbage collector are not implemented yet; nothing to run")
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "--log-level %q: %v\n", logLevel, err)
+		return 2
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		log.Error("loading kubeconfig", "error", err)
+		return 1
+	}
+	cfg.UserAgent = "ipkeeper-controller/" + version.Version
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	log.Info("ipkeeper-controller starting", "version", version.Version, "namespace", o.Namespace, "webhook", o.EnableWebhook, "certMode", o.CertMode)
+	if err := controller.Run(ctx, cfg, o); err != nil {
+		log.Error("controller stopped", "error", err)
+		return 1
+	}
 	return 0
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/ipkeeper/ipkeeper/pkg/dnsname"
 )
 
 // Name returns the IPReservation name for (network, ip).
@@ -24,11 +26,11 @@ import (
 // they name the same address.
 func Name(network string, ip netip.Addr) string {
 	ipLabel := ipLabel(ip)
-	if isDNSLabel(network) {
+	if dnsname.IsLabel(network) {
 		return network + "." + ipLabel
 	}
 	sum := sha256.Sum256([]byte(network))
-	return readablePrefix(network) + "." + hex.EncodeToString(sum[:16]) + "." + ipLabel
+	return dnsname.Hint(network, 20, "net") + "." + hex.EncodeToString(sum[:16]) + "." + ipLabel
 }
 
 func ipLabel(ip netip.Addr) string {
@@ -43,43 +45,4 @@ func ipLabel(ip netip.Addr) string {
 		groups[i] = fmt.Sprintf("%02x%02x", b[2*i], b[2*i+1])
 	}
 	return strings.Join(groups, "-")
-}
-
-// isDNSLabel reports whether s is an RFC 1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 chars.
-func isDNSLabel(s string) bool {
-	if len(s) == 0 || len(s) > 63 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case c == '-' && i > 0 && i < len(s)-1:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// readablePrefix keeps up to 20 characters of the network name that survive
-// as a DNS label, so `kubectl get ipreservations` still hints at the network.
-func readablePrefix(network string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(network) {
-		if b.Len() >= 20 {
-			break
-		}
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('-')
-		}
-	}
-	p := strings.Trim(b.String(), "-")
-	if p == "" {
-		return "net"
-	}
-	return p
 }

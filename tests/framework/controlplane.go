@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,10 +56,11 @@ type ControlPlane struct {
 	// Dir holds kubeconfigs and component logs; removed by Stop.
 	Dir string
 
-	env  *envtest.Environment
-	logs map[string]*logFile
-	kcm  *exec.Cmd
-	done chan error
+	env    *envtest.Environment
+	logs   map[string]*logFile
+	logsMu sync.Mutex
+	kcm    *exec.Cmd
+	done   chan error
 }
 
 // Start brings up the control plane and installs every CRD ipkeeper ships
@@ -245,7 +247,15 @@ func (cp *ControlPlane) Stop() error {
 
 // DumpLogs writes the last tailLines lines of every component's log to w.
 func (cp *ControlPlane) DumpLogs(w io.Writer, tailLines int) {
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+	names := []string{"etcd", "kube-apiserver", "kube-controller-manager"}
+	cp.logsMu.Lock()
+	for name := range cp.logs {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	cp.logsMu.Unlock()
+	for _, name := range names {
 		l, ok := cp.logs[name]
 		if !ok {
 			continue
@@ -285,6 +295,17 @@ type logFile struct {
 	mu   sync.Mutex
 	f    *os.File
 	path string
+}
+
+// ComponentLog returns a log file for a component a test runs in-process
+// (for example ipkeeper-controller); DumpLogs includes it.
+func (cp *ControlPlane) ComponentLog(name string) (io.Writer, error) {
+	cp.logsMu.Lock()
+	defer cp.logsMu.Unlock()
+	if l, ok := cp.logs[name]; ok {
+		return l, nil
+	}
+	return cp.newLog(name)
 }
 
 func (cp *ControlPlane) newLog(name string) (*logFile, error) {

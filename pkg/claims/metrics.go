@@ -1,0 +1,29 @@
+package claims
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	claimsCreated = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipkeeper_controller_claims_created_total",
+		Help: "IPAMClaims created for VMs and standalone VMIs.",
+	})
+	claimsReleased = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipkeeper_controller_claims_released_total",
+		Help: "IPAMClaims released (finalizer removed) once no VMI or launcher pod used them.",
+	})
+	claimConflicts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipkeeper_controller_claim_conflicts_total",
+		Help: "Times a wanted IPAMClaim name was held by another owner (for example a VM deleted and re-created with the same name).",
+	})
+	nadProblems = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipkeeper_controller_nad_problems_total",
+		Help: "Times a VM's network could not get a claim because its NetworkAttachmentDefinition was missing or invalid.",
+	})
+)
+
+func init() {
+	metrics.Registry.MustRegister(claimsCreated, claimsReleased, claimConflicts, nadProblems)
+}

@@ -1,0 +1,215 @@
+package gc
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// indexOwnerUID maps reservations to their owner's UID, so a pod or claim
+// deletion re-queues exactly its reservations.
+const indexOwnerUID = "ipkeeper.ownerUID"
+
+// Reconciler releases reservations whose owner no longer exists.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// APIReader reads from the API server, for confirmation.
+	APIReader client.Reader
+	// GracePeriod is how long a pod must stay gone before its reservation
+	// is released (a CNI DEL normally releases it first).
+	GracePeriod time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+
+	mu sync.Mutex
+	// missingSince records, per reservation, when its pod was first
+	// confirmed missing.
+	missingSince map[string]time.Time
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Reconcile checks one reservation's owner.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var res ipkeeperv1alpha1.IPReservation
+	if err := r.Client.Get(ctx, req.NamespacedName, &res); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("reading IPReservation %s: %w", req.Name, err)
+	}
+	owner := res.Spec.Owner
+	switch owner.Kind {
+	case ipkeeperv1alpha1.OwnerPod:
+		return r.reconcilePodOwned(ctx, &res)
+	case ipkeeperv1alpha1.OwnerIPAMClaim:
+		return reconcile.Result{}, r.reconcileClaimOwned(ctx, &res)
+	default:
+		log.FromContext(ctx).Info("IPReservation has an owner kind this version does not know; leaving it", "reservation", res.Name, "kind", owner.Kind)
+		return reconcile.Result{}, nil
+	}
+}
+
+func (r *Reconciler) reconcilePodOwned(ctx context.Context, res *ipkeeperv1alpha1.IPReservation) (reconcile.Result, error) {
+	owner := res.Spec.Owner
+	key := types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
+	exists, err := podExists(ctx, r.Client, key, owner.UID)
+	if err != nil || exists {
+		r.forget(res.Name)
+		return reconcile.Result{}, err
+	}
+	// Gone in the cache: ask the API server.
+	liveChecks.Inc()
+	if exists, err = podExists(ctx, r.APIReader, key, owner.UID); err != nil || exists {
+		r.forget(res.Name)
+		return reconcile.Result{}, err
+	}
+	now := r.now()
+	since := r.markMissing(res.Name, now)
+	if wait := r.GracePeriod - now.Sub(since); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	if wait := r.GracePeriod - now.Sub(res.CreationTimestamp.Time); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	return reconcile.Result{}, r.release(ctx, res, fmt.Sprintf("pod %s (uid %s) gone for %s", key, owner.UID, now.Sub(since).Round(time.Second)))
+}
+
+func (r *Reconciler) reconcileClaimOwned(ctx context.Context, res *ipkeeperv1alpha1.IPReservation) error {
+	owner := res.Spec.Owner
+	key := types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
+	exists, err := claimExists(ctx, r.Client, key, owner.UID)
+	if err != nil || exists {
+		return err
+	}
+	liveChecks.Inc()
+	if exists, err = claimExists(ctx, r.APIReader, key, owner.UID); err != nil || exists {
+		return err
+	}
+	return r.release(ctx, res, fmt.Sprintf("IPAMClaim %s (uid %s) gone", key, owner.UID))
+}
+
+func (r *Reconciler) release(ctx context.Context, res *ipkeeperv1alpha1.IPReservation, why string) error {
+	uid, rv := res.UID, res.ResourceVersion
+	err := r.Client.Delete(ctx, res, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		// Changed since we looked (a new sandbox took it over): look again.
+		return fmt.Errorf("IPReservation %s changed while releasing it; rechecking: %w", res.Name, err)
+	case err != nil:
+		return fmt.Errorf("releasing IPReservation %s: %w", res.Name, err)
+	}
+	r.forget(res.Name)
+	released.WithLabelValues(string(res.Spec.Owner.Kind)).Inc()
+	log.FromContext(ctx).Info("released IPReservation", "reservation", res.Name, "network", res.Spec.Network, "ip", res.Spec.IP, "reason", why)
+	return nil
+}
+
+func (r *Reconciler) markMissing(name string, now time.Time) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.missingSince == nil {
+		r.missingSince = map[string]time.Time{}
+	}
+	since, ok := r.missingSince[name]
+	if !ok {
+		since = now
+		r.missingSince[name] = now
+	}
+	pending.Set(float64(len(r.missingSince)))
+	return since
+}
+
+func (r *Reconciler) forget(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.missingSince[name]; ok {
+		delete(r.missingSince, name)
+		pending.Set(float64(len(r.missingSince)))
+	}
+}
+
+func podExists(ctx context.Context, reader client.Reader, key types.NamespacedName, uid types.UID) (bool, error) {
+	pod := &metav1.PartialObjectMetadata{}
+	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	if err := reader.Get(ctx, key, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading pod %s: %w", key, err)
+	}
+	return pod.UID == uid, nil
+}
+
+func claimExists(ctx context.Context, reader client.Reader, key types.NamespacedName, uid types.UID) (bool, error) {
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	if err := reader.Get(ctx, key, &claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading IPAMClaim %s: %w", key, err)
+	}
+	return claim.UID == uid, nil
+}
+
+// SetupWithManager registers the collector: every reservation is checked
+// when it appears (so a restart sweeps them all), and again when its pod or
+// claim is deleted.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &ipkeeperv1alpha1.IPReservation{}, indexOwnerUID, func(o client.Object) []string {
+		return []string{string(o.(*ipkeeperv1alpha1.IPReservation).Spec.Owner.UID)}
+	}); err != nil {
+		return fmt.Errorf("indexing IPReservations by owner UID: %w", err)
+	}
+	byOwnerUID := func(ctx context.Context, o client.Object) []reconcile.Request {
+		var list ipkeeperv1alpha1.IPReservationList
+		if err := r.Client.List(ctx, &list, client.MatchingFields{indexOwnerUID: string(o.GetUID())}); err != nil {
+			log.FromContext(ctx).Error(err, "listing reservations by owner", "uid", o.GetUID())
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(list.Items))
+		for i := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+		}
+		return reqs
+	}
+	onDelete := handler.Funcs{
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			for _, req := range byOwnerUID(ctx, e.Object) {
+				q.Add(req)
+			}
+		},
+	}
+	pod := &metav1.PartialObjectMetadata{}
+	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("reservation-gc").
+		For(&ipkeeperv1alpha1.IPReservation{}).
+		WatchesMetadata(pod, onDelete).
+		Watches(&ipamclaimsv1alpha1.IPAMClaim{}, onDelete).
+		Complete(r)
+}

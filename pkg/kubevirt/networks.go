@@ -1,0 +1,58 @@
+package kubevirt
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+// SecondaryNetwork is a Multus secondary (non-default) network of a VM or VMI.
+type SecondaryNetwork struct {
+	// Name is the logical network name (spec.networks[].name).
+	Name string
+	// NetworkName is multus.networkName: "nad" or "namespace/nad".
+	NetworkName string
+	// Absent is true when the network's interface is being hot-unplugged
+	// (state: absent).
+	Absent bool
+	// Ordinal is the position among the secondary networks, from 1, which is
+	// what KubeVirt's older ordinal scheme names the pod interface (net1 ...).
+	Ordinal int
+}
+
+// SecondaryNetworks lists the Multus non-default networks of a VMI spec, in
+// order, the ones KubeVirt attaches through Multus as extra pod interfaces.
+func SecondaryNetworks(spec *kubevirtv1.VirtualMachineInstanceSpec) []SecondaryNetwork {
+	if spec == nil {
+		return nil
+	}
+	absent := map[string]bool{}
+	for _, iface := range spec.Domain.Devices.Interfaces {
+		if iface.State == kubevirtv1.InterfaceStateAbsent {
+			absent[iface.Name] = true
+		}
+	}
+	var out []SecondaryNetwork
+	for _, n := range spec.Networks {
+		if n.Multus == nil || n.Multus.Default {
+			continue
+		}
+		out = append(out, SecondaryNetwork{Name: n.Name, NetworkName: n.Multus.NetworkName, Absent: absent[n.Name], Ordinal: len(out) + 1})
+	}
+	return out
+}
+
+// PodInterfaceName is the pod interface KubeVirt creates for a secondary
+// network: "pod" and the first 11 hex digits of the SHA-256 of the logical
+// network name (11 so that KubeVirt's "<hash>-nic" helper interface fits
+// in IFNAMSIZ).
+func PodInterfaceName(network string) string {
+	sum := sha256.Sum256([]byte(network))
+	return "pod" + hex.EncodeToString(sum[:])[:11]
+}
+
+// OrdinalInterfaceName is the pod interface name of KubeVirt's older scheme,
+// still used by launcher pods of VMIs started before the hashed scheme.
+func OrdinalInterfaceName(ordinal int) string { return fmt.Sprintf("net%d", ordinal) }

@@ -1,0 +1,85 @@
+package nad
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Network is what a NAD says about its network.
+type Network struct {
+	// Name is the CNI config "name": the network identity shared by every
+	// NAD that uses it.
+	Name string
+	// AllowPersistentIPs is the top-level "allowPersistentIPs" flag.
+	AllowPersistentIPs bool
+}
+
+// Error names the NAD, the field and the value that made it unusable.
+type Error struct {
+	NAD    types.NamespacedName
+	Field  string
+	Value  string
+	Reason string
+}
+
+func (e *Error) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("NetworkAttachmentDefinition %s: %s: %s", e.NAD, e.Field, e.Reason)
+	}
+	return fmt.Sprintf("NetworkAttachmentDefinition %s: %s %s: %s", e.NAD, e.Field, e.Value, e.Reason)
+}
+
+// Parse reads the network name and the persistent-IPs flag from a NAD.
+// A NAD with an empty spec.config (Multus then reads a file on the node)
+// is a network ipkeeper knows nothing about: it is returned as not allowing
+// persistent IPs, without error.
+func Parse(n *nadv1.NetworkAttachmentDefinition) (Network, error) {
+	key := types.NamespacedName{Namespace: n.Namespace, Name: n.Name}
+	config := bytes.TrimSpace([]byte(n.Spec.Config))
+	if len(config) == 0 {
+		return Network{}, nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(config, &raw); err != nil {
+		return Network{}, &Error{NAD: key, Field: "spec.config", Reason: "not a JSON object: " + err.Error()}
+	}
+	var out Network
+	nameRaw, ok := raw["name"]
+	if !ok {
+		return Network{}, &Error{NAD: key, Field: "spec.config.name", Reason: "missing; every CNI config needs a network name"}
+	}
+	if err := json.Unmarshal(nameRaw, &out.Name); err != nil {
+		return Network{}, &Error{NAD: key, Field: "spec.config.name", Value: string(nameRaw), Reason: "must be a string"}
+	}
+	if strings.TrimSpace(out.Name) == "" {
+		return Network{}, &Error{NAD: key, Field: "spec.config.name", Value: fmt.Sprintf("%q", out.Name), Reason: "must not be empty"}
+	}
+	if flag, ok := raw["allowPersistentIPs"]; ok {
+		if err := json.Unmarshal(flag, &out.AllowPersistentIPs); err != nil {
+			return Network{}, &Error{NAD: key, Field: "spec.config.allowPersistentIPs", Value: string(flag), Reason: "must be true or false"}
+		}
+	}
+	return out, nil
+}
+
+// Ref resolves a NAD reference as KubeVirt's multus.networkName and Multus
+// write it: "name" (in defaultNamespace) or "namespace/name".
+func Ref(ref, defaultNamespace string) (types.NamespacedName, error) {
+	ns, name := defaultNamespace, ref
+	if i := strings.IndexByte(ref, '/'); i >= 0 {
+		ns, name = ref[:i], ref[i+1:]
+	}
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return types.NamespacedName{}, fmt.Errorf("network attachment reference %q: namespace %q: %s", ref, ns, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return types.NamespacedName{}, fmt.Errorf("network attachment reference %q: name %q: %s", ref, name, strings.Join(errs, "; "))
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}

@@ -1,0 +1,199 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ipkeeper/ipkeeper/pkg/controller"
+	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
+	"github.com/ipkeeper/ipkeeper/pkg/netselect"
+	"github.com/ipkeeper/ipkeeper/pkg/webhook"
+)
+
+var setLoggerOnce sync.Once
+
+// Controller is an in-process ipkeeper-controller with its webhook
+// registered with the API server.
+type Controller struct {
+	Options controller.Options
+	// WebhookConfig is the MutatingWebhookConfiguration registered for it.
+	WebhookConfig string
+	cancel        context.CancelFunc
+	done          chan error
+}
+
+// StartController runs ipkeeper-controller in-process with ns as its own
+// namespace (lease, webhook Secret), self-managed webhook certificates for
+// 127.0.0.1, and a MutatingWebhookConfiguration scoped to launcher pods in
+// ns, the way the shipped manifest scopes it to launcher pods cluster-wide.
+// The PersistentIPs gate is turned on first (tests that want it off turn it
+// off afterwards). It returns once the API server calls the webhook.
+func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(*controller.Options)) *Controller {
+	t.Helper()
+	ctx := context.Background()
+	logOut, err := cp.ComponentLog("ipkeeper-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setLoggerOnce.Do(func() {
+		ctrllog.SetLogger(logr.FromSlogHandler(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	})
+	sim := &KubeVirtSim{C: cp.Client}
+	if err := sim.SetFeatureGate(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	whPort, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	probePort, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := newFlagSet()
+	var o controller.Options
+	o.AddFlags(fs)
+	o.Namespace = ns
+	o.LeaderElectID = "ipkeeper-controller"
+	o.MetricsAddr = "0"
+	o.ProbeAddr = fmt.Sprintf("127.0.0.1:%d", probePort)
+	o.WebhookHost = "127.0.0.1"
+	o.WebhookPort = whPort
+	o.WebhookConfig = "ipkeeper-" + ns
+	o.ExtraSANs = "127.0.0.1"
+	o.GCGracePeriod = time.Second
+	o.InProcessRestart = true
+	for _, tweak := range tweaks {
+		tweak(&o)
+	}
+	c := &Controller{Options: o, WebhookConfig: o.WebhookConfig, done: make(chan error, 1)}
+	if o.EnableWebhook {
+		if err := cp.registerWebhook(ctx, o.WebhookConfig, ns, fmt.Sprintf("https://127.0.0.1:%d%s", whPort, webhook.Path)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cp.Client.Delete(context.Background(), &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: o.WebhookConfig}})
+		})
+	}
+	mgr, err := controller.New(ctx, cp.Config, o)
+	if err != nil {
+		t.Fatalf("building the controller: %v", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	c.cancel = cancel
+	go func() { c.done <- mgr.Start(runCtx) }()
+	t.Cleanup(c.Stop)
+
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
+	if err := Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-c.done:
+			return false, fmt.Errorf("controller exited: %w", err)
+		default:
+		}
+		return httpOK(ctx, readyz)
+	}); err != nil {
+		t.Fatalf("controller not ready: %v", err)
+	}
+	if o.EnableWebhook {
+		if err := cp.waitWebhookCalled(ctx, ns); err != nil {
+			t.Fatalf("the API server does not call the webhook: %v", err)
+		}
+	}
+	return c
+}
+
+// Stop stops the controller and waits for it to exit.
+func (c *Controller) Stop() {
+	if c.cancel == nil {
+		return
+	}
+	c.cancel()
+	c.cancel = nil
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+	}
+}
+
+func (cp *ControlPlane) registerWebhook(ctx context.Context, name, ns, url string) error {
+	fail := admissionregistrationv1.Fail
+	none := admissionregistrationv1.SideEffectClassNone
+	timeout := int32(10)
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "virt-launcher.ipkeeper.io",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+		}},
+	}
+	if err := cp.Client.Create(ctx, cfg); err != nil {
+		return fmt.Errorf("registering webhook %s: %w", name, err)
+	}
+	return nil
+}
+
+// waitWebhookCalled dry-runs a launcher pod with a malformed networks
+// annotation until the webhook denies it: proof that the API server has the
+// configuration, trusts the injected CA and reaches the server.
+func (cp *ControlPlane) waitWebhookCalled(ctx context.Context, ns string) error {
+	return Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: ns, Name: "ipkeeper-webhook-probe",
+				Labels:      map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue},
+				Annotations: map[string]string{kubevirtv1.DomainAnnotation: "probe", netselect.Annotation: "[{"},
+			},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
+		}
+		err := cp.Client.Create(ctx, pod, client.DryRunAll)
+		if err != nil && strings.Contains(err.Error(), "not a JSON list") {
+			return true, nil
+		}
+		if err == nil {
+			err = errors.New("probe pod admitted unchanged")
+		}
+		return false, err
+	})
+}
+
+func httpOK(ctx context.Context, url string) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return true, nil
+}
+
+func newFlagSet() *flag.FlagSet { return flag.NewFlagSet("ipkeeper-controller", flag.ContinueOnError) }

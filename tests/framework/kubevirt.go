@@ -1,0 +1,374 @@
+package framework
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
+	"github.com/ipkeeper/ipkeeper/pkg/netselect"
+)
+
+// KubeVirtSim stands in for KubeVirt, which cannot run here (no kubelet, no
+// VMs). It writes to the API what virt-controller writes:
+//
+//   - a VM (created stopped) -> on start a VMI of the same name, controlled
+//     by the VM (blockOwnerDeletion), copying the template spec;
+//   - a virt-launcher pod per VMI, controlled by the VMI, with KubeVirt's
+//     labels (kubevirt.io=virt-launcher, kubevirt.io/created-by,
+//     vm.kubevirt.io/name), the kubevirt.io/domain annotation and the Multus
+//     networks annotation with KubeVirt's hashed pod interface names;
+//   - migration: a second launcher pod for the same VMI, labelled with the
+//     migration job UID, next to a VirtualMachineInstanceMigration object;
+//   - hotplug / unplug: VM spec -> VMI spec -> launcher pod annotation.
+//
+// What it does not simulate: virt-handler, the guest, VMI phases and
+// KubeVirt's own finalizers (a VMI here is deleted at once, and its pods are
+// then collected by the garbage collector through their owner references).
+type KubeVirtSim struct {
+	C client.Client
+	// HoldFinalizer, when set, is added to every launcher pod so a test can
+	// keep a deleted pod "terminating" (standing for a slow kubelet) and then
+	// let it go with Release.
+	HoldFinalizer string
+}
+
+// KubeVirtNamespace holds the simulated KubeVirt CR.
+const KubeVirtNamespace = "kubevirt"
+
+// VMNetwork is one secondary network of a simulated VM.
+type VMNetwork struct {
+	// Name is the logical network name (spec.networks[].name).
+	Name string
+	// NAD is multus.networkName: "nad" or "namespace/nad".
+	NAD string
+}
+
+// SetFeatureGate writes the KubeVirt CR with or without the PersistentIPs gate.
+func (s *KubeVirtSim) SetFeatureGate(ctx context.Context, on bool) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KubeVirtNamespace}}
+	if err := s.C.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", KubeVirtNamespace, err)
+	}
+	gates := []string{"LiveMigration"}
+	if on {
+		gates = append(gates, kubevirt.PersistentIPsGate)
+	}
+	kv := &kubevirtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: KubeVirtNamespace, Name: "kubevirt"}}
+	err := s.C.Get(ctx, client.ObjectKeyFromObject(kv), kv)
+	if apierrors.IsNotFound(err) {
+		kv.Spec.Configuration.DeveloperConfiguration = &kubevirtv1.DeveloperConfiguration{FeatureGates: gates}
+		return s.C.Create(ctx, kv)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the KubeVirt CR: %w", err)
+	}
+	kv.Spec.Configuration.DeveloperConfiguration = &kubevirtv1.DeveloperConfiguration{FeatureGates: gates}
+	return s.C.Update(ctx, kv)
+}
+
+// VMTemplate builds a VMI spec with a pod network and the given secondary
+// networks, each on a bridge-bound interface.
+func VMTemplate(networks ...VMNetwork) kubevirtv1.VirtualMachineInstanceSpec {
+	spec := kubevirtv1.VirtualMachineInstanceSpec{
+		Networks: []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
+	}
+	spec.Domain.Devices.Interfaces = []kubevirtv1.Interface{{Name: "default", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}}}}
+	for _, n := range networks {
+		addNetwork(&spec, n)
+	}
+	return spec
+}
+
+func addNetwork(spec *kubevirtv1.VirtualMachineInstanceSpec, n VMNetwork) {
+	spec.Networks = append(spec.Networks, kubevirtv1.Network{Name: n.Name, NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: n.NAD}}})
+	spec.Domain.Devices.Interfaces = append(spec.Domain.Devices.Interfaces, kubevirtv1.Interface{Name: n.Name, InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}})
+}
+
+// CreateVM creates a stopped VM.
+func (s *KubeVirtSim) CreateVM(ctx context.Context, ns, name string, networks ...VMNetwork) (*kubevirtv1.VirtualMachine, error) {
+	halted := kubevirtv1.RunStrategyHalted
+	vm := &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy: &halted,
+			Template:    &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: VMTemplate(networks...)},
+		},
+	}
+	if err := s.C.Create(ctx, vm); err != nil {
+		return nil, fmt.Errorf("creating VirtualMachine %s/%s: %w", ns, name, err)
+	}
+	return vm, nil
+}
+
+// Start does what virt-controller does when a VM is started: a VMI from
+// the template, then its launcher pod (on node, "" for unscheduled).
+func (s *KubeVirtSim) Start(ctx context.Context, vm *kubevirtv1.VirtualMachine, node string) (*kubevirtv1.VirtualMachineInstance, *corev1.Pod, error) {
+	if err := s.C.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+		return nil, nil, fmt.Errorf("reading VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	always := kubevirtv1.RunStrategyAlways
+	vm.Spec.RunStrategy = &always
+	if err := s.C.Update(ctx, vm); err != nil {
+		return nil, nil, fmt.Errorf("starting VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	vmi := &kubevirtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:       vm.Namespace,
+			Name:            vm.Name,
+			Labels:          map[string]string{kubevirtv1.VirtualMachineLabel: vm.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(vm, kubevirtv1.VirtualMachineGroupVersionKind)},
+		},
+		Spec: *vm.Spec.Template.Spec.DeepCopy(),
+	}
+	if err := s.C.Create(ctx, vmi); err != nil {
+		return nil, nil, fmt.Errorf("creating VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	pod, err := s.LauncherPod(ctx, vmi, node, "")
+	return vmi, pod, err
+}
+
+// CreateVMI creates a standalone VMI (no VM) and its launcher pod.
+func (s *KubeVirtSim) CreateVMI(ctx context.Context, ns, name, node string, networks ...VMNetwork) (*kubevirtv1.VirtualMachineInstance, *corev1.Pod, error) {
+	vmi := &kubevirtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       VMTemplate(networks...),
+	}
+	if err := s.C.Create(ctx, vmi); err != nil {
+		return nil, nil, fmt.Errorf("creating VirtualMachineInstance %s/%s: %w", ns, name, err)
+	}
+	pod, err := s.LauncherPod(ctx, vmi, node, "")
+	return vmi, pod, err
+}
+
+// Stop does what stopping a VM does: the VMI is deleted (its pods follow).
+func (s *KubeVirtSim) Stop(ctx context.Context, vm *kubevirtv1.VirtualMachine) error {
+	if err := s.C.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+		return fmt.Errorf("reading VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	halted := kubevirtv1.RunStrategyHalted
+	vm.Spec.RunStrategy = &halted
+	if err := s.C.Update(ctx, vm); err != nil {
+		return fmt.Errorf("stopping VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name}}
+	if err := s.C.Delete(ctx, vmi, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting VirtualMachineInstance %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	return nil
+}
+
+// LauncherPod creates a virt-launcher pod for vmi, as virt-controller
+// renders it (migrationUID set: a migration target pod).
+func (s *KubeVirtSim) LauncherPod(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, node string, migrationUID types.UID) (*corev1.Pod, error) {
+	annotation, err := NetworksAnnotation(vmi)
+	if err != nil {
+		return nil, err
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:    vmi.Namespace,
+			GenerateName: "virt-launcher-" + vmi.Name + "-",
+			Labels: map[string]string{
+				kubevirtv1.AppLabel:       kubevirt.LauncherLabelValue,
+				kubevirtv1.CreatedByLabel: string(vmi.UID),
+				kubevirt.VMINameLabel:     vmi.Name,
+			},
+			Annotations: map[string]string{
+				kubevirtv1.DomainAnnotation: vmi.Name,
+			},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(vmi, kubevirtv1.VirtualMachineInstanceGroupVersionKind)},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "compute", Image: "quay.io/kubevirt/virt-launcher:v1.7.0"}},
+		},
+	}
+	if annotation != "" {
+		pod.Annotations[netselect.Annotation] = annotation
+	}
+	if migrationUID != "" {
+		pod.Labels[kubevirtv1.MigrationJobLabel] = string(migrationUID)
+	}
+	if s.HoldFinalizer != "" {
+		pod.Finalizers = []string{s.HoldFinalizer}
+	}
+	if err := s.C.Create(ctx, pod); err != nil {
+		return nil, fmt.Errorf("creating the launcher pod of %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return pod, nil
+}
+
+// Migrate starts a live migration of vmi to node: a migration object and a
+// target launcher pod next to the source, which keeps running.
+func (s *KubeVirtSim) Migrate(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, node string) (*corev1.Pod, error) {
+	mig := &kubevirtv1.VirtualMachineInstanceMigration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: vmi.Namespace, GenerateName: "migration-" + vmi.Name + "-"},
+		Spec:       kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
+	}
+	if err := s.C.Create(ctx, mig); err != nil {
+		return nil, fmt.Errorf("creating the migration of %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return s.LauncherPod(ctx, vmi, node, mig.UID)
+}
+
+// Hotplug adds a secondary network to a running VM the way KubeVirt does:
+// VM spec, then VMI spec, then the launcher pod's networks annotation.
+func (s *KubeVirtSim) Hotplug(ctx context.Context, vm *kubevirtv1.VirtualMachine, pod *corev1.Pod, n VMNetwork) error {
+	return s.changeNetworks(ctx, vm, pod, func(spec *kubevirtv1.VirtualMachineInstanceSpec) { addNetwork(spec, n) })
+}
+
+// Unplug marks a network's interface absent (hot-unplug) in the VM and VMI
+// specs; SyncPodNetworks then does virt-controller's next step, rewriting
+// the launcher pod's annotation without the element.
+func (s *KubeVirtSim) Unplug(ctx context.Context, vm *kubevirtv1.VirtualMachine, network string) error {
+	return s.changeSpecs(ctx, vm, func(spec *kubevirtv1.VirtualMachineInstanceSpec) {
+		for i := range spec.Domain.Devices.Interfaces {
+			if spec.Domain.Devices.Interfaces[i].Name == network {
+				spec.Domain.Devices.Interfaces[i].State = kubevirtv1.InterfaceStateAbsent
+			}
+		}
+	})
+}
+
+func (s *KubeVirtSim) changeNetworks(ctx context.Context, vm *kubevirtv1.VirtualMachine, pod *corev1.Pod, change func(*kubevirtv1.VirtualMachineInstanceSpec)) error {
+	if err := s.changeSpecs(ctx, vm, change); err != nil {
+		return err
+	}
+	return s.SyncPodNetworks(ctx, vm, pod)
+}
+
+func (s *KubeVirtSim) changeSpecs(ctx context.Context, vm *kubevirtv1.VirtualMachine, change func(*kubevirtv1.VirtualMachineInstanceSpec)) error {
+	if err := s.C.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+		return fmt.Errorf("reading VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	change(&vm.Spec.Template.Spec)
+	if err := s.C.Update(ctx, vm); err != nil {
+		return fmt.Errorf("updating VirtualMachine %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	var vmi kubevirtv1.VirtualMachineInstance
+	if err := s.C.Get(ctx, client.ObjectKeyFromObject(vm), &vmi); err != nil {
+		return fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	change(&vmi.Spec)
+	if err := s.C.Update(ctx, &vmi); err != nil {
+		return fmt.Errorf("updating VirtualMachineInstance %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	return nil
+}
+
+// SyncPodNetworks rewrites the launcher pod's networks annotation from the
+// VMI spec, as virt-controller does after a hotplug or unplug.
+func (s *KubeVirtSim) SyncPodNetworks(ctx context.Context, vm *kubevirtv1.VirtualMachine, pod *corev1.Pod) error {
+	var vmi kubevirtv1.VirtualMachineInstance
+	if err := s.C.Get(ctx, client.ObjectKeyFromObject(vm), &vmi); err != nil {
+		return fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	annotation, err := NetworksAnnotation(&vmi)
+	if err != nil {
+		return err
+	}
+	if err := s.C.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+		return fmt.Errorf("reading launcher pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	// Elements still wanted keep what they had (the claim reference the
+	// webhook added); new ones come as rendered.
+	merged, err := mergeNetworks(pod.Annotations[netselect.Annotation], annotation)
+	if err != nil {
+		return err
+	}
+	pod.Annotations[netselect.Annotation] = merged
+	if err := s.C.Update(ctx, pod); err != nil {
+		return fmt.Errorf("updating launcher pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// Touch changes a label on obj so that every controller watching it looks
+// at it again (a barrier for tests that assert something did not happen).
+func (s *KubeVirtSim) Touch(ctx context.Context, obj client.Object) error {
+	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{"test.ipkeeper.io/touched":"%d"}}}`, time.Now().UnixNano())))
+	if err := s.C.Patch(ctx, obj, patch); err != nil {
+		return fmt.Errorf("touching %s: %w", obj.GetName(), err)
+	}
+	return nil
+}
+
+// Release lets a held (terminating) pod go, as the kubelet does once the
+// containers are gone.
+func (s *KubeVirtSim) Release(ctx context.Context, pod *corev1.Pod) error {
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
+	if err := s.C.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("releasing pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// NetworksAnnotation renders the Multus networks annotation virt-controller
+// writes for a VMI: one element per secondary Multus network that is not
+// being unplugged, with KubeVirt's hashed pod interface name.
+func NetworksAnnotation(vmi *kubevirtv1.VirtualMachineInstance) (string, error) {
+	type element struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+		Interface string `json:"interface"`
+	}
+	var elems []element
+	for _, n := range kubevirt.SecondaryNetworks(&vmi.Spec) {
+		if n.Absent {
+			continue
+		}
+		ns, name := vmi.Namespace, n.NetworkName
+		if before, after, ok := strings.Cut(n.NetworkName, "/"); ok {
+			ns, name = before, after
+		}
+		elems = append(elems, element{Name: name, Namespace: ns, Interface: kubevirt.PodInterfaceName(n.Name)})
+	}
+	if len(elems) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(elems)
+	if err != nil {
+		return "", fmt.Errorf("encoding the networks annotation: %w", err)
+	}
+	return string(b), nil
+}
+
+// mergeNetworks keeps, for interfaces still wanted, the elements as they
+// were (with any claim reference), and adds new ones as rendered.
+func mergeNetworks(old, rendered string) (string, error) {
+	var before, after []map[string]any
+	if old != "" {
+		if err := json.Unmarshal([]byte(old), &before); err != nil {
+			return "", fmt.Errorf("decoding the old networks annotation: %w", err)
+		}
+	}
+	if rendered != "" {
+		if err := json.Unmarshal([]byte(rendered), &after); err != nil {
+			return "", fmt.Errorf("decoding the new networks annotation: %w", err)
+		}
+	}
+	byIface := map[any]map[string]any{}
+	for _, e := range before {
+		byIface[e["interface"]] = e
+	}
+	for i, e := range after {
+		if prev, ok := byIface[e["interface"]]; ok {
+			after[i] = prev
+		}
+	}
+	if len(after) == 0 {
+		return "[]", nil
+	}
+	b, err := json.Marshal(after)
+	return string(b), err
+}

@@ -1,0 +1,139 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/pkg/certs"
+	"github.com/ipkeeper/ipkeeper/pkg/controller"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// Self-managed certificates: the Secret is made, its CA is what the API
+// server trusts (the webhook works, see StartController), a cleared
+// caBundle is put back, and TLS below the configured minimum is refused.
+func TestWebhookCertificatesAndTLS(t *testing.T) {
+	ctx := context.Background()
+	e := startKubeVirtEnv(t)
+	o := e.ctrl.Options
+
+	var secret corev1.Secret
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: o.SecretName}, &secret); err != nil {
+		t.Fatalf("webhook Secret: %v", err)
+	}
+	var whc admissionregistrationv1.MutatingWebhookConfiguration
+	if err := cp.Client.Get(ctx, client.ObjectKey{Name: o.WebhookConfig}, &whc); err != nil {
+		t.Fatal(err)
+	}
+	if string(whc.Webhooks[0].ClientConfig.CABundle) != string(secret.Data[certs.CACertKey]) {
+		t.Fatal("injected caBundle differs from the Secret's ca.crt")
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(secret.Data[certs.CACertKey]) {
+		t.Fatal("ca.crt holds no certificate")
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", o.WebhookPort)
+	dial := func(minV, maxV uint16) error {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, MinVersion: minV, MaxVersion: maxV})
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err
+	}
+	if err := dial(tls.VersionTLS13, tls.VersionTLS13); err != nil {
+		t.Errorf("TLS 1.3 client trusting the CA: %v", err)
+	}
+	if err := dial(tls.VersionTLS12, tls.VersionTLS12); err == nil {
+		t.Error("default minimum is TLS 1.3, yet a TLS 1.2 client connected")
+	}
+
+	// Someone re-applies the manifest and wipes the caBundle.
+	whc.Webhooks[0].ClientConfig.CABundle = nil
+	if err := cp.Client.Update(ctx, &whc); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.Eventually(ctx, 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		if err := cp.Client.Get(ctx, client.ObjectKey{Name: o.WebhookConfig}, &whc); err != nil {
+			return false, err
+		}
+		return string(whc.Webhooks[0].ClientConfig.CABundle) == string(secret.Data[certs.CACertKey]), nil
+	}); err != nil {
+		t.Fatalf("caBundle not re-injected: %v", err)
+	}
+
+	// Operators who need TLS 1.2 clients can lower the minimum, not below 1.2.
+	lowered := startKubeVirtEnv(t, func(o *controller.Options) { o.TLSMinVersion = "1.2" })
+	addr = fmt.Sprintf("127.0.0.1:%d", lowered.ctrl.Options.WebhookPort)
+	if err := lowered.dialTLS(addr, tls.VersionTLS12); err != nil {
+		t.Errorf("--webhook-tls-min-version 1.2: TLS 1.2 client refused: %v", err)
+	}
+	if err := lowered.dialTLS(addr, tls.VersionTLS11); err == nil {
+		t.Error("a TLS 1.1 client connected")
+	}
+	bad := controller.Options{}
+	bad.AddFlags(newFlags())
+	bad.TLSMinVersion = "1.1"
+	if err := bad.Validate(); err == nil || !containsAll(err.Error(), "--webhook-tls-min-version", `"1.1"`) {
+		t.Errorf("Validate() with TLS 1.1 = %v, want an error naming the flag and value", err)
+	}
+}
+
+func (e *kvEnv) dialTLS(addr string, version uint16) error {
+	var secret corev1.Secret
+	if err := cp.Client.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: e.ctrl.Options.SecretName}, &secret); err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(secret.Data[certs.CACertKey]) {
+		return errors.New("no CA")
+	}
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, MinVersion: version, MaxVersion: version})
+	if err == nil {
+		_ = conn.Close()
+	}
+	return err
+}
+
+// Two replicas: one leads; when it stops, the other takes the lease and
+// creates claims.
+func TestLeaderElectionFailover(t *testing.T) {
+	ctx := context.Background()
+	e := startKubeVirtEnv(t)
+	e.nad(t, "blue", bridgeNAD("le-blue", true))
+	leaseKey := client.ObjectKey{Namespace: e.ns, Name: e.ctrl.Options.LeaderElectID}
+	var lease coordinationv1.Lease
+	if err := cp.Client.Get(ctx, leaseKey, &lease); err != nil || lease.Spec.HolderIdentity == nil {
+		t.Fatalf("no leader lease: %v", err)
+	}
+	first := *lease.Spec.HolderIdentity
+
+	standby := cp.StartController(t, e.ns, func(o *controller.Options) { o.EnableWebhook = false })
+	defer standby.Stop()
+	e.ctrl.Stop()
+	var second string
+	if err := framework.Eventually(ctx, 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		if err := cp.Client.Get(ctx, leaseKey, &lease); err != nil {
+			return false, err
+		}
+		if lease.Spec.HolderIdentity != nil {
+			second = *lease.Spec.HolderIdentity
+		}
+		return second != "" && second != first, nil
+	}); err != nil {
+		t.Fatalf("standby never took the lease from %s: %v", first, err)
+	}
+	if _, err := e.sim.CreateVM(ctx, e.ns, "after-failover", framework.VMNetwork{Name: "blue", NAD: "blue"}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaim(t, "after-failover.blue")
+}

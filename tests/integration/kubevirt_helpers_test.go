@@ -1,0 +1,229 @@
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/ipkeeper/ipkeeper/pkg/controller"
+	"github.com/ipkeeper/ipkeeper/pkg/netselect"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// KubeVirt cannot run here: these tests use framework.KubeVirtSim, which
+// writes the VMs, VMIs, launcher pods and migrations virt-controller would
+// write, while the real ipkeeper-controller (in-process), its webhook
+// (registered with the real API server) and kube-controller-manager's
+// garbage collector react to them.
+
+type kvEnv struct {
+	ns   string
+	sim  *framework.KubeVirtSim
+	ctrl *framework.Controller
+}
+
+func startKubeVirtEnv(t *testing.T, tweaks ...func(*controller.Options)) *kvEnv {
+	t.Helper()
+	ns := cp.NewNamespace(t, "kv")
+	env := &kvEnv{ns: ns, sim: &framework.KubeVirtSim{C: cp.Client}}
+	env.ctrl = cp.StartController(t, ns, tweaks...)
+	return env
+}
+
+func (e *kvEnv) nad(t testing.TB, name, config string) {
+	t.Helper()
+	n := &nadv1.NetworkAttachmentDefinition{
+		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name},
+		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: config},
+	}
+	if err := cp.Client.Create(context.Background(), n); err != nil {
+		t.Fatalf("creating NAD %s: %v", name, err)
+	}
+}
+
+// bridgeNAD is a bridge network delegating to ipkeeper; persistent sets
+// allowPersistentIPs.
+func bridgeNAD(network string, persistent bool) string {
+	return fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","bridge":"br-%s","allowPersistentIPs":%t,"ipam":{"type":"ipkeeper","range":"10.77.0.0/24"}}`, network, network, persistent)
+}
+
+func (e *kvEnv) claim(ctx context.Context, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+	var c ipamclaimsv1alpha1.IPAMClaim
+	err := cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: name}, &c)
+	return &c, err
+}
+
+// waitClaim waits until the claim exists and returns it.
+func (e *kvEnv) waitClaim(t testing.TB, name string) *ipamclaimsv1alpha1.IPAMClaim {
+	t.Helper()
+	var c *ipamclaimsv1alpha1.IPAMClaim
+	if err := framework.Eventually(context.Background(), 30*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		var err error
+		c, err = e.claim(ctx, name)
+		return err == nil, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("IPAMClaim %s/%s never appeared: %v", e.ns, name, err)
+	}
+	return c
+}
+
+// waitNoClaims waits until the namespace has no IPAMClaim left.
+func (e *kvEnv) waitNoClaims(t testing.TB) {
+	t.Helper()
+	var left []string
+	if err := framework.Eventually(context.Background(), 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		var list ipamclaimsv1alpha1.IPAMClaimList
+		if err := cp.Client.List(ctx, &list, client.InNamespace(e.ns)); err != nil {
+			return false, err
+		}
+		left = left[:0]
+		for _, c := range list.Items {
+			left = append(left, fmt.Sprintf("%s (finalizers %v, deleting %v)", c.Name, c.Finalizers, c.DeletionTimestamp != nil))
+		}
+		return len(list.Items) == 0, nil
+	}); err != nil {
+		t.Fatalf("claims left in %s: %v: %v", e.ns, left, err)
+	}
+}
+
+// waitGone waits until obj no longer exists.
+func waitGone(t testing.TB, obj client.Object) {
+	t.Helper()
+	if err := framework.Eventually(context.Background(), 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		err := cp.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	}); err != nil {
+		t.Fatalf("%T %s still exists: %v (finalizers %v)", obj, client.ObjectKeyFromObject(obj), err, obj.GetFinalizers())
+	}
+}
+
+// refs returns the claim reference per pod interface of a launcher pod, read live.
+func refs(t testing.TB, pod *corev1.Pod) map[string]string {
+	t.Helper()
+	var live corev1.Pod
+	if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), &live); err != nil {
+		t.Fatalf("reading pod: %v", err)
+	}
+	elems, err := netselect.Parse(live.Annotations[netselect.Annotation], live.Namespace)
+	if err != nil {
+		t.Fatalf("pod %s networks annotation: %v", live.Name, err)
+	}
+	out := map[string]string{}
+	for _, e := range elems {
+		out[e.Interface] = e.ClaimRef
+	}
+	return out
+}
+
+// waitEvent waits for an event on obj with reason whose message contains want.
+func waitEvent(t testing.TB, obj client.Object, reason, want string) {
+	t.Helper()
+	var seen []string
+	if err := framework.Eventually(context.Background(), 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		var events corev1.EventList
+		if err := cp.Client.List(ctx, &events, client.InNamespace(obj.GetNamespace())); err != nil {
+			return false, err
+		}
+		seen = seen[:0]
+		for _, ev := range events.Items {
+			if ev.InvolvedObject.UID != obj.GetUID() {
+				continue
+			}
+			seen = append(seen, ev.Reason+": "+ev.Message)
+			if ev.Reason == reason && strings.Contains(ev.Message, want) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no %s event containing %q on %s; events: %q", reason, want, obj.GetName(), seen)
+	}
+}
+
+// counter reads a counter from the controller's (process-wide) registry.
+func counter(t testing.TB, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if matches(m, labels) {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func matches(m *dto.Metric, labels map[string]string) bool {
+	for k, v := range labels {
+		found := false
+		for _, p := range m.GetLabel() {
+			if p.GetName() == k && p.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// waitReconciled waits until controller has finished at least n more
+// reconciles than before: proof that an object was looked at, for tests that
+// assert something did not happen.
+func waitReconciled(t testing.TB, controllerName string, before float64, n int) {
+	t.Helper()
+	if err := framework.Eventually(context.Background(), 30*time.Second, 50*time.Millisecond, func(context.Context) (bool, error) {
+		return counter(t, "controller_runtime_reconcile_total", map[string]string{"controller": controllerName}) >= before+float64(n), nil
+	}); err != nil {
+		t.Fatalf("controller %s did not reconcile: %v", controllerName, err)
+	}
+}
+
+func reconciles(t testing.TB, controllerName string) float64 {
+	return counter(t, "controller_runtime_reconcile_total", map[string]string{"controller": controllerName})
+}
+
+func controllerRef(t testing.TB, c *ipamclaimsv1alpha1.IPAMClaim, owner client.Object, kind string) {
+	t.Helper()
+	ref := metav1.GetControllerOf(c)
+	if ref == nil || ref.UID != owner.GetUID() || ref.Kind != kind || ref.APIVersion != kubevirtv1.SchemeGroupVersion.String() ||
+		ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
+		t.Fatalf("claim %s controller reference = %+v, want %s %s (uid %s) with blockOwnerDeletion", c.Name, ref, kind, owner.GetName(), owner.GetUID())
+	}
+}
+
+func newFlags() *flag.FlagSet { return flag.NewFlagSet("test", flag.ContinueOnError) }
+
+func containsAll(s string, parts ...string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
