@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -84,7 +86,15 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 	}
 	c := &Controller{Options: o, WebhookConfig: o.WebhookConfig, done: make(chan error, 1)}
 	if o.EnableWebhook {
-		if err := cp.registerWebhook(ctx, o.WebhookConfig, ns, fmt.Sprintf("https://127.0.0.1:%d%s", whPort, webhook.Path)); err != nil {
+		// Provided certificates come with their CA injected by whoever
+		// issued them (cert-manager's CA injector); here the test does it.
+		var caBundle []byte
+		if o.CertMode == controller.CertsProvided {
+			if caBundle, err = os.ReadFile(filepath.Join(o.CertDir, "ca.crt")); err != nil {
+				t.Fatalf("provided certificates: %v", err)
+			}
+		}
+		if err := cp.registerWebhook(ctx, o.WebhookConfig, ns, fmt.Sprintf("https://127.0.0.1:%d%s", whPort, webhook.Path), caBundle); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
@@ -132,7 +142,7 @@ func (c *Controller) Stop() {
 	}
 }
 
-func (cp *ControlPlane) registerWebhook(ctx context.Context, name, ns, url string) error {
+func (cp *ControlPlane) registerWebhook(ctx context.Context, name, ns, url string, caBundle []byte) error {
 	fail := admissionregistrationv1.Fail
 	none := admissionregistrationv1.SideEffectClassNone
 	timeout := int32(10)
@@ -140,7 +150,7 @@ func (cp *ControlPlane) registerWebhook(ctx context.Context, name, ns, url strin
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:                    "virt-launcher.ipkeeper.io",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url},
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
 			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
 			FailurePolicy:           &fail,
 			SideEffects:             &none,
