@@ -28,10 +28,12 @@ tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kubect
 	bash hack/tools.sh
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code and CRD manifests.
+generate: ## Regenerate deepcopy code, CRD manifests and RBAC roles.
 	bash hack/tools.sh controller-gen
 	$(IPKEEPER_CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./pkg/apis/...
 	$(IPKEEPER_CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=manifests/crds
+	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-controller paths=./pkg/controller/... output:rbac:artifacts:config=manifests/rbac/controller
+	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-agent paths=./pkg/agent/... output:rbac:artifacts:config=manifests/rbac/agent
 	go run ./hack/crdgen -crd-dir manifests/crds -test-crd-dir tests/crds
 
 .PHONY: verify-generated

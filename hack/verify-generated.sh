@@ -4,11 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make --no-print-directory generate >/dev/null
-if ! git diff --exit-code --stat -- pkg/apis manifests/crds tests/crds; then
+if ! git diff --exit-code --stat -- pkg/apis manifests/crds manifests/rbac tests/crds; then
 	echo "generated files are stale: run 'make generate' and commit the result" >&2
 	exit 1
 fi
-untracked=$(git ls-files --others --exclude-standard -- pkg/apis manifests/crds tests/crds)
+untracked=$(git ls-files --others --exclude-standard -- pkg/apis manifests/crds manifests/rbac tests/crds)
 if [[ -n "$untracked" ]]; then
 	echo "generated files are not committed:" >&2
 	echo "$untracked" >&2

@@ -10,7 +10,9 @@
 //     VirtualMachineInstanceMigration and KubeVirt, for tests only: KubeVirt
 //     cannot run here, so tests install minimal structural CRDs (spec and
 //     status preserve unknown fields, status subresource) and simulate what
-//     virt-controller writes.
+//     virt-controller writes;
+//   - cert-manager's Certificate and Issuer, for tests only, in the same
+//     minimal form, so the cert-manager overlay applies with a dry run.
 //
 // Run through `make generate`; the output is checked in and `make verify-generated`
 // fails when it is stale.
@@ -62,8 +64,14 @@ func run(crdDir, testCRDDir string) error {
 		return err
 	}
 	for _, k := range kubevirtKinds {
-		crd := kubevirtCRD(k)
+		crd := openCRD("kubevirt.io", k, "minimal structural stand-in for KubeVirt's CRD; KubeVirt itself is simulated in tests")
 		if err := writeCRD(filepath.Join(testCRDDir, "kubevirt", "kubevirt.io_"+k.plural+".yaml"), crd); err != nil {
+			return err
+		}
+	}
+	for _, k := range certManagerKinds {
+		crd := openCRD("cert-manager.io", k, "minimal structural stand-in for cert-manager's CRD, so the cert-manager overlay can be applied with a server-side dry run")
+		if err := writeCRD(filepath.Join(testCRDDir, "cert-manager", "cert-manager.io_"+k.plural+".yaml"), crd); err != nil {
 			return err
 		}
 	}
@@ -117,23 +125,28 @@ var kubevirtKinds = []kubevirtKind{
 	{"KubeVirt", "KubeVirtList", "kubevirts", "kubevirt", []string{"kv", "kvs"}},
 }
 
-func kubevirtCRD(k kubevirtKind) *apiextensionsv1.CustomResourceDefinition {
+// certManagerKinds are the cert-manager kinds the cert-manager overlay uses.
+var certManagerKinds = []kubevirtKind{
+	{"Certificate", "CertificateList", "certificates", "certificate", []string{"cert", "certs"}},
+	{"Issuer", "IssuerList", "issuers", "issuer", nil},
+}
+
+// openCRD is a minimal structural CRD whose spec and status accept anything.
+func openCRD(group string, k kubevirtKind, note string) *apiextensionsv1.CustomResourceDefinition {
 	preserve := true
 	open := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve}
 	return &apiextensionsv1.CustomResourceDefinition{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: k.plural + ".kubevirt.io",
-			Annotations: map[string]string{
-				"ipkeeper.io/test-only": "minimal structural stand-in for KubeVirt's CRD; KubeVirt itself is simulated in tests",
-			},
+			Name:        k.plural + "." + group,
+			Annotations: map[string]string{"ipkeeper.io/test-only": note},
 		},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: "kubevirt.io",
+			Group: group,
 			Scope: apiextensionsv1.NamespaceScoped,
 			Names: apiextensionsv1.CustomResourceDefinitionNames{
 				Kind: k.kind, ListKind: k.listKind, Plural: k.plural, Singular: k.singular,
-				ShortNames: k.shortNames, Categories: []string{"all", "kubevirt"},
+				ShortNames: k.shortNames, Categories: categories(group),
 			},
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
 				Name: "v1", Served: true, Storage: true,
@@ -151,6 +164,13 @@ func kubevirtCRD(k kubevirtKind) *apiextensionsv1.CustomResourceDefinition {
 			}},
 		},
 	}
+}
+
+func categories(group string) []string {
+	if group == "kubevirt.io" {
+		return []string{"all", "kubevirt"}
+	}
+	return []string{"cert-manager"}
 }
 
 func writeCRD(path string, crd *apiextensionsv1.CustomResourceDefinition) error {

@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -58,7 +59,7 @@ type ControlPlane struct {
 
 	env    *envtest.Environment
 	logs   map[string]*logFile
-	logsMu sync.Mutex
+	logsMu *sync.Mutex
 	kcm    *exec.Cmd
 	done   chan error
 }
@@ -87,7 +88,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating control plane dir: %w", err)
 	}
-	cp := &ControlPlane{Tools: tools, Dir: dir, logs: map[string]*logFile{}}
+	cp := &ControlPlane{Tools: tools, Dir: dir, logs: map[string]*logFile{}, logsMu: &sync.Mutex{}}
 	defer func() {
 		if err != nil {
 			cp.DumpLogs(os.Stderr, 60)
@@ -106,6 +107,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	crdDirs := append([]string{
 		filepath.Join(root, "manifests", "crds"),
 		filepath.Join(root, "tests", "crds", "kubevirt"),
+		filepath.Join(root, "tests", "crds", "cert-manager"),
 	}, opts.ExtraCRDDirs...)
 	cp.env = &envtest.Environment{
 		CRDDirectoryPaths:     crdDirs,
@@ -338,4 +340,33 @@ func freePort() (int, error) {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// As returns a view of the control plane whose Config authenticates as
+// user (impersonation, with groups), for running a component with only its
+// own RBAC. Client and Clientset stay the admin's.
+func (cp *ControlPlane) As(user string, groups ...string) *ControlPlane {
+	view := *cp
+	view.Config = rest.CopyConfig(cp.Config)
+	view.Config.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	return &view
+}
+
+// ServiceAccountUser is the user name and groups of a ServiceAccount.
+func ServiceAccountUser(namespace, name string) (string, []string) {
+	return "system:serviceaccount:" + namespace + ":" + name,
+		[]string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+}
+
+// Kubectl runs the pinned kubectl against this control plane as admin.
+func (cp *ControlPlane) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, cp.Tools.Kubectl, append([]string{"--kubeconfig", cp.KubeconfigPath}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return out, nil
 }

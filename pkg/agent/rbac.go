@@ -1,0 +1,10 @@
+package agent
+
+// RBAC for ipkeeper-agent, generated into manifests/rbac/agent by
+// `make generate`: reservations (the allocation itself), its node's pods (to
+// check the pod a CNI request names), IPAMClaims to read and their status to
+// write. Nothing else: the agent never writes claim specs, pods or VMs.
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=ipamclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=ipamclaims/status,verbs=get;update;patch

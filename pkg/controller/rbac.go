@@ -1,0 +1,25 @@
+package controller
+
+// RBAC for ipkeeper-controller, generated into manifests/rbac/controller by
+// `make generate`. Each rule is what a component of this package needs:
+//
+// Claims controllers: read VMs, VMIs, the KubeVirt CR (feature gate) and
+// NADs; create, adopt and release IPAMClaims; read launcher pods (metadata);
+// events on VMs.
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachines;virtualmachineinstances;kubevirts,verbs=get;list;watch
+// +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=ipamclaims,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
+//
+// Reservation garbage collector: read and delete reservations.
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=get;list;watch;delete
+//
+// Self-managed webhook certificates: only the named webhook configuration,
+// and only the named Secret and Lease in the controller's own namespace
+// (create cannot be limited by name).
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update;patch,resourceNames=ipkeeper
+// +kubebuilder:rbac:groups="",namespace=ipkeeper-system,resources=secrets,verbs=get;list;watch;update,resourceNames=ipkeeper-webhook-cert
+// +kubebuilder:rbac:groups="",namespace=ipkeeper-system,resources=secrets,verbs=create
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ipkeeper-system,resources=leases,verbs=get;update,resourceNames=ipkeeper-controller
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ipkeeper-system,resources=leases,verbs=create

@@ -1,0 +1,207 @@
+package integration
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/pkg/controller"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+const installNS = "ipkeeper-system"
+
+func repoPath(t testing.TB, parts ...string) string {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(append([]string{root}, parts...)...)
+}
+
+// ensureInstallNamespace creates ipkeeper-system (a dry run of namespaced
+// objects needs the namespace to exist).
+func ensureInstallNamespace(t testing.TB) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNS}}
+	if err := cp.Client.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// Every shipped manifest, default and cert-manager overlay, is accepted by
+// the API server (server-side apply, dry run: validation, defaulting and
+// admission all run).
+func TestManifestsApplyWithServerSideDryRun(t *testing.T) {
+	ctx := context.Background()
+	ensureInstallNamespace(t)
+	for _, dir := range []string{"manifests", "manifests/overlays/cert-manager"} {
+		t.Run(dir, func(t *testing.T) {
+			rendered, err := cp.Kubectl(ctx, nil, "kustomize", repoPath(t, dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := cp.Kubectl(ctx, rendered, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "--field-manager=ipkeeper-install", "-f", "-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			applied := strings.Count(string(out), "serverside-applied (server dry run)")
+			objects := strings.Count(string(rendered), "\nkind: ") + boolInt(strings.HasPrefix(string(rendered), "kind: "))
+			if applied != objects || objects < 15 {
+				t.Fatalf("%d of %d objects applied:\n%s", applied, objects, out)
+			}
+			for _, want := range []string{"deployment.apps/ipkeeper-controller", "daemonset.apps/ipkeeper-agent", "mutatingwebhookconfiguration.admissionregistration.k8s.io/ipkeeper", "poddisruptionbudget.policy/ipkeeper-controller", "clusterrole.rbac.authorization.k8s.io/ipkeeper-agent"} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("%s missing from the applied objects", want)
+				}
+			}
+		})
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// applyRBAC installs the shipped ServiceAccounts, roles and bindings for real.
+func applyRBAC(t testing.TB) {
+	t.Helper()
+	ensureInstallNamespace(t)
+	if _, err := cp.Kubectl(context.Background(), nil, "apply", "--server-side", "--force-conflicts", "-k", repoPath(t, "manifests", "rbac")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func clientAs(t testing.TB, sa string) client.Client {
+	t.Helper()
+	user, groups := framework.ServiceAccountUser(installNS, sa)
+	c, err := client.New(cp.As(user, groups...).Config, client.Options{Scheme: cp.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func expectForbidden(t *testing.T, what string, err error) {
+	t.Helper()
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("%s: got %v, want Forbidden", what, err)
+	}
+}
+
+func expectAllowed(t *testing.T, what string, err error) {
+	t.Helper()
+	if apierrors.IsForbidden(err) || (err != nil && !apierrors.IsNotFound(err)) {
+		t.Errorf("%s: got %v, want it allowed", what, err)
+	}
+}
+
+// Each ServiceAccount can do what its component needs and is refused the
+// rest, checked with real requests made through impersonation.
+func TestRBACIsLeastPrivilege(t *testing.T) {
+	ctx := context.Background()
+	applyRBAC(t)
+	ns := cp.NewNamespace(t, "rbac")
+	claim := createClaim(t, ns, "c1", "rbac-net")
+	vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1"}, Spec: kubevirtv1.VirtualMachineSpec{Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}}}
+	if err := cp.Client.Create(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"}}
+	if err := cp.Client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("agent", func(t *testing.T) {
+		agent := clientAs(t, "ipkeeper-agent")
+		res := newReservation("rbac-net", "10.99.0.1")
+		expectAllowed(t, "create IPReservation", agent.Create(ctx, res))
+		expectAllowed(t, "delete IPReservation", agent.Delete(ctx, res))
+		var c ipamclaimsv1alpha1.IPAMClaim
+		expectAllowed(t, "get IPAMClaim", agent.Get(ctx, client.ObjectKeyFromObject(claim), &c))
+		c.Status.IPs = []string{"10.99.0.2/24"}
+		expectAllowed(t, "update IPAMClaim status", agent.Status().Update(ctx, &c))
+		c.Spec.Network = "other"
+		expectForbidden(t, "update IPAMClaim spec", agent.Update(ctx, &c))
+		expectForbidden(t, "delete IPAMClaim", agent.Delete(ctx, claim))
+		expectForbidden(t, "delete VirtualMachine", agent.Delete(ctx, vm))
+		expectForbidden(t, "read Secret", agent.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}))
+		expectForbidden(t, "create Pod", agent.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}))
+		expectAllowed(t, "list IPAMClaims", agent.List(ctx, &ipamclaimsv1alpha1.IPAMClaimList{}, client.InNamespace(ns)))
+		expectForbidden(t, "list VirtualMachines", agent.List(ctx, &kubevirtv1.VirtualMachineList{}, client.InNamespace(ns)))
+	})
+
+	t.Run("controller", func(t *testing.T) {
+		ctrl := clientAs(t, "ipkeeper-controller")
+		own := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1.blue"}, Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "n", Interface: "pod1"}}
+		expectAllowed(t, "create IPAMClaim", ctrl.Create(ctx, own))
+		own.Status.IPs = []string{"10.99.0.3/24"}
+		expectForbidden(t, "update IPAMClaim status (the IPAM's job)", ctrl.Status().Update(ctx, own))
+		expectAllowed(t, "delete IPAMClaim", ctrl.Delete(ctx, own))
+		expectAllowed(t, "list VirtualMachines", ctrl.List(ctx, &kubevirtv1.VirtualMachineList{}))
+		expectForbidden(t, "delete VirtualMachine", ctrl.Delete(ctx, vm))
+		expectForbidden(t, "create IPReservation", ctrl.Create(ctx, newReservation("rbac-net", "10.99.0.4")))
+		expectForbidden(t, "read a Secret in another namespace", ctrl.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}))
+		expectForbidden(t, "list Secrets in its own namespace", ctrl.List(ctx, &corev1.SecretList{}, client.InNamespace(installNS)))
+		expectForbidden(t, "read another Secret in its own namespace", ctrl.Get(ctx, client.ObjectKey{Namespace: installNS, Name: "other"}, &corev1.Secret{}))
+		expectAllowed(t, "read its webhook Secret", ctrl.Get(ctx, client.ObjectKey{Namespace: installNS, Name: "ipkeeper-webhook-cert"}, &corev1.Secret{}))
+		expectAllowed(t, "read its webhook configuration", ctrl.Get(ctx, client.ObjectKey{Name: "ipkeeper"}, &admissionregistrationv1.MutatingWebhookConfiguration{}))
+		expectForbidden(t, "read another webhook configuration", ctrl.Get(ctx, client.ObjectKey{Name: "someone-elses"}, &admissionregistrationv1.MutatingWebhookConfiguration{}))
+		expectForbidden(t, "create pods", ctrl.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}))
+		var res ipkeeperv1alpha1.IPReservationList
+		expectAllowed(t, "list IPReservations", ctrl.List(ctx, &res))
+	})
+}
+
+// The controller runs with nothing but its own ServiceAccount's RBAC:
+// claims, webhook certificates (its Secret, its webhook configuration),
+// leader election and the webhook all work.
+func TestControllerRunsWithItsOwnRBAC(t *testing.T) {
+	ctx := context.Background()
+	applyRBAC(t)
+	ns := cp.NewNamespace(t, "own-rbac")
+	user, groups := framework.ServiceAccountUser(installNS, "ipkeeper-controller")
+	ctrl := cp.As(user, groups...).StartController(t, ns, func(o *controller.Options) {
+		o.Namespace = installNS
+		o.WebhookConfig = "ipkeeper"
+	})
+	defer ctrl.Stop()
+	e := &kvEnv{ns: ns, sim: &framework.KubeVirtSim{C: cp.Client}, ctrl: ctrl}
+	e.nad(t, "blue", bridgeNAD("own-rbac-blue", true))
+	vm, err := e.sim.CreateVM(ctx, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaim(t, "vm1.blue")
+	waitEvent(t, vm, "IPAMClaimCreated", "vm1.blue")
+	_, pod, err := e.sim.Start(ctx, vm, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := refs(t, pod); len(got) != 1 {
+		t.Fatalf("pod references %v", got)
+	}
+	for _, r := range refs(t, pod) {
+		if r != "vm1.blue" {
+			t.Fatalf("pod references %q", r)
+		}
+	}
+	if err := cp.Client.Delete(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	e.waitNoClaims(t)
+}
