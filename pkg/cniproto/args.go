@@ -54,7 +54,9 @@ func quoteTrunc(s string) string {
 
 // ParseArgs parses a CNI_ARGS string. Empty entries (e.g. a trailing ";")
 // are skipped; a value may itself contain "=". A key repeated with a
-// different value is rejected because the pod identity would be ambiguous.
+// different value is rejected because the pod identity would be ambiguous,
+// except IgnoreUnknown spelled two ways: Multus appends IgnoreUnknown=true to
+// the runtime's IgnoreUnknown=1.
 func ParseArgs(s string) (*CNIArgs, error) {
 	a := &CNIArgs{}
 	seen := map[string]string{}
@@ -71,7 +73,7 @@ func ParseArgs(s string) (*CNIArgs, error) {
 			return nil, &ArgsError{Key: key, Value: val, Reason: "empty key"}
 		}
 		if prev, dup := seen[key]; dup {
-			if prev != val {
+			if prev != val && !sameBool(key, prev, val) {
 				return nil, &ArgsError{Key: key, Value: val,
 					Reason: fmt.Sprintf("key repeated with a different value (first was %s)", quoteTrunc(prev))}
 			}
@@ -161,4 +163,14 @@ func (a *CNIArgs) String() string {
 		parts = append(parts, k+"="+a.Unknown[k])
 	}
 	return strings.Join(parts, ";")
+}
+
+// sameBool reports whether two spellings of IgnoreUnknown mean the same.
+func sameBool(key, a, b string) bool {
+	if key != ArgIgnoreUnknown {
+		return false
+	}
+	x, errA := parseArgBool(a)
+	y, errB := parseArgBool(b)
+	return errA == nil && errB == nil && x == y
 }

@@ -31,6 +31,9 @@ func TestParseArgs(t *testing.T) {
 		{name: "missing equals", in: "K8S_POD_NAME=p;garbage", wantErr: `entry "garbage"="": missing "="`},
 		{name: "empty key", in: "=v", wantErr: `entry ""="v": empty key`},
 		{name: "bad bool", in: "IgnoreUnknown=yes", wantErr: `entry "IgnoreUnknown"="yes": not a boolean`},
+		// What Multus hands its delegates: the runtime's args plus its own.
+		{name: "IgnoreUnknown twice, spelled differently (Multus)", in: "IgnoreUnknown=1;K8S_POD_NAME=p;IgnoreUnknown=true;K8S_POD_UID=u", want: &CNIArgs{IgnoreUnknown: true, PodName: "p", PodUID: "u"}},
+		{name: "IgnoreUnknown contradicting itself", in: "IgnoreUnknown=1;IgnoreUnknown=false", wantErr: `key repeated with a different value (first was "1")`},
 		{name: "conflicting duplicate", in: "K8S_POD_NAME=a;K8S_POD_NAME=b", wantErr: `entry "K8S_POD_NAME"="b": key repeated with a different value (first was "a")`},
 	}
 	for _, tt := range tests {
