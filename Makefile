@@ -56,7 +56,7 @@ test-integration: tools ## Integration tests on a real etcd + kube-apiserver + k
 	go test $(GO_TEST_FLAGS) -v ./tests/integration/...
 
 .PHONY: test-e2e
-test-e2e: tools ## End-to-end tests as root: agent binary, real bridge/macvlan plugins, network namespaces (skipped when not root).
+test-e2e: tools ## End-to-end tests as root: controller and agent processes, real Multus/bridge/macvlan plugins, network namespaces (skipped when not root).
 	go test $(GO_TEST_FLAGS) -timeout 20m -v ./tests/e2e/...
 
 .PHONY: test
@@ -65,6 +65,18 @@ test: verify-generated lint test-unit test-integration test-e2e ## Everything CI
 .PHONY: clean
 clean: ## Remove build output (not the tools cache).
 	rm -rf $(BIN_DIR)
+
+.PHONY: demo
+demo: ## Walk through a VM keeping its address (root: network namespaces and bridges).
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "make demo must run as root: it creates network namespaces, bridges and a root-only socket. Run: sudo -E make demo" >&2; exit 1; fi
+	@command -v ping >/dev/null 2>&1 || { echo "make demo needs ping (Debian/Ubuntu: apt-get install iputils-ping) and ip (iproute2)" >&2; exit 1; }
+	@echo "make demo: building the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins and Multus"
+	@echo "if they are not cached yet in ~/.cache/ipkeeper/tools (the first time takes about ten minutes on two cores)."
+	@bash hack/tools.sh etcd kubernetes cni-plugins multus
+	@echo "make demo: building ipkeeper and starting the local control plane (about half a minute)..."
+	@IPKEEPER_DEMO=1 go test -count=1 -timeout 10m -v -run '^TestDemo$$' ./tests/e2e/ | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$$' -e '^ok '
+	@echo "make demo: done. The same scenarios, asserted, run in 'make test' (tests/e2e/system_test.go)."
 
 .PHONY: bench
 bench: tools ## Allocation storm on a real control plane vs. the raw API create rate (same run), plus allocator micro-benchmarks.

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -192,17 +191,7 @@ func (a *Agent) Stop() error {
 }
 
 // Tail returns the last n lines of the agent's log.
-func (a *Agent) Tail(n int) string {
-	data, err := os.ReadFile(a.LogPath)
-	if err != nil {
-		return fmt.Sprintf("(agent log unreadable: %v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (a *Agent) Tail(n int) string { return tailFile(a.LogPath, n) }
 
 // DumpLogOnFailure prints the end of the agent's log when t fails.
 func (a *Agent) DumpLogOnFailure(t testing.TB) {

@@ -24,6 +24,9 @@ type Env struct {
 	CNIPath []string
 	// CNICacheDir is libcni's result cache, instead of /var/lib/cni.
 	CNICacheDir string
+
+	bins *Binaries
+	dir  string
 }
 
 // Pod identifies a Pod object, as the runtime passes it in CNI_ARGS.

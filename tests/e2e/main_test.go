@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,8 +136,38 @@ func runWithEnv(m *testing.M) (code int, err error) {
 		Agent:       agent,
 		CNIPath:     []string{agent.CNIBinDir, cp.Tools.CNIPluginsDir},
 		CNICacheDir: filepath.Join(dir, "cni-cache"),
+		bins:        bins,
+		dir:         dir,
 	}
+	defer func() {
+		if sharedCluster != nil {
+			sharedCluster.Stop()
+		}
+	}()
 	return m.Run(), nil
+}
+
+var (
+	sharedCluster    *Cluster
+	sharedClusterErr error
+	clusterOnce      sync.Once
+)
+
+// cluster returns the Cluster (controller, three agents, Multus) the
+// whole-system tests share, starting it on first use.
+func cluster(t *testing.T) *Cluster {
+	t.Helper()
+	e := setup(t)
+	if e.CP.Tools.Multus == "" {
+		t.Fatal("no Multus binary (IPKEEPER_MULTUS): run `make tools`")
+	}
+	clusterOnce.Do(func() {
+		sharedCluster, sharedClusterErr = StartCluster(context.Background(), e.CP, e.bins, filepath.Join(e.dir, "c"), "node-a", "node-b", "node-c")
+	})
+	if sharedClusterErr != nil {
+		t.Fatalf("starting the cluster: %v", sharedClusterErr)
+	}
+	return sharedCluster
 }
 
 // setup skips the test when the package cannot run here, fails it if the

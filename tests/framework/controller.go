@@ -94,7 +94,7 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 				t.Fatalf("provided certificates: %v", err)
 			}
 		}
-		if err := cp.registerWebhook(ctx, o.WebhookConfig, ns, fmt.Sprintf("https://127.0.0.1:%d%s", whPort, webhook.Path), caBundle); err != nil {
+		if err := cp.RegisterPodWebhook(ctx, o.WebhookConfig, ns, fmt.Sprintf("https://127.0.0.1:%d%s", whPort, webhook.Path), caBundle); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
@@ -122,7 +122,7 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 		t.Fatalf("controller not ready: %v", err)
 	}
 	if o.EnableWebhook {
-		if err := cp.waitWebhookCalled(ctx, ns); err != nil {
+		if err := cp.WaitWebhookCalled(ctx, ns); err != nil {
 			t.Fatalf("the API server does not call the webhook: %v", err)
 		}
 	}
@@ -142,7 +142,10 @@ func (c *Controller) Stop() {
 	}
 }
 
-func (cp *ControlPlane) registerWebhook(ctx context.Context, name, ns, url string, caBundle []byte) error {
+// RegisterPodWebhook registers the virt-launcher pod webhook at url, as the
+// shipped MutatingWebhookConfiguration does (launcher pods only, CREATE and
+// UPDATE, failurePolicy Fail), limited to namespace ns ("" for all).
+func (cp *ControlPlane) RegisterPodWebhook(ctx context.Context, name, ns, url string, caBundle []byte) error {
 	fail := admissionregistrationv1.Fail
 	none := admissionregistrationv1.SideEffectClassNone
 	timeout := int32(10)
@@ -157,8 +160,10 @@ func (cp *ControlPlane) registerWebhook(ctx context.Context, name, ns, url strin
 			TimeoutSeconds:          &timeout,
 			AdmissionReviewVersions: []string{"v1"},
 			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue}},
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
 		}},
+	}
+	if ns != "" {
+		cfg.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
 	}
 	if err := cp.Client.Create(ctx, cfg); err != nil {
 		return fmt.Errorf("registering webhook %s: %w", name, err)
@@ -166,10 +171,10 @@ func (cp *ControlPlane) registerWebhook(ctx context.Context, name, ns, url strin
 	return nil
 }
 
-// waitWebhookCalled dry-runs a launcher pod with a malformed networks
+// WaitWebhookCalled dry-runs a launcher pod with a malformed networks
 // annotation until the webhook denies it: proof that the API server has the
 // configuration, trusts the injected CA and reaches the server.
-func (cp *ControlPlane) waitWebhookCalled(ctx context.Context, ns string) error {
+func (cp *ControlPlane) WaitWebhookCalled(ctx context.Context, ns string) error {
 	return Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{

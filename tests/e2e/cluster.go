@@ -1,0 +1,430 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/version"
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// Cluster is ipkeeper as a cluster runs it, on this one machine:
+//
+//   - the control plane (etcd, kube-apiserver, kube-controller-manager with
+//     the garbage collector), shared with the other e2e tests;
+//   - ipkeeper-controller as a process, its webhook registered with the API
+//     server (self-managed certificates);
+//   - one ipkeeper-agent process per node;
+//   - per node, the real Multus thin plugin as the node's CNI: it reads the
+//     pod and its NADs from the API server and delegates to the real bridge
+//     plugin, which delegates IPAM to the ipkeeper shim the agent installed;
+//   - per node, a simulated kubelet (no kubelet can run here): it creates a
+//     network namespace per pod sandbox and runs Multus ADD, and when a pod
+//     is being deleted it runs Multus DEL, removes the namespace and then
+//     removes the pod object, as a kubelet does.
+//
+// KubeVirt is simulated by framework.KubeVirtSim (VM -> VMI -> launcher pod).
+type Cluster struct {
+	CP         *framework.ControlPlane
+	Controller *ControllerProc
+	Nodes      []*Node
+	Sim        *framework.KubeVirtSim
+	dir        string
+	bins       *Binaries
+
+	mu        sync.Mutex
+	sandboxes map[types.UID]*Sandbox
+	stop      context.CancelFunc
+	loopDone  chan struct{}
+	closers   []io.Closer
+}
+
+// Node is one simulated node: an agent and the node's CNI bin dir.
+type Node struct {
+	Name   string
+	Agent  *Agent
+	BinDir string
+	// CNILog receives the plugins' stderr (Multus' log).
+	CNILog string
+	dir    string
+	bins   *Binaries
+	kube   string
+	multus *libcni.NetworkConfigList
+	cni    *libcni.CNIConfig
+}
+
+// Sandbox is a pod's network namespace, attached through Multus.
+type Sandbox struct {
+	Pod         *corev1.Pod
+	Node        *Node
+	NetNS       *NetNS
+	ContainerID string
+	rt          *libcni.RuntimeConf
+}
+
+// socketExec gives the plugins the node's agent socket through the
+// environment, as /run/ipkeeper/agent.sock would on a real node: several
+// agents share this machine. Multus and bridge pass their environment on
+// to their delegates.
+type socketExec struct {
+	invoke.DefaultExec
+	socket string
+}
+
+func (s *socketExec) ExecPlugin(ctx context.Context, path string, stdin []byte, environ []string) ([]byte, error) {
+	return s.DefaultExec.ExecPlugin(ctx, path, stdin, append(environ, cniproto.SocketPathEnv+"="+s.socket))
+}
+
+// StartCluster starts the controller and one agent per node name.
+func StartCluster(ctx context.Context, cp *framework.ControlPlane, bins *Binaries, dir string, nodes ...string) (_ *Cluster, err error) {
+	c := &Cluster{CP: cp, dir: dir, bins: bins, Sim: &framework.KubeVirtSim{C: cp.Client}, sandboxes: map[types.UID]*Sandbox{}}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := c.Sim.SetFeatureGate(ctx, true); err != nil {
+		return nil, err
+	}
+	ns := &corev1.Namespace{}
+	ns.Name = ControllerNamespace
+	if err := cp.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	if c.Controller, err = StartController(bins.Controller, cp.KubeconfigPath, dir, 2*time.Second); err != nil {
+		return nil, err
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d/mutate-v1-pod", c.Controller.WebhookPort)
+	if err := cp.RegisterPodWebhook(ctx, WebhookConfigName, "", url, nil); err != nil {
+		return nil, err
+	}
+	if err := c.Controller.WaitReady(ctx, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	for _, name := range nodes {
+		n, err := c.startNode(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	probeNS := &corev1.Namespace{}
+	probeNS.GenerateName = "probe-"
+	if err := cp.Client.Create(ctx, probeNS); err != nil {
+		return nil, err
+	}
+	if err := cp.WaitWebhookCalled(ctx, probeNS.Name); err != nil {
+		return nil, fmt.Errorf("the API server does not call the controller's webhook: %w; controller log:\n%s", err, c.Controller.Tail(40))
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	c.stop, c.loopDone = cancel, make(chan struct{})
+	go c.kubelet(loopCtx)
+	return c, nil
+}
+
+func (c *Cluster) startNode(ctx context.Context, name string) (*Node, error) {
+	n := &Node{Name: name, dir: filepath.Join(c.dir, name), bins: c.bins, kube: c.CP.KubeconfigPath}
+	if err := EnsureNode(ctx, c.CP.Client, name); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	if err := n.StartAgent(ctx); err != nil {
+		return nil, err
+	}
+	n.BinDir = filepath.Join(n.dir, "opt-cni-bin")
+	if err := os.MkdirAll(n.BinDir, 0o755); err != nil {
+		return nil, err
+	}
+	links := map[string]string{"multus": c.CP.Tools.Multus, "ipkeeper": filepath.Join(n.Agent.CNIBinDir, "ipkeeper")}
+	for _, p := range []string{"bridge", "loopback", "host-local"} {
+		links[p] = filepath.Join(c.CP.Tools.CNIPluginsDir, p)
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(n.BinDir, name)); err != nil && !os.IsExist(err) {
+			return nil, err
+		}
+	}
+	raw, err := json.Marshal(map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "multus-cni-network",
+		"plugins": []any{map[string]any{
+			"type":       "multus",
+			"kubeconfig": c.CP.KubeconfigPath,
+			"binDir":     n.BinDir,
+			"cniDir":     filepath.Join(n.dir, "multus-cache"),
+			// The cluster network is not under test: loopback stands for it.
+			"delegates": []any{map[string]any{"cniVersion": "1.0.0", "name": "cluster", "plugins": []any{map[string]any{"type": "loopback"}}}},
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if n.multus, err = libcni.NetworkConfFromBytes(raw); err != nil {
+		return nil, err
+	}
+	// Plugins' stderr (Multus logs there) goes to the node's CNI log.
+	n.CNILog = filepath.Join(n.dir, "cni.log")
+	cniLog, err := os.OpenFile(n.CNILog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	c.closers = append(c.closers, cniLog)
+	n.cni = libcni.NewCNIConfigWithCacheDir([]string{n.BinDir}, filepath.Join(n.dir, "cni-cache"), &socketExec{
+		DefaultExec: invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: cniLog}, PluginDecoder: version.PluginDecoder{}},
+		socket:      n.Agent.Socket,
+	})
+	return n, nil
+}
+
+// StartAgent (re)starts the node's agent and waits until it serves.
+func (n *Node) StartAgent(ctx context.Context) error {
+	a, err := StartAgent(AgentOptions{Binary: n.bins.Agent, Kubeconfig: n.kube, NodeName: n.Name, Dir: n.dir})
+	if err != nil {
+		return err
+	}
+	n.Agent = a
+	return a.WaitReady(ctx, 2*time.Minute)
+}
+
+// Node returns the node named name.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// RunPod does what the kubelet does for a new pod bound to its node: a
+// sandbox network namespace, then the node's CNI (Multus) ADD.
+func (c *Cluster) RunPod(ctx context.Context, pod *corev1.Pod) (*Sandbox, error) {
+	n := c.Node(pod.Spec.NodeName)
+	if n == nil {
+		return nil, fmt.Errorf("pod %s/%s is bound to %q, not a node of this cluster", pod.Namespace, pod.Name, pod.Spec.NodeName)
+	}
+	id := make([]byte, 32)
+	_, _ = rand.Read(id)
+	s := &Sandbox{Pod: pod, Node: n, ContainerID: hex.EncodeToString(id)}
+	name := "ipkc-" + s.ContainerID[:10]
+	if out, err := ipCmd(ctx, "netns", "add", name); err != nil {
+		return nil, fmt.Errorf("creating sandbox netns: %w: %s", err, out)
+	}
+	if out, err := ipCmd(ctx, "-n", name, "link", "set", "lo", "up"); err != nil {
+		return nil, fmt.Errorf("setting lo up: %w: %s", err, out)
+	}
+	s.NetNS = &NetNS{Name: name, Path: filepath.Join("/var/run/netns", name)}
+	s.rt = &libcni.RuntimeConf{
+		ContainerID: s.ContainerID,
+		NetNS:       s.NetNS.Path,
+		IfName:      "eth0",
+		Args: [][2]string{
+			{"IgnoreUnknown", "1"},
+			{"K8S_POD_NAMESPACE", pod.Namespace},
+			{"K8S_POD_NAME", pod.Name},
+			{"K8S_POD_INFRA_CONTAINER_ID", s.ContainerID},
+			{"K8S_POD_UID", string(pod.UID)},
+		},
+	}
+	c.mu.Lock()
+	c.sandboxes[pod.UID] = s
+	c.mu.Unlock()
+	addCtx, cancel := context.WithTimeout(ctx, cniTimeout)
+	defer cancel()
+	if _, err := n.cni.AddNetworkList(addCtx, n.multus, s.rt); err != nil {
+		// As the kubelet does, tear the failed sandbox down; it retries later.
+		c.teardown(ctx, s)
+		return nil, fmt.Errorf("ADD of pod %s/%s on %s: %w", pod.Namespace, pod.Name, n.Name, err)
+	}
+	return s, nil
+}
+
+// teardown runs Multus DEL and removes the sandbox namespace; it keeps the
+// sandbox for a retry when DEL fails (the agent may be down).
+func (c *Cluster) teardown(ctx context.Context, s *Sandbox) bool {
+	delCtx, cancel := context.WithTimeout(ctx, cniTimeout)
+	defer cancel()
+	if err := s.Node.cni.DelNetworkList(delCtx, s.Node.multus, s.rt); err != nil {
+		return false
+	}
+	_, _ = ipCmd(ctx, "netns", "delete", s.NetNS.Name)
+	c.mu.Lock()
+	delete(c.sandboxes, s.Pod.UID)
+	c.mu.Unlock()
+	return true
+}
+
+// kubelet finishes pod deletions: sandboxes of terminating or vanished
+// pods are torn down (retried until DEL succeeds) and terminating pods are
+// then removed from the API.
+func (c *Cluster) kubelet(ctx context.Context) {
+	defer close(c.loopDone)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		var pods corev1.PodList
+		if err := c.CP.Client.List(ctx, &pods); err != nil {
+			continue
+		}
+		live := map[types.UID]bool{}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if c.Node(p.Spec.NodeName) == nil {
+				continue
+			}
+			live[p.UID] = true
+			if p.DeletionTimestamp == nil || len(p.Finalizers) > 0 {
+				continue
+			}
+			c.mu.Lock()
+			s := c.sandboxes[p.UID]
+			c.mu.Unlock()
+			if s != nil && !c.teardown(ctx, s) {
+				continue
+			}
+			uid := p.UID
+			_ = c.CP.Client.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid})
+		}
+		c.mu.Lock()
+		var gone []*Sandbox
+		for uid, s := range c.sandboxes {
+			if !live[uid] {
+				gone = append(gone, s)
+			}
+		}
+		c.mu.Unlock()
+		for _, s := range gone {
+			c.teardown(ctx, s)
+		}
+	}
+}
+
+// Sandbox returns the running sandbox of a pod, or nil.
+func (c *Cluster) Sandbox(uid types.UID) *Sandbox {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sandboxes[uid]
+}
+
+// Stop stops the kubelet loop, tears down the sandboxes left, and stops the
+// agents and the controller.
+func (c *Cluster) Stop() {
+	if c.stop != nil {
+		c.stop()
+		<-c.loopDone
+	}
+	c.mu.Lock()
+	var left []*Sandbox
+	for _, s := range c.sandboxes {
+		left = append(left, s)
+	}
+	c.mu.Unlock()
+	for _, s := range left {
+		if !c.teardown(context.Background(), s) {
+			_, _ = ipCmd(context.Background(), "netns", "delete", s.NetNS.Name)
+		}
+	}
+	for _, n := range c.Nodes {
+		if n.Agent != nil {
+			_ = n.Agent.Stop()
+		}
+	}
+	if c.Controller != nil {
+		c.Controller.Stop()
+	}
+	for _, cl := range c.closers {
+		_ = cl.Close()
+	}
+}
+
+// Addr returns the one address of ifname in the sandbox (ip addr).
+func (s *Sandbox) Addr(ctx context.Context, ifname string) (netip.Prefix, error) {
+	addrs, err := s.NetNS.Addrs(ctx, ifname)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if len(addrs) != 1 {
+		return netip.Prefix{}, fmt.Errorf("pod %s/%s: %s has addresses %v, want one", s.Pod.Namespace, s.Pod.Name, ifname, addrs)
+	}
+	return addrs[0], nil
+}
+
+// DumpOnFailure prints component logs and the objects that matter when t fails.
+func (c *Cluster) DumpOnFailure(t testing.TB, namespace string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "--- ipkeeper-controller log (%s)\n%s\n", c.Controller.LogPath, c.Controller.Tail(60))
+		for _, n := range c.Nodes {
+			fmt.Fprintf(&b, "--- ipkeeper-agent %s log (%s)\n%s\n", n.Name, n.Agent.LogPath, n.Agent.Tail(30))
+			fmt.Fprintf(&b, "--- CNI plugins' log on %s (%s)\n%s\n", n.Name, n.CNILog, tailFile(n.CNILog, 15))
+		}
+		ctx := context.Background()
+		var claims ipamclaimsv1alpha1.IPAMClaimList
+		if err := c.CP.Client.List(ctx, &claims, client.InNamespace(namespace)); err == nil {
+			b.WriteString("--- IPAMClaims\n")
+			for _, cl := range claims.Items {
+				fmt.Fprintf(&b, "%s network=%s iface=%s ips=%v finalizers=%v deleting=%v owners=%v\n", cl.Name, cl.Spec.Network, cl.Spec.Interface, cl.Status.IPs, cl.Finalizers, cl.DeletionTimestamp != nil, cl.OwnerReferences)
+			}
+		}
+		var res ipkv1alpha1.IPReservationList
+		if err := c.CP.Client.List(ctx, &res); err == nil {
+			b.WriteString("--- IPReservations\n")
+			lines := []string{}
+			for _, r := range res.Items {
+				lines = append(lines, fmt.Sprintf("%s %s owner=%s %s/%s node=%s", r.Spec.Network, r.Spec.IP, r.Spec.Owner.Kind, r.Spec.Owner.Namespace, r.Spec.Owner.Name, r.Spec.Node))
+			}
+			sort.Strings(lines)
+			b.WriteString(strings.Join(lines, "\n") + "\n")
+		}
+		var pods corev1.PodList
+		if err := c.CP.Client.List(ctx, &pods, client.InNamespace(namespace)); err == nil {
+			b.WriteString("--- pods\n")
+			for _, p := range pods.Items {
+				fmt.Fprintf(&b, "%s node=%s deleting=%v networks=%s\n", p.Name, p.Spec.NodeName, p.DeletionTimestamp != nil, p.Annotations["k8s.v1.cni.cncf.io/networks"])
+			}
+		}
+		t.Log(b.String())
+	})
+}
+
+func tailFile(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(unreadable: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,148 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
+)
+
+// TestDemo is `make demo`: a guided walk through scenarios 1-4 on the
+// Cluster, printing what happened at each step. It runs only when
+// IPKEEPER_DEMO is set; it asserts the same facts as the system tests so a
+// broken demo fails instead of printing nonsense.
+func TestDemo(t *testing.T) {
+	if os.Getenv("IPKEEPER_DEMO") == "" {
+		t.Skip("the demo runs with `make demo` (IPKEEPER_DEMO=1)")
+	}
+	c := cluster(t)
+	ctx := context.Background()
+	const ns = "demo"
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	if err := c.CP.Client.Create(ctx, nsObj); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CP.Client.Delete(context.Background(), nsObj) })
+	c.DumpOnFailure(t, ns)
+	DeleteHostLinkOnCleanup(t, "br-blue")
+	say := func(format string, args ...any) { fmt.Printf("\n\033[1m==> "+format+"\033[0m\n", args...) }
+	show := func(args ...string) {
+		fmt.Printf("$ kubectl %s\n", strings.Join(args, " "))
+		out, err := c.CP.Kubectl(ctx, nil, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Print(string(out))
+	}
+	guest := func(s *Sandbox, ifname string) string {
+		addr := s.MustAddr(t, ifname)
+		out, err := ipCmd(ctx, "-n", s.NetNS.Name, "-br", "-4", "addr", "show", "dev", ifname)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("$ ip -n %s -br -4 addr show dev %s    # pod %s on %s\n%s", s.NetNS.Name, ifname, s.Pod.Name, s.Node.Name, out)
+		return addr.String()
+	}
+
+	say("What runs here")
+	fmt.Println(`Real: etcd, kube-apiserver, kube-controller-manager (garbage collector), ipkeeper-controller
+(claims controller, pod webhook, reservation garbage collector) and three ipkeeper-agent processes
+standing for nodes node-a, node-b and node-c; Multus (thin plugin) -> bridge -> ipkeeper in Linux
+network namespaces on this machine.
+Simulated: KubeVirt (no VMs can run here: a small simulator writes the VMI, launcher pods and
+migrations virt-controller would write) and the kubelet (the demo creates each pod's network
+namespace and runs Multus as the kubelet would). The "guest-side address" is the address on the
+launcher pod's interface for the VM network, which KubeVirt's bridge binding hands to the guest.`)
+
+	say("1. A NetworkAttachmentDefinition with allowPersistentIPs, and a VM (docs/examples)")
+	show("apply", "-n", ns, "-f", repoFile(t, "docs/examples/nad-blue.yaml"), "-f", repoFile(t, "docs/examples/vm-blue.yaml"))
+	c.WaitClaim(t, ns, "vm-blue.blue")
+	fmt.Println("The controller made the VM's IPAMClaim before the VM runs:")
+	show("get", "vm,ipamclaims", "-n", ns)
+
+	var vm kubevirtv1.VirtualMachine
+	if err := c.CP.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm-blue"}, &vm); err != nil {
+		t.Fatal(err)
+	}
+	say("Start the VM: its launcher pod runs on node-a")
+	_, launcher := c.StartVM(t, &vm, "node-a")
+	iface := kubevirt.PodInterfaceName("blue")
+	vmAddr := guest(launcher, iface)
+	c.WaitClaimIPs(t, ns, "vm-blue.blue")
+	show("get", "ipamclaims,ipreservations", "-n", ns)
+	say("A plain pod on the same network, on node-b, gets another address and reaches the VM")
+	plain := c.MustRun(t, c.PlainPod(t, ns, "plain", "node-b", "blue"))
+	plainAddr := guest(plain, "net1")
+	fmt.Printf("$ ip netns exec %s ping -c1 %s\n", plain.NetNS.Name, strings.Split(vmAddr, "/")[0])
+	mustPing(t, plain, launcher.MustAddr(t, iface).Addr())
+	fmt.Println("reply received")
+
+	say("2. Stop the VM and start it again; the new launcher pod lands on node-b")
+	if err := c.Sim.Stop(ctx, &vm); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitGone(t, launcher.Pod)
+	show("get", "ipamclaims,ipreservations", "-n", ns)
+	vmi, launcher := c.StartVM(t, &vm, "node-b")
+	if got := guest(launcher, iface); got != vmAddr {
+		t.Fatalf("after restart the VM has %s, want %s", got, vmAddr)
+	}
+	fmt.Println("Same address.")
+
+	say("3. Live migration to node-c: the target launcher gets the address while the source still runs")
+	target, err := c.Sim.Migrate(ctx, vmi, "node-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	targetBox := c.MustRun(t, c.podOf(t, target))
+	if got := guest(targetBox, iface); got != vmAddr {
+		t.Fatalf("migration target has %s, want %s", got, vmAddr)
+	}
+	show("get", "pods", "-n", ns, "-o", "wide")
+	say("The source goes; the target keeps the address")
+	if err := c.CP.Client.Delete(ctx, launcher.Pod); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitGone(t, launcher.Pod)
+	guest(targetBox, iface)
+	mustPing(t, targetBox, plain.MustAddr(t, "net1").Addr())
+	show("get", "ipamclaims", "-n", ns)
+
+	say("4. Delete the VM: the claim goes, the reservation is released")
+	if err := c.CP.Client.Delete(ctx, &vm); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitGone(t, &vm)
+	if err := waitNoClaims(ctx, c, ns); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitReservations(t, "tenant-blue", 1)
+	show("get", "vm,ipamclaims,ipreservations", "-n", ns)
+	fmt.Printf("Only the plain pod's address (%s) is still reserved.\n", plainAddr)
+	say("Done; cleaning up")
+}
+
+func waitNoClaims(ctx context.Context, c *Cluster, ns string) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		out, err := c.CP.Kubectl(ctx, nil, "get", "ipamclaims", "-n", ns, "-o", "name")
+		if err == nil && strings.TrimSpace(string(out)) == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("claims left in %s", ns)
+}

@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// BridgeNAD creates a NAD for a bridge network (a new host bridge, deleted
+// when t ends) delegating IPAM to ipkeeper with the given ipam keys.
+func (c *Cluster) BridgeNAD(t testing.TB, namespace, name, network string, persistent bool, ipam map[string]any) {
+	t.Helper()
+	bridge := "ipkc" + UniqueSuffix(8)
+	DeleteHostLinkOnCleanup(t, bridge)
+	ipam["type"] = "ipkeeper"
+	conf, err := json.Marshal(map[string]any{
+		"cniVersion": "1.0.0", "name": network, "type": "bridge", "bridge": bridge,
+		"allowPersistentIPs": persistent, "ipam": ipam,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nad := &nadv1.NetworkAttachmentDefinition{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: string(conf)},
+	}
+	if err := c.CP.Client.Create(context.Background(), nad); err != nil {
+		t.Fatalf("creating NAD %s/%s: %v", namespace, name, err)
+	}
+}
+
+// PlainPod creates an ordinary pod on node attached to nad as net1.
+func (c *Cluster) PlainPod(t testing.TB, namespace, name, node, nad string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: map[string]string{
+			"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(`[{"name":%q,"interface":"net1"}]`, nad),
+		}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	if err := c.CP.Client.Create(context.Background(), pod); err != nil {
+		t.Fatalf("creating pod %s/%s: %v", namespace, name, err)
+	}
+	return pod
+}
+
+// MustRun is RunPod that fails t.
+func (c *Cluster) MustRun(t testing.TB, pod *corev1.Pod) *Sandbox {
+	t.Helper()
+	s, err := c.RunPod(context.Background(), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// MustAddr is Addr that fails t.
+func (s *Sandbox) MustAddr(t testing.TB, ifname string) netip.Prefix {
+	t.Helper()
+	p, err := s.Addr(context.Background(), ifname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// WaitClaimIPs waits until the claim exists with status.ips set.
+func (c *Cluster) WaitClaimIPs(t testing.TB, namespace, name string) *ipamclaimsv1alpha1.IPAMClaim {
+	t.Helper()
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	if err := framework.Eventually(context.Background(), 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		err := c.CP.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &claim)
+		return err == nil && len(claim.Status.IPs) > 0, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("IPAMClaim %s/%s never got addresses: %v", namespace, name, err)
+	}
+	return &claim
+}
+
+// WaitClaim waits until the claim exists.
+func (c *Cluster) WaitClaim(t testing.TB, namespace, name string) *ipamclaimsv1alpha1.IPAMClaim {
+	t.Helper()
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	if err := framework.Eventually(context.Background(), 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		err := c.CP.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &claim)
+		return err == nil, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("IPAMClaim %s/%s never appeared: %v", namespace, name, err)
+	}
+	return &claim
+}
+
+// WaitGone waits until obj no longer exists.
+func (c *Cluster) WaitGone(t testing.TB, obj client.Object) {
+	t.Helper()
+	if err := framework.Eventually(context.Background(), 90*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		err := c.CP.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("%T %s still exists: %v", obj, client.ObjectKeyFromObject(obj), err)
+	}
+}
+
+// Reservations lists the reservations of network.
+func (c *Cluster) Reservations(t testing.TB, network string) []ipkv1alpha1.IPReservation {
+	t.Helper()
+	var list ipkv1alpha1.IPReservationList
+	if err := c.CP.Client.List(context.Background(), &list, client.MatchingFields{"spec.network": network}); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// WaitReservations waits until network has exactly n reservations.
+func (c *Cluster) WaitReservations(t testing.TB, network string, n int) {
+	t.Helper()
+	got := -1
+	if err := framework.Eventually(context.Background(), 90*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
+		got = len(c.Reservations(t, network))
+		return got == n, nil
+	}); err != nil {
+		t.Fatalf("network %s has %d reservations, want %d: %v", network, got, n, err)
+	}
+}
+
+// LauncherOf returns the launcher pod the simulator created for vmi, read live.
+func (c *Cluster) podOf(t testing.TB, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	var live corev1.Pod
+	if err := c.CP.Client.Get(context.Background(), client.ObjectKeyFromObject(p), &live); err != nil {
+		t.Fatal(err)
+	}
+	return &live
+}
+
+// StartVM starts vm with its launcher pod on node and runs the pod.
+func (c *Cluster) StartVM(t testing.TB, vm *kubevirtv1.VirtualMachine, node string) (*kubevirtv1.VirtualMachineInstance, *Sandbox) {
+	t.Helper()
+	vmi, pod, err := c.Sim.Start(context.Background(), vm, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vmi, c.MustRun(t, c.podOf(t, pod))
+}
+
+// repoFile is a path in the checkout.
+func repoFile(t testing.TB, rel string) string {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root + "/" + rel
+}
