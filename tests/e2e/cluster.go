@@ -77,7 +77,9 @@ type Node struct {
 
 // Sandbox is a pod's network namespace, attached through Multus.
 type Sandbox struct {
+	// Pod is the test's copy of the pod; the kubelet loop uses only uid.
 	Pod         *corev1.Pod
+	uid         types.UID
 	Node        *Node
 	NetNS       *NetNS
 	ContainerID string
@@ -229,7 +231,7 @@ func (c *Cluster) RunPod(ctx context.Context, pod *corev1.Pod) (*Sandbox, error)
 	}
 	id := make([]byte, 32)
 	_, _ = rand.Read(id)
-	s := &Sandbox{Pod: pod, Node: n, ContainerID: hex.EncodeToString(id)}
+	s := &Sandbox{Pod: pod.DeepCopy(), uid: pod.UID, Node: n, ContainerID: hex.EncodeToString(id)}
 	name := "ipkc-" + s.ContainerID[:10]
 	if out, err := ipCmd(ctx, "netns", "add", name); err != nil {
 		return nil, fmt.Errorf("creating sandbox netns: %w: %s", err, out)
@@ -273,7 +275,7 @@ func (c *Cluster) teardown(ctx context.Context, s *Sandbox) bool {
 	}
 	_, _ = ipCmd(ctx, "netns", "delete", s.NetNS.Name)
 	c.mu.Lock()
-	delete(c.sandboxes, s.Pod.UID)
+	delete(c.sandboxes, s.uid)
 	c.mu.Unlock()
 	return true
 }

@@ -117,8 +117,15 @@ func TestSystemVMDeletionReleasesAddress(t *testing.T) {
 	ns := c.CP.NewNamespace(t, "sys-del")
 	c.DumpOnFailure(t, ns)
 	const network = "sys-one"
-	c.BridgeNAD(t, ns, "one", network, true, map[string]any{"range": "10.82.0.0/24", "range_start": "10.82.0.10", "range_end": "10.82.0.10"})
+	// Two addresses: a peer pod holds one for the whole test (and answers
+	// pings), the VMs and the next pods compete for the other.
+	c.BridgeNAD(t, ns, "one", network, true, map[string]any{"range": "10.82.0.0/24", "range_start": "10.82.0.10", "range_end": "10.82.0.11"})
+	peer := c.MustRun(t, c.PlainPod(t, ns, "peer", "node-c", "one"))
+	peerAddr := peer.MustAddr(t, "net1").Addr()
 	only := netip.MustParseAddr("10.82.0.10")
+	if peerAddr == only {
+		only = netip.MustParseAddr("10.82.0.11")
+	}
 
 	for i, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground} {
 		t.Run(string(policy), func(t *testing.T) {
@@ -131,6 +138,7 @@ func TestSystemVMDeletionReleasesAddress(t *testing.T) {
 			if got := launcher.MustAddr(t, kubevirt.PodInterfaceName("one")); got.Addr() != only {
 				t.Fatalf("VM got %s, want %s", got, only)
 			}
+			mustPing(t, launcher, peerAddr)
 			waiting := c.PlainPod(t, ns, fmt.Sprintf("next-%d", i), "node-b", "one")
 			if _, err := c.RunPod(ctx, waiting); err == nil || !strings.Contains(err.Error(), "exhausted") {
 				t.Fatalf("a pod got an address while the VM holds the only one: %v", err)
@@ -142,16 +150,17 @@ func TestSystemVMDeletionReleasesAddress(t *testing.T) {
 			}
 			c.WaitGone(t, vm)
 			c.WaitGone(t, claim)
-			c.WaitReservations(t, network, 0)
+			c.WaitReservations(t, network, 1) // only the peer's
 			next := c.MustRun(t, c.podOf(t, waiting))
 			if got := next.MustAddr(t, "net1"); got.Addr() != only {
 				t.Fatalf("the next pod got %s, want the released %s", got, only)
 			}
+			mustPing(t, next, peerAddr)
 			if err := c.CP.Client.Delete(ctx, next.Pod); err != nil {
 				t.Fatal(err)
 			}
 			c.WaitGone(t, next.Pod)
-			c.WaitReservations(t, network, 0)
+			c.WaitReservations(t, network, 1) // the peer's
 		})
 	}
 }
@@ -240,6 +249,8 @@ func TestSystemAgentKilledDuringStorm(t *testing.T) {
 		seen[addr] = p.Name
 	}
 	c.WaitReservations(t, network, n)
+	first, last := c.Sandbox(pods[0].UID), c.Sandbox(pods[n-1].UID)
+	mustPing(t, last, first.MustAddr(t, "net1").Addr())
 
 	// A node crash: the agent is gone while pods are deleted, so no DEL can
 	// release their addresses; the controller's garbage collector must.
@@ -320,6 +331,8 @@ func TestSystemControllerRestart(t *testing.T) {
 	}
 	_, launcher := c.StartVM(t, after, "node-b")
 	addr := launcher.MustAddr(t, kubevirt.PodInterfaceName("blue"))
+	peer := c.MustRun(t, c.PlainPod(t, ns, "peer", "node-a", "blue"))
+	mustPing(t, peer, addr.Addr())
 	claim := c.WaitClaimIPs(t, ns, after.Name+".blue")
 	if !slices.Equal(claim.Status.IPs, []string{addr.String()}) {
 		t.Fatalf("claim status.ips = %v, launcher has %s", claim.Status.IPs, addr)
