@@ -172,7 +172,7 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r ipamconfig.R
 		}
 		e, err := a.create(ctx, req, static, owner)
 		if errors.Is(err, ErrTaken) {
-			return entry{}, a.fail("conflict", codeInternal, a.describeHolder(ctx, network, static))
+			return entry{}, a.fail("conflict", codeInternal, a.describeHolder(ctx, "static IP", network, static))
 		}
 		return e, err
 	}
@@ -258,15 +258,16 @@ func (a *Agent) create(ctx context.Context, req *request, ip netip.Addr, owner i
 	return e, nil
 }
 
-// describeHolder explains who holds a statically requested address.
-func (a *Agent) describeHolder(ctx context.Context, network string, ip netip.Addr) error {
+// describeHolder explains who holds an address that was asked for by
+// name: what says how ("static IP", or "address" for a claim's).
+func (a *Agent) describeHolder(ctx context.Context, what, network string, ip netip.Addr) error {
 	name := reservation.Name(network, ip)
 	r, err := a.store.Get(ctx, name)
 	if err != nil {
-		return fmt.Errorf("static IP %s on network %q is already reserved (reservation %s)", ip, network, name)
+		return fmt.Errorf("%s %s on network %q is already reserved (reservation %s)", what, ip, network, name)
 	}
 	o := r.Spec.Owner
-	return fmt.Errorf("static IP %s on network %q is already reserved by %s %s/%s (reservation %s)", ip, network, o.Kind, o.Namespace, o.Name, name)
+	return fmt.Errorf("%s %s on network %q is already reserved by %s %s/%s (reservation %s)", what, ip, network, o.Kind, o.Namespace, o.Name, name)
 }
 
 func staticFor(cfg *ipamconfig.Config, r ipamconfig.Range) (netip.Addr, bool) {

@@ -140,7 +140,7 @@ func (a *Agent) ensureClaimReservation(ctx context.Context, req *request, ip net
 	}
 	_, err := a.create(ctx, req, ip, owner)
 	if errors.Is(err, ErrTaken) {
-		return a.fail("conflict", codeInternal, fmt.Errorf("IPAMClaim %s/%s: %w", owner.Namespace, owner.Name, a.describeHolder(ctx, req.cfg.Name, ip)))
+		return a.fail("conflict", codeInternal, fmt.Errorf("IPAMClaim %s/%s: %w", owner.Namespace, owner.Name, a.describeHolder(ctx, "address", req.cfg.Name, ip)))
 	}
 	return err
 }

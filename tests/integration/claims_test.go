@@ -290,7 +290,7 @@ func TestClaimFailuresSetConditions(t *testing.T) {
 	}
 	pod2 := createLaunchers(t, ns, a.Node, "conflict", conflicted.Name, 1)[0]
 	_, err = a.Add(ctx, pod2, launcherIf, conf)
-	mustContain(t, err, taken, "already reserved")
+	mustContain(t, err, "IPAMClaim "+ns+"/vm-conflict.blue: address "+taken, "already reserved")
 	assertCondition(t, ns, conflicted.Name, "IPAddressConflict")
 
 	// An address outside the network's ranges: error, nothing released.
