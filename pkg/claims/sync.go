@@ -6,13 +6,17 @@ import (
 	"strings"
 	"time"
 
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -24,9 +28,8 @@ import (
 
 // ownerSync is the create path shared by the VM and VMI reconcilers.
 type ownerSync struct {
-	client   client.Client
-	recorder record.EventRecorder
-	gate     kubevirt.Gate
+	claimWriter
+	gate kubevirt.Gate
 	// backoff spaces out retries of owners whose claim names are held by
 	// someone else: the claim watch re-queues them as soon as the old claim
 	// goes, so the retry is only a safety net and must not spin.
@@ -35,10 +38,9 @@ type ownerSync struct {
 
 func newOwnerSync(c client.Client, recorder record.EventRecorder, gate kubevirt.Gate) *ownerSync {
 	return &ownerSync{
-		client:   c,
-		recorder: recorder,
-		gate:     gate,
-		backoff:  workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
+		claimWriter: claimWriter{client: c, recorder: recorder},
+		gate:        gate,
+		backoff:     workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
 	}
 }
 
@@ -69,11 +71,6 @@ func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj cl
 	return reconcile.Result{}, nil
 }
 
-func (s *ownerSync) ensure(ctx context.Context, ownerObj client.Object, owner Owner, want []Desired) (ensureResult, error) {
-	w := claimWriter{client: s.client, recorder: s.recorder}
-	return w.ensure(ctx, ownerObj, owner, want)
-}
-
 // readNAD reads a NAD from the cache and parses it.
 func (s *ownerSync) readNAD(ctx context.Context, key types.NamespacedName) (nad.Network, error) {
 	var n nadv1.NetworkAttachmentDefinition
@@ -87,8 +84,9 @@ func (s *ownerSync) readNAD(ctx context.Context, key types.NamespacedName) (nad.
 }
 
 // requestsForNAD maps a NAD to the owners (VMs or VMIs, by list) using it.
-func requestsForNAD(c client.Client, list client.ObjectList) handler.MapFunc {
+func requestsForNAD(c client.Client, newList func() client.ObjectList) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		list := newList()
 		key := types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}.String()
 		if err := c.List(ctx, list, client.MatchingFields{indexNAD: key}); err != nil {
 			log.FromContext(ctx).Error(err, "listing users of a NetworkAttachmentDefinition", "nad", key)
@@ -99,8 +97,9 @@ func requestsForNAD(c client.Client, list client.ObjectList) handler.MapFunc {
 }
 
 // requestsForAll maps an event (the KubeVirt CR changing) to every owner.
-func requestsForAll(c client.Client, list client.ObjectList) handler.MapFunc {
+func requestsForAll(c client.Client, newList func() client.ObjectList) handler.MapFunc {
 	return func(ctx context.Context, _ client.Object) []reconcile.Request {
+		list := newList()
 		if err := c.List(ctx, list); err != nil {
 			log.FromContext(ctx).Error(err, "listing owners after a feature gate change")
 			return nil
@@ -120,15 +119,28 @@ func requestsForClaimOwner(ctx context.Context, o client.Object) []reconcile.Req
 
 func requestsOf(list client.ObjectList) []reconcile.Request {
 	var reqs []reconcile.Request
-	switch l := list.(type) {
-	case *kubevirtv1.VirtualMachineList:
-		for i := range l.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&l.Items[i])})
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		if obj, ok := o.(client.Object); ok {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
 		}
-	case *kubevirtv1.VirtualMachineInstanceList:
-		for i := range l.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&l.Items[i])})
-		}
-	}
+		return nil
+	})
 	return reqs
+}
+
+// setupOwnerController registers the VM or VMI reconciler: the owner
+// itself, claims (by owner name, which also brings back an owner waiting
+// for a same-name claim to go), NADs (by the owners using them) and, when
+// the gate is read from it, the KubeVirt CR (every owner).
+func setupOwnerController(mgr ctrl.Manager, name string, owner client.Object, list func() client.ObjectList, watchKubeVirt bool, r reconcile.Reconciler) error {
+	c := mgr.GetClient()
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named(name).
+		For(owner).
+		Watches(&ipamclaimsv1alpha1.IPAMClaim{}, handler.EnqueueRequestsFromMapFunc(requestsForClaimOwner)).
+		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(requestsForNAD(c, list)))
+	if watchKubeVirt {
+		b = b.Watches(&kubevirtv1.KubeVirt{}, handler.EnqueueRequestsFromMapFunc(requestsForAll(c, list)))
+	}
+	return b.Complete(r)
 }

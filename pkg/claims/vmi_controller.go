@@ -5,13 +5,11 @@ import (
 	"fmt"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
-	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/record"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
@@ -77,13 +75,6 @@ func (r *VMIReconciler) orphanedFromVM(ctx context.Context, vmi *kubevirtv1.Virt
 // SetupWithManager registers the reconciler.
 func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate)
-	b := ctrl.NewControllerManagedBy(mgr).
-		Named("vmi-claims").
-		For(&kubevirtv1.VirtualMachineInstance{}).
-		Watches(&ipamclaimsv1alpha1.IPAMClaim{}, handler.EnqueueRequestsFromMapFunc(requestsForClaimOwner)).
-		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(requestsForNAD(r.Client, &kubevirtv1.VirtualMachineInstanceList{})))
-	if r.WatchKubeVirt {
-		b = b.Watches(&kubevirtv1.KubeVirt{}, handler.EnqueueRequestsFromMapFunc(requestsForAll(r.Client, &kubevirtv1.VirtualMachineInstanceList{})))
-	}
-	return b.Complete(r)
+	return setupOwnerController(mgr, "vmi-claims", &kubevirtv1.VirtualMachineInstance{},
+		func() client.ObjectList { return &kubevirtv1.VirtualMachineInstanceList{} }, r.WatchKubeVirt, r)
 }

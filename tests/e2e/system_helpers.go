@@ -137,7 +137,7 @@ func (c *Cluster) WaitReservations(t testing.TB, network string, n int) {
 	}
 }
 
-// LauncherOf returns the launcher pod the simulator created for vmi, read live.
+// podOf reads a pod live, as the kubelet sees it when it runs the sandbox.
 func (c *Cluster) podOf(t testing.TB, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	var live corev1.Pod

@@ -180,7 +180,16 @@ func (a *Agent) CounterSum(name string) float64 { return a.CounterWhere(name, ""
 // CounterWhere sums the series of a counter family whose label has value
 // (every series when label is empty).
 func (a *Agent) CounterWhere(name, label, value string) float64 {
-	mfs, err := a.Registry.Gather()
+	return CounterWhere(a.Registry, name, label, value)
+}
+
+// Gauge returns the value of an unlabelled gauge from the agent's metrics.
+func (a *Agent) Gauge(name string) float64 { return Gauge(a.Registry, name) }
+
+// CounterWhere sums the series of a counter family in g whose label has
+// value (every series when label is empty); 0 when g cannot be gathered.
+func CounterWhere(g prometheus.Gatherer, name, label, value string) float64 {
+	mfs, err := g.Gather()
 	if err != nil {
 		return 0
 	}
@@ -207,9 +216,9 @@ func hasLabel(pairs []*dto.LabelPair, name, value string) bool {
 	return false
 }
 
-// Gauge returns the value of an unlabelled gauge from the agent's metrics.
-func (a *Agent) Gauge(name string) float64 {
-	mfs, err := a.Registry.Gather()
+// Gauge returns the value of an unlabelled gauge in g.
+func Gauge(g prometheus.Gatherer, name string) float64 {
+	mfs, err := g.Gather()
 	if err != nil {
 		return 0
 	}

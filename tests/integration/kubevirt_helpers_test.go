@@ -10,7 +10,6 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -156,40 +155,10 @@ func waitEvent(t testing.TB, obj client.Object, reason, want string) {
 	}
 }
 
-// counter reads a counter from the controller's (process-wide) registry.
-func counter(t testing.TB, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if matches(m, labels) {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-func matches(m *dto.Metric, labels map[string]string) bool {
-	for k, v := range labels {
-		found := false
-		for _, p := range m.GetLabel() {
-			if p.GetName() == k && p.GetValue() == v {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
+// controllerCounter reads a counter from the in-process controller's
+// (process-wide) registry; label "" sums every series.
+func controllerCounter(name, label, value string) float64 {
+	return framework.CounterWhere(metrics.Registry, name, label, value)
 }
 
 // waitReconciled waits until controller has finished at least n more
@@ -198,14 +167,14 @@ func matches(m *dto.Metric, labels map[string]string) bool {
 func waitReconciled(t testing.TB, controllerName string, before float64, n int) {
 	t.Helper()
 	if err := framework.Eventually(context.Background(), 30*time.Second, 50*time.Millisecond, func(context.Context) (bool, error) {
-		return counter(t, "controller_runtime_reconcile_total", map[string]string{"controller": controllerName}) >= before+float64(n), nil
+		return reconciles(controllerName) >= before+float64(n), nil
 	}); err != nil {
 		t.Fatalf("controller %s did not reconcile: %v", controllerName, err)
 	}
 }
 
-func reconciles(t testing.TB, controllerName string) float64 {
-	return counter(t, "controller_runtime_reconcile_total", map[string]string{"controller": controllerName})
+func reconciles(controllerName string) float64 {
+	return controllerCounter("controller_runtime_reconcile_total", "controller", controllerName)
 }
 
 func controllerRef(t testing.TB, c *ipamclaimsv1alpha1.IPAMClaim, owner client.Object, kind string) {

@@ -240,14 +240,14 @@ func TestSameNameVMRecreated(t *testing.T) {
 	}
 	waitGone(t, old)
 
-	conflictsBefore := counter(t, "ipkeeper_controller_claim_conflicts_total", nil)
+	conflictsBefore := controllerCounter("ipkeeper_controller_claim_conflicts_total", "", "")
 	e.sim.HoldFinalizer = ""
 	recreated, err := e.sim.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, recreated, claims.ReasonClaimConflict, "vm1.blue")
-	if counter(t, "ipkeeper_controller_claim_conflicts_total", nil) <= conflictsBefore {
+	if controllerCounter("ipkeeper_controller_claim_conflicts_total", "", "") <= conflictsBefore {
 		t.Error("conflict metric did not move")
 	}
 	// The new VM's launcher must not get the old VM's addresses.
@@ -297,7 +297,7 @@ func TestFeatureGateOffThenOn(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = e.sim.SetFeatureGate(context.Background(), true) })
 
-	before := reconciles(t, "vm-claims")
+	before := reconciles("vm-claims")
 	vm, err := e.sim.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +335,7 @@ func TestFeatureGateOffThenOn(t *testing.T) {
 	if err := e.sim.SetFeatureGate(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	before = reconciles(t, "vm-claims")
+	before = reconciles("vm-claims")
 	waitReconciled(t, "vm-claims", before, 1)
 	if c, err := e.claim(ctx, "vm1.blue"); err != nil || c.DeletionTimestamp != nil {
 		t.Fatalf("turning the gate off touched the claim: %v", err)
@@ -442,7 +442,7 @@ func TestClaimNamesDoNotCollide(t *testing.T) {
 // survived that look.
 func assertKeptAfterReconcile(t *testing.T, e *kvEnv, pod *corev1.Pod, claim string) {
 	t.Helper()
-	before := reconciles(t, "claim-release")
+	before := reconciles("claim-release")
 	if err := e.sim.Touch(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}

@@ -40,8 +40,8 @@ func TestReservationGarbageCollector(t *testing.T) {
 	keptClaim := createClaim(t, e.ns, "kept", network)
 	goneClaim := createClaim(t, e.ns, "gone", network)
 
-	releasedPods := counter(t, "ipkeeper_gc_released_reservations_total", map[string]string{"owner_kind": "Pod"})
-	releasedClaims := counter(t, "ipkeeper_gc_released_reservations_total", map[string]string{"owner_kind": "IPAMClaim"})
+	releasedPods := controllerCounter("ipkeeper_gc_released_reservations_total", "owner_kind", "Pod")
+	releasedClaims := controllerCounter("ipkeeper_gc_released_reservations_total", "owner_kind", "IPAMClaim")
 
 	// Kept ones first: the collector's queue is FIFO with one worker, so
 	// once the later ones are released these have been looked at.
@@ -74,7 +74,7 @@ func TestReservationGarbageCollector(t *testing.T) {
 
 	// The pod's reservation waits out the grace period.
 	if err := framework.Eventually(ctx, 30*time.Second, 20*time.Millisecond, func(context.Context) (bool, error) {
-		return gauge(t, "ipkeeper_gc_pending_reservations") >= 1, nil
+		return framework.Gauge(metrics.Registry, "ipkeeper_gc_pending_reservations") >= 1, nil
 	}); err != nil {
 		t.Fatalf("the deleted pod's reservation never became pending: %v", err)
 	}
@@ -92,26 +92,10 @@ func TestReservationGarbageCollector(t *testing.T) {
 			t.Errorf("reservation %s with a live owner was released: %v", r.Name, err)
 		}
 	}
-	if got := counter(t, "ipkeeper_gc_released_reservations_total", map[string]string{"owner_kind": "Pod"}) - releasedPods; got != 2 {
+	if got := controllerCounter("ipkeeper_gc_released_reservations_total", "owner_kind", "Pod") - releasedPods; got != 2 {
 		t.Errorf("released pod reservations metric moved by %v, want 2", got)
 	}
-	if got := counter(t, "ipkeeper_gc_released_reservations_total", map[string]string{"owner_kind": "IPAMClaim"}) - releasedClaims; got != 1 {
+	if got := controllerCounter("ipkeeper_gc_released_reservations_total", "owner_kind", "IPAMClaim") - releasedClaims; got != 1 {
 		t.Errorf("released claim reservations metric moved by %v, want 1", got)
 	}
-}
-
-func gauge(t testing.TB, name string) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return 0
 }
