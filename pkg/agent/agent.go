@@ -47,17 +47,19 @@ type Options struct {
 
 // Agent serves CNI requests for one node. It implements cniproto.Handler.
 type Agent struct {
-	opts    Options
-	log     *slog.Logger
-	cache   cache.Cache
-	store   Store
-	claims  ClaimStore
-	pods    *podLookup
-	idx     *index
-	locks   *keyLocks
-	metrics *metrics
-	ready   atomic.Bool // caches synced
-	serving atomic.Bool // socket listening
+	opts   Options
+	log    *slog.Logger
+	cache  cache.Cache
+	store  Store
+	claims ClaimStore
+	pods   *podLookup
+	idx    *index
+	locks  *keyLocks
+	// uncertain remembers creates whose response was lost.
+	uncertain *uncertainCreates
+	metrics   *metrics
+	ready     atomic.Bool // caches synced
+	serving   atomic.Bool // socket listening
 }
 
 var _ cniproto.Handler = (*Agent)(nil)
@@ -107,6 +109,8 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		pods:  &podLookup{cached: c, live: live},
 		idx:   newIndex(),
 		locks: newKeyLocks(),
+
+		uncertain: newUncertainCreates(),
 	}
 	if a.metrics, err = newMetrics(opts.Registry, a.idx.len); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ipkeeper/ipkeeper/pkg/allocator"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/pkg/reservation"
 )
@@ -22,10 +23,10 @@ import (
 // them, so tools reading claims work with either IPAM.
 const (
 	conditionIPsAllocated = "IPsAllocated"
-	reasonAllocated       = "SuccessfulAllocation"
-	reasonExhausted       = "SubnetExhausted"
-	reasonConflict        = "IPAddressConflict"
-	reasonInternal        = "InternalError"
+	condReasonAllocated   = "SuccessfulAllocation"
+	condReasonExhausted   = "SubnetExhausted"
+	condReasonConflict    = "IPAddressConflict"
+	condReasonInternal    = "InternalError"
 )
 
 // maxStatusRaces bounds the re-reads when another pod (the other side of a
@@ -40,24 +41,33 @@ const maxStatusRaces = 5
 func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.Pod, claimName string) ([]netip.Prefix, error) {
 	network := req.cfg.Name
 	if !req.cfg.AllowPersistentIPs {
-		return nil, a.fail("invalid", codeInvalidConfig, fmt.Errorf(
+		return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
 			"pod %s/%s interface %s references IPAMClaim %q, but network %q does not allow persistent IPs (set \"allowPersistentIPs\": true at the top level of its NetworkAttachmentDefinition config)",
 			pod.Namespace, pod.Name, req.IfName, claimName, network))
 	}
 	claim, err := a.claims.Wait(ctx, pod.Namespace, claimName, a.opts.ClaimWaitTimeout)
 	if err != nil {
-		return nil, a.fail("claim", codeTryAgainLater, fmt.Errorf("pod %s/%s interface %s: %w", pod.Namespace, pod.Name, req.IfName, err))
+		return nil, fail(reasonClaim, codeTryAgainLater, fmt.Errorf("pod %s/%s interface %s: %w", pod.Namespace, pod.Name, req.IfName, err))
 	}
 	if claim.Spec.Network != "" && claim.Spec.Network != network {
-		return nil, a.fail("invalid", codeInvalidConfig, fmt.Errorf(
+		return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
 			"IPAMClaim %s/%s is for network %q (spec.network), but pod %s/%s interface %s attaches to network %q",
 			claim.Namespace, claim.Name, claim.Spec.Network, pod.Namespace, pod.Name, req.IfName, network))
 	}
-	unlock := a.locks.lock("claim/" + string(claim.UID))
-	defer unlock()
+	h := holder{
+		owner:  ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
+		ifName: req.IfName,
+	}
+	defer a.locks.lock(h.key(network))()
 
 	for range maxStatusRaces {
-		ips, created, err := a.claimAddresses(ctx, req, claim)
+		var ips []netip.Prefix
+		var created []entry
+		if len(claim.Status.IPs) > 0 {
+			ips, err = a.recordedAddresses(ctx, req, claim, h)
+		} else {
+			ips, created, err = a.reserve(ctx, req, h, nil)
+		}
 		if err != nil {
 			a.reportClaimFailure(ctx, claim, err)
 			return nil, err
@@ -67,82 +77,74 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 			return ips, nil
 		}
 		if !apierrors.IsConflict(err) {
-			return nil, a.fail("internal", codeTryAgainLater, err)
+			a.release(context.WithoutCancel(ctx), created, "rollback", nil)
+			return nil, fail(reasonInternal, codeTryAgainLater, err)
 		}
 		fresh, gerr := a.claims.Get(ctx, claim.Namespace, claim.Name)
 		if gerr != nil {
-			return nil, a.fail("claim", codeTryAgainLater, gerr)
+			a.release(context.WithoutCancel(ctx), created, "rollback", nil)
+			return nil, fail(reasonClaim, codeTryAgainLater, gerr)
 		}
 		if fresh.UID != claim.UID {
-			return nil, a.fail("claim", codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s was recreated during the ADD; retry", claim.Namespace, claim.Name))
+			a.release(context.WithoutCancel(ctx), created, "rollback", nil)
+			return nil, fail(reasonClaim, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s was recreated during the ADD; retry", claim.Namespace, claim.Name))
 		}
 		if len(fresh.Status.IPs) > 0 && !sameAddresses(fresh.Status.IPs, ips) {
-			// The other writer's addresses win; drop what this ADD made.
-			if rerr := a.release(ctx, created, "claim-race"); rerr != nil {
-				a.log.Error("releasing addresses that lost a claim status race", "claim", claim.Namespace+"/"+claim.Name, "error", rerr)
-			}
+			// The other writer's addresses win. Drop only what this call
+			// created, and never an address the winner recorded.
+			a.release(context.WithoutCancel(ctx), notRecorded(created, fresh.Status.IPs), "claim-race", nil)
 		}
 		claim = fresh
 	}
-	return nil, a.fail("internal", codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s: status kept changing under %d attempts; retry", claim.Namespace, claim.Name, maxStatusRaces))
+	return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s: status kept changing under %d attempts; retry", claim.Namespace, claim.Name, maxStatusRaces))
 }
 
-// claimAddresses returns the claim's addresses (one per range), making
-// sure each has a reservation owned by the claim; created lists the
-// reservations this call made.
-func (a *Agent) claimAddresses(ctx context.Context, req *request, claim *ipamclaimsv1alpha1.IPAMClaim) (ips []netip.Prefix, created []entry, err error) {
+// recordedAddresses returns the addresses in the claim's status, each
+// checked as usable on the network as it is configured now, making sure
+// each has a reservation owned by the claim. Reservations the claim holds
+// on the network for other addresses (its status was edited) are released.
+func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipamclaimsv1alpha1.IPAMClaim, h holder) ([]netip.Prefix, error) {
 	network := req.cfg.Name
-	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
-	if len(claim.Status.IPs) > 0 {
-		for i, s := range claim.Status.IPs {
-			ip, perr := parseClaimIP(s)
-			if perr != nil {
-				return nil, nil, a.fail("internal", codeInternal, fmt.Errorf("IPAMClaim %s/%s status.ips[%d] %q: %w", claim.Namespace, claim.Name, i, s, perr))
-			}
-			r, ok := req.cfg.RangeFor(ip)
-			if !ok {
-				return nil, nil, a.fail("internal", codeInternal, fmt.Errorf(
-					"IPAMClaim %s/%s holds %s (status.ips), which is outside every range of network %q; nothing was released: fix the network's ranges or delete the claim",
-					claim.Namespace, claim.Name, ip, network))
-			}
-			if err := a.ensureClaimReservation(ctx, req, ip, owner); err != nil {
-				return nil, nil, err
-			}
-			ips = append(ips, netip.PrefixFrom(ip, r.Subnet.Bits()))
-		}
-		return ips, nil, nil
-	}
-	held := a.idx.claim(network, claim.UID)
-	for _, r := range req.cfg.Ranges {
-		if e, ok := heldIn(held, r); ok {
-			ips = append(ips, netip.PrefixFrom(e.ip, r.Subnet.Bits()))
-			continue
-		}
-		e, err := a.reserveInRange(ctx, req, r, owner)
+	var ips []netip.Prefix
+	for i, s := range claim.Status.IPs {
+		ip, err := parseClaimIP(s)
 		if err != nil {
-			if rerr := a.release(ctx, created, "rollback"); rerr != nil {
-				a.log.Error("rolling back claim reservations", "claim", claim.Namespace+"/"+claim.Name, "error", rerr)
-			}
-			return nil, nil, err
+			return nil, fail(reasonInternal, codeInternal, fmt.Errorf("IPAMClaim %s/%s status.ips[%d] %q: %w", claim.Namespace, claim.Name, i, s, err))
 		}
-		created = append(created, e)
-		ips = append(ips, netip.PrefixFrom(e.ip, r.Subnet.Bits()))
+		r, ok := req.cfg.RangeFor(ip)
+		if !ok {
+			return nil, fail(reasonInternal, codeInternal, fmt.Errorf(
+				"IPAMClaim %s/%s holds %s (status.ips[%d]), which is outside every range of network %q; nothing was released: fix the network's ranges or delete the claim",
+				claim.Namespace, claim.Name, ip, i, network))
+		}
+		if err := allocator.Usable(r, ip); err != nil {
+			return nil, fail(reasonInternal, codeInternal, fmt.Errorf(
+				"IPAMClaim %s/%s holds %s (status.ips[%d]), which network %q does not hand out: %w; nothing was released: fix the network's configuration or delete the claim",
+				claim.Namespace, claim.Name, ip, i, network, err))
+		}
+		if e, ok := a.idx.get(reservation.Name(network, ip)); !ok || e.owner.UID != claim.UID {
+			if _, _, err := a.createOrAdopt(ctx, req, ip, h); errors.Is(err, ErrTaken) {
+				return nil, fail(reasonConflict, codeInternal, fmt.Errorf("IPAMClaim %s/%s: %w", claim.Namespace, claim.Name,
+					a.describeHolder(ctx, "address", network, ip, claim.Namespace)))
+			} else if err != nil {
+				return nil, err
+			}
+		}
+		ips = append(ips, netip.PrefixFrom(ip, r.Subnet.Bits()))
 	}
-	return ips, created, nil
+	a.release(context.WithoutCancel(ctx), notRecorded(a.held(network, h), claim.Status.IPs), "claim-status-edited", nil)
+	return ips, nil
 }
 
-// ensureClaimReservation makes sure ip's reservation exists and belongs to
-// the claim: recreated when missing, a conflict when someone else holds it.
-func (a *Agent) ensureClaimReservation(ctx context.Context, req *request, ip netip.Addr, owner ipkeeperv1alpha1.ReservationOwner) error {
-	name := reservation.Name(req.cfg.Name, ip)
-	if e, ok := a.idx.get(name); ok && e.owner.UID == owner.UID {
-		return nil
+// notRecorded returns the entries whose address is not in a claim's status.
+func notRecorded(entries []entry, status []string) []entry {
+	var out []entry
+	for _, e := range entries {
+		if !slices.ContainsFunc(status, func(s string) bool { ip, err := parseClaimIP(s); return err == nil && ip == e.ip }) {
+			out = append(out, e)
+		}
 	}
-	_, err := a.create(ctx, req, ip, owner)
-	if errors.Is(err, ErrTaken) {
-		return a.fail("conflict", codeInternal, fmt.Errorf("IPAMClaim %s/%s: %w", owner.Namespace, owner.Name, a.describeHolder(ctx, "address", req.cfg.Name, ip)))
-	}
-	return err
+	return out
 }
 
 // writeClaimAllocated records the addresses, the pod that most recently
@@ -156,7 +158,7 @@ func (a *Agent) writeClaimAllocated(ctx context.Context, claim *ipamclaimsv1alph
 	}
 	updated.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: pod.Name}
 	changedCond := meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
-		Type: conditionIPsAllocated, Status: metav1.ConditionTrue, Reason: reasonAllocated,
+		Type: conditionIPsAllocated, Status: metav1.ConditionTrue, Reason: condReasonAllocated,
 		Message: fmt.Sprintf("%s allocated on network %q", strings.Join(updated.Status.IPs, ", "), claim.Spec.Network), ObservedGeneration: claim.Generation,
 	})
 	if !changedCond && slices.Equal(updated.Status.IPs, claim.Status.IPs) &&
@@ -173,12 +175,12 @@ func (a *Agent) writeClaimAllocated(ctx context.Context, claim *ipamclaimsv1alph
 // reportClaimFailure sets IPsAllocated=False with the reason OVN-Kubernetes
 // uses; the addresses in status are left as they are.
 func (a *Agent) reportClaimFailure(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, cause error) {
-	reason := reasonInternal
-	switch failureReason(cause) {
-	case "exhausted":
-		reason = reasonExhausted
-	case "conflict":
-		reason = reasonConflict
+	reason := condReasonInternal
+	switch reasonOf(cause) {
+	case reasonExhausted:
+		reason = condReasonExhausted
+	case reasonConflict:
+		reason = condReasonConflict
 	}
 	updated := claim.DeepCopy()
 	if !meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{

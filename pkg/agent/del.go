@@ -15,35 +15,39 @@ import (
 // Del releases the ephemeral reservations of an attachment: those owned by
 // a pod on this network, this interface and this sandbox (container ID).
 // Claim-owned reservations are kept. Something already gone is success.
+// Each is released under its attachment's lock, at the version found for
+// this sandbox: one a newer sandbox of the pod took over in the meantime
+// is left alone.
 func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
 	defer a.metrics.observe(cniproto.CmdDel, time.Now(), &err)
 	network, err := networkName(creq.Config)
 	if err != nil {
 		return cniError(codeInvalidConfig, err)
 	}
-	doomed := a.idx.filter(func(e entry) bool {
-		return e.network == network && e.owner.Kind == ipkeeperv1alpha1.OwnerPod &&
-			e.ifName == creq.IfName && e.containerID == creq.ContainerID
-	})
-	return a.release(ctx, doomed, "DEL")
-}
-
-// release deletes reservations, continuing past failures and reporting them together.
-func (a *Agent) release(ctx context.Context, entries []entry, verb string) error {
+	stillThisSandbox := func(r *ipkeeperv1alpha1.IPReservation) bool {
+		return r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerPod && r.Spec.ContainerID == creq.ContainerID && r.Spec.InterfaceName == creq.IfName
+	}
 	var errs []error
-	for _, e := range entries {
-		if err := a.store.Delete(ctx, e.name, e.uid); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		a.idx.remove(e.name, e.uid)
-		a.metrics.releases.WithLabelValues(verb).Inc()
-		a.log.Debug("released", "verb", verb, "reservation", e.name, "ip", e.ip, "owner", e.owner.Namespace+"/"+e.owner.Name)
+	for _, e := range a.idx.sandbox(network, creq.ContainerID, creq.IfName) {
+		errs = append(errs, a.releaseAttachment(ctx, e, "DEL", stillThisSandbox))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return cniError(codeTryAgainLater, fmt.Errorf("%s: %w", verb, err))
+		return cniError(codeTryAgainLater, err)
 	}
 	return nil
+}
+
+// releaseAttachment releases a pod reservation under its attachment's
+// lock (the one ADD takes), if the index still holds that object and
+// still says it should go.
+func (a *Agent) releaseAttachment(ctx context.Context, e entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool) error {
+	h := holder{owner: e.owner, ifName: e.ifName}
+	defer a.locks.lock(h.key(e.network))()
+	cur, ok := a.idx.get(e.name)
+	if !ok || cur.uid != e.uid || !still(reservationOf(cur)) {
+		return nil // released, or taken over, while we waited for the lock
+	}
+	return a.release(ctx, []entry{cur}, verb, still)
 }
 
 // networkName reads the network name from a config, falling back to the

@@ -23,27 +23,40 @@ func cniError(code uint, err error) error {
 	return &types.Error{Code: code, Msg: err.Error()}
 }
 
-// failure is a failed allocation: a CNI error plus the reason it is
-// counted under (and, for claims, reported in the IPsAllocated condition).
+// reason says why an ADD failed. It is the label of
+// ipkeeper_agent_allocation_failures_total and picks the reason of a
+// claim's IPsAllocated=False condition.
+type reason string
+
+const (
+	reasonInvalid   reason = "invalid"   // the request or the network config
+	reasonPod       reason = "pod"       // the pod could not be read or is not this request's
+	reasonClaim     reason = "claim"     // the IPAMClaim could not be read or changed under the ADD
+	reasonExhausted reason = "exhausted" // no free address in a range
+	reasonConflict  reason = "conflict"  // the address asked for is someone else's
+	reasonInternal  reason = "internal"  // the API server or anything else
+)
+
+// failure is a failed ADD: a CNI error plus the reason it is counted under.
 type failure struct {
-	reason string // exhausted, conflict, invalid, pod, internal
+	reason reason
 	cni    *types.Error
 }
 
 func (f *failure) Error() string { return f.cni.Error() }
 func (f *failure) Unwrap() error { return f.cni }
 
-// fail counts a failed allocation and returns it as a CNI error.
-func (a *Agent) fail(reason string, code uint, err error) error {
-	a.metrics.failures.WithLabelValues(reason).Inc()
-	return &failure{reason: reason, cni: &types.Error{Code: code, Msg: err.Error()}}
+// fail returns err as a CNI error with a code and a reason. Failures are
+// counted once, when the ADD returns (countFailure).
+func fail(r reason, code uint, err error) error {
+	return &failure{reason: r, cni: &types.Error{Code: code, Msg: err.Error()}}
 }
 
-// failureReason returns the reason of a failure, "internal" for other errors.
-func failureReason(err error) string {
+// reasonOf returns the reason of a failure, internal for other errors.
+func reasonOf(err error) reason {
 	var f *failure
 	if errors.As(err, &f) {
 		return f.reason
 	}
-	return "internal"
+	return reasonInternal
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,7 +22,8 @@ type gcConfig struct {
 // GC releases this node's ephemeral reservations on the request's network
 // whose attachment (container ID, interface) is not in the runtime's list
 // of valid attachments. Claim-owned reservations and other nodes' are never
-// touched, nor attachments with an ADD in flight here.
+// touched; each is released under its attachment's lock, at the version
+// judged stale, so an ADD in flight (a new sandbox taking it over) wins.
 func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
 	defer a.metrics.observe(cniproto.CmdGC, time.Now(), &err)
 	network, err := networkName(creq.Config)
@@ -36,10 +38,18 @@ func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
 	for _, v := range gc.ValidAttachments {
 		valid[[2]string{v.ContainerID, v.IfName}] = true
 	}
-	doomed := a.idx.filter(func(e entry) bool {
-		return e.network == network && e.node == a.opts.NodeName &&
-			e.owner.Kind == ipkeeperv1alpha1.OwnerPod && !valid[[2]string{e.containerID, e.ifName}] &&
-			!a.locks.held(string(e.owner.UID)+"/"+e.ifName)
-	})
-	return a.release(ctx, doomed, "GC")
+	stale := func(r *ipkeeperv1alpha1.IPReservation) bool {
+		return r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerPod && r.Spec.Node == a.opts.NodeName &&
+			!valid[[2]string{r.Spec.ContainerID, r.Spec.InterfaceName}]
+	}
+	var errs []error
+	for _, e := range a.idx.onNode(a.opts.NodeName, network) {
+		if stale(reservationOf(e)) {
+			errs = append(errs, a.releaseAttachment(ctx, e, "GC", stale))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cniError(codeTryAgainLater, err)
+	}
+	return nil
 }

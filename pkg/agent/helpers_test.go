@@ -93,6 +93,11 @@ func checkIndex(t testing.TB, x *index) {
 		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerPod; inPod != want {
 			t.Errorf("%s (owner kind %s) in byPod = %v, want %v", name, e.owner.Kind, inPod, want)
 		}
+		_, inSandbox := x.bySandbox[sandboxKey{e.network, e.containerID, e.ifName}][name]
+		_, inNode := x.byNode[nodeKey{e.node, e.network}][name]
+		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerPod; inSandbox != want || inNode != want {
+			t.Errorf("%s (owner kind %s) in bySandbox = %v, in byNode = %v, want %v", name, e.owner.Kind, inSandbox, inNode, want)
+		}
 		_, inClaim := x.byClaim[e.owner.UID][name]
 		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim; inClaim != want {
 			t.Errorf("%s (owner kind %s) in byClaim = %v, want %v", name, e.owner.Kind, inClaim, want)
@@ -117,6 +122,26 @@ func checkIndex(t testing.TB, x *index) {
 			if e, ok := x.byName[name]; !ok || e.network != network || e.ip != ip {
 				t.Errorf("taken[%q][%s] = %q, which the index holds as %+v (present: %v)", network, ip, name, e, ok)
 			}
+		}
+	}
+	for k, m := range x.bySandbox {
+		for name := range m {
+			if e, ok := x.byName[name]; !ok || (sandboxKey{e.network, e.containerID, e.ifName}) != k {
+				t.Errorf("bySandbox[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
+			}
+		}
+		if len(m) == 0 {
+			t.Errorf("bySandbox[%+v] is an empty map (leak)", k)
+		}
+	}
+	for k, m := range x.byNode {
+		for name := range m {
+			if e, ok := x.byName[name]; !ok || (nodeKey{e.node, e.network}) != k {
+				t.Errorf("byNode[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
+			}
+		}
+		if len(m) == 0 {
+			t.Errorf("byNode[%+v] is an empty map (leak)", k)
 		}
 	}
 	for k, m := range x.byPod {

@@ -399,7 +399,7 @@ func TestIndexGet(t *testing.T) {
 	}
 }
 
-func TestIndexFilterAndLen(t *testing.T) {
+func TestIndexLookupsAndLen(t *testing.T) {
 	a1 := podEntry(t, netA, "10.0.0.1", "pod-1", "net1", "s1")
 	a2 := with(podEntry(t, netA, "10.0.0.2", "pod-2", "net1", "s2"), func(e *entry) { e.node = "node-b" })
 	b1 := podEntry(t, netB, "fd00::1", "pod-1", "net1", "s1")
@@ -411,18 +411,18 @@ func TestIndexFilterAndLen(t *testing.T) {
 		x.upsert(e)
 	}
 	tests := []struct {
-		name string
-		keep func(entry) bool
-		want []entry
+		name   string
+		lookup func() []entry
+		want   []entry
 	}{
-		{"everything", func(entry) bool { return true }, all},
-		{"nothing", func(entry) bool { return false }, nil},
-		{"by network", func(e entry) bool { return e.network == netA }, []entry{a1, a2, c1}},
-		{"by node", func(e entry) bool { return e.node == "node-b" }, []entry{a2}},
-		{"pod-owned on a network and sandbox (DEL)", func(e entry) bool {
-			return e.network == netA && e.owner.Kind == ipkeeperv1alpha1.OwnerPod && e.ifName == "net1" && e.containerID == "s1"
-		}, []entry{a1}},
-		{"claims", func(e entry) bool { return e.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim }, []entry{c1}},
+		{"pod-owned on a node and network (GC)", func() []entry { return x.onNode("node-a", netA) }, []entry{a1}},
+		{"other node", func() []entry { return x.onNode("node-b", netA) }, []entry{a2}},
+		{"node without reservations", func() []entry { return x.onNode("node-c", netA) }, nil},
+		{"sandbox on a network (DEL)", func() []entry { return x.sandbox(netA, "s1", "net1") }, []entry{a1}},
+		{"same sandbox, other network", func() []entry { return x.sandbox(netB, "s1", "net1") }, []entry{b1}},
+		{"sandbox, other interface", func() []entry { return x.sandbox(netA, "s1", "net2") }, nil},
+		{"claims", func() []entry { return x.claim(netA, "claim-1") }, []entry{c1}},
+		{"attachment", func() []entry { return x.attachment(netA, "pod-2", "net1") }, []entry{a2}},
 	}
 	byName := func(a, b entry) int {
 		switch {
@@ -435,12 +435,12 @@ func TestIndexFilterAndLen(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := x.filter(tt.keep)
+			got := tt.lookup()
 			want := slices.Clone(tt.want)
 			slices.SortFunc(got, byName)
 			slices.SortFunc(want, byName)
 			if !slices.Equal(got, want) {
-				t.Errorf("filter = %v, want %v", sortedNames(got), sortedNames(want))
+				t.Errorf("lookup = %v, want %v", sortedNames(got), sortedNames(want))
 			}
 		})
 	}
@@ -581,9 +581,12 @@ func TestIndexConcurrentReadersAndWriters(t *testing.T) {
 				if got, ok := x.get(e.name); ok && got.name != e.name {
 					t.Errorf("get(%s) returned %s", e.name, got.name)
 				}
-				if n%64 == 0 { // O(len); often enough to overlap every writer
-					x.filter(func(e entry) bool { return e.node == "node-a" })
+				for _, got := range x.onNode("node-a", netA) {
+					if got.node != "node-a" || got.network != netA {
+						t.Errorf("onNode(node-a) returned %s on %s", got.name, got.node)
+					}
 				}
+				x.sandbox(netA, e.containerID, "net1")
 				x.len()
 			}
 		}()

@@ -16,6 +16,7 @@ type metrics struct {
 	conflicts    prometheus.Counter
 	releases     *prometheus.CounterVec // verb
 	apiWrites    *prometheus.CounterVec // verb
+	apiReads     *prometheus.CounterVec // verb
 	podLookups   *prometheus.CounterVec // source
 	reservations prometheus.GaugeFunc
 }
@@ -45,6 +46,9 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int) (*metrics, error
 		apiWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_api_writes_total", Help: "Writes to the API server, by verb.",
 		}, []string{"verb"}),
+		apiReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipkeeper_agent_api_reads_total", Help: "Live reads of reservations from the API server, by verb (get, list: one per page).",
+		}, []string{"verb"}),
 		podLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_pod_lookups_total", Help: "Pod identity checks, by source (cache, or api when the cache had not seen the pod yet).",
 		}, []string{"source"}),
@@ -52,7 +56,7 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int) (*metrics, error
 			Name: "ipkeeper_agent_reservations", Help: "Reservations in the agent's cache (all networks, all nodes).",
 		}, func() float64 { return float64(indexLen()) }),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.releases, m.apiWrites, m.podLookups, m.reservations} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.releases, m.apiWrites, m.apiReads, m.podLookups, m.reservations} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

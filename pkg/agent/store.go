@@ -13,26 +13,39 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// ErrTaken reports that a reservation of that name already exists.
-var ErrTaken = errors.New("address already reserved")
+var (
+	// ErrTaken reports that a reservation of that name already exists.
+	ErrTaken = errors.New("address already reserved")
+	// ErrGone reports that a reservation does not exist (any more).
+	ErrGone = errors.New("reservation not found")
+	// ErrChanged reports that a reservation is not the version a write was
+	// made for: it changed, or another object took its name. Re-read it.
+	ErrChanged = errors.New("reservation changed")
+)
 
 // Store is the narrow interface between allocation and the API server.
 // Every method is a live API call; the informer-fed index answers reads.
 type Store interface {
-	// Create creates a reservation; ErrTaken (wrapped) when the name exists.
+	// Create creates a reservation and fills in its UID and
+	// resourceVersion; ErrTaken (wrapped) when the name exists.
 	Create(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error
-	// Get reads a reservation live.
+	// Get reads a reservation live; ErrGone (wrapped) when it does not exist.
 	Get(ctx context.Context, name string) (*ipkeeperv1alpha1.IPReservation, error)
-	// Update rewrites a reservation (only its mutable attachment fields change).
+	// Update rewrites a reservation (only its mutable attachment fields
+	// change) if it is still the version read; ErrChanged otherwise.
 	Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error
 	// TakenIn lists, live, the addresses reserved on a network.
 	TakenIn(ctx context.Context, network string) (map[netip.Addr]bool, error)
-	// Delete deletes the reservation with that name and UID; a reservation
-	// already gone, or replaced by another of the same name, is not an error.
-	Delete(ctx context.Context, name string, uid types.UID) error
+	// Delete deletes the reservation with that name only if it is still
+	// that object (uid) at that version (resourceVersion): ErrGone when it
+	// does not exist, ErrChanged when it is another object or version.
+	Delete(ctx context.Context, name string, uid types.UID, resourceVersion string) error
 }
 
-// apiStore implements Store with an uncached client and counts its writes.
+// listPageSize bounds one page of a live list of a network's reservations.
+const listPageSize = 500
+
+// apiStore implements Store with an uncached client and counts its calls.
 type apiStore struct {
 	c       client.Client
 	metrics *metrics
@@ -51,47 +64,68 @@ func (s *apiStore) Create(ctx context.Context, r *ipkeeperv1alpha1.IPReservation
 }
 
 func (s *apiStore) Get(ctx context.Context, name string) (*ipkeeperv1alpha1.IPReservation, error) {
+	s.metrics.apiReads.WithLabelValues("get").Inc()
 	r := &ipkeeperv1alpha1.IPReservation{}
 	if err := s.c.Get(ctx, client.ObjectKey{Name: name}, r); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: %s", ErrGone, name)
+		}
 		return nil, fmt.Errorf("reading reservation %s: %w", name, err)
 	}
 	return r, nil
 }
 
 func (s *apiStore) TakenIn(ctx context.Context, network string) (map[netip.Addr]bool, error) {
-	var list ipkeeperv1alpha1.IPReservationList
-	if err := s.c.List(ctx, &list, client.MatchingFields{"spec.network": network}); err != nil {
-		return nil, fmt.Errorf("listing reservations of network %q: %w", network, err)
-	}
-	taken := make(map[netip.Addr]bool, len(list.Items))
-	for _, r := range list.Items {
-		if ip, err := netip.ParseAddr(r.Spec.IP); err == nil {
-			taken[ip] = true
+	taken := map[netip.Addr]bool{}
+	opts := []client.ListOption{client.MatchingFields{"spec.network": network}, client.Limit(listPageSize)}
+	for cont := ""; ; {
+		s.metrics.apiReads.WithLabelValues("list").Inc()
+		var list ipkeeperv1alpha1.IPReservationList
+		if err := s.c.List(ctx, &list, append(opts, client.Continue(cont))...); err != nil {
+			return nil, fmt.Errorf("listing reservations of network %q: %w", network, err)
+		}
+		for _, r := range list.Items {
+			if ip, err := netip.ParseAddr(r.Spec.IP); err == nil {
+				taken[ip] = true
+			}
+		}
+		if cont = list.Continue; cont == "" {
+			return taken, nil
 		}
 	}
-	return taken, nil
 }
 
 func (s *apiStore) Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error {
 	s.metrics.apiWrites.WithLabelValues("update").Inc()
 	if err := s.c.Update(ctx, r); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return fmt.Errorf("%w: updating reservation %s: %w", ErrChanged, r.Name, err)
+		}
 		return fmt.Errorf("updating reservation %s: %w", r.Name, err)
 	}
 	return nil
 }
 
-func (s *apiStore) Delete(ctx context.Context, name string, uid types.UID) error {
+func (s *apiStore) Delete(ctx context.Context, name string, uid types.UID, resourceVersion string) error {
 	s.metrics.apiWrites.WithLabelValues("delete").Inc()
 	r := &ipkeeperv1alpha1.IPReservation{}
 	r.Name = name
-	// The UID precondition keeps us from deleting a reservation someone
-	// else created for the same address after ours was released.
-	err := s.c.Delete(ctx, r, client.Preconditions{UID: &uid})
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
+	// Both preconditions: the UID keeps us from deleting a reservation
+	// someone else made for the address after ours went; the version keeps
+	// us from deleting one a new sandbox took over after we decided.
+	pre := client.Preconditions{UID: &uid}
+	if resourceVersion != "" {
+		pre.ResourceVersion = &resourceVersion
 	}
-	if err != nil {
+	err := s.c.Delete(ctx, r, pre)
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: %s", ErrGone, name)
+	case apierrors.IsConflict(err):
+		return fmt.Errorf("%w: deleting reservation %s: %w", ErrChanged, name, err)
+	default:
 		return fmt.Errorf("deleting reservation %s: %w", name, err)
 	}
-	return nil
 }
