@@ -60,7 +60,7 @@ func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (_ *types100.Re
 	}
 	pod, err := a.pods.get(ctx, req.args)
 	if err != nil {
-		return nil, a.fail("pod", codeTryAgainLater, err)
+		return nil, a.fail("pod", codeOf(err, codeTryAgainLater), err)
 	}
 	claimName, found, err := claimReference(pod, req.IfName, creq.Config)
 	if err == nil && !found && pod.Annotations[nadv1.NetworkAttachmentAnnot] != "" {

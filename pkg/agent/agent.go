@@ -104,7 +104,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		opts:  opts,
 		log:   opts.Logger.With("node", opts.NodeName),
 		cache: c,
-		pods:  &podLookup{cached: c, live: live},
+		pods:  &podLookup{cached: c, live: live, node: opts.NodeName},
 		idx:   newIndex(),
 		locks: newKeyLocks(),
 	}
