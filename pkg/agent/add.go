@@ -31,6 +31,8 @@ type request struct {
 	*cniproto.Request
 	cfg  *ipamconfig.Config
 	args *cniproto.CNIArgs
+	// attach is what the pod says about the attachment (claim, NAD).
+	attach attachment
 }
 
 func parseRequest(req *cniproto.Request) (*request, error) {
@@ -62,16 +64,18 @@ func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (_ *types100.Re
 	if err != nil {
 		return nil, a.fail("pod", codeOf(err, codeTryAgainLater), err)
 	}
-	claimName, found, err := claimReference(pod, req.IfName, creq.Config)
-	if err == nil && !found && pod.Annotations[nadv1.NetworkAttachmentAnnot] != "" {
+	att, err := a.attachmentOf(ctx, pod, req)
+	if err == nil && !att.found && pod.Annotations[nadv1.NetworkAttachmentAnnot] != "" {
 		// The cached pod may predate a networks annotation update.
 		if pod, err = a.pods.getLive(ctx, req.args); err == nil {
-			claimName, _, err = claimReference(pod, req.IfName, creq.Config)
+			att, err = a.attachmentOf(ctx, pod, req)
 		}
 	}
 	if err != nil {
-		return nil, a.fail("invalid", codeInvalidConfig, err)
+		return nil, a.fail("invalid", codeOf(err, codeInvalidConfig), err)
 	}
+	req.attach = att
+	claimName := att.claim
 	var ips []netip.Prefix
 	if claimName != "" {
 		ips, err = a.allocateForClaim(ctx, req, pod, claimName)
