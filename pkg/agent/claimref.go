@@ -171,9 +171,6 @@ func (a *Agent) persistentIPsAllowed(ctx context.Context, req *request, pod *cor
 		return a.fail("internal", codeTryAgainLater, fmt.Errorf("%s: %w", subject, err))
 	case !found:
 		return a.fail("invalid", codeInvalidConfig, fmt.Errorf("%s through NetworkAttachmentDefinition %s, which does not exist", subject, key))
-	case network.Name != req.cfg.Name:
-		return a.fail("invalid", codeInvalidConfig, fmt.Errorf("%s through NetworkAttachmentDefinition %s, which is network %q, but this attachment is network %q",
-			subject, key, network.Name, req.cfg.Name))
 	case !network.AllowPersistentIPs:
 		where := "set \"allowPersistentIPs\": true at the top level of its spec.config"
 		if p := network.FlagProblem(); p != "" {
@@ -181,6 +178,9 @@ func (a *Agent) persistentIPsAllowed(ctx context.Context, req *request, pod *cor
 		}
 		return a.fail("invalid", codeInvalidConfig, fmt.Errorf("%s, but network %q does not allow persistent IPs: NetworkAttachmentDefinition %s: %s",
 			subject, req.cfg.Name, key, where))
+	case network.Name != req.cfg.Name:
+		return a.fail("invalid", codeInvalidConfig, fmt.Errorf("%s through NetworkAttachmentDefinition %s, which is network %q, but this attachment is network %q",
+			subject, key, network.Name, req.cfg.Name))
 	}
 	return nil
 }
