@@ -149,18 +149,26 @@ func TestStandaloneVMIClaimOnlyForItsLauncher(t *testing.T) {
 	if _, err := a.Add(ctx, launcher, ifName, conf); err != nil {
 		t.Fatalf("the VMI's launcher: %v", err)
 	}
-	other, otherLauncher, err := e.sim.CreateVMI(ctx, e.ns, "other", a.Node)
+	other, _, err := e.sim.CreateVMI(ctx, e.ns, "other", a.Node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A launcher of another VMI whose annotation names solo's claim (the
-	// webhook sees no persistent network on it, so it is left as written).
+	// A pod of VMI "other" (controlled by it, as its launcher is) whose
+	// annotation names solo's claim. It lacks the launcher label, so the
+	// webhook, which refuses such a launcher pod, does not see it.
 	annot, _ := json.Marshal([]map[string]any{{"name": "blue", "namespace": e.ns, "interface": ifName, "ipam-claim-reference": "solo.blue"}})
-	otherLauncher.Annotations["k8s.v1.cni.cncf.io/networks"] = string(annot)
-	if err := cp.Client.Update(ctx, otherLauncher); err != nil {
-		t.Fatalf("annotating the other launcher: %v", err)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: e.ns, Name: "other-helper",
+			Annotations:     map[string]string{"k8s.v1.cni.cncf.io/networks": string(annot)},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(other, kubevirtv1.VirtualMachineInstanceGroupVersionKind)},
+		},
+		Spec: corev1.PodSpec{NodeName: a.Node, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none"}}},
 	}
-	_, err = a.Add(ctx, otherLauncher, ifName, conf)
+	if err := cp.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Add(ctx, pod, ifName, conf)
 	mustContain(t, err, "IPAMClaim "+e.ns+"/solo.blue belongs to VirtualMachineInstance solo", "launches VirtualMachineInstance other (uid "+string(other.UID))
 }
 
