@@ -327,9 +327,18 @@ func TestClaimFailuresSetConditions(t *testing.T) {
 		t.Fatalf("claim status changed to %v", got)
 	}
 
-	// A claim reference on a network that does not allow persistent IPs.
-	_, err = a.Add(ctx, pod, launcherIf, framework.NetConf(network, map[string]any{"range": "10.74.0.0/30"}))
-	mustContain(t, err, "allowPersistentIPs", claim.Name)
+	// A claim reference on a network that does not allow persistent IPs:
+	// the NAD decides, whatever the config handed to the plugin says.
+	var n nadv1.NetworkAttachmentDefinition
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "blue-nad"}, &n); err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Config = fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge"}`, network)
+	if err := cp.Client.Update(ctx, &n); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Add(ctx, pod, launcherIf, conf)
+	mustContain(t, err, "allowPersistentIPs", claim.Name, "NetworkAttachmentDefinition "+ns+"/blue-nad")
 }
 
 func assertCondition(t testing.TB, ns, claim, reason string) {
