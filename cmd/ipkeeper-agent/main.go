@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -44,6 +45,12 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.agent.MetricsAddr, "metrics-bind-address", ":9910", "address for Prometheus /metrics; empty disables")
 	fs.StringVar(&o.agent.ProbeAddr, "health-probe-bind-address", ":9911", "address for /healthz and /readyz; empty disables")
 	fs.DurationVar(&o.agent.ClaimWaitTimeout, "claim-wait-timeout", 30*time.Second, "how long an ADD waits for the IPAMClaim it references to be created")
+	fs.IntVar(&o.agent.MultusDefaultNetworks, "multus-default-networks", -1,
+		"number of Multus defaultNetworks (Multus config), to tell which networks annotation element an interface named net<N> by position is; -1: unknown (such attachments then need \"interface\" set, or a NAD network unique in the annotation)")
+	fs.Func("multus-system-namespaces", "comma-separated Multus systemNamespaces, whose pods get no default networks (default kube-system)", func(s string) error {
+		o.agent.MultusSystemNamespaces = strings.Split(s, ",")
+		return nil
+	})
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 }

@@ -22,6 +22,8 @@ type request struct {
 	*cniproto.Request
 	cfg  *ipamconfig.Config
 	args *cniproto.CNIArgs
+	// attach is what the pod says about the attachment (claim, NAD).
+	attach attachment
 }
 
 func parseRequest(req *cniproto.Request) (*request, error) {
@@ -50,13 +52,13 @@ func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (_ *types100.Re
 	if err != nil {
 		return nil, err
 	}
-	pod, claimName, err := a.attachment(ctx, req)
+	pod, err := a.resolvePod(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	var ips []netip.Prefix
-	if claimName != "" {
-		ips, err = a.allocateForClaim(ctx, req, pod, claimName)
+	if req.attach.claim != "" {
+		ips, err = a.allocateForClaim(ctx, req, pod, req.attach.claim)
 	} else {
 		ips, err = a.allocateForPod(ctx, req, pod)
 	}
@@ -68,28 +70,33 @@ func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (_ *types100.Re
 	return buildResult(req.cfg, ips), nil
 }
 
-// attachment returns the pod a request is for and the IPAMClaim its
-// attachment references ("" for an ephemeral attachment).
-func (a *Agent) attachment(ctx context.Context, req *request) (*corev1.Pod, string, error) {
+// resolvePod returns the pod a request is for (bound to this node, with
+// the runtime's UID) and records in req.attach what the pod says about the
+// attachment: the IPAMClaim it references ("" for an ephemeral one) and
+// through which NAD.
+func (a *Agent) resolvePod(ctx context.Context, req *request) (*corev1.Pod, error) {
 	if err := req.args.RequirePod(); err != nil {
-		return nil, "", fail(reasonInvalid, codeInvalidEnv, err)
+		return nil, fail(reasonInvalid, codeInvalidEnv, err)
 	}
 	pod, err := a.pods.get(ctx, req.args)
 	if err != nil {
-		return nil, "", fail(reasonPod, codeTryAgainLater, err)
+		return nil, fail(reasonPod, codeOf(err, codeTryAgainLater), err)
 	}
-	claimName, found, err := claimReference(pod, req.IfName, req.Config)
-	if err == nil && !found && pod.Annotations[nadv1.NetworkAttachmentAnnot] != "" {
+	att, err := a.attachmentOf(ctx, pod, req)
+	if err == nil && !att.found && pod.Annotations[nadv1.NetworkAttachmentAnnot] != "" {
 		// The cached pod may predate a networks annotation update.
 		if pod, err = a.pods.getLive(ctx, req.args); err != nil {
-			return nil, "", fail(reasonPod, codeTryAgainLater, err)
+			return nil, fail(reasonPod, codeOf(err, codeTryAgainLater), err)
 		}
-		claimName, _, err = claimReference(pod, req.IfName, req.Config)
+		att, err = a.attachmentOf(ctx, pod, req)
 	}
-	if err != nil {
-		return nil, "", fail(reasonInvalid, codeInvalidConfig, err)
+	if code := codeOf(err, codeInvalidConfig); code == codeTryAgainLater {
+		return nil, fail(reasonInternal, code, err)
+	} else if err != nil {
+		return nil, fail(reasonInvalid, code, err)
 	}
-	return pod, claimName, nil
+	req.attach = att
+	return pod, nil
 }
 
 // allocateForPod returns the attachment's addresses, one per range, reusing

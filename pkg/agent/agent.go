@@ -43,6 +43,14 @@ type Options struct {
 	// ClaimWaitTimeout bounds how long an ADD waits for the IPAMClaim it
 	// references to be created (default 30s).
 	ClaimWaitTimeout time.Duration
+	// MultusDefaultNetworks is the number of Multus defaultNetworks (from
+	// Multus' configuration), needed to tell which networks annotation
+	// element a positional net<N> interface is; negative when unknown, and
+	// then an attachment that only its position could identify is refused.
+	MultusDefaultNetworks int
+	// MultusSystemNamespaces are Multus' systemNamespaces, whose pods get no
+	// default networks; nil means Multus' default, kube-system.
+	MultusSystemNamespaces []string
 }
 
 // Agent serves CNI requests for one node. It implements cniproto.Handler.
@@ -106,7 +114,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		opts:  opts,
 		log:   opts.Logger.With("node", opts.NodeName),
 		cache: c,
-		pods:  &podLookup{cached: c, live: live},
+		pods:  &podLookup{cached: c, live: live, node: opts.NodeName},
 		idx:   newIndex(),
 		locks: newKeyLocks(),
 

@@ -20,12 +20,12 @@ func (a *Agent) Check(ctx context.Context, creq *cniproto.Request) (err error) {
 	if err != nil {
 		return err
 	}
-	pod, claimName, err := a.attachment(ctx, req)
+	pod, err := a.resolvePod(ctx, req)
 	if err != nil {
 		return err
 	}
-	if claimName != "" {
-		return a.checkClaim(ctx, req, pod, claimName)
+	if req.attach.claim != "" {
+		return a.checkClaim(ctx, req, pod, req.attach.claim)
 	}
 	held := a.idx.attachment(req.cfg.Name, pod.UID, req.IfName)
 	for _, r := range req.cfg.Ranges {

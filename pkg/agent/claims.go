@@ -40,14 +40,15 @@ const maxStatusRaces = 5
 // leaks nor changes the addresses.
 func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.Pod, claimName string) ([]netip.Prefix, error) {
 	network := req.cfg.Name
-	if !req.cfg.AllowPersistentIPs {
-		return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
-			"pod %s/%s interface %s references IPAMClaim %q, but network %q does not allow persistent IPs (set \"allowPersistentIPs\": true at the top level of its NetworkAttachmentDefinition config)",
-			pod.Namespace, pod.Name, req.IfName, claimName, network))
+	if err := a.persistentIPsAllowed(ctx, req, pod, claimName); err != nil {
+		return nil, err
 	}
 	claim, err := a.claims.Wait(ctx, pod.Namespace, claimName, a.opts.ClaimWaitTimeout)
 	if err != nil {
 		return nil, fail(reasonClaim, codeTryAgainLater, fmt.Errorf("pod %s/%s interface %s: %w", pod.Namespace, pod.Name, req.IfName, err))
+	}
+	if err := a.mayUseClaim(ctx, pod, claim); err != nil {
+		return nil, err
 	}
 	if claim.Spec.Network != "" && claim.Spec.Network != network {
 		return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ipkeeper/ipkeeper/pkg/claimowner"
 	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
 	"github.com/ipkeeper/ipkeeper/pkg/netselect"
 )
@@ -191,17 +192,14 @@ func (r *ClaimReconciler) users(ctx context.Context, reader client.Reader, claim
 	return "", nil
 }
 
-// belongsTo reports whether vmi is the owner itself or the owner's VMI. An
-// owner-less VMI of a VM's name is what orphan deletion of that VM left.
+// belongsTo reports whether vmi is the owner itself or the owner's VMI
+// (claimowner's rule), or an owner-less VMI of a VM's name: what orphan
+// deletion of that VM left, which may still run its launcher.
 func belongsTo(vmi *kubevirtv1.VirtualMachineInstance, owner Owner) bool {
-	if vmi.UID == owner.UID {
+	if owner.Runs(claimowner.LauncherOf(vmi)) {
 		return true
 	}
-	ref := metav1.GetControllerOf(vmi)
-	if ref == nil {
-		return owner.Kind == kindVM
-	}
-	return ref.UID == owner.UID
+	return owner.Kind == kindVM && metav1.GetControllerOf(vmi) == nil
 }
 
 // SetupWithManager registers the reconciler.

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -21,6 +20,7 @@ func TestDesiredClaims(t *testing.T) {
 		"vms/blue":   {Name: "tenant-blue", AllowPersistentIPs: true},
 		"other/blue": {Name: "other-blue", AllowPersistentIPs: true},
 		"vms/plain":  {Name: "plain"},
+		"vms/nested": {Name: "nested", IgnoredFlags: "spec.config.plugins[0].allowPersistentIPs"},
 	}
 	read := func(_ context.Context, key types.NamespacedName) (nad.Network, error) {
 		if key.Name == "broken" {
@@ -40,6 +40,7 @@ func TestDesiredClaims(t *testing.T) {
 		{Name: "x", NetworkName: "broken", Ordinal: 5},
 		{Name: "m", NetworkName: "missing", Ordinal: 6},
 		{Name: "bad", NetworkName: "Bad/Ref", Ordinal: 7},
+		{Name: "n", NetworkName: "nested", Ordinal: 8},
 	}
 	want, problems := desiredClaims(context.Background(), "vm1", "vms", networks, read)
 	if len(want) != 2 {
@@ -55,36 +56,10 @@ func TestDesiredClaims(t *testing.T) {
 	for _, p := range problems {
 		joined += p.Error() + "\n"
 	}
-	for _, part := range []string{`network "x": NetworkAttachmentDefinition vms/broken: spec.config.name`, `network "m": NetworkAttachmentDefinition vms/missing not found`, `network "bad"`} {
+	for _, part := range []string{`network "x": NetworkAttachmentDefinition vms/broken: spec.config.name`, `network "m": NetworkAttachmentDefinition vms/missing not found`, `network "bad"`,
+		`network "n": NetworkAttachmentDefinition vms/nested: "allowPersistentIPs" is set at spec.config.plugins[0].allowPersistentIPs, where it is ignored; set it at the top level`} {
 		if !strings.Contains(joined, part) {
 			t.Errorf("problems %q lack %q", joined, part)
-		}
-	}
-}
-
-func TestOwnerOf(t *testing.T) {
-	vmRef := metav1.OwnerReference{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "vm1", UID: "u1", Controller: ptr.To(true)}
-	tests := []struct {
-		name  string
-		claim ipamclaimsv1alpha1.IPAMClaim
-		want  Owner
-		ok    bool
-	}{
-		{"controller reference", ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{vmRef}}}, Owner{Kind: "VirtualMachine", Name: "vm1", UID: "u1"}, true},
-		{"orphaned, ours by labels", ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{
-			Labels:      map[string]string{ManagedByLabel: ManagedByValue, OwnerUIDLabel: "u2"},
-			Annotations: map[string]string{OwnerAnnotation: "VirtualMachine/vm.dotted"},
-		}}, Owner{Kind: "VirtualMachine", Name: "vm.dotted", UID: "u2"}, true},
-		{"not ours", ipamclaimsv1alpha1.IPAMClaim{}, Owner{}, false},
-		{"controlled by something else", ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "u", Controller: ptr.To(true)}}}}, Owner{}, false},
-		{"labels without a valid owner annotation", ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{
-			Labels: map[string]string{ManagedByLabel: ManagedByValue, OwnerUIDLabel: "u2"}, Annotations: map[string]string{OwnerAnnotation: "Pod/x"},
-		}}, Owner{}, false},
-	}
-	for _, tt := range tests {
-		got, ok := ownerOf(&tt.claim)
-		if ok != tt.ok || got != tt.want {
-			t.Errorf("%s: ownerOf() = %+v, %v; want %+v, %v", tt.name, got, ok, tt.want, tt.ok)
 		}
 	}
 }

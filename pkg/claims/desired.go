@@ -30,7 +30,7 @@ type NADReader func(ctx context.Context, key types.NamespacedName) (nad.Network,
 
 // desiredClaims lists the claims owner needs in namespace for its secondary
 // networks: one per network that is not being unplugged and whose NAD
-// allows persistent IPs. A network whose NAD cannot be read or parsed is
+// allows persistent IPs (nad.Network.AllowPersistentIPs: the one rule). A network whose NAD cannot be read or parsed is
 // reported in problems and skipped, so one broken NAD does not hold back the
 // VM's other networks.
 func desiredClaims(ctx context.Context, owner, namespace string, networks []kubevirt.SecondaryNetwork, read NADReader) (want []Desired, problems []error) {
@@ -49,6 +49,11 @@ func desiredClaims(ctx context.Context, owner, namespace string, networks []kube
 			continue
 		}
 		if !net.AllowPersistentIPs {
+			if p := net.FlagProblem(); p != "" {
+				// Set where nothing reads it: say so rather than let the
+				// VM silently get addresses that do not persist.
+				problems = append(problems, fmt.Errorf("network %q: NetworkAttachmentDefinition %s: %s", n.Name, key, p))
+			}
 			continue
 		}
 		want = append(want, Desired{

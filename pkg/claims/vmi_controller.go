@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ipkeeper/ipkeeper/pkg/claimowner"
 	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
 )
 
@@ -36,7 +37,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		}
 		return reconcile.Result{}, fmt.Errorf("reading VirtualMachineInstance %s: %w", req, err)
 	}
-	if vmi.DeletionTimestamp != nil || kubevirt.VMIOwner(&vmi) != nil {
+	if vmi.DeletionTimestamp != nil || claimowner.VMOf(&vmi) != nil {
 		return reconcile.Result{}, nil
 	}
 	orphan, err := r.orphanedFromVM(ctx, &vmi)

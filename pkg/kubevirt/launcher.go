@@ -21,12 +21,3 @@ func IsLauncherPod(pod metav1.Object) (vmi string, ok bool) {
 	vmi = pod.GetAnnotations()[kubevirtv1.DomainAnnotation]
 	return vmi, vmi != ""
 }
-
-// VMIOwner is the VM that controls a VMI, or nil for a standalone VMI.
-func VMIOwner(vmi metav1.Object) *metav1.OwnerReference {
-	ref := metav1.GetControllerOf(vmi)
-	if ref == nil || ref.Kind != "VirtualMachine" || ref.APIVersion != kubevirtv1.SchemeGroupVersion.String() {
-		return nil
-	}
-	return ref
-}

@@ -16,8 +16,24 @@ type Network struct {
 	// Name is the CNI config "name": the network identity shared by every
 	// NAD that uses it.
 	Name string
-	// AllowPersistentIPs is the top-level "allowPersistentIPs" flag.
+	// AllowPersistentIPs is the top-level "allowPersistentIPs" flag: of the
+	// plugin config, or of the conflist (not of its plugins). This is the
+	// one rule the controller, the webhook and the agent apply.
 	AllowPersistentIPs bool
+	// IgnoredFlags lists, comma-separated, the other places of spec.config
+	// that set "allowPersistentIPs" (a conflist's plugin, an ipam
+	// section), where it has no effect; "" when there are none.
+	IgnoredFlags string
+}
+
+// FlagProblem explains, when the network does not allow persistent IPs
+// but sets the flag where it is ignored, where it was found and where it
+// belongs; "" otherwise.
+func (n Network) FlagProblem() string {
+	if n.AllowPersistentIPs || n.IgnoredFlags == "" {
+		return ""
+	}
+	return fmt.Sprintf("\"allowPersistentIPs\" is set at %s, where it is ignored; set it at the top level of spec.config", n.IgnoredFlags)
 }
 
 // Error names the NAD, the field and the value that made it unusable.
@@ -65,7 +81,37 @@ func Parse(n *nadv1.NetworkAttachmentDefinition) (Network, error) {
 			return Network{}, &Error{NAD: key, Field: "spec.config.allowPersistentIPs", Value: string(flag), Reason: "must be true or false"}
 		}
 	}
+	out.IgnoredFlags = strings.Join(ignoredFlags(raw), ", ")
 	return out, nil
+}
+
+// ignoredFlags lists where below the top level a config sets
+// allowPersistentIPs: in its ipam section, or in a conflist's plugins (and
+// their ipam sections). Malformed parts are skipped: they are the CNI
+// plugins' to report.
+func ignoredFlags(top map[string]json.RawMessage) []string {
+	var out []string
+	inIPAM := func(obj map[string]json.RawMessage, path string) {
+		var ipam map[string]json.RawMessage
+		if json.Unmarshal(obj["ipam"], &ipam) == nil {
+			if _, ok := ipam["allowPersistentIPs"]; ok {
+				out = append(out, path+".ipam.allowPersistentIPs")
+			}
+		}
+	}
+	inIPAM(top, "spec.config")
+	var plugins []map[string]json.RawMessage
+	if json.Unmarshal(top["plugins"], &plugins) != nil {
+		return out
+	}
+	for i, p := range plugins {
+		path := fmt.Sprintf("spec.config.plugins[%d]", i)
+		if _, ok := p["allowPersistentIPs"]; ok {
+			out = append(out, path+".allowPersistentIPs")
+		}
+		inIPAM(p, path)
+	}
+	return out
 }
 
 // Ref resolves a NAD reference as KubeVirt's multus.networkName and Multus

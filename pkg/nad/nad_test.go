@@ -26,7 +26,12 @@ func TestParse(t *testing.T) {
 		{name: "conflist with flag", config: `{"cniVersion":"1.0.0","name":"tenant-blue","allowPersistentIPs":true,"plugins":[{"type":"bridge"}]}`, want: Network{Name: "tenant-blue", AllowPersistentIPs: true}},
 		{name: "flag false", config: `{"name":"n","allowPersistentIPs":false}`, want: Network{Name: "n"}},
 		{name: "no flag", config: `{"name":"n","type":"macvlan"}`, want: Network{Name: "n"}},
-		{name: "flag only inside ipam is not the NAD's opt-in", config: `{"name":"n","ipam":{"allowPersistentIPs":true}}`, want: Network{Name: "n"}},
+		{name: "flag only inside ipam is not the NAD's opt-in", config: `{"name":"n","ipam":{"allowPersistentIPs":true}}`,
+			want: Network{Name: "n", IgnoredFlags: "spec.config.ipam.allowPersistentIPs"}},
+		{name: "flag only in a conflist's plugin is ignored", config: `{"name":"n","plugins":[{"type":"bridge","allowPersistentIPs":true},{"type":"tuning","ipam":{"allowPersistentIPs":true}}]}`,
+			want: Network{Name: "n", IgnoredFlags: "spec.config.plugins[0].allowPersistentIPs, spec.config.plugins[1].ipam.allowPersistentIPs"}},
+		{name: "flag at the top and in a plugin", config: `{"name":"n","allowPersistentIPs":true,"plugins":[{"type":"bridge","allowPersistentIPs":true}]}`,
+			want: Network{Name: "n", AllowPersistentIPs: true, IgnoredFlags: "spec.config.plugins[0].allowPersistentIPs"}},
 		{name: "empty config reads a node file", config: "  ", want: Network{}},
 		{name: "not json", config: `{"name":`, wantErr: "NetworkAttachmentDefinition ns/blue: spec.config: not a JSON object"},
 		{name: "json array", config: `[1]`, wantErr: "spec.config: not a JSON object"},
@@ -49,6 +54,20 @@ func TestParse(t *testing.T) {
 				t.Fatalf("Parse() = %+v, %v; want %+v", got, err, tt.want)
 			}
 		})
+	}
+}
+
+func TestFlagProblem(t *testing.T) {
+	n, err := Parse(mk(`{"name":"n","plugins":[{"type":"bridge","allowPersistentIPs":true}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.FlagProblem(); !strings.Contains(got, "spec.config.plugins[0].allowPersistentIPs, where it is ignored") || !strings.Contains(got, "top level") {
+		t.Errorf("FlagProblem() = %q", got)
+	}
+	n.AllowPersistentIPs = true
+	if got := n.FlagProblem(); got != "" {
+		t.Errorf("FlagProblem() with the flag at the top = %q, want none", got)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/ipkeeper/ipkeeper/pkg/claimowner"
 	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
 	"github.com/ipkeeper/ipkeeper/pkg/nad"
 	"github.com/ipkeeper/ipkeeper/pkg/netselect"
@@ -165,18 +165,14 @@ func (m *PodMutator) heldByAnother(ctx context.Context, namespace, name string, 
 		}
 		return "", fmt.Errorf("reading IPAMClaim %s/%s: %w", namespace, name, err)
 	}
-	ref := metav1.GetControllerOf(&claim)
-	if ref == nil || ref.APIVersion != kubevirtv1.SchemeGroupVersion.String() {
-		return "", nil
+	// The same rule as the claims controller and the agent: the controller
+	// reference, or ipkeeper's owner labels once orphan deletion removed it.
+	owner, ok := claimowner.Of(&claim)
+	if !ok || owner.Runs(claimowner.LauncherOf(vmi)) {
+		return "", nil // made by another tool, or this VM's own
 	}
-	if ref.UID == vmi.UID {
-		return "", nil
-	}
-	if owner := kubevirt.VMIOwner(vmi); owner != nil && owner.UID == ref.UID {
-		return "", nil
-	}
-	return fmt.Sprintf("IPAMClaim %s/%s still belongs to %s %s (uid %s), which is being deleted; the pod can be created once that %s's launcher pods are gone",
-		namespace, name, ref.Kind, ref.Name, ref.UID, ref.Kind), nil
+	return fmt.Sprintf("IPAMClaim %s/%s still belongs to %s, which is being deleted; the pod can be created once that %s's launcher pods are gone",
+		namespace, name, owner, owner.Kind), nil
 }
 
 func (m *PodMutator) readNAD(ctx context.Context, key types.NamespacedName) (nad.Network, bool, error) {

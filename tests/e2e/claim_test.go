@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,24 +43,40 @@ func TestClaimBackedAddressSurvivesNamespaceRecreation(t *testing.T) {
 	const (
 		network   = "e2e-claim" // the CNI config name: the claim's spec.network
 		vmNetwork = "blue"      // the network's name in the VM spec
-		nad       = "blue-nad"  // not created: no Multus here, the agent does not read it
+		nad       = "blue-nad"  // read by the agent for its allowPersistentIPs (no Multus here)
 	)
 	subnet := netip.MustParsePrefix("10.77.6.0/24")
 	gateway := netip.MustParseAddr("10.77.6.1")
 	ifname := kubevirtPodIfName(vmNetwork)
 	bridge := "ipkb" + UniqueSuffix(8)
 	DeleteHostLinkOnCleanup(t, bridge) // registered before any attachment: runs after their DELs
-	// libcni hands a plugin only its own object of the list, so the flag
-	// goes there: the top level of a single-plugin NAD config.
-	list := Conflist(t, network, map[string]any{
-		"type":               "bridge",
-		"bridge":             bridge,
-		"isGateway":          true,
-		"allowPersistentIPs": true,
-		"ipam":               e.IPAM(map[string]any{"range": subnet.String(), "gateway": gateway.String()}),
+	// The flag is at the top level of the NAD's conflist only: libcni hands
+	// the bridge plugin (and so ipkeeper) just the plugin object, and the
+	// agent reads the flag from the NAD the pod's annotation names.
+	nadConfig, err := json.Marshal(map[string]any{
+		"cniVersion": "1.0.0", "name": network, "allowPersistentIPs": true,
+		"plugins": []map[string]any{{
+			"type":      "bridge",
+			"bridge":    bridge,
+			"isGateway": true,
+			"ipam":      e.IPAM(map[string]any{"range": subnet.String(), "gateway": gateway.String()}),
+		}},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.NetworkConfFromBytes(nadConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	ns := e.CP.NewNamespace(t, "e2e-claim")
+	if err := e.CP.Client.Create(ctx, &nadv1.NetworkAttachmentDefinition{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: nad},
+		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: string(nadConfig)},
+	}); err != nil {
+		t.Fatalf("creating NAD %s/%s: %v", ns, nad, err)
+	}
 	claim := e.createClaim(t, ns, "vm1."+vmNetwork, network, ifname) // cleanup after the attachments' DELs
 	networks := launcherNetworks(t, nad, ns, ifname, claim.Name)
 	sfx := UniqueSuffix(6)

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,8 +41,25 @@ func persistentConf(network string, ipam map[string]any) json.RawMessage {
 	return b
 }
 
+// persistentNAD creates (unless it exists) NAD name in ns for network with
+// allowPersistentIPs at the top level: the agent reads the flag from the
+// NAD a pod's networks annotation element names.
+func persistentNAD(t testing.TB, ns, name, network string) {
+	t.Helper()
+	n := &nadv1.NetworkAttachmentDefinition{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","allowPersistentIPs":true}`, network)},
+	}
+	if err := cp.Client.Create(context.Background(), n); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating NAD %s/%s: %v", ns, name, err)
+	}
+}
+
+// createClaim creates a claim (owned by nothing, as other tools make them)
+// and the NAD blue-nad for its network that createLaunchers' pods name.
 func createClaim(t testing.TB, ns, name, network string) *ipamclaimsv1alpha1.IPAMClaim {
 	t.Helper()
+	persistentNAD(t, ns, "blue-nad", network)
 	c := &ipamclaimsv1alpha1.IPAMClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: network, Interface: launcherIf},
@@ -194,6 +213,7 @@ func TestClaimCreatedLateOrNever(t *testing.T) {
 	const network = "late-net"
 	conf := persistentConf(network, map[string]any{"range": "10.72.0.0/24"})
 	a := cp.StartAgent(t, "node-late", func(o *agent.Options) { o.ClaimWaitTimeout = 8 * time.Second })
+	persistentNAD(t, ns, "blue-nad", network)
 	pods := createLaunchers(t, ns, a.Node, "launcher", "vm-late.blue", 1)
 	never := createLaunchers(t, ns, a.Node, "never", "vm-never.blue", 1)[0]
 
@@ -307,9 +327,18 @@ func TestClaimFailuresSetConditions(t *testing.T) {
 		t.Fatalf("claim status changed to %v", got)
 	}
 
-	// A claim reference on a network that does not allow persistent IPs.
-	_, err = a.Add(ctx, pod, launcherIf, framework.NetConf(network, map[string]any{"range": "10.74.0.0/30"}))
-	mustContain(t, err, "allowPersistentIPs", claim.Name)
+	// A claim reference on a network that does not allow persistent IPs:
+	// the NAD decides, whatever the config handed to the plugin says.
+	var n nadv1.NetworkAttachmentDefinition
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "blue-nad"}, &n); err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Config = fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge"}`, network)
+	if err := cp.Client.Update(ctx, &n); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Add(ctx, pod, launcherIf, conf)
+	mustContain(t, err, "allowPersistentIPs", claim.Name, "NetworkAttachmentDefinition "+ns+"/blue-nad")
 }
 
 func assertCondition(t testing.TB, ns, claim, reason string) {

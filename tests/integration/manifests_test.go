@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -143,6 +144,11 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		expectForbidden(t, "create Pod", agent.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}))
 		expectAllowed(t, "list IPAMClaims", agent.List(ctx, &ipamclaimsv1alpha1.IPAMClaimList{}, client.InNamespace(ns)))
 		expectForbidden(t, "list VirtualMachines", agent.List(ctx, &kubevirtv1.VirtualMachineList{}, client.InNamespace(ns)))
+		// Claim-backed ADDs read the attachment's NAD and the launcher's VMI.
+		expectAllowed(t, "get NetworkAttachmentDefinition", agent.Get(ctx, client.ObjectKey{Namespace: ns, Name: "blue-nad"}, &nadv1.NetworkAttachmentDefinition{}))
+		expectForbidden(t, "list NetworkAttachmentDefinitions", agent.List(ctx, &nadv1.NetworkAttachmentDefinitionList{}, client.InNamespace(ns)))
+		expectAllowed(t, "get VirtualMachineInstance", agent.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm1"}, &kubevirtv1.VirtualMachineInstance{}))
+		expectForbidden(t, "list VirtualMachineInstances", agent.List(ctx, &kubevirtv1.VirtualMachineInstanceList{}, client.InNamespace(ns)))
 	})
 
 	t.Run("controller", func(t *testing.T) {

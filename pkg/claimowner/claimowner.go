@@ -1,0 +1,122 @@
+package claimowner
+
+import (
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+const (
+	// ManagedByLabel marks claims ipkeeper-controller created or adopted.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	// ManagedByValue is ManagedByLabel's value.
+	ManagedByValue = "ipkeeper-controller"
+	// OwnerUIDLabel records the owner's UID. It outlives the owner
+	// reference, which orphan deletion removes.
+	OwnerUIDLabel = "ipkeeper.io/owner-uid"
+	// OwnerAnnotation records the owner as "<Kind>/<name>" (names can be
+	// longer than a label value allows).
+	OwnerAnnotation = "ipkeeper.io/owner"
+
+	// KindVM and KindVMI are the owner kinds a claim can have.
+	KindVM  = "VirtualMachine"
+	KindVMI = "VirtualMachineInstance"
+)
+
+// apiVersion is the KubeVirt API version owner references name.
+var apiVersion = kubevirtv1.SchemeGroupVersion.String()
+
+// Owner identifies the VM or standalone VMI a claim belongs to.
+type Owner struct {
+	Kind string
+	Name string
+	UID  types.UID
+}
+
+func (o Owner) String() string { return o.Kind + " " + o.Name + " (uid " + string(o.UID) + ")" }
+
+// Of returns the owner of a claim: its controller reference to a VM or VMI,
+// else (after orphan deletion removed the reference) what
+// ipkeeper-controller recorded in its labels and annotation. ok is false
+// for claims no VM or VMI owns: claims made by other tools, which any pod
+// of the namespace may use.
+func Of(claim metav1.Object) (Owner, bool) {
+	if ref := metav1.GetControllerOf(claim); ref != nil {
+		if ref.APIVersion == apiVersion && (ref.Kind == KindVM || ref.Kind == KindVMI) {
+			return Owner{Kind: ref.Kind, Name: ref.Name, UID: ref.UID}, true
+		}
+		return Owner{}, false
+	}
+	if claim.GetLabels()[ManagedByLabel] != ManagedByValue {
+		return Owner{}, false
+	}
+	kind, name, ok := strings.Cut(claim.GetAnnotations()[OwnerAnnotation], "/")
+	uid := claim.GetLabels()[OwnerUIDLabel]
+	if !ok || name == "" || uid == "" || (kind != KindVM && kind != KindVMI) {
+		return Owner{}, false
+	}
+	return Owner{Kind: kind, Name: name, UID: types.UID(uid)}, true
+}
+
+// VMOf is the VM that controls a VMI, or nil for a standalone VMI.
+func VMOf(vmi metav1.Object) *metav1.OwnerReference {
+	ref := metav1.GetControllerOf(vmi)
+	if ref == nil || ref.Kind != KindVM || ref.APIVersion != apiVersion {
+		return nil
+	}
+	return ref
+}
+
+// Launcher is what a virt-launcher pod runs: a VMI and, unless the VMI is
+// standalone, the VM controlling it.
+type Launcher struct {
+	VMIName string
+	VMIUID  types.UID
+	// VMUID is empty for a standalone VMI.
+	VMUID types.UID
+}
+
+// LauncherOf describes the launcher of vmi.
+func LauncherOf(vmi metav1.Object) Launcher {
+	l := Launcher{VMIName: vmi.GetName(), VMIUID: vmi.GetUID()}
+	if vm := VMOf(vmi); vm != nil {
+		l.VMUID = vm.UID
+	}
+	return l
+}
+
+// Runs reports whether launcher l runs this owner: its VMI, or a VMI
+// controlled by its VM. This is the rule that lets a pod use a claim.
+func (o Owner) Runs(l Launcher) bool {
+	switch o.Kind {
+	case KindVMI:
+		return l.VMIUID != "" && l.VMIUID == o.UID
+	case KindVM:
+		return l.VMUID != "" && l.VMUID == o.UID
+	}
+	return false
+}
+
+// PodVMI returns the name and UID of the VMI a pod says it launches: its
+// controller reference to a VMI (what virt-controller sets), else
+// KubeVirt's kubevirt.io/created-by label with the kubevirt.io/domain
+// annotation. ok is false for a pod that claims no VMI.
+func PodVMI(pod metav1.Object) (name string, uid types.UID, ok bool) {
+	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == KindVMI && ref.APIVersion == apiVersion {
+		return ref.Name, ref.UID, true
+	}
+	uid = types.UID(pod.GetLabels()[kubevirtv1.CreatedByLabel])
+	name = pod.GetAnnotations()[kubevirtv1.DomainAnnotation]
+	return name, uid, uid != "" && name != ""
+}
+
+// NotRunBy explains that a pod may not use a claim of owner; it names the
+// claim and its owner (same namespace as the pod, so nothing about other
+// tenants is revealed).
+func NotRunBy(claimNamespace, claimName string, owner Owner, why string) error {
+	return fmt.Errorf("IPAMClaim %s/%s belongs to %s; only that %s's virt-launcher pods may use it, and %s",
+		claimNamespace, claimName, owner, owner.Kind, why)
+}

@@ -1,0 +1,84 @@
+package claimowner
+
+import (
+	"testing"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestOwnerOf(t *testing.T) {
+	vmRef := metav1.OwnerReference{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "vm1", UID: "u1", Controller: ptr.To(true)}
+	tests := []struct {
+		name  string
+		claim ipamclaimsv1alpha1.IPAMClaim
+		want  Owner
+		ok    bool
+	}{
+		{"controller reference", ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{vmRef}}}, Owner{Kind: "VirtualMachine", Name: "vm1", UID: "u1"}, true},
+		{"orphaned, ours by labels", ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{
+			Labels:      map[string]string{ManagedByLabel: ManagedByValue, OwnerUIDLabel: "u2"},
+			Annotations: map[string]string{OwnerAnnotation: "VirtualMachine/vm.dotted"},
+		}}, Owner{Kind: "VirtualMachine", Name: "vm.dotted", UID: "u2"}, true},
+		{"not ours", ipamclaimsv1alpha1.IPAMClaim{}, Owner{}, false},
+		{"controlled by something else", ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "u", Controller: ptr.To(true)}}}}, Owner{}, false},
+		{"labels without a valid owner annotation", ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{
+			Labels: map[string]string{ManagedByLabel: ManagedByValue, OwnerUIDLabel: "u2"}, Annotations: map[string]string{OwnerAnnotation: "Pod/x"},
+		}}, Owner{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := Of(&tt.claim)
+		if ok != tt.ok || got != tt.want {
+			t.Errorf("%s: Of() = %+v, %v; want %+v, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestRuns(t *testing.T) {
+	vm := Owner{Kind: KindVM, Name: "vm1", UID: "vm-uid"}
+	vmi := Owner{Kind: KindVMI, Name: "vmi1", UID: "vmi-uid"}
+	tests := []struct {
+		name  string
+		owner Owner
+		l     Launcher
+		want  bool
+	}{
+		{"launcher of the VM's VMI", vm, Launcher{VMIUID: "x", VMUID: "vm-uid"}, true},
+		{"launcher of another VM's VMI", vm, Launcher{VMIUID: "x", VMUID: "other"}, false},
+		{"launcher of a standalone VMI, VM owner", vm, Launcher{VMIUID: "vm-uid"}, false},
+		{"launcher of the standalone VMI", vmi, Launcher{VMIUID: "vmi-uid"}, true},
+		{"launcher of another VMI", vmi, Launcher{VMIUID: "other", VMUID: "vmi-uid"}, false},
+		{"no launcher", vm, Launcher{}, false},
+		{"unknown owner kind", Owner{Kind: "Pod", UID: "vm-uid"}, Launcher{VMIUID: "vm-uid", VMUID: "vm-uid"}, false},
+	}
+	for _, tt := range tests {
+		if got := tt.owner.Runs(tt.l); got != tt.want {
+			t.Errorf("%s: Runs() = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestPodVMI(t *testing.T) {
+	vmiRef := metav1.OwnerReference{APIVersion: "kubevirt.io/v1", Kind: KindVMI, Name: "vm1", UID: "vmi-uid", Controller: ptr.To(true)}
+	tests := []struct {
+		name    string
+		pod     corev1.Pod
+		wantUID string
+		ok      bool
+	}{
+		{"controller reference", corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{vmiRef}}}, "vmi-uid", true},
+		{"created-by label with the domain annotation", corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Labels: map[string]string{"kubevirt.io/created-by": "vmi-uid"}, Annotations: map[string]string{"kubevirt.io/domain": "vm1"}}}, "vmi-uid", true},
+		{"plain pod", corev1.Pod{}, "", false},
+		{"controlled by a ReplicaSet", corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "vmi-uid", Controller: ptr.To(true)}}}}, "", false},
+	}
+	for _, tt := range tests {
+		_, uid, ok := PodVMI(&tt.pod)
+		if ok != tt.ok || string(uid) != tt.wantUID {
+			t.Errorf("%s: PodVMI() = %q, %v; want %q, %v", tt.name, uid, ok, tt.wantUID, tt.ok)
+		}
+	}
+}
