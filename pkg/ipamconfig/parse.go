@@ -2,7 +2,6 @@ package ipamconfig
 
 import (
 	"strings"
-	"unicode/utf8"
 
 	"github.com/containernetworking/cni/pkg/utils"
 
@@ -57,12 +56,13 @@ func checkNetworkName(name string) error {
 	if strings.TrimSpace(name) == "" {
 		return fieldErr("name", ": required")
 	}
-	if n := utf8.RuneCountInString(name); n > v1alpha1.NetworkMaxLength {
-		return fieldErr("name", " %q is %d characters long; at most %d are allowed (IPReservation spec.network)",
-			name, n, v1alpha1.NetworkMaxLength)
-	}
 	if utils.ValidateNetworkName(name) != nil {
 		return fieldErr("name", " %q: invalid characters; a network name is a letter or digit followed by letters, digits, '_', '.' and '-' (CNI specification)", name)
+	}
+	// ASCII from here on, so characters are the bytes the API server counts.
+	if len(name) > v1alpha1.NetworkMaxLength {
+		return fieldErr("name", " %q is %d characters long; at most %d are allowed (IPReservation spec.network)",
+			name, len(name), v1alpha1.NetworkMaxLength)
 	}
 	return nil
 }
