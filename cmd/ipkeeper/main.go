@@ -4,8 +4,6 @@
 package main
 
 import (
-	"github.com/containernetworking/cni/pkg/skel"
-
 	"github.com/ipkeeper/ipkeeper/pkg/cnishim"
 )
 
@@ -15,5 +13,5 @@ import (
 var version = "dev"
 
 func main() {
-	skel.PluginMainFuncs(cnishim.Funcs(), cnishim.VersionInfo(), "ipkeeper CNI IPAM plugin "+version)
+	cnishim.Main("ipkeeper CNI IPAM plugin " + version)
 }

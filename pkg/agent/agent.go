@@ -10,9 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -68,6 +70,9 @@ type Agent struct {
 	metrics   *metrics
 	ready     atomic.Bool // caches synced
 	serving   atomic.Bool // socket listening
+	// waiting says what start-up waits for while not ready, for /readyz,
+	// STATUS and the errors of requests that arrive meanwhile.
+	waiting atomic.Pointer[string]
 }
 
 var _ cniproto.Handler = (*Agent)(nil)
@@ -97,6 +102,9 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating API client: %w", err)
 	}
+	// IPReservations get their transform as the default rather than from
+	// ByObject: a ByObject entry is resolved against the API server here,
+	// and would fail New before the CRD is installed (start waits for it).
 	c, err := cache.New(cfg, cache.Options{
 		Scheme: s,
 		ByObject: map[client.Object]cache.ByObject{
@@ -104,8 +112,8 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 				Field:     fields.OneTermEqualSelector("spec.nodeName", opts.NodeName),
 				Transform: trimPod,
 			},
-			&ipkeeperv1alpha1.IPReservation{}: {Transform: trimReservation},
 		},
+		DefaultTransform: trimReservation,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating caches: %w", err)
@@ -120,6 +128,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 
 		uncertain: newUncertainCreates(),
 	}
+	a.setWaiting("caches not synced yet")
 	if a.metrics, err = newMetrics(opts.Registry, a.idx.len); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
@@ -131,6 +140,11 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 
 // Run starts the caches, installs the CNI binary, serves the socket (and
 // metrics and probes) and blocks until ctx is done.
+//
+// The socket is served from the start so that the plugin's STATUS, and
+// requests that come early, learn why the agent is not ready (for example
+// a missing CRD) instead of finding no agent; requests other than STATUS
+// are refused with "try again later" until the caches have synced.
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -143,9 +157,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		mux.Handle("/metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{}))
 		go func() { errc <- serveHTTP(ctx, a.opts.MetricsAddr, mux) }()
 	}
-	if err := a.start(ctx); err != nil {
-		return err
-	}
+	// The plugin is installed at once: until the agent is ready it answers
+	// with the reason, which says more than a plugin missing from the node.
 	if a.opts.CNIBinDir != "" {
 		dst, err := installPlugin(a.opts.PluginSource, a.opts.CNIBinDir)
 		if err != nil {
@@ -158,8 +171,27 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("listening on %s: %w", a.opts.SocketPath, err)
 	}
 	a.serving.Store(true)
+	go func() { errc <- cniproto.ServeListener(ctx, ln, cniproto.NewHTTPHandler(untilReady{a}, a.log)) }()
+
+	started := make(chan error, 1)
+	go func() { started <- a.start(ctx) }()
+	select {
+	case err := <-started:
+		if err != nil && ctx.Err() != nil {
+			// Stopped while starting (e.g. still waiting for the CRD): a
+			// clean shutdown, not a failure.
+			a.serving.Store(false)
+			return <-errc
+		}
+		if err != nil {
+			return err
+		}
+	case err := <-errc:
+		return err
+	}
+	a.ready.Store(true)
+	a.waiting.Store(nil)
 	a.log.Info("serving CNI requests", "socket", a.opts.SocketPath, "reservations", a.idx.len())
-	go func() { errc <- cniproto.ServeListener(ctx, ln, cniproto.NewHTTPHandler(a, a.log)) }()
 	select {
 	case <-ctx.Done():
 		a.serving.Store(false)
@@ -172,9 +204,9 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // start runs the informers and waits until the index holds every reservation.
 func (a *Agent) start(ctx context.Context) error {
-	resInf, err := a.cache.GetInformer(ctx, &ipkeeperv1alpha1.IPReservation{})
+	resInf, err := a.reservationInformer(ctx)
 	if err != nil {
-		return fmt.Errorf("reservation informer: %w", err)
+		return err
 	}
 	reg, err := resInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    a.onReservation,
@@ -193,12 +225,113 @@ func (a *Agent) start(ctx context.Context) error {
 		}
 	}()
 	start := time.Now()
+	a.setWaiting("caches not synced yet")
 	if !a.cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		return fmt.Errorf("caches did not sync: %w", context.Cause(ctx))
 	}
-	a.ready.Store(true)
 	a.log.Info("caches synced", "reservations", a.idx.len(), "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// reservationCRD names the CRD the agent cannot work without.
+const reservationCRD = "ipreservations.ipkeeper.io"
+
+// missingCRD is the not-ready reason while the IPReservation CRD is absent.
+const missingCRD = "the IPReservation CRD (" + reservationCRD + ") is not installed; " +
+	"install ipkeeper's CRDs (kubectl apply --server-side -k manifests/crds, see docs/install.md) and the agent becomes ready without a restart"
+
+// CRD polling backs off to crdPollMax: every agent of the cluster polls
+// discovery while the CRD is missing.
+const (
+	crdPollMin = 500 * time.Millisecond
+	crdPollMax = 10 * time.Second
+)
+
+// reservationInformer returns the IPReservation informer, waiting while the
+// CRD is not installed (an agent may start before it, e.g. when a
+// DaemonSet and the CRDs are applied together).
+func (a *Agent) reservationInformer(ctx context.Context) (cache.Informer, error) {
+	var lastLog time.Time
+	delay := crdPollMin
+	for {
+		inf, err := a.cache.GetInformer(ctx, &ipkeeperv1alpha1.IPReservation{})
+		if err == nil {
+			if !lastLog.IsZero() {
+				a.log.Info("the IPReservation CRD is installed; starting", "crd", reservationCRD)
+			}
+			return inf, nil
+		}
+		if !meta.IsNoMatchError(err) {
+			return nil, fmt.Errorf("reservation informer: %w", err)
+		}
+		a.setWaiting(missingCRD)
+		if time.Since(lastLog) >= time.Minute {
+			a.log.Warn("waiting for the IPReservation CRD: "+missingCRD, "crd", reservationCRD)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the IPReservation CRD %s: %w", reservationCRD, context.Cause(ctx))
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, crdPollMax)
+	}
+}
+
+// setWaiting records what start-up waits for.
+func (a *Agent) setWaiting(reason string) { a.waiting.Store(&reason) }
+
+// notReady returns why the agent does not serve yet, or nil when it does.
+func (a *Agent) notReady() error {
+	if a.Ready() {
+		return nil
+	}
+	why := "not serving"
+	if w := a.waiting.Load(); w != nil {
+		why = *w
+	}
+	return fmt.Errorf("ipkeeper-agent on node %s is not ready: %s", a.opts.NodeName, why)
+}
+
+// untilReady refuses CNI requests until the agent is ready: before its
+// caches have synced the index is incomplete, so an ADD could pick a held
+// address and a DEL could miss what it must release. They fail with "try
+// again later"; STATUS says why the plugin is not available.
+type untilReady struct{ a *Agent }
+
+func (u untilReady) Add(ctx context.Context, req *cniproto.Request) (*types100.Result, error) {
+	if err := u.a.notReady(); err != nil {
+		return nil, cniError(codeTryAgainLater, err)
+	}
+	return u.a.Add(ctx, req)
+}
+
+func (u untilReady) Del(ctx context.Context, req *cniproto.Request) error {
+	if err := u.a.notReady(); err != nil {
+		return cniError(codeTryAgainLater, err)
+	}
+	return u.a.Del(ctx, req)
+}
+
+func (u untilReady) Check(ctx context.Context, req *cniproto.Request) error {
+	if err := u.a.notReady(); err != nil {
+		return cniError(codeTryAgainLater, err)
+	}
+	return u.a.Check(ctx, req)
+}
+
+func (u untilReady) GC(ctx context.Context, req *cniproto.Request) error {
+	if err := u.a.notReady(); err != nil {
+		return cniError(codeTryAgainLater, err)
+	}
+	return u.a.GC(ctx, req)
+}
+
+func (u untilReady) Status(ctx context.Context) error {
+	if err := u.a.notReady(); err != nil {
+		return err // the server reports it as "plugin not available"
+	}
+	return u.a.Status(ctx)
 }
 
 func (a *Agent) onReservation(obj any) {
@@ -225,8 +358,8 @@ func (a *Agent) probeHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !a.Ready() {
-			http.Error(w, "caches not synced or socket not serving", http.StatusServiceUnavailable)
+		if err := a.notReady(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok"))

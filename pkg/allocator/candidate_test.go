@@ -48,7 +48,7 @@ func TestPick(t *testing.T) {
 		{"ipv6 exclude lower half of /64", `{"range":"fd00::/64","exclude":["fd00::/65"]}`, nil, u(0), "fd00::8000:0:0:0"},
 		{"ipv6 exclude upper half of /64, wraps below it", `{"range":"fd00::/64","exclude":["fd00::8000:0:0:0/65"]}`, []string{"fd00::7fff:ffff:ffff:ffff"}, u(1<<63 - 2), "fd00::1"},
 		{"ipv6 /127 both usable", `{"range":"fd00::/127"}`, []string{"fd00::"}, u(0), "fd00::1"},
-		{"ipv6 /0 high offset", `{"range":"::/0"}`, nil, u128{1 << 63, 0}, "8000::1"},
+		{"ipv6 /0 high offset (past the excluded IPv4-mapped block)", `{"range":"::/0","exclude":["::ffff:0:0/96"]}`, nil, u128{1 << 63, 0}, "8000::1:0:1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

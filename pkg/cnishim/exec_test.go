@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 )
 
@@ -21,7 +20,7 @@ const runAsPluginEnv = "IPKEEPER_TEST_RUN_AS_PLUGIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(runAsPluginEnv) == "1" {
-		skel.PluginMainFuncs(Funcs(), VersionInfo(), "ipkeeper test")
+		Main("ipkeeper test")
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -101,3 +100,30 @@ func TestExecVersion(t *testing.T) {
 }
 
 func cniprotoEnv(sock string) string { return "IPKEEPER_AGENT_SOCKET=" + sock }
+
+// TestExecMissingCNIVersion: the CNI library reads a missing cniVersion as
+// the legacy "0.1.0" and would report `config is "0.1.0"`, a version nobody
+// wrote; the error must say what is wrong and what to write.
+func TestExecMissingCNIVersion(t *testing.T) {
+	agent := &fakeAgent{result: testResult(t)}
+	sock := startAgent(t, agent)
+	stdin := []byte(`{"name":"net-a","type":"macvlan","ipam":{"type":"ipkeeper"}}`)
+	for _, command := range []string{"ADD", "DEL", "CHECK"} {
+		out, code := execPlugin(t, command, stdin, cniprotoEnv(sock))
+		var ce types.Error
+		if err := json.Unmarshal(out, &ce); err != nil {
+			t.Fatalf("%s printed %s: %v", command, out, err)
+		}
+		text := ce.Msg + "; " + ce.Details
+		if code == 0 || ce.Code != types.ErrInvalidNetworkConfig ||
+			!strings.Contains(text, "cniVersion is missing") || !strings.Contains(text, `"1.1.0"`) || strings.Contains(text, "0.1.0") {
+			t.Errorf("%s without cniVersion: exit %d, code %d, message %q", command, code, ce.Code, text)
+		}
+	}
+	// An explicit but unsupported version is still reported as such.
+	out, code := execPlugin(t, "ADD", []byte(`{"cniVersion":"0.2.0","name":"net-a","type":"macvlan","ipam":{"type":"ipkeeper"}}`), cniprotoEnv(sock))
+	var ce types.Error
+	if err := json.Unmarshal(out, &ce); err != nil || code == 0 || ce.Code != types.ErrIncompatibleCNIVersion || !strings.Contains(ce.Details, `"0.2.0"`) {
+		t.Errorf("ADD with cniVersion 0.2.0: exit %d, %s", code, out)
+	}
+}

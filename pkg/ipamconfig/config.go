@@ -14,6 +14,10 @@ type Config struct {
 	CNIVersion string
 	// IPAMType is ipam.type as given (normally "ipkeeper"); not checked here.
 	IPAMType string
+	// ClaimReference is args.cni.ipam-claim-reference, the IPAMClaim an
+	// attachment uses in setups where no webhook writes it into the pod's
+	// networks annotation; "" when not given.
+	ClaimReference string
 	// AllowPersistentIPs is the top-level allowPersistentIPs flag.
 	AllowPersistentIPs bool
 	// Ranges holds one range per IP family (so at most two), in

@@ -1,6 +1,7 @@
 // Package ipamconfig parses and validates the "ipam" section of a CNI
-// network configuration for ipkeeper. It is pure (no I/O, no Kubernetes) so
-// the CNI shim can use it without growing.
+// network configuration for ipkeeper. It is pure (no I/O, no clients); its
+// only Kubernetes import is the IPReservation API package, for the limits
+// the API server applies to what a configuration turns into.
 //
 // # Input
 //
@@ -13,6 +14,7 @@
 //	allowPersistentIPs    top-level bool, passed through
 //	runtimeConfig.ips     static IPs ("ips" capability), "a" or "a/n"
 //	args.cni.ips          static IPs, same form
+//	args.cni.ipam-claim-reference  IPAMClaim name (string), passed through
 //	ipam.type             passed through (normally "ipkeeper")
 //	ipam.range            "10.1.0.0/24" or "10.1.0.10-10.1.0.50/24"
 //	ipam.range_start      first address to hand out
@@ -52,6 +54,16 @@
 // family; allocator.Usable decides whether the address may be handed out.
 // IP literals are strict (net/netip): no leading-zero octets, and no zones
 // except in dns.nameservers.
+//
+// Nothing that the API server would refuse in an IPReservation gets
+// through, so such input fails here, as a configuration error, instead of
+// on every ADD: the name follows the CNI specification (a letter or digit,
+// then letters, digits, '_', '.', '-') and is at most
+// v1alpha1.NetworkMaxLength characters; IPv4-mapped IPv6 literals
+// (::ffff:10.0.0.0/120) are refused in ranges, bounds, gateways, routes
+// and static IPs with a hint to write them as IPv4; and an IPv6 range may
+// not reach into the IPv4-mapped block ::ffff:0:0/96 unless an exclude
+// covers it.
 //
 // # Errors
 //

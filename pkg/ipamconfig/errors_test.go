@@ -3,9 +3,11 @@ package ipamconfig_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/pkg/ipamconfig"
 )
 
@@ -58,7 +60,7 @@ var errorCases = []struct {
 
 	// range_start / range_end
 	{"range_start invalid", netconf(`{"range":"10.0.0.0/24","range_start":"10.0.0.300"}`), "ipam.range_start", `ipam.range_start: invalid IP "10.0.0.300"`, true},
-	{"range_start with zone", netconf(`{"range":"fe80::/64","range_start":"fe80::5%eth0"}`), "ipam.range_start", `ipam.range_start: invalid IP "fe80::5%eth0"`, true},
+	{"range_start with zone", netconf(`{"range":"fe80::/64","range_start":"fe80::5%eth0"}`), "ipam.range_start", `ipam.range_start: invalid IP "fe80::5%eth0" (IPv6 zones are not allowed)`, true},
 	{"range_end invalid", netconf(`{"range":"10.0.0.0/24","range_end":"x"}`), "ipam.range_end", `ipam.range_end: invalid IP "x"`, true},
 	{"range_start outside", netconf(`{"ipRanges":[{"range":"fd00::/64"},{"range":"10.0.0.0/24","range_start":"10.0.1.5"}]}`), "ipam.ipRanges[1].range_start", `ipam.ipRanges[1].range_start "10.0.1.5" is outside range "10.0.0.0/24"`, true},
 	{"range_end other family", netconf(`{"range":"10.0.0.0/24","range_end":"fd00::1"}`), "ipam.range_end", `ipam.range_end "fd00::1" is outside range "10.0.0.0/24"`, true},
@@ -111,6 +113,24 @@ var errorCases = []struct {
 	{"two static of one family", `{"name":"n","runtimeConfig":{"ips":["10.0.0.5","10.0.0.6"]},"ipam":{"range":"10.0.0.0/24"}}`, "runtimeConfig.ips[1]", `runtimeConfig.ips[1] "10.0.0.6": a second IPv4 address (10.0.0.5 already requested by runtimeConfig.ips[0]); one static IP per family`, true},
 	{"args.cni.ips conflicts with runtimeConfig", `{"name":"n","runtimeConfig":{"ips":["fd00::5"]},"args":{"cni":{"ips":["fd00::6/64"]}},"ipam":{"range":"fd00::/64"}}`, "args.cni.ips[0]", `args.cni.ips[0] "fd00::6/64": a second IPv6 address`, false},
 	{"args.cni.ips invalid", `{"name":"n","args":{"cni":{"ips":[""]}},"ipam":{"range":"fd00::/64"}}`, "args.cni.ips[0]", `args.cni.ips[0]: invalid IP or CIDR ""`, true},
+	{"args.cni claim reference not a string", `{"name":"n","args":{"cni":{"ipam-claim-reference":{"name":"vm1"}}},"ipam":{"range":"10.0.0.0/24"}}`, "args.cni.ipam-claim-reference", `args.cni.ipam-claim-reference: expected a string, got JSON object`, true},
+
+	// Values the API server refuses in an IPReservation (its CRD schema and
+	// CEL rules): refused here as configuration errors, never sent.
+	{"IPv4-mapped range", netconf(`{"range":"::ffff:10.0.0.0/120"}`), "ipam.range", `ipam.range "::ffff:10.0.0.0/120" is an IPv4-mapped IPv6 prefix, whose addresses an IPReservation cannot hold; write it as IPv4 "10.0.0.0/24"`, true},
+	{"IPv4-mapped ipRanges entry", netconf(`{"ipRanges":[{"range":"10.0.0.0/24"},{"range":"::ffff:10.1.0.0/112"}]}`), "ipam.ipRanges[1].range", `write it as IPv4 "10.1.0.0/16"`, false},
+	{"IPv4-mapped A-B range", netconf(`{"range":"::ffff:10.0.0.5-::ffff:10.0.0.50/120"}`), "ipam.range", `ipam.range "::ffff:10.0.0.5-::ffff:10.0.0.50/120" is an IPv4-mapped IPv6 range`, false},
+	{"IPv4-mapped range_start", netconf(`{"range":"::/64","range_start":"::ffff:0.0.0.5"}`), "ipam.range_start", `ipam.range_start "::ffff:0.0.0.5" is in the IPv4-mapped block ::ffff:0:0/96, whose addresses an IPReservation cannot hold`, false},
+	{"IPv6 range over the IPv4-mapped block", netconf(`{"range":"::fffe:0:0/95"}`), "ipam.range", `ipam.range "::fffe:0:0/95" includes the IPv4-mapped block ::ffff:0:0/96, whose addresses an IPReservation cannot hold`, false},
+	{"IPv6 range ending in the IPv4-mapped block", netconf(`{"ipRanges":[{"range":"::/64","range_end":"::ffff:0:1"}]}`), "ipam.ipRanges[0].range_end", `IPv4-mapped`, false},
+	{"IPv4-mapped gateway", netconf(`{"range":"10.0.0.0/24","gateway":"::ffff:10.0.0.1"}`), "ipam.gateway", `ipam.gateway "::ffff:10.0.0.1" is an IPv4-mapped IPv6 address; write it as IPv4 "10.0.0.1"`, true},
+	{"IPv4-mapped static IP", `{"name":"n","runtimeConfig":{"ips":["::ffff:10.0.0.5"]},"ipam":{"range":"10.0.0.0/24"}}`, "runtimeConfig.ips[0]", `runtimeConfig.ips[0] "::ffff:10.0.0.5" is an IPv4-mapped IPv6 address; write it as IPv4 "10.0.0.5"`, true},
+	{"IPv4-mapped static CIDR", `{"name":"n","args":{"cni":{"ips":["::ffff:10.0.0.5/120"]}},"ipam":{"range":"10.0.0.0/24"}}`, "args.cni.ips[0]", `write it as IPv4 "10.0.0.5/24"`, false},
+	{"static IP with a zone", `{"name":"n","runtimeConfig":{"ips":["fe80::5%eth0"]},"ipam":{"range":"fe80::/64"}}`, "runtimeConfig.ips[0]", `runtimeConfig.ips[0]: invalid IP or CIDR "fe80::5%eth0" (IPv6 zones are not allowed)`, true},
+	{"network name too long", `{"name":"` + strings.Repeat("n", v1alpha1.NetworkMaxLength+1) + `","ipam":{"range":"10.0.0.0/24"}}`, "name",
+		fmt.Sprintf(`is %d characters long; at most %d are allowed (IPReservation spec.network)`, v1alpha1.NetworkMaxLength+1, v1alpha1.NetworkMaxLength), false},
+	{"network name with a space", `{"name":"blue net","ipam":{"range":"10.0.0.0/24"}}`, "name", `name "blue net": invalid characters`, false},
+	{"network name starting with a dot", `{"name":".blue","ipam":{"range":"10.0.0.0/24"}}`, "name", `name ".blue": invalid characters`, false},
 }
 
 func TestParseErrors(t *testing.T) {

@@ -32,9 +32,9 @@ func parseRoutes(raw []rawRoute) ([]*types.Route, error) {
 			Scope:    rr.Scope,
 		}
 		if rr.GW != "" {
-			gw, ok := parseAddr(rr.GW)
-			if !ok {
-				return nil, fieldErr(f+".gw", ": invalid IP %q", rr.GW)
+			gw, err := parseAddr(f+".gw", rr.GW)
+			if err != nil {
+				return nil, err
 			}
 			if !sameFamily(gw, dst.Addr()) {
 				return nil, fieldErr(f+".gw", " %q is %s but dst %q is %s", rr.GW, family(gw), rr.Dst, family(dst.Addr()))
@@ -71,7 +71,10 @@ func parseStaticIPs(ranges []Range, rc *rawConf) ([]netip.Prefix, error) {
 			f := indexed(src.field, i)
 			p, hadBits, ok := parsePrefixOrAddr(s)
 			if !ok {
-				return nil, fieldErr(f, ": invalid IP or CIDR %q", s)
+				return nil, fieldErr(f, ": invalid IP or CIDR %q%s", s, zoneNote(s))
+			}
+			if p.Addr().Is4In6() {
+				return nil, mappedErr(f, s, p)
 			}
 			ip := p.Addr()
 			r, found := rangeContaining(ranges, ip)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/pkg/allocator"
+	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/pkg/ipamconfig"
 )
 
@@ -142,6 +143,17 @@ func checkRange(t *testing.T, r ipamconfig.Range) {
 	if r.Gateway.IsValid() && (!s.Contains(r.Gateway) || r.Gateway.Zone() != "") {
 		t.Fatalf("gateway %v outside %v", r.Gateway, s)
 	}
+	// No IPv4-mapped address may be handed out: the API server refuses them.
+	mapped := netip.MustParsePrefix("::ffff:0:0/96")
+	if !s.Addr().Is4() && !r.End.Less(mapped.Addr()) && !broadcast(mapped).Less(r.Start) {
+		covered := false
+		for _, p := range r.Exclude {
+			covered = covered || (p.Bits() <= mapped.Bits() && p.Contains(mapped.Addr()))
+		}
+		if !covered {
+			t.Fatalf("range %v hands out IPv4-mapped addresses", r)
+		}
+	}
 	// Parse promises something to hand out; the allocator must find it.
 	ip, err := allocator.Candidate(r, nil, "fuzz")
 	if err != nil {
@@ -149,6 +161,10 @@ func checkRange(t *testing.T, r ipamconfig.Range) {
 	}
 	if err := allocator.Usable(r, ip); err != nil {
 		t.Fatalf("Candidate %v not usable: %v", ip, err)
+	}
+	// ... and the API server must accept it in a reservation.
+	if err := v1alpha1.ValidateIP(ip); err != nil {
+		t.Fatalf("Candidate %v of range %v cannot be reserved: %v", ip, r, err)
 	}
 }
 

@@ -2,6 +2,10 @@ package ipamconfig
 
 import (
 	"strings"
+
+	"github.com/containernetworking/cni/pkg/utils"
+
+	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
 // Parse parses and validates a CNI network configuration (the bytes a CNI
@@ -12,8 +16,8 @@ func Parse(data []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if strings.TrimSpace(rc.Name) == "" {
-		return nil, fieldErr("name", ": required")
+	if err := checkNetworkName(rc.Name); err != nil {
+		return nil, err
 	}
 	if rc.IPAM == nil {
 		return nil, fieldErr("ipam", ": required")
@@ -27,6 +31,7 @@ func Parse(data []byte) (*Config, error) {
 	cfg := &Config{
 		Name:               rc.Name,
 		CNIVersion:         rc.CNIVersion,
+		ClaimReference:     rc.Args.CNI.ClaimReference,
 		IPAMType:           ipam.Type,
 		AllowPersistentIPs: rc.AllowPersistentIPs,
 		Ranges:             ranges,
@@ -41,6 +46,25 @@ func Parse(data []byte) (*Config, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// checkNetworkName applies the CNI specification's rule for network names
+// (what the CNI library's skel enforces in the shim) and the API server's
+// length limit for IPReservation spec.network, so a name that could never
+// be stored fails as a configuration error rather than on every ADD.
+func checkNetworkName(name string) error {
+	if strings.TrimSpace(name) == "" {
+		return fieldErr("name", ": required")
+	}
+	if utils.ValidateNetworkName(name) != nil {
+		return fieldErr("name", " %q: invalid characters; a network name is a letter or digit followed by letters, digits, '_', '.' and '-' (CNI specification)", name)
+	}
+	// ASCII from here on, so characters are the bytes the API server counts.
+	if len(name) > v1alpha1.NetworkMaxLength {
+		return fieldErr("name", " %q is %d characters long; at most %d are allowed (IPReservation spec.network)",
+			name, len(name), v1alpha1.NetworkMaxLength)
+	}
+	return nil
 }
 
 // parseRanges builds the range list from ipam.range (plus its top-level
@@ -106,6 +130,9 @@ func parseRanges(ipam *rawIPAM) ([]Range, error) {
 
 	ranges := make([]Range, len(rbs))
 	for i, rb := range rbs {
+		if err := rb.checkReservable(); err != nil {
+			return nil, err
+		}
 		if err := rb.checkUsable(); err != nil {
 			return nil, err
 		}
@@ -137,9 +164,9 @@ func distributeExclude(rbs []*rangeBuilder, i int, s string) error {
 
 // assignGateway gives the top-level gateway to the range of its family.
 func assignGateway(rbs []*rangeBuilder, s string) error {
-	gw, ok := parseAddr(s)
-	if !ok {
-		return fieldErr("ipam.gateway", ": invalid IP %q", s)
+	gw, err := parseAddr("ipam.gateway", s)
+	if err != nil {
+		return err
 	}
 	for _, rb := range rbs {
 		if sameFamily(gw, rb.Subnet.Addr()) {

@@ -4,10 +4,12 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/pkg/ipamconfig"
 )
 
@@ -74,8 +76,8 @@ func TestParseRanges(t *testing.T) {
 			[]rng{{subnet: "fd00::/127", start: "fd00::", end: "fd00::1"}}},
 		{"ipv6 /128 one address", `{"range":"fd00::7/128"}`,
 			[]rng{{subnet: "fd00::7/128", start: "fd00::7", end: "fd00::7"}}},
-		{"ipv6 /0", `{"range":"::/0"}`,
-			[]rng{{subnet: "::/0", start: "::1", end: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"}}},
+		{"ipv6 /0 without the IPv4-mapped block", `{"range":"::/0","exclude":["::ffff:0:0/96"]}`,
+			[]rng{{subnet: "::/0", start: "::1", end: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", exclude: []string{"::ffff:0:0/96"}}}},
 		{"excludes are masked and bare IPs accepted", `{"range":"10.0.0.0/24","exclude":["10.0.0.5/30","10.0.0.200"]}`,
 			[]rng{{subnet: "10.0.0.0/24", start: "10.0.0.1", end: "10.0.0.254", exclude: []string{"10.0.0.4/30", "10.0.0.200/32"}}}},
 		{"exclude half of a /64", `{"range":"fd00::/64","exclude":["fd00::/65"]}`,
@@ -120,8 +122,6 @@ func TestParseRanges(t *testing.T) {
 			[]rng{{subnet: "10.0.0.0/24", start: "10.0.0.1", end: "10.0.0.254", gw: "10.0.0.1"}}},
 		{"whitespace around values", `{"range":" 10.0.0.0/24 ","range_start":" 10.0.0.5"}`,
 			[]rng{{subnet: "10.0.0.0/24", start: "10.0.0.5", end: "10.0.0.254"}}},
-		{"ipv4-mapped ipv6 range stays ipv6", `{"range":"::ffff:10.0.0.0/120"}`,
-			[]rng{{subnet: "::ffff:10.0.0.0/120", start: "::ffff:10.0.0.1", end: "::ffff:10.0.0.255"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -237,5 +237,34 @@ func TestParseEmptyOptionalSections(t *testing.T) {
 	}
 	if cfg.Routes != nil || !cfg.DNS.IsEmpty() || cfg.StaticIPs != nil || cfg.AllowPersistentIPs {
 		t.Errorf("unexpected defaults: %+v", cfg)
+	}
+}
+
+// TestParseAcceptsAtTheLimits pins the accepting side of the checks that keep
+// out what the API server would refuse.
+func TestParseAcceptsAtTheLimits(t *testing.T) {
+	tests := []struct {
+		name string
+		conf string
+	}{
+		{"network name of the maximum length", `{"name":"` + strings.Repeat("n", v1alpha1.NetworkMaxLength) + `","ipam":{"range":"10.0.0.0/24"}}`},
+		{"network name with dots, dashes and underscores", `{"name":"Blue_net-1.a","ipam":{"range":"10.0.0.0/24"}}`},
+		{"IPv6 range ending below the IPv4-mapped block", `{"name":"n","ipam":{"range":"::/64","range_end":"::fffe:ffff:ffff"}}`},
+		{"IPv6 range starting above the IPv4-mapped block", `{"name":"n","ipam":{"range":"::/64","range_start":"::1:0:0:0"}}`},
+		{"IPv6 range with the IPv4-mapped block excluded", `{"name":"n","ipam":{"range":"::/64","exclude":["::ffff:0:0/96"]}}`},
+		{"IPv4-compatible (not mapped) IPv6 range", `{"name":"n","ipam":{"range":"::10.0.0.0/120"}}`},
+		{"zone in a DNS nameserver", `{"name":"n","ipam":{"range":"10.0.0.0/24","dns":{"nameservers":["fe80::1%eth0"]}}}`},
+		{"claim reference in args.cni", `{"name":"n","args":{"cni":{"ipam-claim-reference":"vm1.blue"}},"ipam":{"range":"10.0.0.0/24"}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := ipamconfig.Parse([]byte(tt.conf))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			for _, r := range cfg.Ranges {
+				checkRange(t, r)
+			}
+		})
 	}
 }

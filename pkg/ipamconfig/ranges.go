@@ -12,6 +12,9 @@ import (
 type rangeBuilder struct {
 	Range
 	field        string   // "ipam" or "ipam.ipRanges[i]"
+	text         string   // the range as written
+	startField   string   // where an explicit start came from, else ""
+	endField     string   // where an explicit end came from, else ""
 	excludeField []string // parallel to Range.Exclude
 	gatewayField string
 }
@@ -30,15 +33,19 @@ func parseRange(field string, rr rawRange) (*rangeBuilder, error) {
 	if a, b, isAB := strings.Cut(text, "-"); isAB {
 		// whereabouts' "A-B/prefix": A is range_start, B range_end, and
 		// B/prefix names the subnet.
-		first, ok := parseAddr(a)
-		if !ok {
-			return nil, fieldErr(rf, ": invalid start address %q in %q (want CIDR or A-B/prefix)", a, rr.Range)
+		first, err := netip.ParseAddr(strings.TrimSpace(a))
+		if err != nil || first.Zone() != "" {
+			return nil, fieldErr(rf, ": invalid start address %q in %q (want CIDR or A-B/prefix)%s", a, rr.Range, zoneNote(a))
 		}
 		p, err := netip.ParsePrefix(strings.TrimSpace(b))
 		if err != nil {
 			return nil, fieldErr(rf, ": invalid CIDR %q in %q (want CIDR or A-B/prefix)", b, rr.Range)
 		}
 		subnet, start, end = p.Masked(), first, p.Addr()
+		if subnet.Addr().Is4In6() && first.Is4In6() {
+			v4 := first.Unmap().String() + "-" + netip.PrefixFrom(end.Unmap(), p.Bits()-96).String()
+			return nil, fieldErr(rf, " %q is an IPv4-mapped IPv6 range, whose addresses an IPReservation cannot hold; write it as IPv4 %q", rr.Range, v4)
+		}
 		if !subnet.Contains(start) {
 			return nil, fieldErr(rf, " %q: start %s is outside %s", rr.Range, start, subnet)
 		}
@@ -48,9 +55,12 @@ func parseRange(field string, rr rawRange) (*rangeBuilder, error) {
 	} else {
 		p, err := netip.ParsePrefix(text)
 		if err != nil {
-			return nil, fieldErr(rf, ": invalid CIDR %q", rr.Range)
+			return nil, fieldErr(rf, ": invalid CIDR %q%s", rr.Range, zoneNote(rr.Range))
 		}
 		subnet = p.Masked()
+		if subnet.Addr().Is4In6() {
+			return nil, mappedErr(rf, rr.Range, p)
+		}
 	}
 
 	var err error
@@ -64,7 +74,19 @@ func parseRange(field string, rr rawRange) (*rangeBuilder, error) {
 		return nil, fieldErr(field+".range_start", " %q is after range_end %q", start.String(), end.String())
 	}
 
-	rb := &rangeBuilder{field: field, Range: Range{Subnet: subnet}}
+	rb := &rangeBuilder{field: field, text: rr.Range, Range: Range{Subnet: subnet}}
+	if start.IsValid() {
+		rb.startField = rf
+		if strings.TrimSpace(rr.RangeStart) != "" {
+			rb.startField = field + ".range_start"
+		}
+	}
+	if end.IsValid() {
+		rb.endField = rf
+		if strings.TrimSpace(rr.RangeEnd) != "" {
+			rb.endField = field + ".range_end"
+		}
+	}
 	if err := rb.setBounds(start, end); err != nil {
 		return nil, err
 	}
@@ -87,9 +109,14 @@ func explicitBound(field, s string, fromAB netip.Addr, subnet netip.Prefix, rang
 	if strings.TrimSpace(s) == "" {
 		return fromAB, nil
 	}
-	a, ok := parseAddr(s)
-	if !ok {
-		return netip.Addr{}, fieldErr(field, ": invalid IP %q", s)
+	// A mapped bound of an IPv6 range is judged with the whole range
+	// (checkReservable); in an IPv4 range it is IPv4 written the long way.
+	a, err := parsePlainAddr(field, s)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if a.Is4In6() && subnet.Addr().Is4() {
+		return netip.Addr{}, mappedErr(field, s, netip.PrefixFrom(a, a.BitLen()))
 	}
 	if fromAB.IsValid() && a != fromAB {
 		return netip.Addr{}, fieldErr(field, " %q conflicts with range %q", s, rangeText)
@@ -147,9 +174,9 @@ func (rb *rangeBuilder) addExclude(field string, i int, s string) error {
 }
 
 func (rb *rangeBuilder) setGateway(field, s string) error {
-	gw, ok := parseAddr(s)
-	if !ok {
-		return fieldErr(field, ": invalid IP %q", s)
+	gw, err := parseAddr(field, s)
+	if err != nil {
+		return err
 	}
 	if !rb.Subnet.Contains(gw) {
 		return fieldErr(field, " %q is outside range %q", s, rb.Subnet.String())
@@ -159,6 +186,30 @@ func (rb *rangeBuilder) setGateway(field, s string) error {
 	}
 	rb.Gateway, rb.gatewayField = gw, field
 	return nil
+}
+
+// checkReservable fails when Start..End reaches into the IPv4-mapped block
+// and no exclude keeps it out: the API server refuses those addresses as a
+// reservation's IP, so every ADD that picked one would fail. It names the
+// explicit bound that reaches in, else the range.
+func (rb *rangeBuilder) checkReservable() error {
+	if rb.Is4() || rb.End.Less(mappedBlock.Addr()) || lastAddr(mappedBlock).Less(rb.Start) {
+		return nil
+	}
+	for _, p := range rb.Exclude {
+		if p.Bits() <= mappedBlock.Bits() && p.Contains(mappedBlock.Addr()) {
+			return nil
+		}
+	}
+	const why = "whose addresses an IPReservation cannot hold"
+	switch {
+	case mappedBlock.Contains(rb.Start) && rb.startField != "" && rb.startField != rb.field+".range":
+		return fieldErr(rb.startField, " %q is in the IPv4-mapped block %s, %s; start above or below it", rb.Start.String(), mappedBlockText, why)
+	case mappedBlock.Contains(rb.End) && rb.endField != "" && rb.endField != rb.field+".range":
+		return fieldErr(rb.endField, " %q is in the IPv4-mapped block %s, %s; end below or above it", rb.End.String(), mappedBlockText, why)
+	}
+	return fieldErr(rb.field+".range", " %q includes the IPv4-mapped block %s, %s; exclude it (\"exclude\": [%q]) or narrow range_start/range_end",
+		rb.text, mappedBlockText, why, mappedBlockText)
 }
 
 // checkUsable fails when the gateway and excludes cover Start..End. It

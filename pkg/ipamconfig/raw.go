@@ -18,8 +18,15 @@ type rawConf struct {
 	IPAM               *rawIPAM  `json:"ipam"`
 	RuntimeConfig      rawIPList `json:"runtimeConfig"`
 	Args               struct {
-		CNI rawIPList `json:"cni"`
+		CNI rawArgsCNI `json:"cni"`
 	} `json:"args"`
+}
+
+// rawArgsCNI is args.cni. Its values are typed so a wrong JSON type is
+// reported by key and type, not rendered as a Go value.
+type rawArgsCNI struct {
+	IPs            []string `json:"ips"`
+	ClaimReference string   `json:"ipam-claim-reference"`
 }
 
 type rawIPList struct {

@@ -30,11 +30,29 @@ type Agent struct {
 	Agent    *agent.Agent
 	Client   *cniproto.Client
 	Registry *prometheus.Registry
+
+	done chan error // receives Run's result
 }
 
-// StartAgent runs an agent for node until the test ends. Its logs go to
-// stderr when IPKEEPER_AGENT_LOGS is set.
+// StartAgent runs an agent for node until the test ends and waits until it
+// is ready. Its logs go to stderr when IPKEEPER_AGENT_LOGS is set.
 func (cp *ControlPlane) StartAgent(t testing.TB, node string, tweaks ...func(*agent.Options)) *Agent {
+	t.Helper()
+	a := cp.LaunchAgent(t, node, tweaks...)
+	if err := Eventually(context.Background(), 60*time.Second, 20*time.Millisecond, func(context.Context) (bool, error) {
+		if err := a.Exited(); err != nil {
+			return false, err
+		}
+		return a.Agent.Ready(), nil
+	}); err != nil {
+		t.Fatalf("agent %s not ready: %v", node, err)
+	}
+	return a
+}
+
+// LaunchAgent runs an agent for node until the test ends without waiting
+// for it to become ready, for tests of start-up itself.
+func (cp *ControlPlane) LaunchAgent(t testing.TB, node string, tweaks ...func(*agent.Options)) *Agent {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ipk-agent-")
 	if err != nil {
@@ -69,19 +87,19 @@ func (cp *ControlPlane) StartAgent(t testing.TB, node string, tweaks ...func(*ag
 			t.Errorf("agent %s: %v", node, err)
 		}
 	})
-	if err := Eventually(ctx, 60*time.Second, 20*time.Millisecond, func(context.Context) (bool, error) {
-		select {
-		case err := <-done:
-			done <- err
-			return false, fmt.Errorf("agent exited: %w", err)
-		default:
-		}
-		return a.Ready(), nil
-	}); err != nil {
-		t.Fatalf("agent %s not ready: %v", node, err)
-	}
-	return &Agent{Node: node, Socket: socket, Agent: a, Registry: reg,
+	return &Agent{Node: node, Socket: socket, Agent: a, Registry: reg, done: done,
 		Client: &cniproto.Client{SocketPath: socket, Timeout: 60 * time.Second}}
+}
+
+// Exited returns the error the agent stopped with, or nil while it runs.
+func (a *Agent) Exited() error {
+	select {
+	case err := <-a.done:
+		a.done <- err // keep it for the cleanup
+		return fmt.Errorf("agent exited: %w", err)
+	default:
+		return nil
+	}
 }
 
 // CreatePods creates n pods named prefix-i bound to node. No kubelet runs:

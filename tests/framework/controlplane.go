@@ -36,6 +36,9 @@ type Options struct {
 	WithoutControllerManager bool
 	// ExtraCRDDirs are installed in addition to the shipped and test CRDs.
 	ExtraCRDDirs []string
+	// SkipCRDs names files of manifests/crds not to install, for tests of
+	// what happens before a CRD exists.
+	SkipCRDs []string
 }
 
 // ControlPlane is a running etcd + kube-apiserver (+ kube-controller-manager).
@@ -104,11 +107,14 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
-	crdDirs := append([]string{
-		filepath.Join(root, "manifests", "crds"),
+	shipped, err := shippedCRDs(root, opts.SkipCRDs)
+	if err != nil {
+		return nil, err
+	}
+	crdDirs := append(shipped,
 		filepath.Join(root, "tests", "crds", "kubevirt"),
-		filepath.Join(root, "tests", "crds", "cert-manager"),
-	}, opts.ExtraCRDDirs...)
+		filepath.Join(root, "tests", "crds", "cert-manager"))
+	crdDirs = append(crdDirs, opts.ExtraCRDDirs...)
 	cp.env = &envtest.Environment{
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
@@ -156,6 +162,35 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		}
 	}
 	return cp, nil
+}
+
+// shippedCRDs lists manifests/crds: the directory itself, or its CRD files
+// but the skipped ones.
+func shippedCRDs(root string, skip []string) ([]string, error) {
+	dir := filepath.Join(root, "manifests", "crds")
+	if len(skip) == 0 {
+		return []string{dir}, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing CRDs: %w", err)
+	}
+	var paths []string
+	found := 0
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") || e.Name() == "kustomization.yaml" {
+			continue
+		}
+		if slices.Contains(skip, e.Name()) {
+			found++
+			continue
+		}
+		paths = append(paths, filepath.Join(dir, e.Name()))
+	}
+	if found != len(skip) {
+		return nil, fmt.Errorf("SkipCRDs %q: not all are files of %s", skip, dir)
+	}
+	return paths, nil
 }
 
 // startControllerManager runs kube-controller-manager with only the

@@ -39,6 +39,16 @@ type ReservationOwner struct {
 	UID types.UID `json:"uid"`
 }
 
+// Limits of IPReservationSpec fields. The kubebuilder markers below repeat
+// the numbers (markers cannot name a constant); TestCRDLimits checks that the
+// generated CRD agrees, so code that validates before creating can use these.
+const (
+	// NetworkMaxLength is the longest spec.network the API server accepts.
+	NetworkMaxLength = 253
+	// IPMaxLength is the longest spec.ip the API server accepts.
+	IPMaxLength = 45
+)
+
 // IPReservationSpec records which owner holds one IP of one network.
 // Network, IP, owner and interface never change: a reservation is released
 // by deleting it, never handed over. Only the attachment details (container
