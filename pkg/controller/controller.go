@@ -106,7 +106,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	}{
 		{"VM claims controller", (&claims.VMReconciler{Client: mgr.GetClient(), Recorder: recorder, Gate: gate, WatchKubeVirt: o.RequireGate}).SetupWithManager},
 		{"VMI claims controller", (&claims.VMIReconciler{Client: mgr.GetClient(), Recorder: recorder, Gate: gate, WatchKubeVirt: o.RequireGate}).SetupWithManager},
-		{"claim release controller", (&claims.ClaimReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager},
+		{"claim release controller", (&claims.ClaimReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, ResyncPeriod: o.ClaimResync}).SetupWithManager},
 		{"reservation garbage collector", func(mgr ctrl.Manager) error {
 			return (&gc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), GracePeriod: o.GCGracePeriod}).SetupWithManager(ctx, mgr)
 		}},

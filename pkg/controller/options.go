@@ -33,6 +33,7 @@ type Options struct {
 	APIBurst        int
 	RequireGate     bool
 	GCGracePeriod   time.Duration
+	ClaimResync     time.Duration
 	EnableWebhook   bool
 	WebhookHost     string
 	WebhookPort     int
@@ -68,6 +69,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.APIBurst, "kube-api-burst", 100, "API requests in a burst")
 	fs.BoolVar(&o.RequireGate, "require-kubevirt-feature-gate", true, "act only while the KubeVirt CR lists the PersistentIPs feature gate; false: act as if it always did")
 	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", 2*time.Minute, "how long a pod must stay gone before the garbage collector releases its reservations")
+	fs.DurationVar(&o.ClaimResync, "claim-resync-period", 10*time.Minute, "how often every IPAMClaim ipkeeper manages is checked again without an event (a release interrupted by a crash is also resumed at start-up); 0 disables")
 	fs.BoolVar(&o.EnableWebhook, "enable-webhook", true, "serve the virt-launcher pod webhook")
 	fs.StringVar(&o.WebhookHost, "webhook-host", "", "address the webhook listens on (all when empty)")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port the webhook listens on")
@@ -89,6 +91,9 @@ func (o *Options) Validate() error {
 	}
 	if o.GCGracePeriod < 0 {
 		return fmt.Errorf("--gc-grace-period %s: must not be negative", o.GCGracePeriod)
+	}
+	if o.ClaimResync < 0 {
+		return fmt.Errorf("--claim-resync-period %s: must not be negative", o.ClaimResync)
 	}
 	if o.APIQPS <= 0 || o.APIBurst <= 0 {
 		return fmt.Errorf("--kube-api-qps %v / --kube-api-burst %d: must be positive", o.APIQPS, o.APIBurst)
