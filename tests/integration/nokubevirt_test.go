@@ -7,7 +7,6 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -52,14 +51,11 @@ func TestControllerWithoutKubeVirt(t *testing.T) {
 	}
 	waitScope := func(called bool) {
 		t.Helper()
-		var whc admissionregistrationv1.MutatingWebhookConfiguration
-		if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
-			if err := bare.Client.Get(ctx, client.ObjectKey{Name: ctrl.WebhookConfig}, &whc); err != nil {
-				return false, err
-			}
-			return (len(whc.Webhooks[0].Rules) > 0) == called, ctrl.Exited()
-		}); err != nil {
-			t.Fatalf("webhook rules %+v, want called=%v: %v", whc.Webhooks[0].Rules, called, err)
+		if err := bare.WaitWebhookScope(ctx, ctrl.WebhookConfig, called); err != nil {
+			t.Fatal(err)
+		}
+		if err := ctrl.Exited(); err != nil {
+			t.Fatal(err)
 		}
 	}
 	collects := func(ip string) {
