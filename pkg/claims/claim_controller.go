@@ -3,21 +3,26 @@ package claims
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ipkeeper/ipkeeper/pkg/claimowner"
 	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
@@ -31,12 +36,22 @@ import (
 // network left the owner's spec (hot-unplug). It may go only once no VMI of
 // that owner and no pod referencing the claim remains, since a running or
 // migrating VM still holds the addresses. Both facts are confirmed with live
-// reads before the finalizer is removed.
+// reads before the claim is deleted.
+//
+// Release deletes first and removes the finalizer second: until the
+// finalizer is off, the claim still exists and is ours, so a failed step or
+// a crash in between is found again (by the deletion event, the sweep at
+// start-up and the periodic resync). Claims that carry our label but lost
+// the finalizer (released by an older version that removed it first) are
+// deleted all the same.
 type ClaimReconciler struct {
 	Client client.Client
 	// APIReader reads from the API server, bypassing the cache.
 	APIReader client.Reader
 	Recorder  record.EventRecorder
+	// ResyncPeriod is how often every claim of ours is looked at again even
+	// without an event; 0 turns the resync off.
+	ResyncPeriod time.Duration
 }
 
 type ownerState int
@@ -57,7 +72,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, fmt.Errorf("reading IPAMClaim %s: %w", req, err)
 	}
 	owner, ok := ownerOf(&claim)
-	if !ok || !controllerutil.ContainsFinalizer(&claim, Finalizer) {
+	if !ok || !isOurs(&claim) || (claim.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(&claim, Finalizer)) {
 		return reconcile.Result{}, nil
 	}
 	logger := log.FromContext(ctx).WithValues("owner", owner.String())
@@ -92,22 +107,21 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	return reconcile.Result{}, r.release(ctx, &claim, ownerObj)
 }
 
-// release removes the finalizer and deletes the claim; the IPAM's
-// reservations are then released by the reservation garbage collector.
+// release deletes the claim, then removes the finalizer that held it; the
+// IPAM's reservations are then released by the reservation garbage
+// collector once the claim is gone.
 func (r *ClaimReconciler) release(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, ownerObj client.Object) error {
-	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(claim, Finalizer)
-	if err := r.Client.Patch(ctx, claim, patch); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("removing finalizer %s from IPAMClaim %s/%s: %w", Finalizer, claim.Namespace, claim.Name, err)
-	}
 	if claim.DeletionTimestamp == nil {
 		uid := claim.UID
-		if err := r.Client.Delete(ctx, claim, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.Client.Delete(ctx, claim, client.Preconditions{UID: &uid}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
 			return fmt.Errorf("deleting IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
 		}
+	}
+	if err := removeFinalizer(ctx, r.Client, claim); err != nil {
+		return err
 	}
 	claimsReleased.Inc()
 	log.FromContext(ctx).Info("released IPAMClaim", "claim", claim.Name, "ips", claim.Status.IPs)
@@ -116,6 +130,31 @@ func (r *ClaimReconciler) release(ctx context.Context, claim *ipamclaimsv1alpha1
 			"deleted IPAMClaim %s (network %q, addresses %v): no launcher pod uses it any more", claim.Name, claim.Annotations[NetworkAnnotation], claim.Status.IPs)
 	}
 	return nil
+}
+
+// removeFinalizer removes our finalizer with a JSON patch that first tests
+// it is still at the index we saw: no resourceVersion is needed (the delete
+// just changed it) and no other finalizer is touched.
+func removeFinalizer(ctx context.Context, c client.Client, claim *ipamclaimsv1alpha1.IPAMClaim) error {
+	i := slices.Index(claim.Finalizers, Finalizer)
+	if i < 0 {
+		return nil
+	}
+	ops := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`, i, Finalizer, i)
+	if err := c.Patch(ctx, claim, client.RawPatch(types.JSONPatchType, []byte(ops))); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("removing finalizer %s from IPAMClaim %s/%s: %w", Finalizer, claim.Namespace, claim.Name, err)
+	}
+	return nil
+}
+
+// isOurs reports whether this controller releases the claim: it holds our
+// finalizer or our label (a claim whose finalizer an older version removed
+// before a delete that never happened).
+func isOurs(o client.Object) bool {
+	return controllerutil.ContainsFinalizer(o, Finalizer) || o.GetLabels()[ManagedByLabel] == ManagedByValue
 }
 
 // ownerState reads the owner through reader. ownerObj is returned when the
@@ -158,14 +197,23 @@ func wanted(ownerObj client.Object, owner Owner, claim *ipamclaimsv1alpha1.IPAMC
 // pod whose networks annotation references it (running, starting or
 // terminating: it may hold the addresses) or, once the owner is going, a VMI
 // of that owner (it may start a launcher pod, for example a migration target).
+//
+// Pods come from the cache's claim-reference index. A live pass (reader is
+// the API reader) also lists the owner's launcher pods by their VMI-name
+// label, which is where a pod the cache has not seen yet would come from
+// (virt-controller creating a launcher pod); it never lists the whole
+// namespace.
 func (r *ClaimReconciler) users(ctx context.Context, reader client.Reader, claim *ipamclaimsv1alpha1.IPAMClaim, owner Owner, state ownerState) (string, error) {
 	pods := PodMetadataList()
-	if reader == r.Client {
-		if err := reader.List(ctx, pods, client.InNamespace(claim.Namespace), client.MatchingFields{indexClaimRef: claim.Name}); err != nil {
-			return "", fmt.Errorf("listing pods using IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+	if err := r.Client.List(ctx, pods, client.InNamespace(claim.Namespace), client.MatchingFields{indexClaimRef: claim.Name}); err != nil {
+		return "", fmt.Errorf("listing pods using IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	if reader != r.Client {
+		launchers := PodMetadataList()
+		if err := reader.List(ctx, launchers, client.InNamespace(claim.Namespace), client.MatchingLabels{kubevirt.VMINameLabel: owner.Name}); err != nil {
+			return "", fmt.Errorf("listing launcher pods of %s: %w", owner, err)
 		}
-	} else if err := reader.List(ctx, pods, client.InNamespace(claim.Namespace)); err != nil {
-		return "", fmt.Errorf("listing pods of namespace %s: %w", claim.Namespace, err)
+		pods.Items = append(pods.Items, launchers.Items...)
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
@@ -223,14 +271,52 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return reqs
 	}
-	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return controllerutil.ContainsFinalizer(o, Finalizer)
-	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("claim-release").
-		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(ours)).
+		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(isOurs))).
 		Watches(&kubevirtv1.VirtualMachine{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
-		WatchesMetadata(PodMetadata(), handler.EnqueueRequestsFromMapFunc(byReference)).
-		Complete(r)
+		WatchesMetadata(PodMetadata(), handler.EnqueueRequestsFromMapFunc(byReference))
+	if r.ResyncPeriod > 0 {
+		resync := make(chan event.GenericEvent)
+		if err := mgr.Add(&claimResync{client: r.Client, period: r.ResyncPeriod, out: resync}); err != nil {
+			return fmt.Errorf("adding the claim resync: %w", err)
+		}
+		b = b.WatchesRawSource(source.Channel(resync, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}
+
+// claimResync offers every claim carrying our label to the release
+// controller once per period: a safety net for a release that no event
+// brings back (its error budget exhausted, a claim changed behind our back).
+// It runs on the leader only, as the controller does.
+type claimResync struct {
+	client client.Client
+	period time.Duration
+	out    chan<- event.GenericEvent
+}
+
+func (s *claimResync) Start(ctx context.Context) error {
+	t := time.NewTicker(s.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		var list ipamclaimsv1alpha1.IPAMClaimList
+		if err := s.client.List(ctx, &list, client.MatchingLabels{ManagedByLabel: ManagedByValue}); err != nil {
+			log.FromContext(ctx).Error(err, "listing claims for the periodic resync")
+			continue
+		}
+		for i := range list.Items {
+			select {
+			case s.out <- event.GenericEvent{Object: &list.Items[i]}:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
 }

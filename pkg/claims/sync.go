@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -131,7 +132,7 @@ func requestsOf(list client.ObjectList) []reconcile.Request {
 // setupOwnerController registers the VM or VMI reconciler: the owner
 // itself, claims (by owner name, which also brings back an owner waiting
 // for a same-name claim to go), NADs (by the owners using them) and, when
-// the gate is read from it, the KubeVirt CR (every owner).
+// the gate is read from it, the KubeVirt CR (every owner, only when the gate changed).
 func setupOwnerController(mgr ctrl.Manager, name string, owner client.Object, list func() client.ObjectList, watchKubeVirt bool, r reconcile.Reconciler) error {
 	c := mgr.GetClient()
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -140,7 +141,7 @@ func setupOwnerController(mgr ctrl.Manager, name string, owner client.Object, li
 		Watches(&ipamclaimsv1alpha1.IPAMClaim{}, handler.EnqueueRequestsFromMapFunc(requestsForClaimOwner)).
 		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(requestsForNAD(c, list)))
 	if watchKubeVirt {
-		b = b.Watches(&kubevirtv1.KubeVirt{}, handler.EnqueueRequestsFromMapFunc(requestsForAll(c, list)))
+		b = b.Watches(&kubevirtv1.KubeVirt{}, handler.EnqueueRequestsFromMapFunc(requestsForAll(c, list)), builder.WithPredicates(kubevirt.GateChanged()))
 	}
 	return b.Complete(r)
 }

@@ -27,9 +27,10 @@ func VersionInfo() version.PluginInfo {
 }
 
 // Plugin holds the shim's dependencies; the zero value is the production
-// configuration. Tests replace Stdout and Getenv.
+// configuration. Tests replace Stdout, Stderr and Getenv.
 type Plugin struct {
 	Stdout  io.Writer           // where the ADD result goes; os.Stdout if nil
+	Stderr  io.Writer           // warnings (the runtime's log); os.Stderr if nil
 	Getenv  func(string) string // os.Getenv if nil
 	Timeout time.Duration       // per agent call; cniproto.DefaultTimeout if 0
 }
@@ -68,12 +69,31 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	return nil
 }
 
-// Del forwards DEL. The agent treats unknown attachments as success, but an
-// unreachable agent is an error so the runtime retries and nothing leaks.
+// Del forwards DEL. The agent treats unknown attachments as success. An
+// unreachable agent is an error, so the runtime retries and the address is
+// released at once when the agent is back, until the agent has been gone
+// for AgentGoneAfter: then DEL succeeds with a warning (see AgentGoneAfter).
 func (p *Plugin) Del(args *skel.CmdArgs) error {
 	_, _, err := p.forward(cniproto.CmdDel, args)
+	var gone *agentGoneError
+	if errors.As(err, &gone) {
+		if ok, since := agentGone(gone.sock, gone.err, time.Now()); ok {
+			warnAgentGone(p.stderr(), gone.sock, since, fmt.Sprintf("container %s, interface %s", args.ContainerID, args.IfName))
+			return nil
+		}
+		return toCNIError(cniproto.CmdDel, fmt.Errorf("%w; DEL succeeds without the agent once it has been unreachable for %s", gone.err, AgentGoneAfter))
+	}
 	return err
 }
+
+// agentGoneError carries a transport failure to Del, which may decide the
+// agent is gone for good.
+type agentGoneError struct {
+	sock string
+	err  error
+}
+
+func (e *agentGoneError) Error() string { return e.err.Error() }
 
 // Check forwards CHECK; prevResult travels inside the config.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
@@ -114,8 +134,16 @@ func (p *Plugin) forward(cmd string, args *skel.CmdArgs) (*netConf, *cniproto.Re
 		Config:      args.StdinData,
 	})
 	if err != nil {
+		var ue *cniproto.UnavailableError
+		switch {
+		case cmd == cniproto.CmdDel && errors.As(err, &ue):
+			return nil, nil, &agentGoneError{sock: sock, err: err}
+		case !errors.As(err, &ue):
+			agentAnswered(sock) // it is there, even if it said no
+		}
 		return nil, nil, toCNIError(cmd, err)
 	}
+	agentAnswered(sock)
 	return conf, resp, nil
 }
 
@@ -144,6 +172,13 @@ func (p *Plugin) stdout() io.Writer {
 		return os.Stdout
 	}
 	return p.Stdout
+}
+
+func (p *Plugin) stderr() io.Writer {
+	if p.Stderr == nil {
+		return os.Stderr
+	}
+	return p.Stderr
 }
 
 func (p *Plugin) getenv() func(string) string {

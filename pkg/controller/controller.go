@@ -1,30 +1,32 @@
 package controller
 
+// Why the controller is built the way it is:
+//
+// ipkeeper-controller must never hold a cluster hostage. It is the only
+// place addresses of vanished pods are collected, so its garbage collector
+// runs on every cluster, with or without KubeVirt; and it sits in the
+// admission path of every VM, so its webhook is called only when it can
+// matter and answers within bounds.
+//
+// One manager (manager.go) runs what every cluster needs: the reservation
+// garbage collector (leader), the webhook server and certificates (every
+// replica) and the probes. The KubeVirt part (kubevirt.go) is not wired
+// into that manager: it watches discovery for KubeVirt's CRDs and runs a
+// manager of its own (claims controllers on the leader, the webhook's cache
+// on every replica) while they are installed, stopping it cleanly when they
+// are removed. Controllers cannot be removed from a running manager, and
+// informers for a kind the API server does not serve fail forever; a
+// separate manager is what can be started and stopped.
+
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
-	"github.com/ipkeeper/ipkeeper/pkg/certs"
-	"github.com/ipkeeper/ipkeeper/pkg/claims"
 	"github.com/ipkeeper/ipkeeper/pkg/gc"
-	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
-	podwebhook "github.com/ipkeeper/ipkeeper/pkg/webhook"
 )
 
 // New builds the controller's manager from validated options. Start it
@@ -39,107 +41,26 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	if err != nil {
 		return nil, err
 	}
-
-	byObject := map[client.Object]cache.ByObject{}
-	var serverOpts webhook.Options
-	if o.EnableWebhook {
-		serverOpts = webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort}
-		switch o.CertMode {
-		case CertsSelfManaged:
-			// Only the webhook's own Secret and configuration are watched,
-			// which also keeps the RBAC to those two names.
-			byObject[&corev1.Secret{}] = cache.ByObject{
-				Namespaces: map[string]cache.Config{o.Namespace: {}},
-				Field:      fields.OneTermEqualSelector("metadata.name", o.SecretName),
-			}
-			byObject[&admissionregistrationv1.MutatingWebhookConfiguration{}] = cache.ByObject{
-				Field: fields.OneTermEqualSelector("metadata.name", o.WebhookConfig),
-			}
-		case CertsProvided:
-			serverOpts.CertDir, serverOpts.CertName, serverOpts.KeyName = o.CertDir, "tls.crt", "tls.key"
-			serverOpts.TLSOpts = []func(*tls.Config){certs.TLSOptions(o.tlsMinVersionID, nil)}
-		}
-	}
-
-	mgrOpts := ctrl.Options{
-		Scheme:                        s,
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
-		HealthProbeBindAddress:        o.ProbeAddr,
-		LeaderElection:                o.LeaderElect,
-		LeaderElectionID:              o.LeaderElectID,
-		LeaderElectionNamespace:       o.Namespace,
-		LeaderElectionReleaseOnCancel: true,
-		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.InProcessRestart)},
-		Cache: cache.Options{
-			ByObject:         byObject,
-			DefaultTransform: cache.TransformStripManagedFields(),
-		},
-	}
-	var certServer *certs.Server
-	if o.EnableWebhook && o.CertMode == CertsSelfManaged {
-		// The cache is not running yet; GetCertificate reads it lazily.
-		certServer = &certs.Server{Namespace: o.Namespace, Name: o.SecretName}
-		serverOpts.TLSOpts = []func(*tls.Config){certs.TLSOptions(o.tlsMinVersionID, certServer.GetCertificate)}
-	}
-	if o.EnableWebhook {
-		mgrOpts.WebhookServer = webhook.NewServer(serverOpts)
-	}
-	mgr, err := ctrl.NewManager(cfg, mgrOpts)
+	mgr, certServer, err := newManager(cfg, s, o)
 	if err != nil {
-		return nil, fmt.Errorf("creating the manager: %w", err)
-	}
-	if certServer != nil {
-		certServer.Reader = mgr.GetClient()
-	}
-
-	var gate kubevirt.Gate = kubevirt.AlwaysOn{}
-	if o.RequireGate {
-		gate = kubevirt.CRGate{Reader: mgr.GetClient()}
-	}
-	recorder := mgr.GetEventRecorderFor("ipkeeper-controller")
-	if err := claims.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
-	setups := []struct {
-		name  string
-		setup func(ctrl.Manager) error
-	}{
-		{"VM claims controller", (&claims.VMReconciler{Client: mgr.GetClient(), Recorder: recorder, Gate: gate, WatchKubeVirt: o.RequireGate}).SetupWithManager},
-		{"VMI claims controller", (&claims.VMIReconciler{Client: mgr.GetClient(), Recorder: recorder, Gate: gate, WatchKubeVirt: o.RequireGate}).SetupWithManager},
-		{"claim release controller", (&claims.ClaimReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager},
-		{"reservation garbage collector", func(mgr ctrl.Manager) error {
-			return (&gc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), GracePeriod: o.GCGracePeriod}).SetupWithManager(ctx, mgr)
-		}},
+	collector := &gc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), GracePeriod: o.GCGracePeriod}
+	if err := collector.SetupWithManager(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("setting up the reservation garbage collector: %w", err)
 	}
-	for _, s := range setups {
-		if err := s.setup(mgr); err != nil {
-			return nil, fmt.Errorf("setting up the %s: %w", s.name, err)
-		}
+	hook, err := addWebhook(mgr, o, certServer)
+	if err != nil {
+		return nil, err
 	}
-
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, fmt.Errorf("adding healthz: %w", err)
+	kv, err := newKubeVirtSupport(cfg, s, mgr, o, hook)
+	if err != nil {
+		return nil, err
 	}
-	if o.EnableWebhook {
-		if certServer != nil {
-			dns, ips := o.sans()
-			rotator := &certs.Rotator{Client: mgr.GetClient(), Options: certs.Options{
-				SecretNamespace: o.Namespace, SecretName: o.SecretName, WebhookConfigName: o.WebhookConfig,
-				DNSNames: dns, IPAddresses: ips, CertValidity: o.CertValidity, CAValidity: o.CAValidity,
-			}}
-			if err := rotator.SetupWithManager(mgr); err != nil {
-				return nil, fmt.Errorf("setting up webhook certificate rotation: %w", err)
-			}
-			if err := mgr.AddReadyzCheck("webhook-certificate", certServer.Ready); err != nil {
-				return nil, fmt.Errorf("adding readyz: %w", err)
-			}
-		}
-		mutator := &podwebhook.PodMutator{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Decoder: admission.NewDecoder(s)}
-		mgr.GetWebhookServer().Register(podwebhook.Path, &webhook.Admission{Handler: mutator})
-		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-			return nil, fmt.Errorf("adding readyz: %w", err)
-		}
-	} else if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+	if err := mgr.Add(kv); err != nil {
+		return nil, fmt.Errorf("adding KubeVirt support: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("kubevirt-support", kv.ready); err != nil {
 		return nil, fmt.Errorf("adding readyz: %w", err)
 	}
 	return mgr, nil

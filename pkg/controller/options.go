@@ -25,32 +25,30 @@ const (
 type Options struct {
 	Namespace string
 
-	LeaderElect     bool
-	LeaderElectID   string
-	MetricsAddr     string
-	ProbeAddr       string
-	APIQPS          float64
-	APIBurst        int
-	RequireGate     bool
-	GCGracePeriod   time.Duration
-	EnableWebhook   bool
-	WebhookHost     string
-	WebhookPort     int
-	CertMode        string
-	CertDir         string
-	SecretName      string
-	WebhookConfig   string
-	ServiceName     string
-	ExtraSANs       string
-	TLSMinVersion   string
-	CertValidity    time.Duration
-	CAValidity      time.Duration
-	tlsMinVersionID uint16
+	LeaderElect   bool
+	LeaderElectID string
+	MetricsAddr   string
+	ProbeAddr     string
+	APIQPS        float64
+	APIBurst      int
+	RequireGate   bool
+	GCGracePeriod time.Duration
+	ClaimResync   time.Duration
+	EnableWebhook bool
+	WebhookHost   string
+	WebhookPort   int
+	CertMode      string
+	CertDir       string
+	SecretName    string
+	WebhookConfig string
+	ServiceName   string
+	ExtraSANs     string
+	TLSMinVersion string
+	CertValidity  time.Duration
+	CAValidity    time.Duration
 
-	// InProcessRestart allows building the controller more than once in a
-	// process (tests restart it); controller-runtime refuses duplicate
-	// controller names otherwise. Not a flag.
-	InProcessRestart bool
+	KubeVirtDiscoveryInterval time.Duration
+	WebhookLiveReadQPS        float64
 }
 
 // AddFlags registers the controller's flags.
@@ -68,6 +66,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.APIBurst, "kube-api-burst", 100, "API requests in a burst")
 	fs.BoolVar(&o.RequireGate, "require-kubevirt-feature-gate", true, "act only while the KubeVirt CR lists the PersistentIPs feature gate; false: act as if it always did")
 	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", 2*time.Minute, "how long a pod must stay gone before the garbage collector releases its reservations")
+	fs.DurationVar(&o.ClaimResync, "claim-resync-period", 10*time.Minute, "how often every IPAMClaim ipkeeper manages is checked again without an event (a release interrupted by a crash is also resumed at start-up); 0 disables")
+	fs.DurationVar(&o.KubeVirtDiscoveryInterval, "kubevirt-discovery-interval", 30*time.Second, "how often the controller checks whether KubeVirt's CRDs are installed (KubeVirt support starts and stops with them)")
+	fs.Float64Var(&o.WebhookLiveReadQPS, "webhook-live-read-qps", 20, "API reads per second the webhook may make for objects its cache has not seen yet (bursts of twice that)")
 	fs.BoolVar(&o.EnableWebhook, "enable-webhook", true, "serve the virt-launcher pod webhook")
 	fs.StringVar(&o.WebhookHost, "webhook-host", "", "address the webhook listens on (all when empty)")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port the webhook listens on")
@@ -82,13 +83,20 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.CAValidity, "webhook-ca-validity", 10*365*24*time.Hour, "lifetime of the self-managed CA (rotated at 2/3, without downtime)")
 }
 
-// Validate checks the options; errors name the flag and the value.
-func (o *Options) Validate() error {
+// Validate checks the options; errors name the flag and the value. It
+// changes nothing.
+func (o Options) Validate() error {
 	if o.Namespace == "" {
 		return fmt.Errorf("--namespace: must not be empty")
 	}
 	if o.GCGracePeriod < 0 {
 		return fmt.Errorf("--gc-grace-period %s: must not be negative", o.GCGracePeriod)
+	}
+	if o.KubeVirtDiscoveryInterval <= 0 {
+		return fmt.Errorf("--kubevirt-discovery-interval %s: must be positive", o.KubeVirtDiscoveryInterval)
+	}
+	if o.ClaimResync < 0 {
+		return fmt.Errorf("--claim-resync-period %s: must not be negative", o.ClaimResync)
 	}
 	if o.APIQPS <= 0 || o.APIBurst <= 0 {
 		return fmt.Errorf("--kube-api-qps %v / --kube-api-burst %d: must be positive", o.APIQPS, o.APIBurst)
@@ -99,11 +107,12 @@ func (o *Options) Validate() error {
 	if o.WebhookPort <= 0 || o.WebhookPort > 65535 {
 		return fmt.Errorf("--webhook-port %d: must be 1-65535", o.WebhookPort)
 	}
-	v, err := certs.TLSVersion(o.TLSMinVersion)
-	if err != nil {
+	if o.WebhookLiveReadQPS <= 0 {
+		return fmt.Errorf("--webhook-live-read-qps %v: must be positive", o.WebhookLiveReadQPS)
+	}
+	if _, err := certs.TLSVersion(o.TLSMinVersion); err != nil {
 		return err
 	}
-	o.tlsMinVersionID = v
 	switch o.CertMode {
 	case CertsSelfManaged:
 		if o.SecretName == "" || o.WebhookConfig == "" {
@@ -120,6 +129,13 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--webhook-cert-mode %q: want %s or %s", o.CertMode, CertsSelfManaged, CertsProvided)
 	}
 	return nil
+}
+
+// tlsMinVersion is --webhook-tls-min-version as a crypto/tls constant;
+// Validate has checked it.
+func (o *Options) tlsMinVersion() uint16 {
+	v, _ := certs.TLSVersion(o.TLSMinVersion)
+	return v
 }
 
 // sans splits the certificate's subject alternative names: the Service's

@@ -56,6 +56,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var res ipkeeperv1alpha1.IPReservation
 	if err := r.Client.Get(ctx, req.NamespacedName, &res); err != nil {
 		if apierrors.IsNotFound(err) {
+			// Released by a CNI DEL (or by us): its memory goes with it.
+			r.forget(req.Name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("reading IPReservation %s: %w", req.Name, err)

@@ -7,6 +7,8 @@ import (
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 )
 
 // PersistentIPsGate is the KubeVirt feature gate that turns on IPAMClaims for VMs.
@@ -47,4 +49,15 @@ func (g CRGate) Enabled(ctx context.Context) (bool, error) {
 func GateListed(kv *kubevirtv1.KubeVirt) bool {
 	dev := kv.Spec.Configuration.DeveloperConfiguration
 	return dev != nil && slices.Contains(dev.FeatureGates, PersistentIPsGate)
+}
+
+// GateChanged passes the KubeVirt CR events that can change the gate:
+// creation, deletion, and updates that add or remove it (KubeVirt updates
+// its CR's status often; those must not re-queue every VM).
+func GateChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*kubevirtv1.KubeVirt)
+		n, ok2 := e.ObjectNew.(*kubevirtv1.KubeVirt)
+		return !ok1 || !ok2 || GateListed(o) != GateListed(n)
+	}}
 }

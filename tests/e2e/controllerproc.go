@@ -38,7 +38,8 @@ const WebhookConfigName = "ipkeeper-e2e"
 
 // StartController starts ipkeeper-controller with self-managed webhook
 // certificates for 127.0.0.1 and a short garbage collection grace period.
-func StartController(bin, kubeconfig, dir string, gcGrace time.Duration) (*ControllerProc, error) {
+// extra flags come last, so they override the defaults.
+func StartController(bin, kubeconfig, dir string, gcGrace time.Duration, extra ...string) (*ControllerProc, error) {
 	var ports [3]int
 	for i := range ports {
 		p, err := freePort()
@@ -67,6 +68,7 @@ func StartController(bin, kubeconfig, dir string, gcGrace time.Duration) (*Contr
 		"--gc-grace-period=" + gcGrace.String(),
 		"--log-level=debug",
 	}
+	c.args = append(c.args, extra...)
 	if err := c.start(); err != nil {
 		return nil, err
 	}

@@ -56,9 +56,11 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 	setLoggerOnce.Do(func() {
 		ctrllog.SetLogger(logr.FromSlogHandler(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	})
-	sim := &KubeVirtSim{C: cp.Client}
-	if err := sim.SetFeatureGate(ctx, true); err != nil {
-		t.Fatal(err)
+	if cp.HasKubeVirt() {
+		sim := &KubeVirtSim{C: cp.Client}
+		if err := sim.SetFeatureGate(ctx, true); err != nil {
+			t.Fatal(err)
+		}
 	}
 	whPort, err := freePort()
 	if err != nil {
@@ -80,7 +82,7 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 	o.WebhookConfig = "ipkeeper-" + ns
 	o.ExtraSANs = "127.0.0.1"
 	o.GCGracePeriod = time.Second
-	o.InProcessRestart = true
+	o.KubeVirtDiscoveryInterval = time.Second
 	for _, tweak := range tweaks {
 		tweak(&o)
 	}
@@ -121,7 +123,8 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 	}); err != nil {
 		t.Fatalf("controller not ready: %v", err)
 	}
-	if o.EnableWebhook {
+	// Without KubeVirt the webhook's rules are off: nothing calls it.
+	if o.EnableWebhook && cp.HasKubeVirt() {
 		if err := cp.WaitWebhookCalled(ctx, ns); err != nil {
 			t.Fatalf("the API server does not call the webhook: %v", err)
 		}
@@ -143,8 +146,9 @@ func (c *Controller) Stop() {
 }
 
 // RegisterPodWebhook registers the virt-launcher pod webhook at url, as the
-// shipped MutatingWebhookConfiguration does (launcher pods only, CREATE and
-// UPDATE, failurePolicy Fail), limited to namespace ns ("" for all).
+// shipped MutatingWebhookConfiguration does (launcher pods with a networks
+// annotation only, CREATE and UPDATE of that annotation, failurePolicy
+// Fail), limited to namespace ns ("" for all).
 func (cp *ControlPlane) RegisterPodWebhook(ctx context.Context, name, ns, url string, caBundle []byte) error {
 	fail := admissionregistrationv1.Fail
 	none := admissionregistrationv1.SideEffectClassNone
@@ -154,7 +158,8 @@ func (cp *ControlPlane) RegisterPodWebhook(ctx context.Context, name, ns, url st
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:                    "virt-launcher.ipkeeper.io",
 			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+			Rules:                   webhook.Rules(),
+			MatchConditions:         webhook.MatchConditions(),
 			FailurePolicy:           &fail,
 			SideEffects:             &none,
 			TimeoutSeconds:          &timeout,

@@ -39,6 +39,9 @@ type Options struct {
 	// SkipCRDs names files of manifests/crds not to install, for tests of
 	// what happens before a CRD exists.
 	SkipCRDs []string
+	// WithoutKubeVirtCRDs leaves KubeVirt's CRDs out, as on a cluster
+	// without KubeVirt; InstallKubeVirtCRDs adds them later.
+	WithoutKubeVirtCRDs bool
 }
 
 // ControlPlane is a running etcd + kube-apiserver (+ kube-controller-manager).
@@ -60,11 +63,13 @@ type ControlPlane struct {
 	// Dir holds kubeconfigs and component logs; removed by Stop.
 	Dir string
 
-	env    *envtest.Environment
-	logs   map[string]*logFile
-	logsMu *sync.Mutex
-	kcm    *exec.Cmd
-	done   chan error
+	env *envtest.Environment
+	// noKubeVirt is true while KubeVirt's CRDs are not installed.
+	noKubeVirt bool
+	logs       map[string]*logFile
+	logsMu     *sync.Mutex
+	kcm        *exec.Cmd
+	done       chan error
 }
 
 // Start brings up the control plane and installs every CRD ipkeeper ships
@@ -111,10 +116,12 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
-	crdDirs := append(shipped,
-		filepath.Join(root, "tests", "crds", "kubevirt"),
-		filepath.Join(root, "tests", "crds", "cert-manager"))
+	crdDirs := append(shipped, filepath.Join(root, "tests", "crds", "cert-manager"))
+	if !opts.WithoutKubeVirtCRDs {
+		crdDirs = append(crdDirs, kubeVirtCRDDir(root))
+	}
 	crdDirs = append(crdDirs, opts.ExtraCRDDirs...)
+	cp.noKubeVirt = opts.WithoutKubeVirtCRDs
 	cp.env = &envtest.Environment{
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,

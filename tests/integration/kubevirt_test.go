@@ -318,6 +318,9 @@ func TestFeatureGateOffThenOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := e.waitClaim(t, "vm1.blue") // reacts to the gate, no VM change needed
+	if err := cp.WaitWebhookScope(ctx, e.ctrl.WebhookConfig, true); err != nil {
+		t.Fatal(err)
+	}
 	controllerRef(t, claim, vm, "VirtualMachine")
 	vmi := &kubevirtv1.VirtualMachineInstance{}
 	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {

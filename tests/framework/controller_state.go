@@ -1,0 +1,43 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Exited reports whether the in-process controller has stopped on its own,
+// and with which error.
+func (c *Controller) Exited() error {
+	select {
+	case err := <-c.done:
+		c.done <- err // Stop waits for it too
+		return fmt.Errorf("controller exited: %v", err)
+	default:
+		return nil
+	}
+}
+
+// WaitWebhookScope waits until the controller has turned the webhook
+// configuration's rules on (called) or off.
+func (cp *ControlPlane) WaitWebhookScope(ctx context.Context, name string, called bool) error {
+	var whc admissionregistrationv1.MutatingWebhookConfiguration
+	err := Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		if err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, &whc); err != nil {
+			return false, err
+		}
+		for _, w := range whc.Webhooks {
+			if (len(w.Rules) > 0) != called {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("webhook configuration %s: want called=%v: %w", name, called, err)
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// nodeNameExtra is the user extra a pod-bound ServiceAccount token carries.
+const nodeNameExtra = "authentication.kubernetes.io/node-name"
+
+// agentOn is a client authenticated as ipkeeper-agent's ServiceAccount
+// with a token bound to a pod on node ("" for a token without a node),
+// through impersonation (user, groups and extra).
+func agentOn(t testing.TB, node string) client.Client {
+	t.Helper()
+	user, groups := framework.ServiceAccountUser(installNS, "ipkeeper-agent")
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	if node != "" {
+		cfg.Impersonate.Extra = map[string][]string{nodeNameExtra: {node}}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: cp.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func expectRefusedBy(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: got %v, want a refusal by the node-bound policy (%q)", what, err, want)
+	}
+}
+
+// TestAgentWritesBoundToItsNode applies the shipped RBAC and the agent's
+// ValidatingAdmissionPolicy (manifests/policy) to the real API server and
+// writes as the agent's ServiceAccount with a pod-bound token naming its
+// node (impersonation, user extra included): writes for its own node are
+// allowed, writes for another node refused, and a claim's addresses, once
+// set, cannot be changed by an agent.
+func TestAgentWritesBoundToItsNode(t *testing.T) {
+	ctx := context.Background()
+	applyRBAC(t)
+	if _, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", repoPath(t, "manifests", "policy")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = cp.Kubectl(context.Background(), nil, "delete", "--ignore-not-found", "-k", repoPath(t, "manifests", "policy"))
+	})
+	ns := cp.NewNamespace(t, "node-bound")
+	onA, onB, noNode := agentOn(t, "node-a"), agentOn(t, "node-b"), agentOn(t, "")
+
+	podRes := func(ip, node string) *ipkeeperv1alpha1.IPReservation {
+		r := newReservation("bound-net", ip)
+		r.Spec.Owner.Namespace, r.Spec.Node = ns, node
+		return r
+	}
+	// Policies take effect asynchronously: wait for the first refusal.
+	var last error
+	if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		last = onA.Create(ctx, podRes("10.99.3.1", "node-b"), client.DryRunAll)
+		return apierrors.IsForbidden(last) || apierrors.IsInvalid(last), nil
+	}); err != nil {
+		t.Fatalf("the node-bound policy never refused a write for another node (last: %v)", last)
+	}
+
+	t.Run("reservations", func(t *testing.T) {
+		own := podRes("10.99.3.10", "node-a")
+		expectAllowed(t, "create a reservation of its node", onA.Create(ctx, own))
+		own.Spec.ContainerID = "new-sandbox"
+		expectAllowed(t, "update a reservation of its node", onA.Update(ctx, own))
+		expectAllowed(t, "delete a reservation of its node", onA.Delete(ctx, own))
+
+		expectRefusedBy(t, "create a reservation for another node", onA.Create(ctx, podRes("10.99.3.11", "node-b")), "may only write reservations with spec.node node-a")
+		expectRefusedBy(t, "create a reservation without a node-bound token", noNode.Create(ctx, podRes("10.99.3.12", "node-a")), "pod-bound ServiceAccount token")
+
+		theirs := podRes("10.99.3.13", "node-b")
+		expectAllowed(t, "node-b creates its own", onB.Create(ctx, theirs))
+		expectRefusedBy(t, "delete another node's reservation", onA.Delete(ctx, theirs), "may only change or delete reservations of node node-a")
+		moved := theirs.DeepCopy()
+		moved.Spec.Node, moved.Spec.ContainerID = "node-a", "stolen"
+		expectRefusedBy(t, "take over another node's pod reservation", onA.Update(ctx, moved), "may only change or delete reservations of node node-a")
+
+		// A claim's reservation follows the VM to the node it migrates to.
+		claim := createClaim(t, ns, "vm1.bound", "bound-net")
+		held := newReservation("bound-net", "10.99.3.14")
+		held.Spec.Owner = ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: claim.Name, UID: claim.UID}
+		held.Spec.Node = "node-b"
+		expectAllowed(t, "node-b creates a claim's reservation", onB.Create(ctx, held))
+		held.Spec.Node, held.Spec.ContainerID = "node-a", "migration-target"
+		expectAllowed(t, "take over a claim's reservation on migration", onA.Update(ctx, held))
+		held.Spec.ContainerID = "elsewhere"
+		expectRefusedBy(t, "node-b changes it once it moved away", onB.Update(ctx, held), "may only write reservations with spec.node node-b")
+		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, theirs))
+		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, held))
+	})
+
+	t.Run("claim status", func(t *testing.T) {
+		claim := createClaim(t, ns, "vm2.bound", "bound-net")
+		var c ipamclaimsv1alpha1.IPAMClaim
+		if err := onA.Get(ctx, client.ObjectKeyFromObject(claim), &c); err != nil {
+			t.Fatal(err)
+		}
+		c.Status.IPs = []string{"10.99.3.20/24"}
+		expectAllowed(t, "set the addresses of a claim without any", onA.Status().Update(ctx, &c))
+		c.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "virt-launcher-vm2-target"}
+		expectAllowed(t, "record the launcher pod, addresses unchanged", onA.Status().Update(ctx, &c))
+		c.Status.IPs = []string{"10.99.3.21/24"}
+		expectRefusedBy(t, "change a claim's addresses", onB.Status().Update(ctx, &c), "only while it has none")
+		c.Status.IPs = []string{}
+		expectRefusedBy(t, "clear a claim's addresses", onA.Status().Update(ctx, &c), "only while it has none")
+	})
+}
