@@ -104,6 +104,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(filepath.Join(dir, "kube-apiserver"), 0o700); err != nil {
+		return nil, fmt.Errorf("creating kube-apiserver cert dir: %w", err)
+	}
 	crdDirs := append([]string{
 		filepath.Join(root, "manifests", "crds"),
 		filepath.Join(root, "tests", "crds", "kubevirt"),
@@ -114,7 +117,10 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		ErrorIfCRDPathMissing: true,
 		ControlPlane: envtest.ControlPlane{
 			Etcd:      &envtest.Etcd{Path: tools.Etcd, Out: etcdLog, Err: etcdLog, StartTimeout: time.Minute},
-			APIServer: &envtest.APIServer{Path: tools.KubeAPIServer, Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute},
+			// A fixed CertDir keeps the serving certificate (and so the CA
+			// clients trust) across RestartAPIServer.
+			APIServer: &envtest.APIServer{Path: tools.KubeAPIServer, Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute,
+				CertDir: filepath.Join(dir, "kube-apiserver")},
 		},
 	}
 	if cp.Config, err = cp.env.Start(); err != nil {
@@ -218,6 +224,24 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 		}
 	}
 }
+
+// RestartAPIServer stops kube-apiserver and starts it again on the same
+// address with the same certificates, keeping etcd (and so every object)
+// running. Clients reconnect by themselves; watches end and are re-made.
+func (cp *ControlPlane) RestartAPIServer() error {
+	api := cp.env.ControlPlane.APIServer
+	if err := api.Stop(); err != nil {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	if err := api.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	return nil
+}
+
+// EtcdURL is etcd's client URL (plain HTTP on loopback; it also serves
+// etcd's v3 JSON gateway).
+func (cp *ControlPlane) EtcdURL() string { return cp.env.ControlPlane.Etcd.URL.String() }
 
 // Stop stops kube-controller-manager, kube-apiserver and etcd and removes Dir.
 func (cp *ControlPlane) Stop() error {
