@@ -116,7 +116,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
 		ControlPlane: envtest.ControlPlane{
-			Etcd:      &envtest.Etcd{Path: tools.Etcd, Out: etcdLog, Err: etcdLog, StartTimeout: time.Minute},
+			Etcd: &envtest.Etcd{Path: tools.Etcd, Out: etcdLog, Err: etcdLog, StartTimeout: time.Minute},
 			// A fixed CertDir keeps the serving certificate (and so the CA
 			// clients trust) across RestartAPIServer.
 			APIServer: &envtest.APIServer{Path: tools.KubeAPIServer, Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute,
