@@ -68,6 +68,8 @@ type runner struct {
 	gcLocks map[string]*sync.RWMutex
 	nextID  int
 	idMu    sync.Mutex
+	// unused are reservations of live pods no live attachment holds, at quiescence.
+	unused []string
 }
 
 func newRunner(c *cluster, v *violations) *runner {
@@ -131,7 +133,7 @@ func (r *runner) run(ctx context.Context, st step) {
 	}
 	switch st.kind {
 	case opAdd:
-		if s.cur != nil && s.cur.state == attLive {
+		if s.cur != nil && r.model.stateOf(s.cur) == attLive {
 			r.repeatAdd(ctx, st.seq, s.node, s.net, s.cur, s.static)
 			return
 		}
@@ -144,7 +146,7 @@ func (r *runner) run(ctx context.Context, st step) {
 			s.cur = nil
 		}
 	case opCheck:
-		if s.cur != nil && s.cur.state == attLive {
+		if s.cur != nil && r.model.stateOf(s.cur) == attLive {
 			r.check(ctx, st.seq, s.node, s.net, s.cur, s.static)
 		}
 	case opPodDelete:
@@ -178,8 +180,10 @@ func (r *runner) newAttachment(pod *corev1.Pod, n *node, net *network) *attachme
 		ifName: ifName, containerID: fmt.Sprintf("sb-%s-%d", pod.Name, r.id())}
 }
 
-// newSandbox starts a new sandbox of the slot's pod; the previous one is
-// gone for the runtime (its late DEL may race the new ADD when raceDel).
+// newSandbox starts a new sandbox of the slot's pod. The runtime tears
+// the previous one down first (its DEL), or, when raceDel, that DEL comes
+// late and races the new sandbox's ADD: it must not release the address
+// the new sandbox takes over.
 func (r *runner) newSandbox(ctx context.Context, st step, s *slot, raceDel bool) {
 	if !r.ensurePod(ctx, st.seq, s) {
 		return
@@ -188,24 +192,30 @@ func (r *runner) newSandbox(ctx context.Context, st step, s *slot, raceDel bool)
 	a := r.newAttachment(s.pod, s.node, s.net)
 	done := r.model.touch(a.holder())
 	defer done()
-	if prev != nil && prev.state == attLive {
-		r.model.setState(prev, attDead) // superseded: the new sandbox takes its address over
+	if prev != nil {
 		s.oldMu.Lock()
 		s.old = append(s.old, prev)
 		s.oldMu.Unlock()
+		if !raceDel && !r.del(ctx, st.seq, prev, &s.pending) {
+			return // the runtime retries the teardown before a new sandbox
+		}
 	}
 	s.cur = a
-	var wg sync.WaitGroup
+	var (
+		wg         sync.WaitGroup
+		prevUnpaid []*attachment
+	)
 	if raceDel && prev != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = r.cni(ctx, st.seq, s.node, cniproto.CmdDel, prev, s.net.netConf(s.static))
+			r.del(ctx, st.seq, prev, &prevUnpaid)
 		}()
 	}
 	r.add(ctx, st.seq, s.node, s.net, a, s.static, &s.pending)
 	wg.Wait()
-	if a.state != attLive {
+	s.pending = append(s.pending, prevUnpaid...)
+	if r.model.stateOf(a) != attLive {
 		s.cur = nil
 	}
 }
@@ -305,7 +315,7 @@ func (r *runner) check(ctx context.Context, op int, n *node, net *network, a *at
 	if err == nil || !quiet || isTemporary(err) {
 		return
 	}
-	if g, q := r.model.holderQuiet(a.holder()); q && g == gen && a.state == attLive {
+	if g, q := r.model.holderQuiet(a.holder()); q && g == gen && r.model.stateOf(a) == attLive {
 		r.violate("I2", fmt.Sprintf("CHECK of live attachment %s failed: %v", r.model.describe(a), err), a.podName, a.containerID)
 	}
 }

@@ -290,4 +290,3 @@ func (p *apiProxy) faultCounts() map[string]int64 {
 	}
 	return out
 }
-
