@@ -84,13 +84,15 @@ func newAPIProxy(cfg *rest.Config, seed uint64) (*apiProxy, error) {
 	}
 	p := &apiProxy{
 		upstream: up, transport: tr, listener: l,
-		rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), rates: backgroundRates,
+		rng: newProxyRand(seed), rates: backgroundRates,
 		watches: map[int]context.CancelFunc{},
 	}
 	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = p.server.Serve(l) }()
 	return p, nil
 }
+
+func newProxyRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)) }
 
 // URL is where clients reach the API server through the proxy.
 func (p *apiProxy) URL() string { return "http://" + p.listener.Addr().String() }
