@@ -198,10 +198,10 @@ func (r *runner) summary(seed uint64, ran time.Duration) string {
 	for f := pfDrop; f < numProxyFaults; f++ {
 		proxy = append(proxy, fmt.Sprintf("%s=%d", f, pf[f.String()]))
 	}
-	return fmt.Sprintf("chaos summary: seed=%d ran=%s ops=%d [%s] cni=[%s] faults=[%s %s watches-cut=%d real-410s=%d proxied-requests=%d] "+
+	return fmt.Sprintf("chaos summary: seed=%d ran=%s ops=%d [%s] cni=[%s] faults=[%s %s watches-cut=%d real-410s=%d proxied-requests=%d crash-restarts=%d] "+
 		"exhausted-adds=%d lost-dels=%d claims-deleted=%d checks=[%s] violations=%d [%s]",
 		seed, ran.Round(time.Second), ops, r.counts.with("op:"), r.counts.with("cni:"), r.counts.with("fault:"), strings.Join(proxy, " "),
-		r.c.proxy.cuts.Load(), r.c.proxy.gone410.Load(), r.c.proxy.requests.Load(),
+		r.c.proxy.cuts.Load(), r.c.proxy.gone410.Load(), r.c.proxy.requests.Load(), r.c.crashes.Load(),
 		r.counts.get("exhausted"), r.counts.get("lost-del"), r.counts.get("claims-deleted"), r.counts.with("check:"),
 		r.viol.count(), r.counts.with("violation:"))
 }

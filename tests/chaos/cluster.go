@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -113,6 +114,8 @@ type cluster struct {
 	ctrl  *controller
 
 	apiMu sync.Mutex // held while kube-apiserver restarts
+	// crashes counts processes that exited before they were ready.
+	crashes atomic.Int64
 }
 
 // startCluster starts the control plane, the proxy, the controller and
@@ -221,6 +224,11 @@ func writeKubeconfig(path, server string) error {
 	return nil
 }
 
+// maxCrashRestarts bounds how often a process that exits before it is
+// ready (for example because the API server is down while it starts) is
+// started again, as the kubelet restarts a crashed container.
+const maxCrashRestarts = 10
+
 // restartAgent kills n's agent with SIGKILL and starts it again; it
 // returns once the new process is ready.
 func (c *cluster) restartAgent(ctx context.Context, n *node) error {
@@ -229,15 +237,22 @@ func (c *cluster) restartAgent(ctx context.Context, n *node) error {
 	n.epoch++
 	n.proc.Kill()
 	n.mu.Unlock()
-	proc, err := framework.StartAgentProcess(n.opts)
-	if err != nil {
-		return err
-	}
-	n.mu.Lock()
-	n.proc = proc
-	n.mu.Unlock()
-	if err := proc.WaitReady(ctx, readyTimeout); err != nil {
-		return err
+	for attempt := 0; ; attempt++ {
+		proc, err := framework.StartAgentProcess(n.opts)
+		if err != nil {
+			return err
+		}
+		n.mu.Lock()
+		n.proc = proc
+		n.mu.Unlock()
+		err = proc.WaitReady(ctx, readyTimeout)
+		if err == nil {
+			break
+		}
+		if exited, _ := proc.Exited(); !exited || attempt == maxCrashRestarts {
+			return err
+		}
+		c.crashes.Add(1)
 	}
 	n.mu.Lock()
 	n.up = true
@@ -251,11 +266,18 @@ func (c *cluster) restartController(ctx context.Context) error {
 	defer c.ctrl.mu.Unlock()
 	c.ctrl.up = false
 	c.ctrl.proc.Kill()
-	if err := c.ctrl.proc.Restart(); err != nil {
-		return err
-	}
-	if err := c.ctrl.proc.WaitReady(ctx, readyTimeout); err != nil {
-		return err
+	for attempt := 0; ; attempt++ {
+		if err := c.ctrl.proc.Restart(); err != nil {
+			return err
+		}
+		err := c.ctrl.proc.WaitReady(ctx, readyTimeout)
+		if err == nil {
+			break
+		}
+		if !c.ctrl.proc.Exited() || attempt == maxCrashRestarts {
+			return err
+		}
+		c.crashes.Add(1)
 	}
 	c.ctrl.up = true
 	return nil

@@ -139,8 +139,23 @@ func (c *ControllerProcess) Kill() {
 	_ = c.log.Close()
 }
 
-// Restart starts the process again with the same flags.
-func (c *ControllerProcess) Restart() error { return c.start() }
+// Restart starts the process again with the same flags, once the previous
+// one has exited (Kill, or a crash).
+func (c *ControllerProcess) Restart() error {
+	<-c.done
+	_ = c.log.Close()
+	return c.start()
+}
+
+// Exited reports whether the process has exited.
+func (c *ControllerProcess) Exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // Stop sends SIGTERM and waits up to 15s, then kills.
 func (c *ControllerProcess) Stop() {
