@@ -25,6 +25,13 @@ func (r *runner) claimOp(ctx context.Context, st step, cs *claimSlot) {
 		}
 		cs.uid, cs.ips = claim.UID, nil
 	}
+	if st.kind == opCheck {
+		if len(cs.pods) > 0 {
+			p := cs.pods[int(st.pick%uint64(len(cs.pods)))]
+			r.check(ctx, st.seq, p.node, networks[poolVM], p.att, "")
+		}
+		return
+	}
 	done := r.model.touch("claim/" + string(cs.uid))
 	defer done()
 	if !r.flushPending(ctx, st.seq, &cs.pending) {
@@ -82,11 +89,6 @@ func (r *runner) claimOp(ctx context.Context, st step, cs *claimSlot) {
 			return
 		}
 		cs.uid = claim.UID
-	case opCheck:
-		if len(cs.pods) > 0 {
-			p := cs.pods[int(st.pick%uint64(len(cs.pods)))]
-			r.check(ctx, st.seq, p.node, networks[poolVM], p.att, "")
-		}
 	}
 }
 

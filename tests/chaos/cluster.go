@@ -283,11 +283,15 @@ func (c *cluster) restartController(ctx context.Context) error {
 	return nil
 }
 
+// apiStopTimeout is how long kube-apiserver gets for a graceful shutdown
+// before it is killed.
+const apiStopTimeout = 10 * time.Second
+
 // restartAPIServer restarts kube-apiserver, keeping etcd.
-func (c *cluster) restartAPIServer() error {
+func (c *cluster) restartAPIServer(ctx context.Context) (killed bool, err error) {
 	c.apiMu.Lock()
 	defer c.apiMu.Unlock()
-	return c.cp.RestartAPIServer()
+	return c.cp.RestartAPIServer(ctx, apiStopTimeout)
 }
 
 // logs returns the path of every ipkeeper process log.

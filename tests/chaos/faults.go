@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -65,9 +66,13 @@ func (f *injector) inject(ctx context.Context, ft fault) {
 		f.async(func() error { return c.restartController(context.WithoutCancel(ctx)) })
 	case fAPIServerRestart:
 		r.counts.inc("fault:" + ft.kind.String())
-		if err := c.restartAPIServer(); err != nil {
+		killed, err := c.restartAPIServer(ctx)
+		switch {
+		case err != nil:
 			result = err.Error()
 			r.harnessError(err)
+		case killed:
+			result = fmt.Sprintf("killed after %s of graceful shutdown, started again", apiStopTimeout)
 		}
 	case fWatchExpiry:
 		rev, err := compactEtcd(ctx, c.cp.EtcdURL())
@@ -117,7 +122,9 @@ func compactEtcd(ctx context.Context, etcdURL string) (int64, error) {
 		return 0, err
 	}
 	rev := rangeResp.Header.Revision
-	if err := etcdPost(ctx, etcdURL+"/v3/kv/compaction", map[string]any{"revision": fmt.Sprint(rev), "physical": true}, nil); err != nil {
+	err := etcdPost(ctx, etcdURL+"/v3/kv/compaction", map[string]any{"revision": fmt.Sprint(rev), "physical": true}, nil)
+	if err != nil && !strings.Contains(err.Error(), "required revision has been compacted") {
+		// (kube-apiserver compacts too; a race with it is harmless)
 		return 0, err
 	}
 	return rev, nil

@@ -50,6 +50,7 @@ type violation struct {
 type violations struct {
 	mu   sync.Mutex
 	list []violation
+	seen map[string]bool
 	hist *history
 	cp   *framework.ControlPlane
 	// harness errors: the harness itself could not do its job (an API
@@ -64,13 +65,22 @@ func (v *violations) count() int {
 }
 
 // violate records a violation with the history around it and the objects
-// named by keys (pod names, sandbox IDs, claim names).
+// named by keys (pod names, sandbox IDs, claim names). The same message is
+// recorded once: a continuous check sees a lasting violation every round.
 func (r *runner) violate(inv, msg string, keys ...string) {
-	r.counts.inc("violation:" + inv)
 	v := violation{inv: inv, msg: msg, at: time.Now()}
 	r.viol.mu.Lock()
+	if r.viol.seen == nil {
+		r.viol.seen = map[string]bool{}
+	}
+	if r.viol.seen[inv+msg] {
+		r.viol.mu.Unlock()
+		return
+	}
+	r.viol.seen[inv+msg] = true
 	n := len(r.viol.list)
 	r.viol.mu.Unlock()
+	r.counts.inc("violation:" + inv)
 	if n < maxDetailed {
 		v.history = r.hist.dump(40, keys...)
 		v.objects = r.objectsOf(keys)

@@ -312,8 +312,9 @@ func (r *runner) check(ctx context.Context, op int, n *node, net *network, a *at
 	gen, quiet := r.model.holderQuiet(a.holder())
 	_, err := r.cni(ctx, op, n, cniproto.CmdCheck, a, net.netConf(static))
 	r.counts.inc("check:CHECK")
-	if err == nil || !quiet || isTemporary(err) {
-		return
+	code, isCNI := cniCode(err)
+	if err == nil || !quiet || !isCNI || code == 11 {
+		return // passed, or the attachment changing, the agent down, or "try again later"
 	}
 	if g, q := r.model.holderQuiet(a.holder()); q && g == gen && r.model.stateOf(a) == attLive {
 		r.violate("I2", fmt.Sprintf("CHECK of live attachment %s failed: %v", r.model.describe(a), err), a.podName, a.containerID)
@@ -417,10 +418,4 @@ func (r *runner) netOf(a *attachment) *network {
 		}
 	}
 	panic("chaos: unknown network " + a.network) // attachments are only made on the known networks
-}
-
-// isTemporary reports a CNI "try again later" (11) error.
-func isTemporary(err error) bool {
-	code, ok := cniCode(err)
-	return ok && code == 11
 }

@@ -228,15 +228,33 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 // RestartAPIServer stops kube-apiserver and starts it again on the same
 // address with the same certificates, keeping etcd (and so every object)
 // running. Clients reconnect by themselves; watches end and are re-made.
-func (cp *ControlPlane) RestartAPIServer() error {
+// A server that does not finish its graceful shutdown within stopTimeout
+// is killed (SIGKILL), a crash rather than a clean stop; killed says so.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context, stopTimeout time.Duration) (killed bool, err error) {
 	api := cp.env.ControlPlane.APIServer
+	api.StopTimeout = stopTimeout
 	if err := api.Stop(); err != nil {
-		return fmt.Errorf("stopping kube-apiserver: %w", err)
+		if !strings.Contains(err.Error(), "timeout waiting for process") {
+			return false, fmt.Errorf("stopping kube-apiserver: %w", err)
+		}
+		// envtest sent SIGKILL; wait until the port is free again.
+		killed = true
+		addr := net.JoinHostPort(api.SecureServing.Address, api.SecureServing.Port)
+		if err := Eventually(ctx, 30*time.Second, 50*time.Millisecond, func(context.Context) (bool, error) {
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				return true, nil
+			}
+			_ = conn.Close()
+			return false, nil
+		}); err != nil {
+			return killed, fmt.Errorf("killed kube-apiserver still listens on %s: %w", addr, err)
+		}
 	}
 	if err := api.Start(); err != nil {
-		return fmt.Errorf("starting kube-apiserver again: %w", err)
+		return killed, fmt.Errorf("starting kube-apiserver again: %w", err)
 	}
-	return nil
+	return killed, nil
 }
 
 // EtcdURL is etcd's client URL (plain HTTP on loopback; it also serves
