@@ -138,7 +138,7 @@ func (r *runner) startClaimPods(ctx context.Context, op int, cs *claimSlot, node
 		}
 		ips := r.model.ipsOf(p.att)
 		if cs.ips != nil && !slices.Equal(ips, cs.ips) {
-			r.violate("I4", fmt.Sprintf("IPAMClaim %s (uid %s) had given its pods %s, now %s gets %s",
+			r.violate("I4", "claim-addresses-changed", fmt.Sprintf("IPAMClaim %s (uid %s) had given its pods %s, now %s gets %s",
 				cs.name, cs.uid, formatAddrs(cs.ips), r.model.describe(p.att), formatAddrs(ips)), cs.name, p.pod.Name)
 		}
 		cs.ips = ips

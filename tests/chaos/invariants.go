@@ -39,20 +39,21 @@ import (
 // and I4 continuously from live reads, judging only holders no operation
 // is changing; everything again at quiescence.
 
-const maxDetailed = 20 // violations printed in full
+// maxDetailed is how many violations of one class are printed in full.
+const maxDetailed = 3
 
 type violation struct {
-	inv, msg, history, objects string
-	at                         time.Time
+	inv, class, msg, history, objects string
+	at                                time.Time
 }
 
 // violations collects what the checks find.
 type violations struct {
-	mu   sync.Mutex
-	list []violation
-	seen map[string]bool
-	hist *history
-	cp   *framework.ControlPlane
+	mu      sync.Mutex
+	list    []violation
+	seen    map[string]bool
+	byClass map[string]int
+	hist    *history
 	// harness errors: the harness itself could not do its job (an API
 	// write it retried for minutes); the run is void.
 	harness []error
@@ -64,25 +65,27 @@ func (v *violations) count() int {
 	return len(v.list)
 }
 
-// violate records a violation with the history around it and the objects
-// named by keys (pod names, sandbox IDs, claim names). The same message is
-// recorded once: a continuous check sees a lasting violation every round.
-func (r *runner) violate(inv, msg string, keys ...string) {
-	v := violation{inv: inv, msg: msg, at: time.Now()}
+// violate records a violation of invariant inv, of a kind (class), with
+// the history around it and the objects named by keys (pod names,
+// sandbox IDs, claim names). The same message is recorded once: a
+// continuous check sees a lasting violation every round.
+func (r *runner) violate(inv, class, msg string, keys ...string) {
+	v := violation{inv: inv, class: inv + "/" + class, msg: msg, at: time.Now()}
 	r.viol.mu.Lock()
 	if r.viol.seen == nil {
-		r.viol.seen = map[string]bool{}
+		r.viol.seen, r.viol.byClass = map[string]bool{}, map[string]int{}
 	}
 	if r.viol.seen[inv+msg] {
 		r.viol.mu.Unlock()
 		return
 	}
 	r.viol.seen[inv+msg] = true
-	n := len(r.viol.list)
+	r.viol.byClass[v.class]++
+	detailed := r.viol.byClass[v.class] <= maxDetailed
 	r.viol.mu.Unlock()
-	r.counts.inc("violation:" + inv)
-	if n < maxDetailed {
-		v.history = r.hist.dump(40, keys...)
+	r.counts.inc("violation:" + v.class)
+	if detailed {
+		v.history = r.hist.dump(25, keys...)
 		v.objects = r.objectsOf(keys)
 	}
 	r.viol.mu.Lock()
@@ -219,12 +222,13 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 			if !r.model.stillQuiet(q) {
 				continue
 			}
-			what := "no reservation"
+			what, class := "no reservation", "no-reservation"
 			if ok {
+				class = "reservation-of-another"
 				what = fmt.Sprintf("reservation %s belongs to %s %s/%s (uid %s) interface %q sandbox %s",
 					name, res.Spec.Owner.Kind, res.Spec.Owner.Namespace, res.Spec.Owner.Name, res.Spec.Owner.UID, res.Spec.InterfaceName, res.Spec.ContainerID)
 			}
-			r.violate("I2", fmt.Sprintf("live attachment %s: address %s has %s", r.model.describe(a), ip, what),
+			r.violate("I2", class, fmt.Sprintf("live attachment %s: address %s has %s", r.model.describe(a), ip, what),
 				a.podName, a.containerID, a.claimName)
 		}
 	}
@@ -266,7 +270,7 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 		if g, q := r.model.holderQuiet(h); !q || g != gen {
 			continue
 		}
-		r.violate("I4", fmt.Sprintf("IPAMClaim %s/%s (uid %s): %s", claim.Namespace, claim.Name, claim.UID, strings.Join(problems, "; ")), claim.Name)
+		r.violate("I4", "claim-status", fmt.Sprintf("IPAMClaim %s/%s (uid %s): %s", claim.Namespace, claim.Name, claim.UID, strings.Join(problems, "; ")), claim.Name)
 	}
 	if final {
 		r.checkOwners(ls)
@@ -317,7 +321,7 @@ func (r *runner) checkOwners(ls *liveState) {
 	gone, leaked := r.orphans(ls)
 	r.counts.add("check:I3", len(ls.res))
 	for _, res := range gone {
-		r.violate("I3", fmt.Sprintf("reservation %s (%s %s) outlived its owner %s %s/%s (uid %s) past the GC grace period",
+		r.violate("I3", "owner-gone", fmt.Sprintf("reservation %s (%s %s) outlived its owner %s %s/%s (uid %s) past the GC grace period",
 			res.Name, res.Spec.Network, res.Spec.IP, res.Spec.Owner.Kind, res.Spec.Owner.Namespace, res.Spec.Owner.Name, res.Spec.Owner.UID),
 			res.Spec.Owner.Name, res.Spec.ContainerID)
 	}

@@ -231,13 +231,13 @@ func (r *runner) add(ctx context.Context, op int, n *node, net *network, a *atta
 	if err == nil {
 		ips, perr := parseResult(resp)
 		if perr != nil {
-			r.violate("I5", fmt.Sprintf("ADD of %s succeeded with an unreadable result: %v", a.containerID, perr), a.podName)
+			r.violate("I5", "bad-result", fmt.Sprintf("ADD of %s succeeded with an unreadable result: %v", a.containerID, perr), a.podName)
 			err = perr
 		} else {
 			if static != "" {
 				want := netip.MustParsePrefix(static).Addr()
 				if !slices.Contains(ips, want) {
-					r.violate("I2", fmt.Sprintf("ADD of %s asked for static IP %s and got %s", a.containerID, want, formatAddrs(ips)), a.podName)
+					r.violate("I2", "static-ip-differs", fmt.Sprintf("ADD of %s asked for static IP %s and got %s", a.containerID, want, formatAddrs(ips)), a.podName)
 				}
 			}
 			if static != "" {
@@ -248,7 +248,7 @@ func (r *runner) add(ctx context.Context, op int, n *node, net *network, a *atta
 			}
 			r.counts.inc("check:I1")
 			for _, o := range r.model.succeeded(a, ips) {
-				r.violate("I1", fmt.Sprintf("address in two live attachments: %s and %s", r.model.describe(a), r.model.describe(o)),
+				r.violate("I1", "double-allocation", fmt.Sprintf("address in two live attachments: %s and %s", r.model.describe(a), r.model.describe(o)),
 					a.podName, o.podName, a.containerID, o.containerID)
 			}
 			return
@@ -269,11 +269,11 @@ func (r *runner) repeatAdd(ctx context.Context, op int, n *node, net *network, a
 	}
 	ips, err := parseResult(resp)
 	if err != nil {
-		r.violate("I5", fmt.Sprintf("repeated ADD of %s: %v", a.containerID, err), a.podName)
+		r.violate("I5", "bad-result", fmt.Sprintf("repeated ADD of %s: %v", a.containerID, err), a.podName)
 		return
 	}
 	if !slices.Equal(ips, a.ips) {
-		r.violate("I2", fmt.Sprintf("repeated ADD of live attachment %s returned %s", r.model.describe(a), formatAddrs(ips)),
+		r.violate("I2", "repeated-add-differs", fmt.Sprintf("repeated ADD of live attachment %s returned %s", r.model.describe(a), formatAddrs(ips)),
 			a.podName, a.containerID)
 	}
 }
@@ -317,7 +317,7 @@ func (r *runner) check(ctx context.Context, op int, n *node, net *network, a *at
 		return // passed, or the attachment changing, the agent down, or "try again later"
 	}
 	if g, q := r.model.holderQuiet(a.holder()); q && g == gen && r.model.stateOf(a) == attLive {
-		r.violate("I2", fmt.Sprintf("CHECK of live attachment %s failed: %v", r.model.describe(a), err), a.podName, a.containerID)
+		r.violate("I2", checkClass(a), fmt.Sprintf("CHECK of live attachment %s failed: %v", r.model.describe(a), err), a.podName, a.containerID)
 	}
 }
 
@@ -398,6 +398,14 @@ func (r *runner) gc(ctx context.Context, st step) {
 	_, err := n.client.Do(ctx, cniproto.Request{Command: cniproto.CmdGC, Config: raw})
 	r.hist.end(seq, errString(err))
 	r.classify(cniproto.CmdGC, n, upBefore, epoch, err, gcAtt)
+}
+
+// checkClass names the kind of a failed CHECK.
+func checkClass(a *attachment) string {
+	if a.claimName != "" {
+		return "check-failed-claim"
+	}
+	return "check-failed-pod"
 }
 
 // node returns the node named name.

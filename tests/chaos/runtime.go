@@ -121,7 +121,7 @@ func (r *runner) classify(cmd string, n *node, upBefore bool, epoch int, err err
 		return
 	}
 	r.counts.inc("cni:" + cmd + ":transport-while-up")
-	r.violate("I5", fmt.Sprintf("%s to agent %s (up and not restarted during the request) failed without a CNI error: %v", cmd, n.name, err),
+	r.violate("I5", "transport-error", fmt.Sprintf("%s to agent %s (up and not restarted during the request) failed without a CNI error: %v", cmd, n.name, err),
 		a.podName, a.containerID)
 }
 
