@@ -65,11 +65,13 @@ test-chaos: tools ## The short fixed-seed chaos run: random operations and fault
 
 # make chaos DURATION=10m SEED=42: a long chaos run; the same SEED replays the
 # same schedule. Without them, the short fixed-seed run of test-chaos.
+# RACE=1 builds the agent and the controller with the race detector.
 DURATION ?=
 SEED ?=
+RACE ?=
 .PHONY: chaos
 chaos: tools ## Chaos run: make chaos DURATION=10m SEED=n runs long (replay a run with its seed); no args: the short fixed-seed run.
-	CHAOS_DURATION=$(DURATION) CHAOS_SEED=$(SEED) go test -count=1 -timeout 0 -v -run '^TestChaos$$' ./tests/chaos/
+	CHAOS_DURATION=$(DURATION) CHAOS_SEED=$(SEED) CHAOS_RACE=$(RACE) go test -count=1 -timeout 0 -v -run '^TestChaos$$' ./tests/chaos/
 
 .PHONY: test
 test: verify-generated lint test-unit test-integration test-e2e test-chaos ## Everything CI runs.

@@ -27,11 +27,12 @@ const (
 
 func TestChaos(t *testing.T) {
 	seed, duration, short := settings(t)
+	race := os.Getenv("CHAOS_RACE") != ""
 	t.Logf("chaos: seed %d, %s of operations and faults (replay: make chaos SEED=%d DURATION=%s)", seed, duration, seed, duration)
 	ctx := context.Background()
 
 	setup := time.Now()
-	c, err := startCluster(ctx, seed)
+	c, err := startCluster(ctx, seed, race)
 	if err != nil {
 		t.Fatalf("starting the cluster: %v", err)
 	}
@@ -115,7 +116,7 @@ func TestChaos(t *testing.T) {
 	r.checkOnce(ctx, true)
 	t.Logf("chaos: quiescence and final checks took %s", time.Since(quiet).Round(time.Second))
 	for _, p := range c.panics() {
-		r.violate("I5", "panic", "panic in a process log: "+p)
+		r.violate("I5", "panic-or-race", "in a process log: "+p)
 	}
 
 	t.Log(r.summary(seed, ran))

@@ -120,7 +120,7 @@ type cluster struct {
 
 // startCluster starts the control plane, the proxy, the controller and
 // one agent process per node, and creates the namespace and the NADs.
-func startCluster(ctx context.Context, seed uint64) (_ *cluster, err error) {
+func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err error) {
 	// Short: agent sockets live in here (unix socket paths are limited).
 	dir, err := os.MkdirTemp("", "ipkchaos-")
 	if err != nil {
@@ -136,7 +136,11 @@ func startCluster(ctx context.Context, seed uint64) (_ *cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.bins, err = framework.BuildBinaries(ctx, root, filepath.Join(dir, "bin")); err != nil {
+	build := framework.BuildBinaries
+	if race {
+		build = framework.BuildRaceBinaries
+	}
+	if c.bins, err = build(ctx, root, filepath.Join(dir, "bin")); err != nil {
 		return nil, err
 	}
 	if c.cp, err = framework.Start(ctx, framework.Options{}); err != nil {
@@ -303,7 +307,8 @@ func (c *cluster) logs() []string {
 	return out
 }
 
-// panics scans the process logs for Go panics (I5).
+// panics scans the process logs for Go panics and, in race-detector
+// builds, data races (I5).
 func (c *cluster) panics() []string {
 	var out []string
 	for _, path := range c.logs() {
@@ -313,7 +318,7 @@ func (c *cluster) panics() []string {
 			continue
 		}
 		for i, line := range strings.Split(string(data), "\n") {
-			if strings.Contains(line, "panic:") {
+			if strings.Contains(line, "panic:") || strings.Contains(line, "WARNING: DATA RACE") {
 				out = append(out, fmt.Sprintf("%s:%d: %s", path, i+1, line))
 			}
 		}

@@ -69,7 +69,8 @@ func (a *attachment) String() string {
 // only judge attachments no operation is changing.
 type model struct {
 	mu   sync.Mutex
-	atts []*attachment // every attachment ever made (bounded by the run)
+	atts []*attachment // every attachment not known dead (dead ones are dropped now and then)
+	adds int
 	// busy counts operations in flight that may legitimately change a
 	// holder's reservations; gen changes whenever one starts or ends.
 	busy map[string]int
@@ -104,6 +105,9 @@ func (m *model) add(a *attachment) {
 	defer m.mu.Unlock()
 	a.state, a.since = attAdding, time.Now()
 	m.atts = append(m.atts, a)
+	if m.adds++; m.adds%1000 == 0 {
+		m.atts = slices.DeleteFunc(m.atts, func(a *attachment) bool { return a.state == attDead })
+	}
 }
 
 // setState moves a to state.
