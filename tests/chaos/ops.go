@@ -143,6 +143,9 @@ func (r *runner) run(ctx context.Context, st step) {
 	case opDel:
 		if s.cur != nil {
 			r.del(ctx, st.seq, s.cur, &s.pending)
+			s.oldMu.Lock()
+			s.old = append(s.old, s.cur) // runtimes repeat DELs: a late one may come
+			s.oldMu.Unlock()
 			s.cur = nil
 		}
 	case opCheck:
