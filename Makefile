@@ -59,8 +59,22 @@ test-integration: tools ## Integration tests on a real etcd + kube-apiserver + k
 test-e2e: tools ## End-to-end tests as root: controller and agent processes, real Multus/bridge/macvlan plugins, network namespaces (skipped when not root).
 	go test $(GO_TEST_FLAGS) -timeout 20m -v ./tests/e2e/...
 
+.PHONY: test-chaos
+test-chaos: tools ## The short fixed-seed chaos run: random operations and faults on agent and controller processes, invariants checked (tests/chaos).
+	go test $(GO_TEST_FLAGS) -timeout 10m -v ./tests/chaos/
+
+# make chaos DURATION=10m SEED=42: a long chaos run; the same SEED replays the
+# same schedule. Without them, the short fixed-seed run of test-chaos.
+# RACE=1 builds the agent and the controller with the race detector.
+DURATION ?=
+SEED ?=
+RACE ?=
+.PHONY: chaos
+chaos: tools ## Chaos run: make chaos DURATION=10m SEED=n runs long (replay a run with its seed); no args: the short fixed-seed run.
+	CHAOS_DURATION=$(DURATION) CHAOS_SEED=$(SEED) CHAOS_RACE=$(RACE) go test -count=1 -timeout 0 -v -run '^TestChaos$$' ./tests/chaos/
+
 .PHONY: test
-test: verify-generated lint test-unit test-integration test-e2e ## Everything CI runs.
+test: verify-generated lint test-unit test-integration test-e2e test-chaos ## Everything CI runs.
 
 .PHONY: clean
 clean: ## Remove build output (not the tools cache).

@@ -58,8 +58,11 @@ func TestClaimReleaseSurvivesFailureAndCrashBetweenSteps(t *testing.T) {
 		}
 	}
 	// Its own namespace and lease: no other controller of the package interferes.
-	proc, err := StartController(e.bins.Controller, e.CP.KubeconfigPath, t.TempDir(), time.Second,
-		"--namespace="+ns, "--leader-election-id=ipkeeper-release-test", "--enable-webhook=false")
+	proc, err := framework.StartControllerProcess(framework.ControllerProcessOptions{
+		Binary: e.bins.Controller, Kubeconfig: e.CP.KubeconfigPath, Dir: t.TempDir(), Namespace: ns,
+		WebhookConfigName: WebhookConfigName, GCGracePeriod: time.Second,
+		ExtraArgs: []string{"--leader-election-id=ipkeeper-release-test", "--enable-webhook=false"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,11 +48,11 @@ import (
 // KubeVirt is simulated by framework.KubeVirtSim (VM -> VMI -> launcher pod).
 type Cluster struct {
 	CP         *framework.ControlPlane
-	Controller *ControllerProc
+	Controller *framework.ControllerProcess
 	Nodes      []*Node
 	Sim        *framework.KubeVirtSim
 	dir        string
-	bins       *Binaries
+	bins       *framework.Binaries
 
 	mu        sync.Mutex
 	sandboxes map[types.UID]*Sandbox
@@ -64,12 +64,12 @@ type Cluster struct {
 // Node is one simulated node: an agent and the node's CNI bin dir.
 type Node struct {
 	Name   string
-	Agent  *Agent
+	Agent  *framework.AgentProcess
 	BinDir string
 	// CNILog receives the plugins' stderr (Multus' log).
 	CNILog string
 	dir    string
-	bins   *Binaries
+	bins   *framework.Binaries
 	kube   string
 	multus *libcni.NetworkConfigList
 	cni    *libcni.CNIConfig
@@ -100,7 +100,7 @@ func (s *socketExec) ExecPlugin(ctx context.Context, path string, stdin []byte, 
 }
 
 // StartCluster starts the controller and one agent per node name.
-func StartCluster(ctx context.Context, cp *framework.ControlPlane, bins *Binaries, dir string, nodes ...string) (_ *Cluster, err error) {
+func StartCluster(ctx context.Context, cp *framework.ControlPlane, bins *framework.Binaries, dir string, nodes ...string) (_ *Cluster, err error) {
 	c := &Cluster{CP: cp, dir: dir, bins: bins, Sim: &framework.KubeVirtSim{C: cp.Client}, sandboxes: map[types.UID]*Sandbox{}}
 	defer func() {
 		if err != nil {
@@ -118,7 +118,10 @@ func StartCluster(ctx context.Context, cp *framework.ControlPlane, bins *Binarie
 	if err := cp.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	if c.Controller, err = StartController(bins.Controller, cp.KubeconfigPath, dir, 2*time.Second); err != nil {
+	if c.Controller, err = framework.StartControllerProcess(framework.ControllerProcessOptions{
+		Binary: bins.Controller, Kubeconfig: cp.KubeconfigPath, Dir: dir,
+		Namespace: ControllerNamespace, WebhookConfigName: WebhookConfigName, GCGracePeriod: 2 * time.Second,
+	}); err != nil {
 		return nil, err
 	}
 	url := fmt.Sprintf("https://127.0.0.1:%d/mutate-v1-pod", c.Controller.WebhookPort)
@@ -151,7 +154,7 @@ func StartCluster(ctx context.Context, cp *framework.ControlPlane, bins *Binarie
 
 func (c *Cluster) startNode(ctx context.Context, name string) (*Node, error) {
 	n := &Node{Name: name, dir: filepath.Join(c.dir, name), bins: c.bins, kube: c.CP.KubeconfigPath}
-	if err := EnsureNode(ctx, c.CP.Client, name); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := framework.EnsureNode(ctx, c.CP.Client, name); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
 	if err := n.StartAgent(ctx); err != nil {
@@ -204,7 +207,7 @@ func (c *Cluster) startNode(ctx context.Context, name string) (*Node, error) {
 
 // StartAgent (re)starts the node's agent and waits until it serves.
 func (n *Node) StartAgent(ctx context.Context) error {
-	a, err := StartAgent(AgentOptions{Binary: n.bins.Agent, Kubeconfig: n.kube, NodeName: n.Name, Dir: n.dir})
+	a, err := framework.StartAgentProcess(framework.AgentProcessOptions{Binary: n.bins.Agent, Kubeconfig: n.kube, NodeName: n.Name, Dir: n.dir})
 	if err != nil {
 		return err
 	}
@@ -388,7 +391,7 @@ func (c *Cluster) DumpOnFailure(t testing.TB, namespace string) {
 		fmt.Fprintf(&b, "--- ipkeeper-controller log (%s)\n%s\n", c.Controller.LogPath, c.Controller.Tail(60))
 		for _, n := range c.Nodes {
 			fmt.Fprintf(&b, "--- ipkeeper-agent %s log (%s)\n%s\n", n.Name, n.Agent.LogPath, n.Agent.Tail(30))
-			fmt.Fprintf(&b, "--- CNI plugins' log on %s (%s)\n%s\n", n.Name, n.CNILog, tailFile(n.CNILog, 15))
+			fmt.Fprintf(&b, "--- CNI plugins' log on %s (%s)\n%s\n", n.Name, n.CNILog, framework.TailFile(n.CNILog, 15))
 		}
 		ctx := context.Background()
 		var claims ipamclaimsv1alpha1.IPAMClaimList
@@ -419,14 +422,8 @@ func (c *Cluster) DumpOnFailure(t testing.TB, namespace string) {
 	})
 }
 
-func tailFile(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(unreadable: %v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+// ControllerNamespace is the controller's own namespace in e2e runs.
+const ControllerNamespace = "ipkeeper-system"
+
+// WebhookConfigName is the MutatingWebhookConfiguration e2e runs register.
+const WebhookConfigName = "ipkeeper-e2e"

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +16,7 @@ import (
 // CNI plugin search path.
 type Env struct {
 	CP    *framework.ControlPlane
-	Agent *Agent
+	Agent *framework.AgentProcess
 	// CNIPath is searched for plugins, like a runtime's CNI bin dirs: the
 	// agent's --cni-bin-dir (holding the ipkeeper shim it installed) first,
 	// then the reference plugins (bridge, macvlan, loopback).
@@ -25,7 +24,7 @@ type Env struct {
 	// CNICacheDir is libcni's result cache, instead of /var/lib/cni.
 	CNICacheDir string
 
-	bins *Binaries
+	bins *framework.Binaries
 	dir  string
 }
 
@@ -57,14 +56,4 @@ func (e *Env) CreatePod(t testing.TB, namespace, name string) Pod {
 		_ = e.CP.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0))
 	})
 	return Pod{Namespace: namespace, Name: name, UID: pod.UID}
-}
-
-// EnsureNode creates the Node object of the agent's node, as a kubelet
-// registering it would. Nothing updates its status.
-func EnsureNode(ctx context.Context, c client.Client, name string) error {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
-	if err := c.Create(ctx, node); err != nil {
-		return fmt.Errorf("creating node %s: %w", name, err)
-	}
-	return nil
 }

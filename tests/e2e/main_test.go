@@ -92,7 +92,7 @@ func runWithEnv(m *testing.M) (code int, err error) {
 		}
 	}()
 
-	bins, err := BuildBinaries(ctx, root, filepath.Join(dir, "bin"))
+	bins, err := framework.BuildBinaries(ctx, root, filepath.Join(dir, "bin"))
 	if err != nil {
 		return 0, err
 	}
@@ -114,11 +114,11 @@ func runWithEnv(m *testing.M) (code int, err error) {
 			return 0, fmt.Errorf("CNI reference plugin %s missing in %s: run `make tools`", p, cp.Tools.CNIPluginsDir)
 		}
 	}
-	if err := EnsureNode(ctx, cp.Client, nodeName); err != nil {
+	if err := framework.EnsureNode(ctx, cp.Client, nodeName); err != nil {
 		return 0, err
 	}
 
-	agent, err := StartAgent(AgentOptions{Binary: bins.Agent, Kubeconfig: cp.KubeconfigPath, NodeName: nodeName, Dir: dir})
+	agent, err := framework.StartAgentProcess(framework.AgentProcessOptions{Binary: bins.Agent, Kubeconfig: cp.KubeconfigPath, NodeName: nodeName, Dir: dir})
 	if err != nil {
 		return 0, err
 	}

@@ -208,7 +208,7 @@ func TestSystemAgentKilledDuringStorm(t *testing.T) {
 			succeeded++
 			if succeeded == n/4 {
 				killOnce.Do(func() {
-					_ = node.Agent.cmd.Process.Kill() // SIGKILL, mid-storm
+					node.Agent.Kill() // SIGKILL, mid-storm
 					close(killed)
 				})
 			}
@@ -254,8 +254,7 @@ func TestSystemAgentKilledDuringStorm(t *testing.T) {
 
 	// A node crash: the agent is gone while pods are deleted, so no DEL can
 	// release their addresses; the controller's garbage collector must.
-	_ = node.Agent.cmd.Process.Kill()
-	<-node.Agent.done
+	node.Agent.Kill() // returns once the process is gone
 	crashed := pods[:5]
 	for _, p := range crashed {
 		if err := c.CP.Client.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil {

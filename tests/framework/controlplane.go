@@ -112,6 +112,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(filepath.Join(dir, "kube-apiserver"), 0o700); err != nil {
+		return nil, fmt.Errorf("creating kube-apiserver cert dir: %w", err)
+	}
 	shipped, err := shippedCRDs(root, opts.SkipCRDs)
 	if err != nil {
 		return nil, err
@@ -126,8 +129,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
 		ControlPlane: envtest.ControlPlane{
-			Etcd:      &envtest.Etcd{Path: tools.Etcd, Out: etcdLog, Err: etcdLog, StartTimeout: time.Minute},
-			APIServer: &envtest.APIServer{Path: tools.KubeAPIServer, Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute},
+			Etcd: &envtest.Etcd{Path: tools.Etcd, Out: etcdLog, Err: etcdLog, StartTimeout: time.Minute},
+			// A fixed CertDir keeps the serving certificate (and so the CA
+			// clients trust) across RestartAPIServer.
+			APIServer: &envtest.APIServer{Path: tools.KubeAPIServer, Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute,
+				CertDir: filepath.Join(dir, "kube-apiserver")},
 		},
 	}
 	if cp.Config, err = cp.env.Start(); err != nil {
@@ -260,6 +266,42 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 		}
 	}
 }
+
+// RestartAPIServer stops kube-apiserver and starts it again on the same
+// address with the same certificates, keeping etcd (and so every object)
+// running. Clients reconnect by themselves; watches end and are re-made.
+// A server that does not finish its graceful shutdown within stopTimeout
+// is killed (SIGKILL), a crash rather than a clean stop; killed says so.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context, stopTimeout time.Duration) (killed bool, err error) {
+	api := cp.env.ControlPlane.APIServer
+	api.StopTimeout = stopTimeout
+	if err := api.Stop(); err != nil {
+		if !strings.Contains(err.Error(), "timeout waiting for process") {
+			return false, fmt.Errorf("stopping kube-apiserver: %w", err)
+		}
+		// envtest sent SIGKILL; wait until the port is free again.
+		killed = true
+		addr := net.JoinHostPort(api.SecureServing.Address, api.SecureServing.Port)
+		if err := Eventually(ctx, 30*time.Second, 50*time.Millisecond, func(context.Context) (bool, error) {
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				return true, nil
+			}
+			_ = conn.Close()
+			return false, nil
+		}); err != nil {
+			return killed, fmt.Errorf("killed kube-apiserver still listens on %s: %w", addr, err)
+		}
+	}
+	if err := api.Start(); err != nil {
+		return killed, fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	return killed, nil
+}
+
+// EtcdURL is etcd's client URL (plain HTTP on loopback; it also serves
+// etcd's v3 JSON gateway).
+func (cp *ControlPlane) EtcdURL() string { return cp.env.ControlPlane.Etcd.URL.String() }
 
 // Stop stops kube-controller-manager, kube-apiserver and etcd and removes Dir.
 func (cp *ControlPlane) Stop() error {

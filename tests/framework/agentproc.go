@@ -1,4 +1,4 @@
-package e2e
+package framework
 
 import (
 	"context"
@@ -13,12 +13,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
-// AgentOptions say how to run one ipkeeper-agent.
-type AgentOptions struct {
+// AgentProcessOptions say how to run one ipkeeper-agent process.
+type AgentProcessOptions struct {
 	// Binary is the ipkeeper-agent executable; the ipkeeper shim must be its sibling.
 	Binary string
 	// Kubeconfig is the admin kubeconfig of the control plane.
@@ -28,10 +26,12 @@ type AgentOptions struct {
 	// Dir holds the socket, the CNI bin dir and the log. It must be short:
 	// a unix socket path is limited to 107 bytes.
 	Dir string
+	// ExtraArgs are appended to the flags (a later flag wins).
+	ExtraArgs []string
 }
 
-// Agent is a running ipkeeper-agent process.
-type Agent struct {
+// AgentProcess is a running ipkeeper-agent process.
+type AgentProcess struct {
 	NodeName string
 	// Socket is the agent's --socket, given to the shim as ipam.socketPath.
 	Socket string
@@ -48,18 +48,18 @@ type Agent struct {
 	waitErr error         // valid once done is closed
 }
 
-// StartAgent starts ipkeeper-agent with the flags of its contract:
+// StartAgentProcess starts ipkeeper-agent with the flags of its contract:
 //
 //	--kubeconfig --node-name --socket --cni-bin-dir
 //	--metrics-bind-address=127.0.0.1:0 --health-probe-bind-address=127.0.0.1:PORT
 //
 // It does not wait for readiness; see WaitReady.
-func StartAgent(o AgentOptions) (*Agent, error) {
+func StartAgentProcess(o AgentProcessOptions) (*AgentProcess, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{
+	a := &AgentProcess{
 		NodeName:   o.NodeName,
 		Socket:     filepath.Join(o.Dir, "run", "agent.sock"),
 		CNIBinDir:  filepath.Join(o.Dir, "cni-bin"),
@@ -74,17 +74,18 @@ func StartAgent(o AgentOptions) (*Agent, error) {
 			return nil, err
 		}
 	}
-	if a.log, err = os.Create(a.LogPath); err != nil {
+	// Appended, so a restarted agent's log follows its predecessor's.
+	if a.log, err = os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 		return nil, fmt.Errorf("creating agent log: %w", err)
 	}
-	a.cmd = exec.Command(o.Binary,
-		"--kubeconfig="+o.Kubeconfig,
-		"--node-name="+o.NodeName,
-		"--socket="+a.Socket,
-		"--cni-bin-dir="+a.CNIBinDir,
+	a.cmd = exec.Command(o.Binary, append([]string{
+		"--kubeconfig=" + o.Kubeconfig,
+		"--node-name=" + o.NodeName,
+		"--socket=" + a.Socket,
+		"--cni-bin-dir=" + a.CNIBinDir,
 		"--metrics-bind-address=127.0.0.1:0",
-		"--health-probe-bind-address="+a.HealthAddr,
-	)
+		"--health-probe-bind-address=" + a.HealthAddr,
+	}, o.ExtraArgs...)...)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	// Never outlive the test binary, even if it is killed.
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -102,7 +103,7 @@ func StartAgent(o AgentOptions) (*Agent, error) {
 // WaitReady polls /readyz until it answers 200 (caches synced, socket
 // serving), then until the shim is installed in CNIBinDir. It gives up at
 // once if the process exits.
-func (a *Agent) WaitReady(ctx context.Context, timeout time.Duration) error {
+func (a *AgentProcess) WaitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -115,7 +116,7 @@ func (a *Agent) WaitReady(ctx context.Context, timeout time.Duration) error {
 	httpc := &http.Client{Timeout: 2 * time.Second}
 	url := "http://" + a.HealthAddr + "/readyz"
 	var last string
-	err := framework.Eventually(ctx, timeout, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+	err := Eventually(ctx, timeout, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return false, err
@@ -137,7 +138,7 @@ func (a *Agent) WaitReady(ctx context.Context, timeout time.Duration) error {
 	}
 
 	shim := filepath.Join(a.CNIBinDir, "ipkeeper")
-	err = framework.Eventually(ctx, 30*time.Second, 100*time.Millisecond, func(context.Context) (bool, error) {
+	err = Eventually(ctx, 30*time.Second, 100*time.Millisecond, func(context.Context) (bool, error) {
 		st, err := os.Stat(shim)
 		return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0, nil
 	})
@@ -155,7 +156,7 @@ func (a *Agent) WaitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 // Exited reports whether the process has exited, and how.
-func (a *Agent) Exited() (bool, error) {
+func (a *AgentProcess) Exited() (bool, error) {
 	select {
 	case <-a.done:
 		return true, a.waitErr
@@ -164,10 +165,17 @@ func (a *Agent) Exited() (bool, error) {
 	}
 }
 
+// Kill sends SIGKILL (a crash) and waits for the process to go.
+func (a *AgentProcess) Kill() {
+	_ = a.cmd.Process.Kill()
+	<-a.done
+	_ = a.log.Close()
+}
+
 // Stop sends SIGTERM, waits up to 15s for a graceful exit, then kills.
 // It returns an error if the agent had to be killed or exited with a
 // failure status on SIGTERM.
-func (a *Agent) Stop() error {
+func (a *AgentProcess) Stop() error {
 	defer func() { _ = a.log.Close() }()
 	if exited, err := a.Exited(); exited {
 		return fmt.Errorf("ipkeeper-agent had already exited: %w", err)
@@ -191,22 +199,13 @@ func (a *Agent) Stop() error {
 }
 
 // Tail returns the last n lines of the agent's log.
-func (a *Agent) Tail(n int) string { return tailFile(a.LogPath, n) }
+func (a *AgentProcess) Tail(n int) string { return TailFile(a.LogPath, n) }
 
 // DumpLogOnFailure prints the end of the agent's log when t fails.
-func (a *Agent) DumpLogOnFailure(t testing.TB) {
+func (a *AgentProcess) DumpLogOnFailure(t testing.TB) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("--- last 80 lines of the ipkeeper-agent log (%s)\n%s", a.LogPath, a.Tail(80))
 		}
 	})
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

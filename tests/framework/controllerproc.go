@@ -1,4 +1,4 @@
-package e2e
+package framework
 
 import (
 	"context"
@@ -11,12 +11,10 @@ import (
 	"strconv"
 	"syscall"
 	"time"
-
-	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
-// ControllerProc is a running ipkeeper-controller process.
-type ControllerProc struct {
+// ControllerProcess is a running ipkeeper-controller process.
+type ControllerProcess struct {
 	// WebhookPort serves the pod webhook on 127.0.0.1.
 	WebhookPort int
 	// MetricsAddr serves /metrics, ProbeAddr /readyz.
@@ -30,16 +28,29 @@ type ControllerProc struct {
 	done chan struct{}
 }
 
-// ControllerNamespace is the controller's own namespace in e2e runs.
-const ControllerNamespace = "ipkeeper-system"
+// ControllerProcessOptions say how to run one ipkeeper-controller process.
+type ControllerProcessOptions struct {
+	// Binary is the ipkeeper-controller executable.
+	Binary string
+	// Kubeconfig is the kubeconfig it uses.
+	Kubeconfig string
+	// Dir receives the log.
+	Dir string
+	// Namespace is its --namespace (leader election lease, webhook Secret).
+	Namespace string
+	// WebhookConfigName is the MutatingWebhookConfiguration that gets the
+	// self-managed CA bundle.
+	WebhookConfigName string
+	// GCGracePeriod is --gc-grace-period.
+	GCGracePeriod time.Duration
+	// ExtraArgs are appended to the flags (a later flag wins).
+	ExtraArgs []string
+}
 
-// WebhookConfigName is the MutatingWebhookConfiguration e2e runs register.
-const WebhookConfigName = "ipkeeper-e2e"
-
-// StartController starts ipkeeper-controller with self-managed webhook
-// certificates for 127.0.0.1 and a short garbage collection grace period.
-// extra flags come last, so they override the defaults.
-func StartController(bin, kubeconfig, dir string, gcGrace time.Duration, extra ...string) (*ControllerProc, error) {
+// StartControllerProcess starts ipkeeper-controller with self-managed
+// webhook certificates for 127.0.0.1. It does not wait for readiness; see
+// WaitReady.
+func StartControllerProcess(o ControllerProcessOptions) (*ControllerProcess, error) {
 	var ports [3]int
 	for i := range ports {
 		p, err := freePort()
@@ -48,34 +59,33 @@ func StartController(bin, kubeconfig, dir string, gcGrace time.Duration, extra .
 		}
 		ports[i] = p
 	}
-	c := &ControllerProc{
+	c := &ControllerProcess{
 		WebhookPort: ports[0],
 		MetricsAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])),
 		ProbeAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2])),
-		LogPath:     filepath.Join(dir, "controller.log"),
-		bin:         bin,
+		LogPath:     filepath.Join(o.Dir, "controller.log"),
+		bin:         o.Binary,
 	}
-	c.args = []string{
-		"--kubeconfig=" + kubeconfig,
-		"--namespace=" + ControllerNamespace,
+	c.args = append([]string{
+		"--kubeconfig=" + o.Kubeconfig,
+		"--namespace=" + o.Namespace,
 		"--leader-elect=true",
 		"--metrics-bind-address=" + c.MetricsAddr,
 		"--health-probe-bind-address=" + c.ProbeAddr,
 		"--webhook-host=127.0.0.1",
 		"--webhook-port=" + strconv.Itoa(c.WebhookPort),
 		"--webhook-extra-sans=127.0.0.1",
-		"--webhook-configuration-name=" + WebhookConfigName,
-		"--gc-grace-period=" + gcGrace.String(),
+		"--webhook-configuration-name=" + o.WebhookConfigName,
+		"--gc-grace-period=" + o.GCGracePeriod.String(),
 		"--log-level=debug",
-	}
-	c.args = append(c.args, extra...)
+	}, o.ExtraArgs...)
 	if err := c.start(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *ControllerProc) start() error {
+func (c *ControllerProcess) start() error {
 	log, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("opening controller log: %w", err)
@@ -97,9 +107,9 @@ func (c *ControllerProc) start() error {
 }
 
 // WaitReady polls /readyz until it answers 200.
-func (c *ControllerProc) WaitReady(ctx context.Context, timeout time.Duration) error {
+func (c *ControllerProcess) WaitReady(ctx context.Context, timeout time.Duration) error {
 	url := "http://" + c.ProbeAddr + "/readyz"
-	err := framework.Eventually(ctx, timeout, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+	err := Eventually(ctx, timeout, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 		select {
 		case <-c.done:
 			return false, fmt.Errorf("ipkeeper-controller exited; log tail:\n%s", c.Tail(40))
@@ -123,17 +133,32 @@ func (c *ControllerProc) WaitReady(ctx context.Context, timeout time.Duration) e
 }
 
 // Kill sends SIGKILL (a crash) and waits for the process to go.
-func (c *ControllerProc) Kill() {
+func (c *ControllerProcess) Kill() {
 	_ = c.cmd.Process.Kill()
 	<-c.done
 	_ = c.log.Close()
 }
 
-// Restart starts the process again with the same flags.
-func (c *ControllerProc) Restart() error { return c.start() }
+// Restart starts the process again with the same flags, once the previous
+// one has exited (Kill, or a crash).
+func (c *ControllerProcess) Restart() error {
+	<-c.done
+	_ = c.log.Close()
+	return c.start()
+}
+
+// Exited reports whether the process has exited.
+func (c *ControllerProcess) Exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // Stop sends SIGTERM and waits up to 15s, then kills.
-func (c *ControllerProc) Stop() {
+func (c *ControllerProcess) Stop() {
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.done:
@@ -145,4 +170,4 @@ func (c *ControllerProc) Stop() {
 }
 
 // Tail returns the last n lines of the controller's log.
-func (c *ControllerProc) Tail(n int) string { return tailFile(c.LogPath, n) }
+func (c *ControllerProcess) Tail(n int) string { return TailFile(c.LogPath, n) }

@@ -1,0 +1,255 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
+)
+
+// Defaults of the short run `make test` does; CHAOS_SEED and
+// CHAOS_DURATION (make chaos SEED=... DURATION=...) override them.
+const (
+	defaultSeed     = 1
+	defaultDuration = 60 * time.Second
+	workers         = 12
+	// The short run must reach these, or it proves little; on a slow
+	// machine it runs up to maxShortExtension longer to get there.
+	minShortOps       = 1500
+	maxShortExtension = 45 * time.Second
+)
+
+func TestChaos(t *testing.T) {
+	seed, duration, short := settings(t)
+	race := os.Getenv("CHAOS_RACE") != ""
+	t.Logf("chaos: seed %d, %s of operations and faults (replay: make chaos SEED=%d DURATION=%s)", seed, duration, seed, duration)
+	ctx := context.Background()
+
+	setup := time.Now()
+	c, err := startCluster(ctx, seed, race)
+	if err != nil {
+		t.Fatalf("starting the cluster: %v", err)
+	}
+	t.Logf("chaos: control plane, controller and %d agents up in %s", numNodes, time.Since(setup).Round(time.Second))
+	defer func() {
+		if t.Failed() {
+			t.Logf("process logs kept in %s; control plane logs:", c.dir)
+			var b strings.Builder
+			c.cp.DumpLogs(&b, 30)
+			t.Log(b.String())
+			c.stop()
+			return
+		}
+		c.stop()
+		_ = os.RemoveAll(c.dir)
+	}()
+
+	v := &violations{hist: newHistory(4000)}
+	r := newRunner(c, v)
+	for _, cs := range r.claims {
+		claim, err := r.createClaim(ctx, 0, cs.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs.uid = claim.UID
+	}
+
+	// Operations and faults for the duration, checked continuously.
+	start := time.Now()
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	checkCtx, stopChecks := context.WithCancel(ctx)
+	checksDone := make(chan struct{})
+	go func() {
+		defer close(checksDone)
+		r.checkContinuously(checkCtx, time.Second)
+	}()
+	c.proxy.setEnabled(true)
+	inj := &injector{r: r, c: c, sched: newFaultScheduler(seed + 1)}
+	faultsDone := make(chan struct{})
+	go func() {
+		defer close(faultsDone)
+		inj.run(runCtx)
+	}()
+	steps := make(chan step)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for st := range steps {
+				r.run(ctx, st)
+			}
+		}()
+	}
+	sched := newScheduler(seed)
+	for dispatched := 0; ; dispatched++ {
+		ran := time.Since(start)
+		if ran >= duration && (!short || dispatched >= minShortOps || ran >= duration+maxShortExtension) {
+			break // the short run goes on (up to a limit) until it has done enough to mean something
+		}
+		steps <- sched.next()
+	}
+	stopRun()
+	close(steps)
+	wg.Wait()
+	<-faultsDone
+	inj.wg.Wait()
+	c.proxy.setEnabled(false)
+	ran := time.Since(start)
+
+	// Quiescence: every process up, every owed DEL done, the GC grace
+	// period over; then everything is checked once more.
+	if err := r.quiesce(ctx); err != nil {
+		t.Errorf("reaching quiescence: %v", err)
+	}
+	stopChecks()
+	<-checksDone
+	quiet := time.Now()
+	r.waitGC(ctx, gcGracePeriod+60*time.Second)
+	r.checkOnce(ctx, true)
+	t.Logf("chaos: quiescence and final checks took %s", time.Since(quiet).Round(time.Second))
+	for _, p := range c.panics() {
+		r.violate("I5", "panic-or-race", "in a process log: "+p)
+	}
+
+	t.Log(r.summary(seed, ran))
+	if len(r.unused) > 0 {
+		t.Logf("reservations of live pods held by none of their live attachments (not a violation; the next sandbox adopts them):\n  %s", strings.Join(r.unused, "\n  "))
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, err := range v.harness {
+		t.Errorf("harness: %v", err)
+	}
+	for _, viol := range v.list {
+		if viol.history == "" {
+			continue // beyond maxDetailed of its class: counted in the summary
+		}
+		t.Errorf("VIOLATION %s (seed %d, at %s): %s\nobjects:\n%shistory (the last events, and earlier ones naming the objects):\n%s",
+			viol.class, seed, viol.at.Format("15:04:05.000"), viol.msg, viol.objects, viol.history)
+	}
+	if len(v.list) > 0 {
+		t.Errorf("%d invariant violations; replay with: make chaos SEED=%d DURATION=%s", len(v.list), seed, duration)
+	}
+	if short {
+		r.assertCoverage(t)
+	}
+}
+
+// settings reads CHAOS_SEED and CHAOS_DURATION; short is the default run.
+func settings(t *testing.T) (seed uint64, d time.Duration, short bool) {
+	seed, d, short = defaultSeed, defaultDuration, true
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("CHAOS_SEED %q: want an unsigned integer: %v", s, err)
+		}
+		seed, short = n, false
+	}
+	if s := os.Getenv("CHAOS_DURATION"); s != "" {
+		v, err := time.ParseDuration(s)
+		if err != nil || v <= 0 {
+			t.Fatalf("CHAOS_DURATION %q: want a positive Go duration such as 10m: %v", s, err)
+		}
+		d, short = v, false
+	}
+	return seed, d, short
+}
+
+// quiesce brings every process up and completes the DELs still owed.
+func (r *runner) quiesce(ctx context.Context) error {
+	for _, n := range r.c.nodes {
+		if up, _ := n.state(); !up {
+			return fmt.Errorf("agent %s is down after the run", n.name)
+		}
+	}
+	r.c.ctrl.mu.Lock()
+	up := r.c.ctrl.up
+	r.c.ctrl.mu.Unlock()
+	if !up {
+		return fmt.Errorf("ipkeeper-controller is down after the run")
+	}
+	deadline := time.Now().Add(time.Minute)
+	for _, pool := range r.slots {
+		for _, s := range pool {
+			for len(s.pending) > 0 && time.Now().Before(deadline) {
+				r.flushPending(ctx, 0, &s.pending)
+			}
+		}
+	}
+	for _, cs := range r.claims {
+		for len(cs.pending) > 0 && time.Now().Before(deadline) {
+			r.flushPending(ctx, 0, &cs.pending)
+		}
+	}
+	if time.Now().After(deadline) {
+		return fmt.Errorf("DELs still failing after a minute of quiescence")
+	}
+	return nil
+}
+
+// summary is the one-line account of the run.
+func (r *runner) summary(seed uint64, ran time.Duration) string {
+	ops := 0
+	for k := range opKind(numOpKinds) {
+		ops += r.counts.get("op:" + k.String())
+	}
+	pf := r.c.proxy.faultCounts()
+	var proxy []string
+	for f := pfDrop; f < numProxyFaults; f++ {
+		proxy = append(proxy, fmt.Sprintf("%s=%d", f, pf[f.String()]))
+	}
+	return fmt.Sprintf("chaos summary: seed=%d ran=%s ops=%d [%s] cni=[%s] faults=[%s %s watches-cut=%d real-410s=%d proxied-requests=%d crash-restarts=%d] "+
+		"exhausted-adds=%d lost-dels=%d claims-deleted=%d checks=[%s] violations=%d [%s]",
+		seed, ran.Round(time.Second), ops, r.counts.with("op:"), r.counts.with("cni:"), r.counts.with("fault:"), strings.Join(proxy, " "),
+		r.c.proxy.cuts.Load(), r.c.proxy.gone410.Load(), r.c.proxy.requests.Load(), r.c.crashes.Load(),
+		r.counts.get("exhausted"), r.counts.get("lost-del"), r.counts.get("claims-deleted"), r.counts.with("check:"),
+		r.viol.count(), r.counts.with("violation:"))
+}
+
+// assertCoverage fails the short run when it did too little to mean
+// anything: too few operations, or a fault kind that never fired.
+func (r *runner) assertCoverage(t *testing.T) {
+	ops := 0
+	for k := range opKind(numOpKinds) {
+		n := r.counts.get("op:" + k.String())
+		ops += n
+		if n == 0 {
+			t.Errorf("operation %s never ran", k)
+		}
+	}
+	if ops < minShortOps {
+		t.Errorf("%d operations, want at least %d", ops, minShortOps)
+	}
+	for k := range faultKind(numFaultKinds) {
+		if r.counts.get("fault:"+k.String()) == 0 {
+			t.Errorf("fault %s never fired", k)
+		}
+	}
+	pf := r.c.proxy.faultCounts()
+	for f := pfDrop; f < numProxyFaults; f++ {
+		if pf[f.String()] == 0 {
+			t.Errorf("proxy fault %s never fired", f)
+		}
+	}
+	if r.c.proxy.cuts.Load() == 0 {
+		t.Errorf("no watch was ever cut")
+	}
+	for what, n := range map[string]int{
+		"exhausted ADD on the small network": r.counts.get("exhausted"),
+		"successful static-IP ADD":           r.counts.get("static-ok"),
+		"successful claim-backed ADD":        r.counts.get("claim-ok"),
+		"successful GC":                      r.counts.get("cni:" + cniproto.CmdGC + ":ok"),
+	} {
+		if n == 0 {
+			t.Errorf("no %s", what)
+		}
+	}
+}

@@ -1,0 +1,354 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// Settings of the simulated cluster.
+const (
+	numNodes          = 3
+	namespace         = "chaos"
+	controllerNS      = "ipkeeper-system"
+	gcGracePeriod     = 3 * time.Second
+	claimWaitTimeout  = 5 * time.Second
+	readyTimeout      = 2 * time.Minute
+	cniRequestTimeout = 60 * time.Second
+)
+
+// network is one NAD and its CNI config, as Multus would pass it.
+type network struct {
+	nad    string // NetworkAttachmentDefinition name in namespace
+	name   string // CNI network name (the address pool)
+	config map[string]any
+}
+
+// netConf renders the CNI config for one request; static adds the
+// runtimeConfig.ips Multus passes for an annotation's "ips".
+func (n *network) netConf(static string) json.RawMessage {
+	c := map[string]any{}
+	for k, v := range n.config {
+		c[k] = v
+	}
+	if static != "" {
+		c["runtimeConfig"] = map[string]any{"ips": []string{static}}
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // maps of plain values always marshal
+	}
+	return b
+}
+
+// The three networks: a /24 for ordinary and static-IP pods, a /28 that
+// the schedule drives past capacity, and a dual-stack network with
+// persistent IPs for claim-backed pods.
+var networks = map[string]*network{
+	"pods": {nad: "pods", name: "chaos-pods", config: map[string]any{
+		"cniVersion": "1.0.0", "name": "chaos-pods", "type": "bridge",
+		"ipam": map[string]any{"type": "ipkeeper", "range": "10.60.0.0/24", "gateway": "10.60.0.1"},
+	}},
+	"small": {nad: "small", name: "chaos-small", config: map[string]any{
+		"cniVersion": "1.0.0", "name": "chaos-small", "type": "bridge",
+		"ipam": map[string]any{"type": "ipkeeper", "range": "10.61.0.0/28", "gateway": "10.61.0.1"},
+	}},
+	"vm": {nad: "vm", name: "chaos-vm", config: map[string]any{
+		"cniVersion": "1.0.0", "name": "chaos-vm", "type": "bridge", "allowPersistentIPs": true,
+		"ipam": map[string]any{"type": "ipkeeper", "ipRanges": []any{
+			map[string]any{"range": "10.62.0.0/24"}, map[string]any{"range": "fd62::/120"},
+		}},
+	}},
+}
+
+// node is one simulated node: an agent process and whether it is up.
+type node struct {
+	name   string
+	opts   framework.AgentProcessOptions
+	client *cniproto.Client
+
+	mu    sync.Mutex
+	proc  *framework.AgentProcess
+	up    bool
+	epoch int // incremented on every kill
+}
+
+// state returns whether the agent is up and its epoch.
+func (n *node) state() (bool, int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.up, n.epoch
+}
+
+// controller is the ipkeeper-controller process.
+type controller struct {
+	mu   sync.Mutex
+	proc *framework.ControllerProcess
+	up   bool
+}
+
+// cluster is the system under test.
+type cluster struct {
+	cp    *framework.ControlPlane
+	proxy *apiProxy
+	bins  *framework.Binaries
+	dir   string
+	nodes []*node
+	ctrl  *controller
+
+	apiMu sync.Mutex // held while kube-apiserver restarts
+	// crashes counts processes that exited before they were ready.
+	crashes atomic.Int64
+}
+
+// startCluster starts the control plane, the proxy, the controller and
+// one agent process per node, and creates the namespace and the NADs.
+func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err error) {
+	// Short: agent sockets live in here (unix socket paths are limited).
+	dir, err := os.MkdirTemp("", "ipkchaos-")
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{dir: dir, ctrl: &controller{}}
+	defer func() {
+		if err != nil {
+			c.stop()
+		}
+	}()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	build := framework.BuildBinaries
+	if race {
+		build = framework.BuildRaceBinaries
+	}
+	if c.bins, err = build(ctx, root, filepath.Join(dir, "bin")); err != nil {
+		return nil, err
+	}
+	if c.cp, err = framework.Start(ctx, framework.Options{}); err != nil {
+		return nil, fmt.Errorf("starting the control plane: %w", err)
+	}
+	if c.proxy, err = newAPIProxy(c.cp.Config, seed+2); err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "proxy.kubeconfig")
+	if err := writeKubeconfig(kubeconfig, c.proxy.URL()); err != nil {
+		return nil, err
+	}
+	for _, ns := range []string{namespace, controllerNS} {
+		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+		if err := c.cp.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	for _, n := range networks {
+		raw, err := json.Marshal(n.config)
+		if err != nil {
+			return nil, err
+		}
+		nad := &nadv1.NetworkAttachmentDefinition{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: n.nad},
+			Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: string(raw)},
+		}
+		if err := c.cp.Client.Create(ctx, nad); err != nil {
+			return nil, fmt.Errorf("creating NAD %s: %w", n.nad, err)
+		}
+	}
+
+	c.ctrl.proc, err = framework.StartControllerProcess(framework.ControllerProcessOptions{
+		Binary: c.bins.Controller, Kubeconfig: kubeconfig, Dir: dir, Namespace: controllerNS,
+		WebhookConfigName: "ipkeeper-chaos", GCGracePeriod: gcGracePeriod,
+		// No VMs run here (claims are made as another tool would); the
+		// controller runs for its reservation garbage collector. Without
+		// leader election a restarted controller does not wait out the
+		// killed one's lease.
+		ExtraArgs: []string{"--enable-webhook=false", "--leader-elect=false", "--require-kubevirt-feature-gate=false"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ctrl.proc.WaitReady(ctx, readyTimeout); err != nil {
+		return nil, err
+	}
+	c.ctrl.up = true
+
+	for i := range numNodes {
+		name := fmt.Sprintf("chaos-node-%d", i)
+		if err := framework.EnsureNode(ctx, c.cp.Client, name); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
+		n := &node{name: name, opts: framework.AgentProcessOptions{
+			Binary: c.bins.Agent, Kubeconfig: kubeconfig, NodeName: name, Dir: filepath.Join(dir, fmt.Sprintf("n%d", i)),
+			ExtraArgs: []string{"--claim-wait-timeout=" + claimWaitTimeout.String()},
+		}}
+		if n.proc, err = framework.StartAgentProcess(n.opts); err != nil {
+			return nil, err
+		}
+		n.client = &cniproto.Client{SocketPath: n.proc.Socket, Timeout: cniRequestTimeout}
+		c.nodes = append(c.nodes, n)
+	}
+	for _, n := range c.nodes {
+		if err := n.proc.WaitReady(ctx, readyTimeout); err != nil {
+			return nil, err
+		}
+		n.up = true
+	}
+	return c, nil
+}
+
+// writeKubeconfig writes a kubeconfig for the proxy (plain HTTP on
+// loopback; the proxy authenticates upstream).
+func writeKubeconfig(path, server string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["chaos"] = &clientcmdapi.Cluster{Server: server}
+	cfg.AuthInfos["chaos"] = &clientcmdapi.AuthInfo{}
+	cfg.Contexts["chaos"] = &clientcmdapi.Context{Cluster: "chaos", AuthInfo: "chaos"}
+	cfg.CurrentContext = "chaos"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("writing proxy kubeconfig: %w", err)
+	}
+	return nil
+}
+
+// maxCrashRestarts bounds how often a process that exits before it is
+// ready (for example because the API server is down while it starts) is
+// started again, as the kubelet restarts a crashed container.
+const maxCrashRestarts = 10
+
+// restartAgent kills n's agent with SIGKILL and starts it again; it
+// returns once the new process is ready.
+func (c *cluster) restartAgent(ctx context.Context, n *node) error {
+	n.mu.Lock()
+	n.up = false
+	n.epoch++
+	n.proc.Kill()
+	n.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		proc, err := framework.StartAgentProcess(n.opts)
+		if err != nil {
+			return err
+		}
+		n.mu.Lock()
+		n.proc = proc
+		n.mu.Unlock()
+		err = proc.WaitReady(ctx, readyTimeout)
+		if err == nil {
+			break
+		}
+		if exited, _ := proc.Exited(); !exited || attempt == maxCrashRestarts {
+			return err
+		}
+		c.crashes.Add(1)
+	}
+	n.mu.Lock()
+	n.up = true
+	n.mu.Unlock()
+	return nil
+}
+
+// restartController kills the controller with SIGKILL and starts it again.
+func (c *cluster) restartController(ctx context.Context) error {
+	c.ctrl.mu.Lock()
+	defer c.ctrl.mu.Unlock()
+	c.ctrl.up = false
+	c.ctrl.proc.Kill()
+	for attempt := 0; ; attempt++ {
+		if err := c.ctrl.proc.Restart(); err != nil {
+			return err
+		}
+		err := c.ctrl.proc.WaitReady(ctx, readyTimeout)
+		if err == nil {
+			break
+		}
+		if !c.ctrl.proc.Exited() || attempt == maxCrashRestarts {
+			return err
+		}
+		c.crashes.Add(1)
+	}
+	c.ctrl.up = true
+	return nil
+}
+
+// apiStopTimeout is how long kube-apiserver gets for a graceful shutdown
+// before it is killed.
+const apiStopTimeout = 10 * time.Second
+
+// restartAPIServer restarts kube-apiserver, keeping etcd.
+func (c *cluster) restartAPIServer(ctx context.Context) (killed bool, err error) {
+	c.apiMu.Lock()
+	defer c.apiMu.Unlock()
+	return c.cp.RestartAPIServer(ctx, apiStopTimeout)
+}
+
+// logs returns the path of every ipkeeper process log.
+func (c *cluster) logs() []string {
+	out := []string{c.ctrl.proc.LogPath}
+	for _, n := range c.nodes {
+		out = append(out, n.proc.LogPath)
+	}
+	return out
+}
+
+// panics scans the process logs for Go panics and, in race-detector
+// builds, data races (I5).
+func (c *cluster) panics() []string {
+	var out []string
+	for _, path := range c.logs() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: unreadable: %v", path, err))
+			continue
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "panic:") || strings.Contains(line, "WARNING: DATA RACE") {
+				out = append(out, fmt.Sprintf("%s:%d: %s", path, i+1, line))
+			}
+		}
+	}
+	return out
+}
+
+func (c *cluster) stop() {
+	var errs []error
+	for _, n := range c.nodes {
+		if n.proc != nil {
+			if exited, _ := n.proc.Exited(); !exited {
+				if err := n.proc.Stop(); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	if c.ctrl.proc != nil {
+		c.ctrl.proc.Stop()
+	}
+	if c.proxy != nil {
+		c.proxy.close()
+	}
+	if c.cp != nil {
+		if err := c.cp.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: stopping the cluster: %v\n", err)
+	}
+}

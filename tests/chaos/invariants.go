@@ -1,0 +1,367 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/pkg/reservation"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// The invariants:
+//
+//	I1 no address is in two successful, not-yet-deleted attachments of
+//	   different holders (the pods of one claim share the claim's);
+//	I2 every successful attachment's address has a reservation that
+//	   belongs to it (owner pod UID + interface, or its claim) until its
+//	   DEL; a repeated ADD returns the same address, a CHECK passes;
+//	I3 at quiescence, after the GC grace period, no reservation without a
+//	   live owner (a pod attachment the harness holds, or an existing claim);
+//	I4 a claim's status.ips equals the addresses of its reservations, and
+//	   its pods get exactly those;
+//	I5 no panic in any process log, and every failed request returned a
+//	   CNI error with a code (never a transport error while the agent is up).
+//
+// I1 is checked on every successful ADD against the harness's record; I2
+// and I4 continuously from live reads, judging only holders no operation
+// is changing; everything again at quiescence.
+
+// maxDetailed is how many violations of one class are printed in full.
+const maxDetailed = 3
+
+type violation struct {
+	inv, class, msg, history, objects string
+	at                                time.Time
+}
+
+// violations collects what the checks find.
+type violations struct {
+	mu      sync.Mutex
+	list    []violation
+	seen    map[string]bool
+	byClass map[string]int
+	hist    *history
+	// harness errors: the harness itself could not do its job (an API
+	// write it retried for minutes); the run is void.
+	harness []error
+}
+
+func (v *violations) count() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.list)
+}
+
+// violate records a violation of invariant inv, of a kind (class), with
+// the history around it and the objects named by keys (pod names,
+// sandbox IDs, claim names). The same message is recorded once: a
+// continuous check sees a lasting violation every round.
+func (r *runner) violate(inv, class, msg string, keys ...string) {
+	v := violation{inv: inv, class: inv + "/" + class, msg: msg, at: time.Now()}
+	r.viol.mu.Lock()
+	if r.viol.seen == nil {
+		r.viol.seen, r.viol.byClass = map[string]bool{}, map[string]int{}
+	}
+	if r.viol.seen[inv+msg] {
+		r.viol.mu.Unlock()
+		return
+	}
+	r.viol.seen[inv+msg] = true
+	r.viol.byClass[v.class]++
+	detailed := r.viol.byClass[v.class] <= maxDetailed
+	r.viol.mu.Unlock()
+	r.counts.inc("violation:" + v.class)
+	if detailed {
+		v.history = r.hist.dump(25, keys...)
+		v.objects = r.objectsOf(keys)
+	}
+	r.viol.mu.Lock()
+	r.viol.list = append(r.viol.list, v)
+	r.viol.mu.Unlock()
+}
+
+func (r *runner) harnessError(err error) {
+	r.viol.mu.Lock()
+	defer r.viol.mu.Unlock()
+	r.viol.harness = append(r.viol.harness, err)
+}
+
+// objectsOf renders, best effort, the pods, claims and reservations that
+// keys name.
+func (r *runner) objectsOf(keys []string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c := r.c.cp.Client
+	var b strings.Builder
+	var res ipkv1alpha1.IPReservationList
+	if err := c.List(ctx, &res); err != nil {
+		fmt.Fprintf(&b, "  (listing reservations: %v)\n", err)
+	}
+	for _, k := range keys {
+		if k == "" {
+			continue
+		}
+		var pod corev1.Pod
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: k}, &pod); err == nil {
+			fmt.Fprintf(&b, "  pod %s: uid=%s node=%s networks=%s\n", k, pod.UID, pod.Spec.NodeName, pod.Annotations["k8s.v1.cni.cncf.io/networks"])
+		}
+		var claim ipamclaimsv1alpha1.IPAMClaim
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: k}, &claim); err == nil {
+			fmt.Fprintf(&b, "  claim %s: uid=%s status=%s\n", k, claim.UID, mustJSON(claim.Status))
+		}
+		for _, rv := range res.Items {
+			if rv.Spec.Owner.Name == k || rv.Spec.ContainerID == k {
+				fmt.Fprintf(&b, "  reservation %s (uid %s, rv %s): %s\n", rv.Name, rv.UID, rv.ResourceVersion, mustJSON(rv.Spec))
+			}
+		}
+	}
+	return b.String()
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
+}
+
+// belongs reports whether reservation res is the one attachment a holds.
+func belongs(res *ipkv1alpha1.IPReservation, a *attachment) bool {
+	o := res.Spec.Owner
+	if res.Spec.Network != a.network {
+		return false
+	}
+	if a.claimName != "" {
+		return o.Kind == ipkv1alpha1.OwnerIPAMClaim && o.UID == a.claimUID
+	}
+	return o.Kind == ipkv1alpha1.OwnerPod && o.UID == a.podUID && res.Spec.InterfaceName == a.ifName
+}
+
+// live is what the API server holds, read in one go.
+type liveState struct {
+	res    map[string]*ipkv1alpha1.IPReservation
+	claims []ipamclaimsv1alpha1.IPAMClaim
+	pods   map[types.UID]bool
+}
+
+func (r *runner) readLive(ctx context.Context) (*liveState, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c := r.c.cp.Client
+	var res ipkv1alpha1.IPReservationList
+	if err := c.List(ctx, &res); err != nil {
+		return nil, err
+	}
+	var claims ipamclaimsv1alpha1.IPAMClaimList
+	if err := c.List(ctx, &claims, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	ls := &liveState{res: map[string]*ipkv1alpha1.IPReservation{}, claims: claims.Items, pods: map[types.UID]bool{}}
+	for i := range res.Items {
+		ls.res[res.Items[i].Name] = &res.Items[i]
+	}
+	for _, p := range pods.Items {
+		ls.pods[p.UID] = true
+	}
+	return ls, nil
+}
+
+// checkContinuously runs checkOnce every interval until ctx ends.
+func (r *runner) checkContinuously(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.checkOnce(ctx, false)
+		}
+	}
+}
+
+// checkOnce checks I2 and I4 against live reads. Only holders that no
+// operation touched between the snapshot and the re-check are judged.
+// final adds the quiescence-only rules.
+func (r *runner) checkOnce(ctx context.Context, final bool) {
+	quiet := r.model.quietLive()
+	gens := r.model.generations()
+	ls, err := r.readLive(ctx)
+	if err != nil {
+		r.counts.inc("check:skipped-api-down")
+		return
+	}
+	// I2: each quiet live attachment's addresses are reserved for it.
+	for _, q := range quiet {
+		a := q.att
+		for _, ip := range r.model.ipsOf(a) {
+			r.counts.inc("check:I2")
+			name := reservation.Name(a.network, ip)
+			res, ok := ls.res[name]
+			if ok && belongs(res, a) {
+				continue
+			}
+			if !r.model.stillQuiet(q) {
+				continue
+			}
+			what, class := "no reservation", "no-reservation"
+			if ok {
+				class = "reservation-of-another"
+				what = fmt.Sprintf("reservation %s belongs to %s %s/%s (uid %s) interface %q sandbox %s",
+					name, res.Spec.Owner.Kind, res.Spec.Owner.Namespace, res.Spec.Owner.Name, res.Spec.Owner.UID, res.Spec.InterfaceName, res.Spec.ContainerID)
+			}
+			r.violate("I2", class, fmt.Sprintf("live attachment %s: address %s has %s", r.model.describe(a), ip, what),
+				a.podName, a.containerID, a.claimName)
+		}
+	}
+	// I4: a claim's status.ips are its reservations' addresses.
+	for _, claim := range ls.claims {
+		h := "claim/" + string(claim.UID)
+		gen, ok := gens(h)
+		if !ok {
+			continue
+		}
+		r.counts.inc("check:I4")
+		var held []netip.Addr
+		for _, res := range ls.res {
+			if res.Spec.Owner.Kind == ipkv1alpha1.OwnerIPAMClaim && res.Spec.Owner.UID == claim.UID {
+				if ip, err := netip.ParseAddr(res.Spec.IP); err == nil {
+					held = append(held, ip)
+				}
+			}
+		}
+		status := claimIPs(claim.Status.IPs)
+		liveAtts := r.model.liveOfHolder(h)
+		// Reservations are made before the status is written; with no
+		// status yet and no pod attached, the next ADD adopts them.
+		if len(status) == 0 && len(liveAtts) == 0 {
+			continue
+		}
+		var problems []string
+		if !sameSet(status, held) {
+			problems = append(problems, fmt.Sprintf("status.ips %v but reservations hold %v", status, held))
+		}
+		for _, a := range liveAtts {
+			if ips := r.model.ipsOf(a); !sameSet(ips, status) {
+				problems = append(problems, fmt.Sprintf("pod %s got %v", a.podName, ips))
+			}
+		}
+		if len(problems) == 0 {
+			continue
+		}
+		if g, q := r.model.holderQuiet(h); !q || g != gen {
+			continue
+		}
+		r.violate("I4", "claim-status", fmt.Sprintf("IPAMClaim %s/%s (uid %s): %s", claim.Namespace, claim.Name, claim.UID, strings.Join(problems, "; ")), claim.Name)
+	}
+	if final {
+		r.checkOwners(ls)
+	}
+}
+
+// orphans returns the reservations whose owner (the pod or the claim, by
+// UID) no longer exists: after the GC grace period there must be none
+// (I3). leaked lists reservations of live pods that none of the pod's
+// live attachments holds.
+func (r *runner) orphans(ls *liveState) (gone, leaked []*ipkv1alpha1.IPReservation) {
+	claims := map[types.UID]bool{}
+	for _, c := range ls.claims {
+		claims[c.UID] = true
+	}
+	held := map[string]bool{} // reservation names live attachments hold
+	for _, a := range r.model.live() {
+		for _, ip := range r.model.ipsOf(a) {
+			held[reservation.Name(a.network, ip)] = true
+		}
+	}
+	names := make([]string, 0, len(ls.res))
+	for n := range ls.res {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		res := ls.res[n]
+		switch res.Spec.Owner.Kind {
+		case ipkv1alpha1.OwnerIPAMClaim:
+			if !claims[res.Spec.Owner.UID] {
+				gone = append(gone, res)
+			}
+		default:
+			switch {
+			case !ls.pods[res.Spec.Owner.UID]:
+				gone = append(gone, res)
+			case !held[n]:
+				leaked = append(leaked, res)
+			}
+		}
+	}
+	return gone, leaked
+}
+
+// checkOwners reports I3 violations (at quiescence only).
+func (r *runner) checkOwners(ls *liveState) {
+	gone, leaked := r.orphans(ls)
+	r.counts.add("check:I3", len(ls.res))
+	for _, res := range gone {
+		r.violate("I3", "owner-gone", fmt.Sprintf("reservation %s (%s %s) outlived its owner %s %s/%s (uid %s) past the GC grace period",
+			res.Name, res.Spec.Network, res.Spec.IP, res.Spec.Owner.Kind, res.Spec.Owner.Namespace, res.Spec.Owner.Name, res.Spec.Owner.UID),
+			res.Spec.Owner.Name, res.Spec.ContainerID)
+	}
+	// Not a violation: a failed ADD may leave a reservation of its pod
+	// (its outcome unknown to the agent) that the pod's next sandbox
+	// adopts, or the garbage collector releases once the pod is gone.
+	for _, res := range leaked {
+		r.counts.inc("unused-reservations-of-live-pods")
+		r.unused = append(r.unused, fmt.Sprintf("%s %s of %s/%s sandbox %s", res.Spec.Network, res.Spec.IP, res.Spec.Owner.Namespace, res.Spec.Owner.Name, res.Spec.ContainerID))
+	}
+}
+
+// waitGC waits, after quiescence, for the controller's garbage collector
+// to release the reservations of deleted pods and claims.
+func (r *runner) waitGC(ctx context.Context, timeout time.Duration) {
+	_ = framework.Eventually(ctx, timeout, 500*time.Millisecond, func(ctx context.Context) (bool, error) {
+		ls, err := r.readLive(ctx)
+		if err != nil {
+			return false, err
+		}
+		gone, _ := r.orphans(ls)
+		return len(gone) == 0, nil
+	})
+}
+
+func claimIPs(status []string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range status {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Addr())
+		} else if ip, err := netip.ParseAddr(s); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+func sameSet(a, b []netip.Addr) bool {
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(x, netip.Addr.Compare)
+	slices.SortFunc(y, netip.Addr.Compare)
+	return slices.Equal(x, y)
+}

@@ -1,0 +1,244 @@
+package chaos
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The harness's own record of what the runtime did and what the agents
+// answered: which attachments succeeded and are not deleted yet. The
+// invariants compare it with the API server.
+
+// attState is where an attachment is in its life.
+type attState int
+
+const (
+	attAdding    attState = iota // ADD sent, no answer yet
+	attLive                      // ADD succeeded; no DEL sent, pod not deleted
+	attFailed                    // ADD failed; the runtime tears it down
+	attReleasing                 // DEL sent or pod deleted: the address may go to someone else
+	attDead                      // DEL succeeded, or superseded by a new sandbox of the pod
+)
+
+func (s attState) String() string {
+	return [...]string{"adding", "live", "failed", "releasing", "dead"}[s]
+}
+
+// attachment is one sandbox's interface on one network.
+type attachment struct {
+	network     string
+	node        string
+	podNS       string
+	podName     string
+	podUID      types.UID
+	ifName      string
+	containerID string
+	claimName   string    // "" for an ephemeral attachment
+	claimUID    types.UID // the claim at ADD time
+	ips         []netip.Addr
+	state       attState
+	since       time.Time
+}
+
+// holder is who owns the attachment's addresses: the claim for a
+// claim-backed attachment (all pods of a claim share them), else the pod's
+// interface. Two attachments of one holder may share an address.
+func (a *attachment) holder() string {
+	if a.claimName != "" {
+		return "claim/" + string(a.claimUID)
+	}
+	return "pod/" + string(a.podUID) + "/" + a.ifName
+}
+
+func (a *attachment) String() string {
+	claim := ""
+	if a.claimName != "" {
+		claim = fmt.Sprintf(" claim %s (uid %s)", a.claimName, a.claimUID)
+	}
+	return fmt.Sprintf("%s/%s (uid %s) on %s %s sandbox %s network %s%s ips %v [%s since %s]",
+		a.podNS, a.podName, a.podUID, a.node, a.ifName, a.containerID, a.network, claim, a.ips, a.state, a.since.Format("15:04:05.000"))
+}
+
+// model is the record, with per-holder activity so continuous checks
+// only judge attachments no operation is changing.
+type model struct {
+	mu   sync.Mutex
+	atts []*attachment // every attachment not known dead (dead ones are dropped now and then)
+	adds int
+	// busy counts operations in flight that may legitimately change a
+	// holder's reservations; gen changes whenever one starts or ends.
+	busy map[string]int
+	gen  map[string]uint64
+}
+
+func newModel() *model {
+	return &model{busy: map[string]int{}, gen: map[string]uint64{}}
+}
+
+// touch marks holders busy until the returned function is called.
+func (m *model) touch(holders ...string) func() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, h := range holders {
+		m.busy[h]++
+		m.gen[h]++
+	}
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, h := range holders {
+			m.busy[h]--
+			m.gen[h]++
+		}
+	}
+}
+
+// add records a new attachment in state adding.
+func (m *model) add(a *attachment) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a.state, a.since = attAdding, time.Now()
+	m.atts = append(m.atts, a)
+	if m.adds++; m.adds%1000 == 0 {
+		m.atts = slices.DeleteFunc(m.atts, func(a *attachment) bool { return a.state == attDead })
+	}
+}
+
+// setState moves a to state.
+func (m *model) setState(a *attachment, s attState) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a.state, a.since = s, time.Now()
+}
+
+// stateOf returns a's state.
+func (m *model) stateOf(a *attachment) attState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return a.state
+}
+
+// ipsOf returns a's addresses.
+func (m *model) ipsOf(a *attachment) []netip.Addr {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(a.ips)
+}
+
+// succeeded records a successful ADD and returns the live attachments of
+// other holders that hold one of its addresses (I1).
+func (m *model) succeeded(a *attachment, ips []netip.Addr) []*attachment {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a.ips, a.state, a.since = ips, attLive, time.Now()
+	var clash []*attachment
+	for _, o := range m.atts {
+		if o == a || o.state != attLive || o.network != a.network || o.holder() == a.holder() {
+			continue
+		}
+		for _, ip := range ips {
+			if slices.Contains(o.ips, ip) {
+				clash = append(clash, o)
+				break
+			}
+		}
+	}
+	return clash
+}
+
+// quietLive is a live attachment whose holder no operation is changing,
+// with the holder's generation at the time.
+type quietLive struct {
+	att *attachment
+	gen uint64
+}
+
+func (m *model) quietLive() []quietLive {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []quietLive
+	for _, a := range m.atts {
+		if a.state == attLive && m.busy[a.holder()] == 0 {
+			out = append(out, quietLive{att: a, gen: m.gen[a.holder()]})
+		}
+	}
+	return out
+}
+
+// stillQuiet reports whether q's attachment is live and its holder has
+// not been touched since q was taken: only then is a mismatch seen in
+// between a violation rather than an operation's intermediate state.
+func (m *model) stillQuiet(q quietLive) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := q.att.holder()
+	return q.att.state == attLive && m.busy[h] == 0 && m.gen[h] == q.gen
+}
+
+// generations snapshots every holder's generation; the returned function
+// gives a holder's generation and whether it was idle at the snapshot.
+func (m *model) generations() func(h string) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	gen := make(map[string]uint64, len(m.gen))
+	busy := map[string]bool{}
+	for h, g := range m.gen {
+		gen[h] = g
+		busy[h] = m.busy[h] > 0
+	}
+	return func(h string) (uint64, bool) { return gen[h], !busy[h] }
+}
+
+// holderQuiet returns a holder's generation and whether it is idle.
+func (m *model) holderQuiet(h string) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gen[h], m.busy[h] == 0
+}
+
+// live returns the live attachments (a copy of the list).
+func (m *model) live() []*attachment {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*attachment
+	for _, a := range m.atts {
+		if a.state == attLive {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// snapshot renders a under the model's lock.
+func (m *model) describe(a *attachment) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return a.String()
+}
+
+// liveOfHolder returns the live attachments of holder h.
+func (m *model) liveOfHolder(h string) []*attachment {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*attachment
+	for _, a := range m.atts {
+		if a.state == attLive && a.holder() == h {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func formatAddrs(ips []netip.Addr) string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, ",")
+}

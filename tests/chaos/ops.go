@@ -1,0 +1,432 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
+)
+
+// slot is a place for one pod at a time, on a fixed node and network. A
+// kubelet handles one pod's sandboxes one after another, so operations
+// on a slot are serialized (mu), except late DELs of old sandboxes and
+// GC, which race them on purpose.
+type slot struct {
+	mu     sync.Mutex
+	pool   string
+	idx    int
+	node   *node
+	net    *network
+	static string // requested address of a static-IP slot
+
+	gen     int
+	pod     *corev1.Pod
+	cur     *attachment   // current sandbox
+	pending []*attachment // sandboxes whose DEL has not succeeded yet
+
+	oldMu sync.Mutex
+	old   []*attachment // earlier sandboxes of the current pod, for late DELs
+}
+
+// claimSlot is one IPAMClaim and its pods (a VM's launcher pods).
+type claimSlot struct {
+	mu   sync.Mutex
+	idx  int
+	name string
+	uid  types.UID
+	pods []*claimPod
+	ips  []netip.Addr // what the claim's pods last got
+	// pending are sandboxes whose DEL has not succeeded yet.
+	pending []*attachment
+}
+
+type claimPod struct {
+	pod  *corev1.Pod
+	node *node
+	att  *attachment
+}
+
+// runner executes the schedule.
+type runner struct {
+	c      *cluster
+	model  *model
+	hist   *history
+	counts *counters
+	viol   *violations
+
+	slots  map[string][]*slot
+	claims []*claimSlot
+	// gcLocks keep a GC of (node, network) from running while an ADD of
+	// that node and network is in flight: the runtime's list of valid
+	// attachments is only complete between its own ADDs.
+	gcLocks map[string]*sync.RWMutex
+	nextID  int
+	idMu    sync.Mutex
+	// unused are reservations of live pods no live attachment holds, at quiescence.
+	unused []string
+}
+
+func newRunner(c *cluster, v *violations) *runner {
+	r := &runner{c: c, model: newModel(), hist: v.hist, counts: &counters{}, viol: v,
+		slots: map[string][]*slot{}, gcLocks: map[string]*sync.RWMutex{}}
+	for _, pool := range []string{poolPods, poolStatic, poolSmall} {
+		net := networks[pool]
+		if pool == poolStatic {
+			net = networks[poolPods]
+		}
+		for i := range poolSizes[pool] {
+			s := &slot{pool: pool, idx: i, node: c.nodes[i%numNodes], net: net}
+			if pool == poolStatic {
+				s.static = fmt.Sprintf("10.60.0.%d/24", 240+i)
+			}
+			r.slots[pool] = append(r.slots[pool], s)
+		}
+	}
+	for i := range poolSizes[poolVM] {
+		r.claims = append(r.claims, &claimSlot{idx: i, name: fmt.Sprintf("vm-%d.chaos-vm", i)})
+	}
+	for _, n := range c.nodes {
+		for _, net := range networks {
+			r.gcLocks[n.name+"/"+net.name] = &sync.RWMutex{}
+		}
+	}
+	return r
+}
+
+func (r *runner) id() int {
+	r.idMu.Lock()
+	defer r.idMu.Unlock()
+	r.nextID++
+	return r.nextID
+}
+
+// run executes one step.
+func (r *runner) run(ctx context.Context, st step) {
+	r.counts.inc("op:" + st.kind.String())
+	switch st.kind {
+	case opGC:
+		r.gc(ctx, st)
+		return
+	case opClaimStart, opClaimMigrate, opClaimRestart, opClaimDelete:
+		r.claimOp(ctx, st, r.claims[st.slot])
+		return
+	case opCheck:
+		if st.pool == poolVM {
+			r.claimOp(ctx, st, r.claims[st.slot])
+			return
+		}
+	case opStaleDel:
+		r.staleDel(ctx, st, r.slots[st.pool][st.slot])
+		return
+	}
+	s := r.slots[st.pool][st.slot]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !r.flushPending(ctx, st.seq, &s.pending) {
+		return
+	}
+	switch st.kind {
+	case opAdd:
+		if s.cur != nil && r.model.stateOf(s.cur) == attLive {
+			r.repeatAdd(ctx, st.seq, s.node, s.net, s.cur, s.static)
+			return
+		}
+		r.newSandbox(ctx, st, s, false)
+	case opNewSandbox:
+		r.newSandbox(ctx, st, s, st.flag)
+	case opDel:
+		if s.cur != nil {
+			r.del(ctx, st.seq, s.cur, &s.pending)
+			s.oldMu.Lock()
+			s.old = append(s.old, s.cur) // runtimes repeat DELs: a late one may come
+			s.oldMu.Unlock()
+			s.cur = nil
+		}
+	case opCheck:
+		if s.cur != nil && r.model.stateOf(s.cur) == attLive {
+			r.check(ctx, st.seq, s.node, s.net, s.cur, s.static)
+		}
+	case opPodDelete:
+		r.podDelete(ctx, st, s)
+	}
+}
+
+// ensurePod creates the slot's pod if it has none.
+func (r *runner) ensurePod(ctx context.Context, op int, s *slot) bool {
+	if s.pod != nil {
+		return true
+	}
+	s.gen++
+	elem := map[string]any{"name": s.net.nad, "namespace": namespace, "interface": ifName}
+	if s.static != "" {
+		elem["ips"] = []string{s.static}
+	}
+	pod, err := r.createPod(ctx, op, fmt.Sprintf("%s-%d-g%d", s.pool, s.idx, s.gen), s.node.name, elem)
+	if err != nil {
+		return false
+	}
+	s.pod = pod
+	s.oldMu.Lock()
+	s.old = nil
+	s.oldMu.Unlock()
+	return true
+}
+
+func (r *runner) newAttachment(pod *corev1.Pod, n *node, net *network) *attachment {
+	return &attachment{network: net.name, node: n.name, podNS: pod.Namespace, podName: pod.Name, podUID: pod.UID,
+		ifName: ifName, containerID: fmt.Sprintf("sb-%s-%d", pod.Name, r.id())}
+}
+
+// newSandbox starts a new sandbox of the slot's pod. The runtime tears
+// the previous one down first (its DEL), or, when raceDel, that DEL comes
+// late and races the new sandbox's ADD: it must not release the address
+// the new sandbox takes over.
+func (r *runner) newSandbox(ctx context.Context, st step, s *slot, raceDel bool) {
+	if !r.ensurePod(ctx, st.seq, s) {
+		return
+	}
+	prev := s.cur
+	a := r.newAttachment(s.pod, s.node, s.net)
+	done := r.model.touch(a.holder())
+	defer done()
+	if prev != nil {
+		s.oldMu.Lock()
+		s.old = append(s.old, prev)
+		s.oldMu.Unlock()
+		if !raceDel && !r.del(ctx, st.seq, prev, &s.pending) {
+			return // the runtime retries the teardown before a new sandbox
+		}
+	}
+	s.cur = a
+	var (
+		wg         sync.WaitGroup
+		prevUnpaid []*attachment
+	)
+	if raceDel && prev != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.del(ctx, st.seq, prev, &prevUnpaid)
+		}()
+	}
+	r.add(ctx, st.seq, s.node, s.net, a, s.static, &s.pending)
+	wg.Wait()
+	s.pending = append(s.pending, prevUnpaid...)
+	if r.model.stateOf(a) != attLive {
+		s.cur = nil
+	}
+}
+
+// add sends the ADD of a new attachment; on failure the runtime tears the
+// sandbox down with a DEL (kept pending until it succeeds).
+func (r *runner) add(ctx context.Context, op int, n *node, net *network, a *attachment, static string, pending *[]*attachment) {
+	lock := r.gcLocks[n.name+"/"+net.name]
+	lock.RLock()
+	r.model.add(a)
+	resp, err := r.cni(ctx, op, n, cniproto.CmdAdd, a, net.netConf(static))
+	lock.RUnlock()
+	if err == nil {
+		ips, perr := parseResult(resp)
+		if perr != nil {
+			r.violate("I5", "bad-result", fmt.Sprintf("ADD of %s succeeded with an unreadable result: %v", a.containerID, perr), a.podName)
+			err = perr
+		} else {
+			if static != "" {
+				want := netip.MustParsePrefix(static).Addr()
+				if !slices.Contains(ips, want) {
+					r.violate("I2", "static-ip-differs", fmt.Sprintf("ADD of %s asked for static IP %s and got %s", a.containerID, want, formatAddrs(ips)), a.podName)
+				}
+			}
+			if static != "" {
+				r.counts.inc("static-ok")
+			}
+			if a.claimName != "" {
+				r.counts.inc("claim-ok")
+			}
+			r.counts.inc("check:I1")
+			for _, o := range r.model.succeeded(a, ips) {
+				r.violate("I1", "double-allocation", fmt.Sprintf("address in two live attachments: %s and %s", r.model.describe(a), r.model.describe(o)),
+					a.podName, o.podName, a.containerID, o.containerID)
+			}
+			return
+		}
+	}
+	r.model.setState(a, attFailed)
+	r.del(ctx, op, a, pending)
+}
+
+// repeatAdd sends the ADD of a live attachment again, as a runtime does
+// when it retries: the answer must be the same addresses.
+func (r *runner) repeatAdd(ctx context.Context, op int, n *node, net *network, a *attachment, static string) {
+	done := r.model.touch(a.holder())
+	defer done()
+	resp, err := r.cni(ctx, op, n, cniproto.CmdAdd, a, net.netConf(static))
+	if err != nil {
+		return
+	}
+	ips, err := parseResult(resp)
+	if err != nil {
+		r.violate("I5", "bad-result", fmt.Sprintf("repeated ADD of %s: %v", a.containerID, err), a.podName)
+		return
+	}
+	if !slices.Equal(ips, a.ips) {
+		r.violate("I2", "repeated-add-differs", fmt.Sprintf("repeated ADD of live attachment %s returned %s", r.model.describe(a), formatAddrs(ips)),
+			a.podName, a.containerID)
+	}
+}
+
+// del sends the DEL of attachment a; until it succeeds the attachment
+// stays pending (the runtime retries teardown).
+func (r *runner) del(ctx context.Context, op int, a *attachment, pending *[]*attachment) bool {
+	done := r.model.touch(a.holder())
+	defer done()
+	r.model.setState(a, attReleasing)
+	if _, err := r.cni(ctx, op, r.node(a.node), cniproto.CmdDel, a, r.netOf(a).netConf("")); err != nil {
+		if !slices.Contains(*pending, a) {
+			*pending = append(*pending, a)
+		}
+		return false
+	}
+	r.model.setState(a, attDead)
+	*pending = slices.DeleteFunc(*pending, func(p *attachment) bool { return p == a })
+	return true
+}
+
+// flushPending retries the DELs a slot still owes; false if one fails.
+func (r *runner) flushPending(ctx context.Context, op int, pending *[]*attachment) bool {
+	for _, a := range slices.Clone(*pending) {
+		if !r.del(ctx, op, a, pending) {
+			return false
+		}
+	}
+	return true
+}
+
+// check sends CHECK for a live attachment. A failure that is not "try
+// again later" while nothing else touches the attachment means the agent
+// itself finds the attachment's reservation wrong (I2).
+func (r *runner) check(ctx context.Context, op int, n *node, net *network, a *attachment, static string) {
+	gen, quiet := r.model.holderQuiet(a.holder())
+	_, err := r.cni(ctx, op, n, cniproto.CmdCheck, a, net.netConf(static))
+	r.counts.inc("check:CHECK")
+	code, isCNI := cniCode(err)
+	if err == nil || !quiet || !isCNI || code == 11 {
+		return // passed, or the attachment changing, the agent down, or "try again later"
+	}
+	if g, q := r.model.holderQuiet(a.holder()); q && g == gen && r.model.stateOf(a) == attLive {
+		r.violate("I2", checkClass(a), fmt.Sprintf("CHECK of live attachment %s failed: %v", r.model.describe(a), err), a.podName, a.containerID)
+	}
+}
+
+// staleDel sends a late DEL for an earlier sandbox of the slot's pod.
+func (r *runner) staleDel(ctx context.Context, st step, s *slot) {
+	s.oldMu.Lock()
+	if len(s.old) == 0 {
+		s.oldMu.Unlock()
+		return
+	}
+	a := s.old[int(st.pick%uint64(len(s.old)))]
+	s.oldMu.Unlock()
+	_, _ = r.cni(ctx, st.seq, s.node, cniproto.CmdDel, a, s.net.netConf(s.static))
+}
+
+// podDelete deletes the slot's pod: after a DEL of its sandbox (flag), or
+// with that DEL lost, left to the controller's garbage collector.
+func (r *runner) podDelete(ctx context.Context, st step, s *slot) {
+	if s.pod == nil {
+		return
+	}
+	var holders []string
+	if s.cur != nil {
+		holders = append(holders, s.cur.holder())
+	}
+	done := r.model.touch(holders...)
+	defer done()
+	if s.cur != nil {
+		if st.flag {
+			r.del(ctx, st.seq, s.cur, &s.pending)
+		} else {
+			r.counts.inc("lost-del")
+		}
+		r.model.setState(s.cur, attReleasing)
+	}
+	if err := r.deletePod(ctx, st.seq, s.pod); err != nil {
+		return
+	}
+	for _, a := range append([]*attachment{s.cur}, s.pending...) {
+		if a != nil {
+			r.model.setState(a, attDead)
+		}
+	}
+	s.pod, s.cur, s.pending = nil, nil, nil
+	s.oldMu.Lock()
+	s.old = nil
+	s.oldMu.Unlock()
+}
+
+// gc sends a CNI GC to one node for one network, listing every sandbox
+// the runtime still knows there.
+func (r *runner) gc(ctx context.Context, st step) {
+	net := networks[st.pool]
+	if st.pool == poolStatic {
+		net = networks[poolPods]
+	}
+	n := r.c.nodes[st.node]
+	lock := r.gcLocks[n.name+"/"+net.name]
+	lock.Lock()
+	defer lock.Unlock()
+	var valid []map[string]string
+	r.model.mu.Lock()
+	for _, a := range r.model.atts {
+		if a.node == n.name && a.network == net.name && a.state != attDead {
+			valid = append(valid, map[string]string{"containerID": a.containerID, "ifname": a.ifName})
+		}
+	}
+	r.model.mu.Unlock()
+	conf := map[string]any{}
+	for k, v := range net.config {
+		conf[k] = v
+	}
+	conf["cni.dev/valid-attachments"] = valid
+	raw := (&network{config: conf}).netConf("")
+	gcAtt := &attachment{podNS: "-", podName: "-", containerID: "-", network: net.name}
+	seq := r.hist.begin(st.seq, "GC", fmt.Sprintf("%s net=%s valid=%d", n.name, net.name, len(valid)))
+	upBefore, epoch := n.state()
+	_, err := n.client.Do(ctx, cniproto.Request{Command: cniproto.CmdGC, Config: raw})
+	r.hist.end(seq, errString(err))
+	r.classify(cniproto.CmdGC, n, upBefore, epoch, err, gcAtt)
+}
+
+// checkClass names the kind of a failed CHECK.
+func checkClass(a *attachment) string {
+	if a.claimName != "" {
+		return "check-failed-claim"
+	}
+	return "check-failed-pod"
+}
+
+// node returns the node named name.
+func (r *runner) node(name string) *node {
+	for _, n := range r.c.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	panic("chaos: unknown node " + name) // attachments are only made for the cluster's nodes
+}
+
+// netOf returns the network of an attachment.
+func (r *runner) netOf(a *attachment) *network {
+	for _, n := range networks {
+		if n.name == a.network {
+			return n
+		}
+	}
+	panic("chaos: unknown network " + a.network) // attachments are only made on the known networks
+}
