@@ -29,7 +29,7 @@ func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
 	}
 	var errs []error
 	for _, e := range a.idx.sandbox(network, creq.ContainerID, creq.IfName) {
-		errs = append(errs, a.releaseAttachment(ctx, e, "DEL", stillThisSandbox))
+		errs = append(errs, a.releaseAttachment(ctx, e, "DEL", stillThisSandbox, false))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return cniError(codeTryAgainLater, err)
@@ -39,13 +39,17 @@ func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
 
 // releaseAttachment releases a pod reservation under its attachment's
 // lock (the one ADD takes), if the index still holds that object and
-// still says it should go.
-func (a *Agent) releaseAttachment(ctx context.Context, e entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool) error {
+// still says it should go. With exact, only the version judged (e) may go:
+// any change since, seen in the index or by the API server, keeps it.
+func (a *Agent) releaseAttachment(ctx context.Context, e entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool, exact bool) error {
 	h := holder{owner: e.owner, ifName: e.ifName}
 	defer a.locks.lock(h.key(e.network))()
 	cur, ok := a.idx.get(e.name)
-	if !ok || cur.uid != e.uid || !still(reservationOf(cur)) {
+	if !ok || cur.uid != e.uid || !still(reservationOf(cur)) || (exact && cur.rv != e.rv) {
 		return nil // released, or taken over, while we waited for the lock
+	}
+	if exact {
+		still = nil
 	}
 	return a.release(ctx, []entry{cur}, verb, still)
 }

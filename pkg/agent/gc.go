@@ -11,6 +11,11 @@ import (
 	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
 )
 
+// gcRecentWrite is how long a reservation this agent wrote is safe from a
+// CNI GC: the runtime builds its list of valid attachments before it
+// calls, so an attachment set up meanwhile may be missing from it.
+const gcRecentWrite = time.Minute
+
 // gcConfig is the part of a CNI 1.1 GC request this agent reads.
 type gcConfig struct {
 	ValidAttachments []struct {
@@ -23,7 +28,9 @@ type gcConfig struct {
 // whose attachment (container ID, interface) is not in the runtime's list
 // of valid attachments. Claim-owned reservations and other nodes' are never
 // touched; each is released under its attachment's lock, at the version
-// judged stale, so an ADD in flight (a new sandbox taking it over) wins.
+// judged stale: an ADD in flight (a new sandbox taking it over) wins, and
+// so does one that finished shortly before (the runtime's list may predate
+// it).
 func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
 	defer a.metrics.observe(cniproto.CmdGC, time.Now(), &err)
 	network, err := networkName(creq.Config)
@@ -42,10 +49,16 @@ func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
 		return r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerPod && r.Spec.Node == a.opts.NodeName &&
 			!valid[[2]string{r.Spec.ContainerID, r.Spec.InterfaceName}]
 	}
+	start := time.Now()
 	var errs []error
 	for _, e := range a.idx.onNode(a.opts.NodeName, network) {
+		if a.idx.writtenSince(e.name, start.Add(-gcRecentWrite)) {
+			// Written here since the runtime may have built its list: an
+			// ADD that finished just before this GC.
+			continue
+		}
 		if stale(reservationOf(e)) {
-			errs = append(errs, a.releaseAttachment(ctx, e, "GC", stale))
+			errs = append(errs, a.releaseAttachment(ctx, e, "GC", stale, true))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

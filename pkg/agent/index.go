@@ -100,7 +100,10 @@ type index struct {
 	// unobserved holds the UIDs of reservations this agent wrote that the
 	// informer has not delivered yet; a lagging event for an older object of
 	// the same name must not replace them.
-	unobserved map[string]types.UID
+	unobserved map[string]unobservedWrite
+	// written says when this agent last wrote (or read live) the version
+	// the index holds of a reservation.
+	written map[string]time.Time
 	// deleted holds reservations this agent deleted whose deletion the
 	// informer has not delivered yet; their lagging events are stale.
 	deleted map[string]tombstone
@@ -111,6 +114,11 @@ type index struct {
 }
 
 type set = map[string]struct{}
+
+type unobservedWrite struct {
+	uid types.UID
+	at  time.Time
+}
 
 type tombstone struct {
 	uid types.UID
@@ -125,6 +133,10 @@ const (
 	exhaustedTTL = 30 * time.Second
 	// tombstoneTTL bounds how long a deletion waits for its informer event.
 	tombstoneTTL = 10 * time.Minute
+	// unobservedTTL bounds how long a write of this agent that the informer
+	// never delivered (created and deleted within a watch gap) keeps events
+	// of another object of the same name out.
+	unobservedTTL = 2 * time.Minute
 )
 
 func newIndex() *index {
@@ -136,7 +148,8 @@ func newIndex() *index {
 		byNode:     map[nodeKey]set{},
 		byClaim:    map[types.UID]set{},
 		conflicts:  map[string]map[netip.Addr]time.Time{},
-		unobserved: map[string]types.UID{},
+		unobserved: map[string]unobservedWrite{},
+		written:    map[string]time.Time{},
 		deleted:    map[string]tombstone{},
 		releases:   map[string]uint64{},
 		exhausted:  map[string]exhaustedMemo{},
@@ -150,9 +163,11 @@ func (x *index) upsert(e entry) {
 	if old, ok := x.byName[e.name]; ok && e.olderThan(old) {
 		return
 	}
-	x.unobserved[e.name] = e.uid
+	now := time.Now()
+	x.unobserved[e.name] = unobservedWrite{uid: e.uid, at: now}
 	delete(x.deleted, e.name)
 	x.upsertLocked(e)
+	x.written[e.name] = now
 }
 
 // observe records a reservation delivered by the informer. It ignores an
@@ -165,14 +180,19 @@ func (x *index) observe(e entry) {
 	if t, ok := x.deleted[e.name]; ok && t.uid == e.uid {
 		return
 	}
-	if uid, ok := x.unobserved[e.name]; ok {
-		if uid != e.uid {
+	if w, ok := x.unobserved[e.name]; ok {
+		if w.uid != e.uid && time.Since(w.at) < unobservedTTL {
 			return
 		}
 		delete(x.unobserved, e.name)
 	}
-	if old, ok := x.byName[e.name]; ok && e.olderThan(old) {
-		return
+	if old, ok := x.byName[e.name]; ok {
+		if e.olderThan(old) {
+			return
+		}
+		if old.uid != e.uid || old.rv != e.rv {
+			delete(x.written, e.name) // someone else's version now
+		}
 	}
 	x.upsertLocked(e)
 }
@@ -235,6 +255,7 @@ func (x *index) released(name string, uid types.UID, now time.Time) {
 // dropLocked removes e for good: its address is free again.
 func (x *index) dropLocked(e entry) {
 	x.unlinkLocked(e)
+	delete(x.written, e.name)
 	x.releases[e.network]++
 }
 
@@ -387,6 +408,15 @@ func (x *index) claim(network string, claimUID types.UID) []entry {
 		}
 	}
 	return out
+}
+
+// writtenSince reports whether this agent wrote (or read live) the version
+// the index holds of name at or after t.
+func (x *index) writtenSince(name string, t time.Time) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	w, ok := x.written[name]
+	return ok && !w.Before(t)
 }
 
 // get returns the reservation of that name, if the index has it.

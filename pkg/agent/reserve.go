@@ -97,13 +97,21 @@ func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(c
 	return ips, created, nil
 }
 
+// heldIn returns the holder's reservation in r. Should it hold two (a
+// create applied after its outcome was judged unknown and gone), the
+// oldest wins, so every ADD and CHECK names the same one.
 func heldIn(held []entry, r ipamconfig.Range) (entry, bool) {
+	var best entry
+	found := false
 	for _, e := range held {
-		if r.Subnet.Contains(e.ip) {
-			return e, true
+		if !r.Subnet.Contains(e.ip) {
+			continue
+		}
+		if !found || e.created.Before(best.created) || (e.created.Equal(best.created) && e.name < best.name) {
+			best, found = e, true
 		}
 	}
-	return entry{}, false
+	return best, found
 }
 
 // reserveInRange reserves the static address requested for r's family, or

@@ -301,3 +301,51 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	t.Helper()
 	return testutil.ToFloat64(c)
 }
+
+// A CNI GC must not release what the runtime's list may predate: a
+// reservation this agent wrote a moment ago, or a version taken over by a
+// new sandbox after the GC judged the old one.
+func TestGCSparesRecentAndTakenOverReservations(t *testing.T) {
+	store := newFakeStore()
+	a := newTestAgent(t, store, newFakeClaims())
+	ctx := context.Background()
+	pod := testPod("web", "pod-uid-gc")
+	ips, err := a.allocateForPod(ctx, testRequest(t, cniproto.CmdAdd, smallConf, "sandbox-new", pod), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := strings.TrimSuffix(smallConf, "}") + `,"cni.dev/valid-attachments":[]}`
+	if err := a.GC(ctx, &cniproto.Request{Command: cniproto.CmdGC, Config: []byte(gc)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := store.get(reservation.Name("small", ips[0].Addr())); !ok {
+		t.Fatal("GC released a reservation this agent wrote a moment ago (an ADD that finished after the runtime built its list)")
+	}
+
+	// An old reservation (seen only through the informer) whose GC
+	// decision is overtaken by a takeover: the judged version must be the
+	// one deleted, or none.
+	ip := netip.MustParseAddr("10.9.0.6")
+	if ip == ips[0].Addr() {
+		ip = netip.MustParseAddr("10.9.0.5")
+	}
+	name := reservation.Name("small", ip)
+	old := store.put(&ipkeeperv1alpha1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: ipkeeperv1alpha1.IPReservationSpec{
+			Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "gone", Node: "node-a",
+			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "vms", Name: "db", UID: "pod-uid-db"},
+		},
+	})
+	a.onReservation(old)
+	e, _ := a.idx.get(name)
+	newer := store.modify(name, func(r *ipkeeperv1alpha1.IPReservation) { r.Spec.ContainerID = "new" })
+	a.onReservation(newer) // the takeover, seen before GC takes the lock
+	stale := func(*ipkeeperv1alpha1.IPReservation) bool { return true } // the runtime's list names neither
+	if err := a.releaseAttachment(ctx, e, "GC", stale, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := store.get(name); !ok {
+		t.Fatal("GC deleted a version newer than the one it judged")
+	}
+}
