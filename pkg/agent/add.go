@@ -107,15 +107,15 @@ func (a *Agent) allocateForPod(ctx context.Context, req *request, pod *corev1.Po
 		ifName: req.IfName,
 	}
 	defer a.locks.lock(h.key(req.cfg.Name))()
-	ips, _, err := a.reserve(ctx, req, h, func(ctx context.Context, e entry) (entry, error) { return a.adoptSandbox(ctx, e, req) })
+	ips, _, err := a.reserve(ctx, req, h, func(ctx context.Context, e entry) (entry, error) { return a.takeOver(ctx, e, req, true) })
 	return ips, err
 }
 
-// adoptSandbox points an existing reservation at the request's sandbox, so
-// a DEL for an older sandbox of the same pod does not release it. A retried
-// ADD for the same sandbox writes nothing.
-func (a *Agent) adoptSandbox(ctx context.Context, e entry, req *request) (entry, error) {
-	if e.containerID == req.ContainerID && e.node == a.opts.NodeName {
+// takeOver points an existing reservation at this node and, with sandbox,
+// at the request's sandbox, so a DEL for an older sandbox of the same pod
+// does not release it. Nothing is written when it points there already.
+func (a *Agent) takeOver(ctx context.Context, e entry, req *request, sandbox bool) (entry, error) {
+	if e.node == a.opts.NodeName && (!sandbox || e.containerID == req.ContainerID) {
 		return e, nil
 	}
 	r, err := a.store.Get(ctx, e.name)
@@ -125,7 +125,10 @@ func (a *Agent) adoptSandbox(ctx context.Context, e entry, req *request) (entry,
 	if r.UID != e.uid {
 		return entry{}, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reservation %s changed while in use; retry", e.name))
 	}
-	r.Spec.ContainerID, r.Spec.Node = req.ContainerID, a.opts.NodeName
+	r.Spec.Node = a.opts.NodeName
+	if sandbox {
+		r.Spec.ContainerID = req.ContainerID
+	}
 	if err := a.store.Update(ctx, r); err != nil {
 		return entry{}, fail(reasonInternal, codeTryAgainLater, err)
 	}

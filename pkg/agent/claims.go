@@ -64,7 +64,8 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 	for range maxStatusRaces {
 		var ips []netip.Prefix
 		var created []entry
-		if len(claim.Status.IPs) > 0 {
+		recorded := len(claim.Status.IPs) > 0
+		if recorded {
 			ips, err = a.recordedAddresses(ctx, req, claim, h)
 		} else {
 			ips, created, err = a.reserve(ctx, req, h, nil)
@@ -75,18 +76,25 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 		}
 		err = a.writeClaimAllocated(ctx, claim, ips, pod)
 		if err == nil {
+			if recorded {
+				a.releaseSuperseded(ctx, req, claim, h)
+			}
 			return ips, nil
 		}
 		if !apierrors.IsConflict(err) {
-			a.release(context.WithoutCancel(ctx), created, "rollback", nil)
+			// The write may have been applied (a lost response): what this
+			// call created may be recorded now. It stays the claim's; the
+			// retry finds it.
 			return nil, fail(reasonInternal, codeTryAgainLater, err)
 		}
 		fresh, gerr := a.claims.Get(ctx, claim.Namespace, claim.Name)
 		if gerr != nil {
-			a.release(context.WithoutCancel(ctx), created, "rollback", nil)
+			// The winner may have recorded what this call created (it
+			// adopts a reservation of the claim it finds): keep it.
 			return nil, fail(reasonClaim, codeTryAgainLater, gerr)
 		}
 		if fresh.UID != claim.UID {
+			// Owned by the old claim, which no new claim can adopt.
 			a.release(context.WithoutCancel(ctx), created, "rollback", nil)
 			return nil, fail(reasonClaim, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s was recreated during the ADD; retry", claim.Namespace, claim.Name))
 		}
@@ -110,16 +118,18 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 	for i, s := range claim.Status.IPs {
 		ip, err := parseClaimIP(s)
 		if err != nil {
-			return nil, fail(reasonInternal, codeInternal, fmt.Errorf("IPAMClaim %s/%s status.ips[%d] %q: %w", claim.Namespace, claim.Name, i, s, err))
+			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("IPAMClaim %s/%s status.ips[%d] %q: %w", claim.Namespace, claim.Name, i, s, err))
 		}
+		// An address the network does not hand out is a configuration
+		// problem (of the network or of the claim), not a passing one.
 		r, ok := req.cfg.RangeFor(ip)
 		if !ok {
-			return nil, fail(reasonInternal, codeInternal, fmt.Errorf(
+			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
 				"IPAMClaim %s/%s holds %s (status.ips[%d]), which is outside every range of network %q; nothing was released: fix the network's ranges or delete the claim",
 				claim.Namespace, claim.Name, ip, i, network))
 		}
 		if err := allocator.Usable(r, ip); err != nil {
-			return nil, fail(reasonInternal, codeInternal, fmt.Errorf(
+			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
 				"IPAMClaim %s/%s holds %s (status.ips[%d]), which network %q does not hand out: %w; nothing was released: fix the network's configuration or delete the claim",
 				claim.Namespace, claim.Name, ip, i, network, err))
 		}
@@ -133,8 +143,36 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 		}
 		ips = append(ips, netip.PrefixFrom(ip, r.Subnet.Bits()))
 	}
-	a.release(context.WithoutCancel(ctx), notRecorded(a.held(network, h), claim.Status.IPs), "claim-status-edited", nil)
 	return ips, nil
+}
+
+// releaseSuperseded releases the claim's reservations on the network of
+// addresses its status no longer records (status.ips was edited), judged
+// against the claim as it is now, not as read at the start of the ADD.
+// One made on another node is first taken over (spec.node set to this
+// node), as the node-bound admission policy lets an agent delete only its
+// own node's reservations. Failures are logged: the next ADD tries again.
+func (a *Agent) releaseSuperseded(ctx context.Context, req *request, claim *ipamclaimsv1alpha1.IPAMClaim, h holder) {
+	network := req.cfg.Name
+	if len(notRecorded(a.held(network, h), claim.Status.IPs)) == 0 {
+		return
+	}
+	fresh, err := a.claims.Get(ctx, claim.Namespace, claim.Name)
+	if err != nil || fresh.UID != claim.UID || len(fresh.Status.IPs) == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	var stale []entry
+	for _, e := range notRecorded(a.held(network, h), fresh.Status.IPs) {
+		if e.node != a.opts.NodeName {
+			if e, err = a.takeOver(ctx, e, req, false); err != nil {
+				a.log.Error("taking over a superseded claim reservation", "reservation", e.name, "error", err)
+				continue
+			}
+		}
+		stale = append(stale, e)
+	}
+	_ = a.release(ctx, stale, "claim-status-edited", nil) // logged by release
 }
 
 // notRecorded returns the entries whose address is not in a claim's status.
@@ -153,9 +191,13 @@ func notRecorded(entries []entry, status []string) []entry {
 // all three are already so.
 func (a *Agent) writeClaimAllocated(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, ips []netip.Prefix, pod *corev1.Pod) error {
 	updated := claim.DeepCopy()
-	updated.Status.IPs = make([]string, len(ips))
-	for i, p := range ips {
-		updated.Status.IPs[i] = p.String()
+	if !sameAddresses(claim.Status.IPs, ips) {
+		// Recorded as written otherwise ("10.0.0.5/24" stays so after the
+		// subnet grew): an agent never rewrites a claim's addresses.
+		updated.Status.IPs = make([]string, len(ips))
+		for i, p := range ips {
+			updated.Status.IPs[i] = p.String()
+		}
 	}
 	updated.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: pod.Name}
 	changedCond := meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{

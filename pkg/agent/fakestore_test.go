@@ -191,6 +191,8 @@ type fakeClaims struct {
 	// beforeStatus runs before a status write is applied: the place where
 	// another writer (the other node of a migration) gets in first.
 	beforeStatus func(c *ipamclaimsv1alpha1.IPAMClaim)
+	// failAfterStatus, once, is returned after a status write was applied.
+	failAfterStatus error
 }
 
 var claimsGR = schema.GroupResource{Group: "k8s.cni.cncf.io", Resource: "ipamclaims"}
@@ -258,6 +260,10 @@ func (f *fakeClaims) UpdateStatus(_ context.Context, c *ipamclaimsv1alpha1.IPAMC
 	n.ResourceVersion = strconv.Itoa(f.rv)
 	f.claims[key] = n
 	c.ResourceVersion = n.ResourceVersion
+	if err := f.failAfterStatus; err != nil {
+		f.failAfterStatus = nil
+		return err
+	}
 	return nil
 }
 

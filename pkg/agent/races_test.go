@@ -316,3 +316,52 @@ func cniCodeOf(err error) uint {
 	}
 	return 0
 }
+
+// A claim's recorded addresses are never rewritten, only read: the
+// node-bound policy refuses an agent that changes them, and "10.0.0.5/24"
+// stays so after the subnet grew to a /23.
+func TestClaimStatusAddressesAreKeptAsWritten(t *testing.T) {
+	const grown = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.0.0.0/23"}}`
+	claim := testClaim("claim-uid-grown")
+	claim.Status.IPs = []string{"10.0.0.5/24"}
+	claims := newFakeClaims(claim)
+	a := newTestAgent(t, newFakeStore(), claims)
+	pod := testPod("virt-launcher-vm1-abcde", "pod-uid-5")
+	ips, err := a.allocateForClaim(context.Background(), testRequest(t, cniproto.CmdAdd, grown, "s", pod), pod, claim.Name)
+	if err != nil || formatIPs(ips) != "10.0.0.5/23" {
+		t.Fatalf("ADD = %v, %v; want 10.0.0.5/23", ips, err)
+	}
+	got, _ := claims.Get(context.Background(), "vms", claim.Name)
+	if len(got.Status.IPs) != 1 || got.Status.IPs[0] != "10.0.0.5/24" {
+		t.Errorf("status.ips = %v, want it as written: [10.0.0.5/24]", got.Status.IPs)
+	}
+}
+
+// A status write whose response was lost may have recorded the addresses
+// this call created: they must stay reserved for the claim.
+func TestLostClaimStatusResponseKeepsReservations(t *testing.T) {
+	store := newFakeStore()
+	claim := testClaim("claim-uid-lost")
+	claims := newFakeClaims(claim)
+	a := newTestAgent(t, store, claims)
+	pod := testPod("virt-launcher-vm1-abcde", "pod-uid-6")
+	claims.failAfterStatus = errors.New("http2: client connection lost")
+	req := testRequest(t, cniproto.CmdAdd, dualStackConf, "s", pod)
+	if _, err := a.allocateForClaim(context.Background(), req, pod, claim.Name); err == nil {
+		t.Fatal("ADD succeeded although its status write's response was lost")
+	}
+	got, _ := claims.Get(context.Background(), "vms", claim.Name)
+	if len(got.Status.IPs) != 2 {
+		t.Fatalf("status.ips = %v, want the two addresses the lost write recorded", got.Status.IPs)
+	}
+	for _, s := range got.Status.IPs {
+		ip, _ := parseClaimIP(s)
+		if _, ok := store.get(reservation.Name("blue", ip)); !ok {
+			t.Errorf("%s is recorded in the claim but its reservation was released", s)
+		}
+	}
+	ips, err := a.allocateForClaim(context.Background(), req, pod, claim.Name)
+	if err != nil || !sameAddresses(got.Status.IPs, ips) {
+		t.Fatalf("retried ADD = %v, %v; want the recorded %v", ips, err, got.Status.IPs)
+	}
+}

@@ -340,7 +340,7 @@ func TestGCSparesRecentAndTakenOverReservations(t *testing.T) {
 	a.onReservation(old)
 	e, _ := a.idx.get(name)
 	newer := store.modify(name, func(r *ipkeeperv1alpha1.IPReservation) { r.Spec.ContainerID = "new" })
-	a.onReservation(newer) // the takeover, seen before GC takes the lock
+	a.onReservation(newer)                                              // the takeover, seen before GC takes the lock
 	stale := func(*ipkeeperv1alpha1.IPReservation) bool { return true } // the runtime's list names neither
 	if err := a.releaseAttachment(ctx, e, "GC", stale, true); err != nil {
 		t.Fatal(err)
