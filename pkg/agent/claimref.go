@@ -86,10 +86,13 @@ func (a *Agent) elementFor(ctx context.Context, pod *corev1.Pod, req *request, e
 		return n.Name, nil
 	}
 	i, err := netselect.ElementFor(elems, at)
+	var nadErr *nad.Error
 	switch {
 	case errors.Is(err, netselect.ErrUndecidable):
 		return -1, cniError(codeInvalidConfig, fmt.Errorf("pod %s/%s: %w; set \"interface\" in the elements, or run the agent with --multus-default-networks set to the number of Multus defaultNetworks",
 			pod.Namespace, pod.Name, err))
+	case errors.As(err, &nadErr):
+		return -1, cniError(codeInvalidConfig, fmt.Errorf("pod %s/%s: finding the networks annotation element of interface %s: %w", pod.Namespace, pod.Name, req.IfName, err))
 	case err != nil:
 		return -1, cniError(codeTryAgainLater, fmt.Errorf("pod %s/%s: finding the networks annotation element of interface %s: %w", pod.Namespace, pod.Name, req.IfName, err))
 	}

@@ -34,6 +34,10 @@ type Owner struct {
 	Kind string
 	Name string
 	UID  types.UID
+	// Orphaned is set when the owner comes from the labels because orphan
+	// deletion removed the controller reference: the owner VM is gone, and
+	// an owner-less VMI of its name is what that deletion left running.
+	Orphaned bool
 }
 
 func (o Owner) String() string { return o.Kind + " " + o.Name + " (uid " + string(o.UID) + ")" }
@@ -58,7 +62,7 @@ func Of(claim metav1.Object) (Owner, bool) {
 	if !ok || name == "" || uid == "" || (kind != KindVM && kind != KindVMI) {
 		return Owner{}, false
 	}
-	return Owner{Kind: kind, Name: name, UID: types.UID(uid)}, true
+	return Owner{Kind: kind, Name: name, UID: types.UID(uid), Orphaned: true}, true
 }
 
 // VMOf is the VM that controls a VMI, or nil for a standalone VMI.
@@ -89,13 +93,18 @@ func LauncherOf(vmi metav1.Object) Launcher {
 }
 
 // Runs reports whether launcher l runs this owner: its VMI, or a VMI
-// controlled by its VM. This is the rule that lets a pod use a claim.
+// controlled by its VM, or, once orphan deletion removed the VM, the
+// owner-less VMI of the VM's name it left. This is the rule that lets a pod
+// use a claim.
 func (o Owner) Runs(l Launcher) bool {
 	switch o.Kind {
 	case KindVMI:
 		return l.VMIUID != "" && l.VMIUID == o.UID
 	case KindVM:
-		return l.VMUID != "" && l.VMUID == o.UID
+		if l.VMUID == "" {
+			return o.Orphaned && l.VMIUID != "" && l.VMIName == o.Name
+		}
+		return l.VMUID == o.UID
 	}
 	return false
 }

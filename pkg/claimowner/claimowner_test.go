@@ -21,7 +21,7 @@ func TestOwnerOf(t *testing.T) {
 		{"orphaned, ours by labels", ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{
 			Labels:      map[string]string{ManagedByLabel: ManagedByValue, OwnerUIDLabel: "u2"},
 			Annotations: map[string]string{OwnerAnnotation: "VirtualMachine/vm.dotted"},
-		}}, Owner{Kind: "VirtualMachine", Name: "vm.dotted", UID: "u2"}, true},
+		}}, Owner{Kind: "VirtualMachine", Name: "vm.dotted", UID: "u2", Orphaned: true}, true},
 		{"not ours", ipamclaimsv1alpha1.IPAMClaim{}, Owner{}, false},
 		{"controlled by something else", ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "u", Controller: ptr.To(true)}}}}, Owner{}, false},
 		{"labels without a valid owner annotation", ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{
@@ -39,6 +39,7 @@ func TestOwnerOf(t *testing.T) {
 func TestRuns(t *testing.T) {
 	vm := Owner{Kind: KindVM, Name: "vm1", UID: "vm-uid"}
 	vmi := Owner{Kind: KindVMI, Name: "vmi1", UID: "vmi-uid"}
+	orphaned := Owner{Kind: KindVM, Name: "vm1", UID: "vm-uid", Orphaned: true}
 	tests := []struct {
 		name  string
 		owner Owner
@@ -47,7 +48,10 @@ func TestRuns(t *testing.T) {
 	}{
 		{"launcher of the VM's VMI", vm, Launcher{VMIUID: "x", VMUID: "vm-uid"}, true},
 		{"launcher of another VM's VMI", vm, Launcher{VMIUID: "x", VMUID: "other"}, false},
-		{"launcher of a standalone VMI, VM owner", vm, Launcher{VMIUID: "vm-uid"}, false},
+		{"launcher of a standalone VMI, VM owner", vm, Launcher{VMIName: "vm1", VMIUID: "vm-uid"}, false},
+		{"owner-less VMI of the VM's name, the VM orphan-deleted", orphaned, Launcher{VMIName: "vm1", VMIUID: "x"}, true},
+		{"owner-less VMI of another name, the VM orphan-deleted", orphaned, Launcher{VMIName: "vm2", VMIUID: "x"}, false},
+		{"VMI of another VM, the VM orphan-deleted", orphaned, Launcher{VMIName: "vm1", VMIUID: "x", VMUID: "new-vm"}, false},
 		{"launcher of the standalone VMI", vmi, Launcher{VMIUID: "vmi-uid"}, true},
 		{"launcher of another VMI", vmi, Launcher{VMIUID: "other", VMUID: "vmi-uid"}, false},
 		{"no launcher", vm, Launcher{}, false},

@@ -242,7 +242,8 @@ func (r *ClaimReconciler) users(ctx context.Context, reader client.Reader, claim
 
 // belongsTo reports whether vmi is the owner itself or the owner's VMI
 // (claimowner's rule), or an owner-less VMI of a VM's name: what orphan
-// deletion of that VM left, which may still run its launcher.
+// deletion of that VM left (also while the claim still has its reference,
+// as the garbage collector removes references one object at a time).
 func belongsTo(vmi *kubevirtv1.VirtualMachineInstance, owner Owner) bool {
 	if owner.Runs(claimowner.LauncherOf(vmi)) {
 		return true

@@ -173,9 +173,10 @@ func TestStandaloneVMIClaimOnlyForItsLauncher(t *testing.T) {
 }
 
 // TestOrphanedClaimStillHeldByItsVM: after orphan deletion removed the
-// claim's owner reference, its owner labels still say whose it is, and the
-// webhook refuses the launcher pod of a new VM of the same name as it does
-// while the reference exists.
+// claim's owner reference, its owner labels still say whose it is: the VMI
+// the deletion left may still use it (a migration), and the webhook refuses
+// the launcher pod of a new VM of the same name as it does while the
+// reference exists.
 func TestOrphanedClaimStillHeldByItsVM(t *testing.T) {
 	ctx := context.Background()
 	e := startKubeVirtEnv(t)
@@ -196,7 +197,23 @@ func TestOrphanedClaimStillHeldByItsVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, old)
-	// The orphaned VMI goes too; its launcher pod still terminates.
+
+	// The VMI orphan deletion left keeps running and may migrate: its new
+	// launcher pod is admitted and gets the claim's address.
+	a := cp.StartAgent(t, "node-orphan")
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(oldVMI), oldVMI); err != nil {
+		t.Fatal(err)
+	}
+	e.sim.HoldFinalizer = ""
+	target, err := e.sim.Migrate(ctx, oldVMI, a.Node)
+	if err != nil {
+		t.Fatalf("migration target of the VMI orphan deletion left: %v", err)
+	}
+	if _, err := a.Add(ctx, target, kubevirt.PodInterfaceName("blue"), json.RawMessage(bridgeNAD("orphan-blue", true))); err != nil {
+		t.Fatalf("ADD of the orphaned VMI's migration target: %v", err)
+	}
+
+	// The orphaned VMI goes too; its first launcher pod still terminates.
 	if err := cp.Client.Delete(ctx, oldVMI, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +226,6 @@ func TestOrphanedClaimStillHeldByItsVM(t *testing.T) {
 		t.Fatalf("orphan deletion left the claim's controller reference %+v", ref)
 	}
 
-	e.sim.HoldFinalizer = ""
 	recreated, err := e.sim.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
 		t.Fatal(err)
