@@ -36,7 +36,7 @@ func goneMarker(sock string) string { return sock + ".unreachable-since" }
 // and since when.
 func agentGone(sock string, err error, now time.Time) (bool, time.Time) {
 	var ue *cniproto.UnavailableError
-	if !errors.As(err, &ue) || !(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
+	if !errors.As(err, &ue) || (!errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED)) {
 		return false, time.Time{} // running but slow, or not permitted: not gone
 	}
 	marker := goneMarker(sock)
@@ -50,7 +50,7 @@ func agentGone(sock string, err error, now time.Time) (bool, time.Time) {
 	if statErr != nil || restarted {
 		// First sight of the outage (or of a new one): start the clock. A
 		// marker that cannot be written keeps DEL failing, as before.
-		if f, err := os.OpenFile(marker, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err == nil {
+		if f, err := os.OpenFile(marker, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err == nil { //nolint:gosec // next to the socket the network config names, by design
 			_ = f.Close()
 			_ = os.Chtimes(marker, now, now)
 		}
@@ -60,12 +60,9 @@ func agentGone(sock string, err error, now time.Time) (bool, time.Time) {
 	return now.Sub(since) >= AgentGoneAfter, since
 }
 
-// agentAnswered clears the outage marker.
-func agentAnswered(sock string) {
-	if err := os.Remove(goneMarker(sock)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return // a stale marker only shortens the next outage's wait
-	}
-}
+// agentAnswered clears the outage marker. A failure is ignored: a stale
+// marker only shortens the next outage's wait.
+func agentAnswered(sock string) { _ = os.Remove(goneMarker(sock)) }
 
 // warnAgentGone says on stderr (the runtime's log) why DEL succeeded.
 func warnAgentGone(w io.Writer, sock string, since time.Time, args string) {

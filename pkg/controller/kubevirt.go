@@ -132,6 +132,7 @@ func (k *kubeVirtSupport) Start(ctx context.Context) error {
 		case err := <-exited:
 			logger.Error(err, "KubeVirt support stopped unexpectedly; restarting it")
 			k.hook.Set(nil)
+			run.cancel()
 			run = nil
 			k.mode.Store(modeUnknown)
 			kubeVirtSupportGauge.Set(0)

@@ -15,7 +15,8 @@ package controller
 // Reservation garbage collector: read and delete reservations.
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=get;list;watch;delete
 //
-// Self-managed webhook certificates: only the named webhook configuration,
+// Webhook scope (its rules follow KubeVirt and the feature gate) and
+// self-managed webhook certificates: only the named webhook configuration,
 // and only the named Secret and Lease in the controller's own namespace
 // (create cannot be limited by name).
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update;patch,resourceNames=ipkeeper

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,7 +16,10 @@ func (c *Controller) Exited() error {
 	select {
 	case err := <-c.done:
 		c.done <- err // Stop waits for it too
-		return fmt.Errorf("controller exited: %v", err)
+		if err == nil {
+			return errors.New("controller exited")
+		}
+		return fmt.Errorf("controller exited: %w", err)
 	default:
 		return nil
 	}
