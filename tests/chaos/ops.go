@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
+	"github.com/ipkeeper/ipkeeper/pkg/reservation"
 )
 
 // slot is a place for one pod at a time, on a fixed node and network. A
@@ -257,8 +258,11 @@ func (r *runner) addSucceeded(a *attachment, ips []netip.Addr, static string) {
 	}
 	r.counts.inc("check:I1")
 	for _, o := range r.model.succeeded(a, ips) {
-		r.violate("I1", "double-allocation", fmt.Sprintf("address in two live attachments: %s and %s", r.model.describe(a), r.model.describe(o)),
-			a.podName, o.podName, a.containerID, o.containerID)
+		keys := []string{a.podName, o.podName, a.containerID, o.containerID}
+		for _, ip := range ips {
+			keys = append(keys, reservation.Name(a.network, ip))
+		}
+		r.violate("I1", "double-allocation", fmt.Sprintf("address in two live attachments: %s and %s", r.model.describe(a), r.model.describe(o)), keys...)
 	}
 }
 
