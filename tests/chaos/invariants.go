@@ -243,11 +243,13 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 		}
 		r.counts.inc("check:I4")
 		var held []netip.Addr
+		keys := []string{claim.Name}
 		for _, res := range ls.res {
 			if res.Spec.Owner.Kind == ipkv1alpha1.OwnerIPAMClaim && res.Spec.Owner.UID == claim.UID {
 				if ip, err := netip.ParseAddr(res.Spec.IP); err == nil {
 					held = append(held, ip)
 				}
+				keys = append(keys, res.Spec.ContainerID) // the sandbox whose ADD made it
 			}
 		}
 		status := claimIPs(claim.Status.IPs)
@@ -272,7 +274,10 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 		if g, q := r.model.holderQuiet(h); !q || g != gen {
 			continue
 		}
-		r.violate("I4", "claim-status", fmt.Sprintf("IPAMClaim %s/%s (uid %s): %s", claim.Namespace, claim.Name, claim.UID, strings.Join(problems, "; ")), claim.Name)
+		for _, a := range liveAtts {
+			keys = append(keys, a.podName)
+		}
+		r.violate("I4", "claim-status", fmt.Sprintf("IPAMClaim %s/%s (uid %s): %s", claim.Namespace, claim.Name, claim.UID, strings.Join(problems, "; ")), keys...)
 	}
 	if final {
 		r.checkOwners(ls)
