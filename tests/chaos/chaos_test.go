@@ -198,7 +198,7 @@ func (r *runner) quiesce(ctx context.Context) error {
 // summary is the one-line account of the run.
 func (r *runner) summary(seed uint64, ran time.Duration) string {
 	ops := 0
-	for k := range opKind(numOpKinds) {
+	for k := range numOpKinds {
 		ops += r.counts.get("op:" + k.String())
 	}
 	pf := r.c.proxy.faultCounts()
@@ -218,7 +218,7 @@ func (r *runner) summary(seed uint64, ran time.Duration) string {
 // anything: too few operations, or a fault kind that never fired.
 func (r *runner) assertCoverage(t *testing.T) {
 	ops := 0
-	for k := range opKind(numOpKinds) {
+	for k := range numOpKinds {
 		n := r.counts.get("op:" + k.String())
 		ops += n
 		if n == 0 {
@@ -228,7 +228,7 @@ func (r *runner) assertCoverage(t *testing.T) {
 	if ops < minShortOps {
 		t.Errorf("%d operations, want at least %d", ops, minShortOps)
 	}
-	for k := range faultKind(numFaultKinds) {
+	for k := range numFaultKinds {
 		if r.counts.get("fault:"+k.String()) == 0 {
 			t.Errorf("fault %s never fired", k)
 		}

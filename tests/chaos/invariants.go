@@ -110,6 +110,7 @@ func (r *runner) objectsOf(keys []string) string {
 	if err := c.List(ctx, &res); err != nil {
 		fmt.Fprintf(&b, "  (listing reservations: %v)\n", err)
 	}
+	printed := map[string]bool{}
 	for _, k := range keys {
 		if k == "" {
 			continue
@@ -123,7 +124,8 @@ func (r *runner) objectsOf(keys []string) string {
 			fmt.Fprintf(&b, "  claim %s: uid=%s status=%s\n", k, claim.UID, mustJSON(claim.Status))
 		}
 		for _, rv := range res.Items {
-			if rv.Spec.Owner.Name == k || rv.Spec.ContainerID == k {
+			if (rv.Name == k || rv.Spec.Owner.Name == k || rv.Spec.ContainerID == k) && !printed[rv.Name] {
+				printed[rv.Name] = true
 				fmt.Fprintf(&b, "  reservation %s (uid %s, rv %s): %s\n", rv.Name, rv.UID, rv.ResourceVersion, mustJSON(rv.Spec))
 			}
 		}
@@ -229,7 +231,7 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 					name, res.Spec.Owner.Kind, res.Spec.Owner.Namespace, res.Spec.Owner.Name, res.Spec.Owner.UID, res.Spec.InterfaceName, res.Spec.ContainerID)
 			}
 			r.violate("I2", class, fmt.Sprintf("live attachment %s: address %s has %s", r.model.describe(a), ip, what),
-				a.podName, a.containerID, a.claimName)
+				a.podName, a.containerID, a.claimName, name)
 		}
 	}
 	// I4: a claim's status.ips are its reservations' addresses.
@@ -241,11 +243,13 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 		}
 		r.counts.inc("check:I4")
 		var held []netip.Addr
+		keys := []string{claim.Name}
 		for _, res := range ls.res {
 			if res.Spec.Owner.Kind == ipkv1alpha1.OwnerIPAMClaim && res.Spec.Owner.UID == claim.UID {
 				if ip, err := netip.ParseAddr(res.Spec.IP); err == nil {
 					held = append(held, ip)
 				}
+				keys = append(keys, res.Spec.ContainerID) // the sandbox whose ADD made it
 			}
 		}
 		status := claimIPs(claim.Status.IPs)
@@ -270,7 +274,10 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 		if g, q := r.model.holderQuiet(h); !q || g != gen {
 			continue
 		}
-		r.violate("I4", "claim-status", fmt.Sprintf("IPAMClaim %s/%s (uid %s): %s", claim.Namespace, claim.Name, claim.UID, strings.Join(problems, "; ")), claim.Name)
+		for _, a := range liveAtts {
+			keys = append(keys, a.podName)
+		}
+		r.violate("I4", "claim-status", fmt.Sprintf("IPAMClaim %s/%s (uid %s): %s", claim.Namespace, claim.Name, claim.UID, strings.Join(problems, "; ")), keys...)
 	}
 	if final {
 		r.checkOwners(ls)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
+	"github.com/ipkeeper/ipkeeper/pkg/reservation"
 )
 
 // slot is a place for one pod at a time, on a fixed node and network. A
@@ -232,33 +233,37 @@ func (r *runner) add(ctx context.Context, op int, n *node, net *network, a *atta
 	resp, err := r.cni(ctx, op, n, cniproto.CmdAdd, a, net.netConf(static))
 	lock.RUnlock()
 	if err == nil {
-		ips, perr := parseResult(resp)
-		if perr != nil {
+		if ips, perr := parseResult(resp); perr != nil {
 			r.violate("I5", "bad-result", fmt.Sprintf("ADD of %s succeeded with an unreadable result: %v", a.containerID, perr), a.podName)
-			err = perr
 		} else {
-			if static != "" {
-				want := netip.MustParsePrefix(static).Addr()
-				if !slices.Contains(ips, want) {
-					r.violate("I2", "static-ip-differs", fmt.Sprintf("ADD of %s asked for static IP %s and got %s", a.containerID, want, formatAddrs(ips)), a.podName)
-				}
-			}
-			if static != "" {
-				r.counts.inc("static-ok")
-			}
-			if a.claimName != "" {
-				r.counts.inc("claim-ok")
-			}
-			r.counts.inc("check:I1")
-			for _, o := range r.model.succeeded(a, ips) {
-				r.violate("I1", "double-allocation", fmt.Sprintf("address in two live attachments: %s and %s", r.model.describe(a), r.model.describe(o)),
-					a.podName, o.podName, a.containerID, o.containerID)
-			}
+			r.addSucceeded(a, ips, static)
 			return
 		}
 	}
 	r.model.setState(a, attFailed)
 	r.del(ctx, op, a, pending)
+}
+
+// addSucceeded records a successful ADD and checks I1 (and that a static
+// request got its address).
+func (r *runner) addSucceeded(a *attachment, ips []netip.Addr, static string) {
+	if static != "" {
+		r.counts.inc("static-ok")
+		if want := netip.MustParsePrefix(static).Addr(); !slices.Contains(ips, want) {
+			r.violate("I2", "static-ip-differs", fmt.Sprintf("ADD of %s asked for static IP %s and got %s", a.containerID, want, formatAddrs(ips)), a.podName)
+		}
+	}
+	if a.claimName != "" {
+		r.counts.inc("claim-ok")
+	}
+	r.counts.inc("check:I1")
+	for _, o := range r.model.succeeded(a, ips) {
+		keys := []string{a.podName, o.podName, a.containerID, o.containerID}
+		for _, ip := range ips {
+			keys = append(keys, reservation.Name(a.network, ip))
+		}
+		r.violate("I1", "double-allocation", fmt.Sprintf("address in two live attachments: %s and %s", r.model.describe(a), r.model.describe(o)), keys...)
+	}
 }
 
 // repeatAdd sends the ADD of a live attachment again, as a runtime does

@@ -168,7 +168,7 @@ func (r *runner) api(ctx context.Context, op int, what, target string, fn func(c
 		return last == nil, nil
 	})
 	if err != nil {
-		err = fmt.Errorf("%s %s: %w (last error: %v)", what, target, err, last)
+		err = fmt.Errorf("%s %s: %w (last error: %w)", what, target, err, last)
 		r.harnessError(err)
 	}
 	r.hist.end(seq, errString(err))
@@ -258,7 +258,7 @@ func (r *runner) deleteClaim(ctx context.Context, op int, name string) error {
 		}
 		// Wait until it is gone, so the next claim of this name is new.
 		if err := r.c.cp.Client.Get(ctx, client.ObjectKeyFromObject(claim), claim); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim %s not gone yet (%v)", name, err)
+			return fmt.Errorf("claim %s not gone yet (%w)", name, err)
 		}
 		return nil
 	})

@@ -120,7 +120,7 @@ type faultScheduler struct {
 
 func newFaultScheduler(seed uint64) *faultScheduler {
 	s := &faultScheduler{rng: rand.New(rand.NewPCG(seed, 0xfa017))}
-	for k := range faultKind(numFaultKinds) {
+	for k := range numFaultKinds {
 		s.first = append(s.first, k)
 	}
 	s.rng.Shuffle(len(s.first), func(i, j int) { s.first[i], s.first[j] = s.first[j], s.first[i] })

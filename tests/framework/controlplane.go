@@ -281,7 +281,7 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, stopTimeout time.D
 		}
 		// envtest sent SIGKILL; wait until the port is free again.
 		killed = true
-		addr := net.JoinHostPort(api.SecureServing.Address, api.SecureServing.Port)
+		addr := net.JoinHostPort(api.Address, api.Port)
 		if err := Eventually(ctx, 30*time.Second, 50*time.Millisecond, func(context.Context) (bool, error) {
 			conn, err := net.DialTimeout("tcp", addr, time.Second)
 			if err != nil {
