@@ -95,13 +95,13 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 		}
 		if fresh.UID != claim.UID {
 			// Owned by the old claim, which no new claim can adopt.
-			a.release(context.WithoutCancel(ctx), created, "rollback", nil)
+			_ = a.release(context.WithoutCancel(ctx), created, "rollback", nil)
 			return nil, fail(reasonClaim, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s was recreated during the ADD; retry", claim.Namespace, claim.Name))
 		}
 		if len(fresh.Status.IPs) > 0 && !sameAddresses(fresh.Status.IPs, ips) {
 			// The other writer's addresses win. Drop only what this call
 			// created, and never an address the winner recorded.
-			a.release(context.WithoutCancel(ctx), notRecorded(created, fresh.Status.IPs), "claim-race", nil)
+			_ = a.release(context.WithoutCancel(ctx), notRecorded(created, fresh.Status.IPs), "claim-race", nil)
 		}
 		claim = fresh
 	}

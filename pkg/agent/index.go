@@ -38,8 +38,6 @@ func entryOf(r *ipkeeperv1alpha1.IPReservation) (entry, bool) {
 	}, true
 }
 
-func (e entry) isPod() bool { return e.owner.Kind == ipkeeperv1alpha1.OwnerPod }
-
 // olderThan reports whether e is an older version of the same object than
 // o. resourceVersions are opaque to clients, but those of one object grow;
 // when either does not parse as a number, neither is called older.

@@ -14,7 +14,9 @@ import (
 const maxReleaseRaces = 3
 
 // release deletes reservations, each only at the version the caller
-// decided on, continuing past failures and reporting them together. When
+// decided on, continuing past failures; each failure is logged, and they
+// are returned together (callers that cannot act on them ignore them: the
+// next ADD, DEL or the controller's GC tries again). When
 // a reservation changed since, it is re-read and deleted only if still
 // reports the new version should still go (nil: never; the caller's
 // decision was about a version that no longer exists).

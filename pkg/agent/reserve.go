@@ -73,7 +73,7 @@ func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(c
 	}
 	defer func() {
 		if err != nil {
-			a.release(context.WithoutCancel(ctx), created, "rollback", nil)
+			_ = a.release(context.WithoutCancel(ctx), created, "rollback", nil)
 			ips, created = nil, nil
 		}
 	}()
