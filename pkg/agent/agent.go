@@ -45,6 +45,11 @@ type Options struct {
 	// ClaimWaitTimeout bounds how long an ADD waits for the IPAMClaim it
 	// references to be created (default 30s).
 	ClaimWaitTimeout time.Duration
+	// CNIGCMinAge spares, from a CNI GC, reservations this agent wrote
+	// less than this long ago: the runtime builds its list of valid
+	// attachments before it calls, so one set up meanwhile may be missing
+	// from it. Negative means none are spared; zero means the default (1m).
+	CNIGCMinAge time.Duration
 	// MultusDefaultNetworks is the number of Multus defaultNetworks (from
 	// Multus' configuration), needed to tell which networks annotation
 	// element a positional net<N> interface is; negative when unknown, and
@@ -93,6 +98,9 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	}
 	if opts.ClaimWaitTimeout <= 0 {
 		opts.ClaimWaitTimeout = 30 * time.Second
+	}
+	if opts.CNIGCMinAge == 0 {
+		opts.CNIGCMinAge = time.Minute
 	}
 	s, err := ipkscheme.New()
 	if err != nil {

@@ -272,7 +272,7 @@ func (f *fakeClaims) UpdateStatus(_ context.Context, c *ipamclaimsv1alpha1.IPAMC
 func newTestAgent(t testing.TB, store Store, claims ClaimStore) *Agent {
 	t.Helper()
 	a := &Agent{
-		opts:   Options{NodeName: "node-a", ClaimWaitTimeout: time.Second},
+		opts:   Options{NodeName: "node-a", ClaimWaitTimeout: time.Second, CNIGCMinAge: time.Minute},
 		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		store:  store,
 		claims: claims,

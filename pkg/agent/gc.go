@@ -11,11 +11,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
 )
 
-// gcRecentWrite is how long a reservation this agent wrote is safe from a
-// CNI GC: the runtime builds its list of valid attachments before it
-// calls, so an attachment set up meanwhile may be missing from it.
-const gcRecentWrite = time.Minute
-
 // gcConfig is the part of a CNI 1.1 GC request this agent reads.
 type gcConfig struct {
 	ValidAttachments []struct {
@@ -52,7 +47,7 @@ func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
 	start := time.Now()
 	var errs []error
 	for _, e := range a.idx.onNode(a.opts.NodeName, network) {
-		if a.idx.writtenSince(e.name, start.Add(-gcRecentWrite)) {
+		if a.opts.CNIGCMinAge > 0 && a.idx.writtenSince(e.name, start.Add(-a.opts.CNIGCMinAge)) {
 			// Written here since the runtime may have built its list: an
 			// ADD that finished just before this GC.
 			continue

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/ipkeeper/ipkeeper/pkg/agent"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
 	"github.com/ipkeeper/ipkeeper/pkg/reservation"
@@ -344,7 +345,9 @@ func TestAgentGC(t *testing.T) {
 	const network = "gc-net"
 	conf := framework.NetConf(network, map[string]any{"range": "10.66.0.0/24"})
 	otherConf := framework.NetConf("gc-other-net", map[string]any{"range": "10.67.0.0/24"})
-	here, there := cp.StartAgent(t, "node-g1"), cp.StartAgent(t, "node-g2")
+	// Every reservation here was just written: spare none (--cni-gc-min-age).
+	noMinAge := func(o *agent.Options) { o.CNIGCMinAge = -1 }
+	here, there := cp.StartAgent(t, "node-g1", noMinAge), cp.StartAgent(t, "node-g2", noMinAge)
 	local := cp.CreatePods(t, ns, here.Node, "local", 3)
 	remote := cp.CreatePods(t, ns, there.Node, "remote", 1)[0]
 	for _, p := range local {
