@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -82,15 +83,17 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 			return ips, nil
 		}
 		if !apierrors.IsConflict(err) {
-			// The write may have been applied (a lost response): what this
-			// call created may be recorded now. It stays the claim's; the
-			// retry finds it.
+			// The write may have been applied (a lost response), so what
+			// this call created may be recorded now: only a fresh read can
+			// tell which of it to drop.
+			a.dropUnrecorded(ctx, claim, created)
 			return nil, fail(reasonInternal, codeTryAgainLater, err)
 		}
 		fresh, gerr := a.claims.Get(ctx, claim.Namespace, claim.Name)
 		if gerr != nil {
 			// The winner may have recorded what this call created (it
-			// adopts a reservation of the claim it finds): keep it.
+			// adopts a reservation of the claim it finds): keep it; the
+			// retry or the next ADD of the claim sorts it out.
 			return nil, fail(reasonClaim, codeTryAgainLater, gerr)
 		}
 		if fresh.UID != claim.UID {
@@ -173,6 +176,24 @@ func (a *Agent) releaseSuperseded(ctx context.Context, req *request, claim *ipam
 		stale = append(stale, e)
 	}
 	_ = a.release(ctx, stale, "claim-status-edited", nil) // logged by release
+}
+
+// dropUnrecorded releases, after a status write whose outcome is unknown,
+// what this call created that the claim, read afresh, does not record,
+// once it records addresses at all (another writer's, or none of ours).
+// With no addresses recorded, or the claim unreadable, everything is kept:
+// the retry reuses it.
+func (a *Agent) dropUnrecorded(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, created []entry) {
+	if len(created) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	fresh, err := a.claims.Get(ctx, claim.Namespace, claim.Name)
+	if err != nil || fresh.UID != claim.UID || len(fresh.Status.IPs) == 0 {
+		return
+	}
+	_ = a.release(ctx, notRecorded(created, fresh.Status.IPs), "claim-race", nil) // logged by release
 }
 
 // notRecorded returns the entries whose address is not in a claim's status.

@@ -193,6 +193,8 @@ type fakeClaims struct {
 	beforeStatus func(c *ipamclaimsv1alpha1.IPAMClaim)
 	// failAfterStatus, once, is returned after a status write was applied.
 	failAfterStatus error
+	// failStatus, once, is returned instead of applying a status write.
+	failStatus error
 }
 
 var claimsGR = schema.GroupResource{Group: "k8s.cni.cncf.io", Resource: "ipamclaims"}
@@ -246,6 +248,10 @@ func (f *fakeClaims) UpdateStatus(_ context.Context, c *ipamclaimsv1alpha1.IPAMC
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.failStatus; err != nil {
+		f.failStatus = nil
+		return err
+	}
 	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
 	o, ok := f.claims[key]
 	if !ok {

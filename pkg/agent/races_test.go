@@ -365,3 +365,43 @@ func TestLostClaimStatusResponseKeepsReservations(t *testing.T) {
 		t.Fatalf("retried ADD = %v, %v; want the recorded %v", ips, err, got.Status.IPs)
 	}
 }
+
+// A status write that failed without being applied, while the other node
+// recorded its own addresses: what this call created and the claim does
+// not record is released (not left to the claim unseen), the rest kept.
+func TestFailedClaimStatusWriteDropsOnlyUnrecorded(t *testing.T) {
+	store := newFakeStore()
+	claim := testClaim("claim-uid-failed")
+	claims := newFakeClaims(claim)
+	a := newTestAgent(t, store, claims)
+	pod := testPod("virt-launcher-vm1-abcde", "pod-uid-7")
+	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: claim.Name, UID: claim.UID}
+	var winner []string
+	claims.beforeStatus = func(c *ipamclaimsv1alpha1.IPAMClaim) {
+		// The other node recorded the same IPv4 (same seed) and its own IPv6.
+		v4, _ := parseClaimIP(c.Status.IPs[0])
+		w6 := store.put(&ipkeeperv1alpha1.IPReservation{
+			ObjectMeta: metav1.ObjectMeta{Name: reservation.Name("blue", netip.MustParseAddr("fd00::77"))},
+			Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: "fd00::77", Owner: owner, InterfaceName: "net1", Node: "node-b"},
+		})
+		winner = []string{v4.String() + "/24", w6.Spec.IP + "/120"}
+		claims.setStatusIPs("vms", claim.Name, winner...)
+	}
+	claims.failStatus = errors.New("etcdserver: request timed out")
+	if _, err := a.allocateForClaim(context.Background(), testRequest(t, cniproto.CmdAdd, dualStackConf, "s", pod), pod, claim.Name); err == nil {
+		t.Fatal("ADD succeeded although its status write failed")
+	}
+	var held []string
+	for _, r := range reservationsOwnedBy(store, claim.UID) {
+		held = append(held, r.Spec.IP)
+	}
+	if len(held) != len(winner) {
+		t.Fatalf("the claim holds %v, want exactly the recorded %v", held, winner)
+	}
+	for _, s := range winner {
+		ip, _ := parseClaimIP(s)
+		if _, ok := store.get(reservation.Name("blue", ip)); !ok {
+			t.Errorf("recorded %s lost its reservation", s)
+		}
+	}
+}
