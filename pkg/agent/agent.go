@@ -335,12 +335,9 @@ func (u untilReady) GC(ctx context.Context, req *cniproto.Request) error {
 	return u.a.GC(ctx, req)
 }
 
-func (u untilReady) Status(ctx context.Context) error {
-	if err := u.a.notReady(); err != nil {
-		return err // the server reports it as "plugin not available"
-	}
-	return u.a.Status(ctx)
-}
+// Status says why the agent is not ready; the server reports it as
+// "plugin not available".
+func (u untilReady) Status(ctx context.Context) error { return u.a.Status(ctx) }
 
 func (a *Agent) onReservation(obj any) {
 	if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {

@@ -67,10 +67,5 @@ func (a *Agent) checkClaim(ctx context.Context, req *request, pod *corev1.Pod, c
 	return nil
 }
 
-// Status reports whether the agent can serve: caches synced.
-func (a *Agent) Status(_ context.Context) error {
-	if !a.ready.Load() {
-		return fmt.Errorf("ipkeeper-agent on node %s is starting: caches not synced yet", a.opts.NodeName)
-	}
-	return nil
-}
+// Status reports whether the agent can serve, and if not, why.
+func (a *Agent) Status(_ context.Context) error { return a.notReady() }
