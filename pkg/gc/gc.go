@@ -199,9 +199,20 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		}
 		return reqs
 	}
+	// An owner deleted and re-created under its name while a watch was
+	// down comes back from the relist as an update to another UID, not as
+	// a delete: both mean the old owner is gone.
 	onDelete := handler.Funcs{
 		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			for _, req := range byOwnerUID(ctx, e.Object) {
+				q.Add(req)
+			}
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if e.ObjectOld.GetUID() == e.ObjectNew.GetUID() {
+				return
+			}
+			for _, req := range byOwnerUID(ctx, e.ObjectOld) {
 				q.Add(req)
 			}
 		},
