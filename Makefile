@@ -5,7 +5,7 @@ SHELL := /usr/bin/env bash
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN_DIR ?= $(CURDIR)/bin
-LDFLAGS := -s -w -X github.com/ipkeeper/ipkeeper/pkg/version.Version=$(VERSION)
+LDFLAGS := -s -w -X github.com/ipkeeper/ipkeeper/internal/version.Version=$(VERSION)
 GO_TEST_FLAGS ?= -race -count=1
 
 # Paths of the pinned tool binaries (built by `make tools`, cached outside the checkout).
@@ -32,8 +32,8 @@ generate: ## Regenerate deepcopy code, CRD manifests and RBAC roles.
 	bash hack/tools.sh controller-gen
 	$(IPKEEPER_CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./pkg/apis/...
 	$(IPKEEPER_CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=manifests/crds
-	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-controller paths=./pkg/controller/... output:rbac:artifacts:config=manifests/rbac/controller
-	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-agent paths=./pkg/agent/... output:rbac:artifacts:config=manifests/rbac/agent
+	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-controller paths=./internal/controller/... output:rbac:artifacts:config=manifests/rbac/controller
+	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-agent paths=./internal/agent/... output:rbac:artifacts:config=manifests/rbac/agent
 	go run ./hack/crdgen -crd-dir manifests/crds -test-crd-dir tests/crds
 
 .PHONY: verify-generated
@@ -49,7 +49,7 @@ lint: ## gofmt check, go vet, and golangci-lint.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no control plane).
-	go test $(GO_TEST_FLAGS) ./pkg/... ./cmd/... ./hack/...
+	go test $(GO_TEST_FLAGS) ./pkg/... ./internal/... ./cmd/... ./hack/...
 
 .PHONY: test-integration
 test-integration: tools ## Integration tests on a real etcd + kube-apiserver + kube-controller-manager.
@@ -95,4 +95,4 @@ demo: ## Walk through a VM keeping its address (root: network namespaces and bri
 .PHONY: bench
 bench: tools ## Allocation storm on a real control plane vs. the raw API create rate (same run), plus allocator micro-benchmarks.
 	go test -run '^$$' -bench . -benchtime=1x -count=1 -v ./tests/bench/
-	go test -run '^$$' -bench . -benchmem ./pkg/allocator/
+	go test -run '^$$' -bench . -benchmem ./internal/allocator/

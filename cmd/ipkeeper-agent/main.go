@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/ipkeeper/ipkeeper/pkg/agent"
-	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
-	"github.com/ipkeeper/ipkeeper/pkg/version"
+	"github.com/ipkeeper/ipkeeper/internal/agent"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/version"
 )
 
 type options struct {

@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/ipkeeper/ipkeeper/pkg/controller"
-	"github.com/ipkeeper/ipkeeper/pkg/version"
+	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/version"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }

@@ -4,7 +4,7 @@
 package main
 
 import (
-	"github.com/ipkeeper/ipkeeper/pkg/cnishim"
+	"github.com/ipkeeper/ipkeeper/internal/cnishim"
 )
 
 // version is set at build time:

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 )
 
 // Defaults of the short run `make test` does; CHAOS_SEED and

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 )
 
 // Claim-backed pods, as a VM's launcher pods: each references its slot's

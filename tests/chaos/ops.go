@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
-	"github.com/ipkeeper/ipkeeper/pkg/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 )
 
 // slot is a place for one pod at a time, on a fixed node and network. A

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
-	"github.com/ipkeeper/ipkeeper/pkg/claimname"
-	"github.com/ipkeeper/ipkeeper/pkg/claims"
-	"github.com/ipkeeper/ipkeeper/pkg/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/claimname"
+	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

@@ -18,8 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipkeeper/ipkeeper/pkg/agent"
-	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/agent"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 )
 
 // Agent is an in-process ipkeeper-agent standing for one node, with its own

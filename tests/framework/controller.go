@@ -22,10 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/ipkeeper/ipkeeper/pkg/controller"
-	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
-	"github.com/ipkeeper/ipkeeper/pkg/netselect"
-	"github.com/ipkeeper/ipkeeper/pkg/webhook"
+	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/webhook"
 )
 
 var setLoggerOnce sync.Once

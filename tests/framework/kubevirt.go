@@ -14,8 +14,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
-	"github.com/ipkeeper/ipkeeper/pkg/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/netselect"
 )
 
 // KubeVirtSim stands in for KubeVirt, which cannot run here (no kubelet, no

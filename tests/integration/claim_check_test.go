@@ -6,8 +6,8 @@ import (
 	"time"
 
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
-	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
-	"github.com/ipkeeper/ipkeeper/pkg/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

@@ -23,8 +23,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/pkg/certs"
-	"github.com/ipkeeper/ipkeeper/pkg/controller"
+	"github.com/ipkeeper/ipkeeper/internal/certs"
+	"github.com/ipkeeper/ipkeeper/internal/controller"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

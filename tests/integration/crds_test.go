@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
-	"github.com/ipkeeper/ipkeeper/pkg/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 )
 
 func newReservation(network, ip string) *ipkeeperv1alpha1.IPReservation {

@@ -13,11 +13,11 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/pkg/agent"
+	"github.com/ipkeeper/ipkeeper/internal/agent"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
-	"github.com/ipkeeper/ipkeeper/pkg/claims"
-	"github.com/ipkeeper/ipkeeper/pkg/cniproto"
-	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/ipkeeper/ipkeeper/pkg/controller"
-	"github.com/ipkeeper/ipkeeper/pkg/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/netselect"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

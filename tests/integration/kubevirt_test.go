@@ -12,10 +12,10 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/pkg/claimname"
-	"github.com/ipkeeper/ipkeeper/pkg/claims"
-	"github.com/ipkeeper/ipkeeper/pkg/controller"
-	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/claimname"
+	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

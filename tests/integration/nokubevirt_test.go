@@ -14,10 +14,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
-	"github.com/ipkeeper/ipkeeper/pkg/claimname"
-	"github.com/ipkeeper/ipkeeper/pkg/controller"
-	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
-	"github.com/ipkeeper/ipkeeper/pkg/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/claimname"
+	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/netselect"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
-	"github.com/ipkeeper/ipkeeper/pkg/controller"
+	"github.com/ipkeeper/ipkeeper/internal/controller"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

@@ -18,14 +18,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ipkeeper/ipkeeper/pkg/kubevirt"
-	"github.com/ipkeeper/ipkeeper/pkg/netselect"
-	"github.com/ipkeeper/ipkeeper/pkg/webhook"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/webhook"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
 // shippedWebhook reads manifests/base/webhook's configuration and checks its
-// scope is pkg/webhook's (the controller writes that one back).
+// scope is internal/webhook's (the controller writes that one back).
 func shippedWebhook(t *testing.T) *admissionregistrationv1.MutatingWebhookConfiguration {
 	t.Helper()
 	data, err := os.ReadFile(repoPath(t, "manifests", "base", "webhook", "mutatingwebhookconfiguration.yaml"))
@@ -41,10 +41,10 @@ func shippedWebhook(t *testing.T) *admissionregistrationv1.MutatingWebhookConfig
 	}
 	w := &whc.Webhooks[0]
 	if !reflect.DeepEqual(w.MatchConditions, webhook.MatchConditions()) {
-		t.Fatalf("manifest matchConditions %+v differ from pkg/webhook's %+v", w.MatchConditions, webhook.MatchConditions())
+		t.Fatalf("manifest matchConditions %+v differ from internal/webhook's %+v", w.MatchConditions, webhook.MatchConditions())
 	}
 	if !reflect.DeepEqual(w.Rules, webhook.Rules()) {
-		t.Fatalf("manifest rules %+v differ from pkg/webhook's %+v", w.Rules, webhook.Rules())
+		t.Fatalf("manifest rules %+v differ from internal/webhook's %+v", w.Rules, webhook.Rules())
 	}
 	return &whc
 }

@@ -1,0 +1,391 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	ipkscheme "github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+)
+
+// Options configure an Agent.
+type Options struct {
+	// NodeName is the node this agent serves; pods are cached for it only.
+	NodeName string
+	// SocketPath is the unix socket the CNI shim talks to.
+	SocketPath string
+	// CNIBinDir, when set, receives a copy of PluginSource named "ipkeeper".
+	CNIBinDir    string
+	PluginSource string
+	// MetricsAddr and ProbeAddr, when set, serve /metrics and /healthz, /readyz.
+	MetricsAddr string
+	ProbeAddr   string
+	// Registry receives the agent's metrics; a new one when nil.
+	Registry *prometheus.Registry
+	// Logger for structured logs; slog.Default() when nil.
+	Logger *slog.Logger
+	// ClaimWaitTimeout bounds how long an ADD waits for the IPAMClaim it
+	// references to be created (default 30s).
+	ClaimWaitTimeout time.Duration
+	// CNIGCMinAge spares, from a CNI GC, reservations this agent wrote
+	// less than this long ago: the runtime builds its list of valid
+	// attachments before it calls, so one set up meanwhile may be missing
+	// from it. Negative means none are spared; zero means the default (1m).
+	CNIGCMinAge time.Duration
+	// MultusDefaultNetworks is the number of Multus defaultNetworks (from
+	// Multus' configuration), needed to tell which networks annotation
+	// element a positional net<N> interface is; negative when unknown, and
+	// then an attachment that only its position could identify is refused.
+	MultusDefaultNetworks int
+	// MultusSystemNamespaces are Multus' systemNamespaces, whose pods get no
+	// default networks; nil means Multus' default, kube-system.
+	MultusSystemNamespaces []string
+}
+
+// Agent serves CNI requests for one node. It implements cniproto.Handler.
+type Agent struct {
+	opts   Options
+	log    *slog.Logger
+	cache  cache.Cache
+	store  Store
+	claims ClaimStore
+	pods   *podLookup
+	idx    *index
+	locks  *keyLocks
+	// uncertain remembers creates whose response was lost.
+	uncertain *uncertainCreates
+	metrics   *metrics
+	ready     atomic.Bool // caches synced
+	serving   atomic.Bool // socket listening
+	// waiting says what start-up waits for while not ready, for /readyz,
+	// STATUS and the errors of requests that arrive meanwhile.
+	waiting atomic.Pointer[string]
+}
+
+var _ cniproto.Handler = (*Agent)(nil)
+
+// New builds an agent talking to the API server of cfg. Nothing runs until Run.
+func New(cfg *rest.Config, opts Options) (*Agent, error) {
+	if opts.NodeName == "" {
+		return nil, errors.New("node name is required (--node-name, usually from the downward API spec.nodeName)")
+	}
+	if opts.SocketPath == "" {
+		opts.SocketPath = cniproto.DefaultSocketPath
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.ClaimWaitTimeout <= 0 {
+		opts.ClaimWaitTimeout = 30 * time.Second
+	}
+	if opts.CNIGCMinAge == 0 {
+		opts.CNIGCMinAge = time.Minute
+	}
+	s, err := ipkscheme.New()
+	if err != nil {
+		return nil, err
+	}
+	live, err := client.NewWithWatch(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return nil, fmt.Errorf("creating API client: %w", err)
+	}
+	// IPReservations get their transform as the default rather than from
+	// ByObject: a ByObject entry is resolved against the API server here,
+	// and would fail New before the CRD is installed (start waits for it).
+	c, err := cache.New(cfg, cache.Options{
+		Scheme: s,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {
+				Field:     fields.OneTermEqualSelector("spec.nodeName", opts.NodeName),
+				Transform: trimPod,
+			},
+		},
+		DefaultTransform: trimReservation,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating caches: %w", err)
+	}
+	a := &Agent{
+		opts:  opts,
+		log:   opts.Logger.With("node", opts.NodeName),
+		cache: c,
+		pods:  &podLookup{cached: c, live: live, node: opts.NodeName},
+		idx:   newIndex(),
+		locks: newKeyLocks(),
+
+		uncertain: newUncertainCreates(),
+	}
+	a.setWaiting("caches not synced yet")
+	if a.metrics, err = newMetrics(opts.Registry, a.idx.len); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	a.store = &apiStore{c: live, metrics: a.metrics}
+	a.pods.metrics = a.metrics
+	a.claims = &apiClaimStore{c: live, metrics: a.metrics}
+	return a, nil
+}
+
+// Run starts the caches, installs the CNI binary, serves the socket (and
+// metrics and probes) and blocks until ctx is done.
+//
+// The socket is served from the start so that the plugin's STATUS, and
+// requests that come early, learn why the agent is not ready (for example
+// a missing CRD) instead of finding no agent; requests other than STATUS
+// are refused with "try again later" until the caches have synced.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 4)
+	if a.opts.ProbeAddr != "" {
+		go func() { errc <- serveHTTP(ctx, a.opts.ProbeAddr, a.probeHandler()) }()
+	}
+	if a.opts.MetricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{}))
+		go func() { errc <- serveHTTP(ctx, a.opts.MetricsAddr, mux) }()
+	}
+	// The plugin is installed at once: until the agent is ready it answers
+	// with the reason, which says more than a plugin missing from the node.
+	if a.opts.CNIBinDir != "" {
+		dst, err := installPlugin(a.opts.PluginSource, a.opts.CNIBinDir)
+		if err != nil {
+			return err
+		}
+		a.log.Info("installed the CNI plugin", "path", dst)
+	}
+	ln, err := cniproto.Listen(a.opts.SocketPath)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", a.opts.SocketPath, err)
+	}
+	a.serving.Store(true)
+	go func() { errc <- cniproto.ServeListener(ctx, ln, cniproto.NewHTTPHandler(untilReady{a}, a.log)) }()
+
+	started := make(chan error, 1)
+	go func() { started <- a.start(ctx) }()
+	select {
+	case err := <-started:
+		if err != nil && ctx.Err() != nil {
+			// Stopped while starting (e.g. still waiting for the CRD): a
+			// clean shutdown, not a failure.
+			a.serving.Store(false)
+			return <-errc
+		}
+		if err != nil {
+			return err
+		}
+	case err := <-errc:
+		return err
+	}
+	a.ready.Store(true)
+	a.waiting.Store(nil)
+	a.log.Info("serving CNI requests", "socket", a.opts.SocketPath, "reservations", a.idx.len())
+	select {
+	case <-ctx.Done():
+		a.serving.Store(false)
+		// Let the socket server drain; it returns once in-flight requests finish.
+		return <-errc
+	case err := <-errc:
+		return err
+	}
+}
+
+// start runs the informers and waits until the index holds every reservation.
+func (a *Agent) start(ctx context.Context) error {
+	resInf, err := a.reservationInformer(ctx)
+	if err != nil {
+		return err
+	}
+	reg, err := resInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    a.onReservation,
+		UpdateFunc: func(_, obj any) { a.onReservation(obj) },
+		DeleteFunc: a.onReservationDeleted,
+	})
+	if err != nil {
+		return fmt.Errorf("reservation informer handler: %w", err)
+	}
+	if _, err := a.cache.GetInformer(ctx, &corev1.Pod{}); err != nil {
+		return fmt.Errorf("pod informer: %w", err)
+	}
+	go func() {
+		if err := a.cache.Start(ctx); err != nil {
+			a.log.Error("caches stopped", "error", err)
+		}
+	}()
+	start := time.Now()
+	a.setWaiting("caches not synced yet")
+	if !a.cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		return fmt.Errorf("caches did not sync: %w", context.Cause(ctx))
+	}
+	a.log.Info("caches synced", "reservations", a.idx.len(), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// reservationCRD names the CRD the agent cannot work without.
+const reservationCRD = "ipreservations.ipkeeper.io"
+
+// missingCRD is the not-ready reason while the IPReservation CRD is absent.
+const missingCRD = "the IPReservation CRD (" + reservationCRD + ") is not installed; " +
+	"install ipkeeper's CRDs (kubectl apply --server-side -k manifests/crds, see docs/install.md) and the agent becomes ready without a restart"
+
+// CRD polling backs off to crdPollMax: every agent of the cluster polls
+// discovery while the CRD is missing.
+const (
+	crdPollMin = 500 * time.Millisecond
+	crdPollMax = 10 * time.Second
+)
+
+// reservationInformer returns the IPReservation informer, waiting while the
+// CRD is not installed (an agent may start before it, e.g. when a
+// DaemonSet and the CRDs are applied together).
+func (a *Agent) reservationInformer(ctx context.Context) (cache.Informer, error) {
+	var lastLog time.Time
+	delay := crdPollMin
+	for {
+		inf, err := a.cache.GetInformer(ctx, &ipkeeperv1alpha1.IPReservation{})
+		if err == nil {
+			if !lastLog.IsZero() {
+				a.log.Info("the IPReservation CRD is installed; starting", "crd", reservationCRD)
+			}
+			return inf, nil
+		}
+		if !meta.IsNoMatchError(err) {
+			return nil, fmt.Errorf("reservation informer: %w", err)
+		}
+		a.setWaiting(missingCRD)
+		if time.Since(lastLog) >= time.Minute {
+			a.log.Warn("waiting for the IPReservation CRD: "+missingCRD, "crd", reservationCRD)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the IPReservation CRD %s: %w", reservationCRD, context.Cause(ctx))
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, crdPollMax)
+	}
+}
+
+// setWaiting records what start-up waits for.
+func (a *Agent) setWaiting(reason string) { a.waiting.Store(&reason) }
+
+// notReady returns why the agent does not serve yet, or nil when it does.
+func (a *Agent) notReady() error {
+	if a.Ready() {
+		return nil
+	}
+	why := "not serving"
+	if w := a.waiting.Load(); w != nil {
+		why = *w
+	}
+	return fmt.Errorf("ipkeeper-agent on node %s is not ready: %s", a.opts.NodeName, why)
+}
+
+// untilReady refuses CNI requests until the agent is ready: before its
+// caches have synced the index is incomplete, so an ADD could pick a held
+// address and a DEL could miss what it must release. They fail with "try
+// again later"; STATUS says why the plugin is not available.
+type untilReady struct{ a *Agent }
+
+func (u untilReady) Add(ctx context.Context, req *cniproto.Request) (*types100.Result, error) {
+	if err := u.a.notReady(); err != nil {
+		return nil, cniError(codeTryAgainLater, err)
+	}
+	return u.a.Add(ctx, req)
+}
+
+func (u untilReady) Del(ctx context.Context, req *cniproto.Request) error {
+	if err := u.a.notReady(); err != nil {
+		return cniError(codeTryAgainLater, err)
+	}
+	return u.a.Del(ctx, req)
+}
+
+func (u untilReady) Check(ctx context.Context, req *cniproto.Request) error {
+	if err := u.a.notReady(); err != nil {
+		return cniError(codeTryAgainLater, err)
+	}
+	return u.a.Check(ctx, req)
+}
+
+func (u untilReady) GC(ctx context.Context, req *cniproto.Request) error {
+	if err := u.a.notReady(); err != nil {
+		return cniError(codeTryAgainLater, err)
+	}
+	return u.a.GC(ctx, req)
+}
+
+// Status says why the agent is not ready; the server reports it as
+// "plugin not available".
+func (u untilReady) Status(ctx context.Context) error { return u.a.Status(ctx) }
+
+func (a *Agent) onReservation(obj any) {
+	if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
+		if e, ok := entryOf(r); ok {
+			a.idx.observe(e)
+		}
+	}
+}
+
+func (a *Agent) onReservationDeleted(obj any) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
+		a.idx.remove(r.Name, r.UID)
+	}
+}
+
+// Ready reports whether the agent serves CNI requests.
+func (a *Agent) Ready() bool { return a.ready.Load() && a.serving.Load() }
+
+func (a *Agent) probeHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.notReady(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return mux
+}
+
+func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving %s: %w", addr, err)
+	}
+	return nil
+}

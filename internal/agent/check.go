@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
+)
+
+// Check verifies the attachment still holds one reservation per configured
+// range: made for this sandbox for a pod attachment; for a claim-backed
+// one, the claim's recorded address, reserved for the claim.
+func (a *Agent) Check(ctx context.Context, creq *cniproto.Request) (err error) {
+	defer a.metrics.observe(cniproto.CmdCheck, time.Now(), &err)
+	req, err := parseRequest(creq)
+	if err != nil {
+		return err
+	}
+	pod, err := a.resolvePod(ctx, req)
+	if err != nil {
+		return err
+	}
+	if req.attach.claim != "" {
+		return a.checkClaim(ctx, req, pod, req.attach.claim)
+	}
+	held := a.idx.attachment(req.cfg.Name, pod.UID, req.IfName)
+	for _, r := range req.cfg.Ranges {
+		e, ok := heldIn(held, r)
+		if !ok {
+			return cniError(codeInternal, fmt.Errorf("pod %s/%s interface %s holds no address in %s of network %q", pod.Namespace, pod.Name, req.IfName, r, req.cfg.Name))
+		}
+		if e.containerID != req.ContainerID {
+			return cniError(codeInternal, fmt.Errorf("reservation %s of pod %s/%s belongs to sandbox %s, not %s", e.name, pod.Namespace, pod.Name, e.containerID, req.ContainerID))
+		}
+	}
+	return nil
+}
+
+// checkClaim verifies that the claim records an address in every range
+// and that each is reserved for the claim.
+func (a *Agent) checkClaim(ctx context.Context, req *request, pod *corev1.Pod, claimName string) error {
+	claim, err := a.claims.Get(ctx, pod.Namespace, claimName)
+	if err != nil {
+		return cniError(codeTryAgainLater, fmt.Errorf("pod %s/%s interface %s: %w", pod.Namespace, pod.Name, req.IfName, err))
+	}
+	for _, r := range req.cfg.Ranges {
+		found := false
+		for _, s := range claim.Status.IPs {
+			ip, err := parseClaimIP(s)
+			if err != nil || !r.Subnet.Contains(ip) {
+				continue
+			}
+			found = true
+			e, ok := a.idx.get(reservation.Name(req.cfg.Name, ip))
+			if !ok || e.owner.UID != claim.UID {
+				return cniError(codeInternal, fmt.Errorf("IPAMClaim %s/%s records %s, but it is not reserved for the claim on network %q", claim.Namespace, claim.Name, ip, req.cfg.Name))
+			}
+		}
+		if !found {
+			return cniError(codeInternal, fmt.Errorf("IPAMClaim %s/%s of pod %s/%s interface %s records no address in %s of network %q", claim.Namespace, claim.Name, pod.Namespace, pod.Name, req.IfName, r, req.cfg.Name))
+		}
+	}
+	return nil
+}
+
+// Status reports whether the agent can serve, and if not, why.
+func (a *Agent) Status(_ context.Context) error { return a.notReady() }

@@ -1,0 +1,283 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
+)
+
+// The IPsAllocated condition and its reasons, as OVN-Kubernetes writes
+// them, so tools reading claims work with either IPAM.
+const (
+	conditionIPsAllocated = "IPsAllocated"
+	condReasonAllocated   = "SuccessfulAllocation"
+	condReasonExhausted   = "SubnetExhausted"
+	condReasonConflict    = "IPAddressConflict"
+	condReasonInternal    = "InternalError"
+)
+
+// maxStatusRaces bounds the re-reads when another pod (the other side of a
+// live migration) writes the claim's status at the same time.
+const maxStatusRaces = 5
+
+// allocateForClaim returns the addresses of the IPAMClaim the attachment
+// references: those in its status, or new ones owned by the claim, written
+// into its status. Reservations are created before the status is written
+// and are found by owner UID on a retry, so a crash in between neither
+// leaks nor changes the addresses.
+func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.Pod, claimName string) ([]netip.Prefix, error) {
+	network := req.cfg.Name
+	if err := a.persistentIPsAllowed(ctx, req, pod, claimName); err != nil {
+		return nil, err
+	}
+	claim, err := a.claims.Wait(ctx, pod.Namespace, claimName, a.opts.ClaimWaitTimeout)
+	if err != nil {
+		return nil, fail(reasonClaim, codeTryAgainLater, fmt.Errorf("pod %s/%s interface %s: %w", pod.Namespace, pod.Name, req.IfName, err))
+	}
+	if err := a.mayUseClaim(ctx, pod, claim); err != nil {
+		return nil, err
+	}
+	if claim.Spec.Network != "" && claim.Spec.Network != network {
+		return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
+			"IPAMClaim %s/%s is for network %q (spec.network), but pod %s/%s interface %s attaches to network %q",
+			claim.Namespace, claim.Name, claim.Spec.Network, pod.Namespace, pod.Name, req.IfName, network))
+	}
+	h := holder{
+		owner:  ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
+		ifName: req.IfName,
+	}
+	defer a.locks.lock(h.key(network))()
+
+	for range maxStatusRaces {
+		var ips []netip.Prefix
+		var created []entry
+		recorded := len(claim.Status.IPs) > 0
+		if recorded {
+			ips, err = a.recordedAddresses(ctx, req, claim, h)
+		} else {
+			ips, created, err = a.reserve(ctx, req, h, nil)
+		}
+		if err != nil {
+			a.reportClaimFailure(ctx, claim, err)
+			return nil, err
+		}
+		err = a.writeClaimAllocated(ctx, claim, ips, pod)
+		if err == nil {
+			if recorded {
+				a.releaseSuperseded(ctx, req, claim, h)
+			}
+			return ips, nil
+		}
+		if !apierrors.IsConflict(err) {
+			// The write may have been applied (a lost response), so what
+			// this call created may be recorded now: only a fresh read can
+			// tell which of it to drop.
+			a.dropUnrecorded(ctx, claim, created)
+			return nil, fail(reasonInternal, codeTryAgainLater, err)
+		}
+		fresh, gerr := a.claims.Get(ctx, claim.Namespace, claim.Name)
+		if gerr != nil {
+			// The winner may have recorded what this call created (it
+			// adopts a reservation of the claim it finds): keep it; the
+			// retry or the next ADD of the claim sorts it out.
+			return nil, fail(reasonClaim, codeTryAgainLater, gerr)
+		}
+		if fresh.UID != claim.UID {
+			// Owned by the old claim, which no new claim can adopt.
+			_ = a.release(context.WithoutCancel(ctx), created, "rollback", nil)
+			return nil, fail(reasonClaim, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s was recreated during the ADD; retry", claim.Namespace, claim.Name))
+		}
+		if len(fresh.Status.IPs) > 0 && !sameAddresses(fresh.Status.IPs, ips) {
+			// The other writer's addresses win. Drop only what this call
+			// created, and never an address the winner recorded.
+			_ = a.release(context.WithoutCancel(ctx), notRecorded(created, fresh.Status.IPs), "claim-race", nil)
+		}
+		claim = fresh
+	}
+	return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s: status kept changing under %d attempts; retry", claim.Namespace, claim.Name, maxStatusRaces))
+}
+
+// recordedAddresses returns the addresses in the claim's status, each
+// checked as usable on the network as it is configured now, making sure
+// each has a reservation owned by the claim. Reservations the claim holds
+// on the network for other addresses (its status was edited) are released.
+func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipamclaimsv1alpha1.IPAMClaim, h holder) ([]netip.Prefix, error) {
+	network := req.cfg.Name
+	var ips []netip.Prefix
+	for i, s := range claim.Status.IPs {
+		ip, err := parseClaimIP(s)
+		if err != nil {
+			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("IPAMClaim %s/%s status.ips[%d] %q: %w", claim.Namespace, claim.Name, i, s, err))
+		}
+		// An address the network does not hand out is a configuration
+		// problem (of the network or of the claim), not a passing one.
+		r, ok := req.cfg.RangeFor(ip)
+		if !ok {
+			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
+				"IPAMClaim %s/%s holds %s (status.ips[%d]), which is outside every range of network %q; nothing was released: fix the network's ranges or delete the claim",
+				claim.Namespace, claim.Name, ip, i, network))
+		}
+		if err := allocator.Usable(r, ip); err != nil {
+			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
+				"IPAMClaim %s/%s holds %s (status.ips[%d]), which network %q does not hand out: %w; nothing was released: fix the network's configuration or delete the claim",
+				claim.Namespace, claim.Name, ip, i, network, err))
+		}
+		if e, ok := a.idx.get(reservation.Name(network, ip)); !ok || e.owner.UID != claim.UID {
+			if _, _, err := a.createOrAdopt(ctx, req, ip, h); errors.Is(err, ErrTaken) {
+				return nil, fail(reasonConflict, codeInternal, fmt.Errorf("IPAMClaim %s/%s: %w", claim.Namespace, claim.Name,
+					a.describeHolder(ctx, "address", network, ip, claim.Namespace)))
+			} else if err != nil {
+				return nil, err
+			}
+		}
+		ips = append(ips, netip.PrefixFrom(ip, r.Subnet.Bits()))
+	}
+	return ips, nil
+}
+
+// releaseSuperseded releases the claim's reservations on the network of
+// addresses its status no longer records (status.ips was edited), judged
+// against the claim as it is now, not as read at the start of the ADD.
+// One made on another node is first taken over (spec.node set to this
+// node), as the node-bound admission policy lets an agent delete only its
+// own node's reservations. Failures are logged: the next ADD tries again.
+func (a *Agent) releaseSuperseded(ctx context.Context, req *request, claim *ipamclaimsv1alpha1.IPAMClaim, h holder) {
+	network := req.cfg.Name
+	if len(notRecorded(a.held(network, h), claim.Status.IPs)) == 0 {
+		return
+	}
+	fresh, err := a.claims.Get(ctx, claim.Namespace, claim.Name)
+	if err != nil || fresh.UID != claim.UID || len(fresh.Status.IPs) == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	var stale []entry
+	for _, e := range notRecorded(a.held(network, h), fresh.Status.IPs) {
+		if e.node != a.opts.NodeName {
+			if e, err = a.takeOver(ctx, e, req, false); err != nil {
+				a.log.Error("taking over a superseded claim reservation", "reservation", e.name, "error", err)
+				continue
+			}
+		}
+		stale = append(stale, e)
+	}
+	_ = a.release(ctx, stale, "claim-status-edited", nil) // logged by release
+}
+
+// dropUnrecorded releases, after a status write whose outcome is unknown,
+// what this call created that the claim, read afresh, does not record,
+// once it records addresses at all (another writer's, or none of ours).
+// With no addresses recorded, or the claim unreadable, everything is kept:
+// the retry reuses it.
+func (a *Agent) dropUnrecorded(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, created []entry) {
+	if len(created) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	fresh, err := a.claims.Get(ctx, claim.Namespace, claim.Name)
+	if err != nil || fresh.UID != claim.UID || len(fresh.Status.IPs) == 0 {
+		return
+	}
+	_ = a.release(ctx, notRecorded(created, fresh.Status.IPs), "claim-race", nil) // logged by release
+}
+
+// notRecorded returns the entries whose address is not in a claim's status.
+func notRecorded(entries []entry, status []string) []entry {
+	var out []entry
+	for _, e := range entries {
+		if !slices.ContainsFunc(status, func(s string) bool { ip, err := parseClaimIP(s); return err == nil && ip == e.ip }) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// writeClaimAllocated records the addresses, the pod that most recently
+// attached with the claim, and IPsAllocated=True. Nothing is written when
+// all three are already so.
+func (a *Agent) writeClaimAllocated(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, ips []netip.Prefix, pod *corev1.Pod) error {
+	updated := claim.DeepCopy()
+	if !sameAddresses(claim.Status.IPs, ips) {
+		// Recorded as written otherwise ("10.0.0.5/24" stays so after the
+		// subnet grew): an agent never rewrites a claim's addresses.
+		updated.Status.IPs = make([]string, len(ips))
+		for i, p := range ips {
+			updated.Status.IPs[i] = p.String()
+		}
+	}
+	updated.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: pod.Name}
+	changedCond := meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
+		Type: conditionIPsAllocated, Status: metav1.ConditionTrue, Reason: condReasonAllocated,
+		Message: fmt.Sprintf("%s allocated on network %q", strings.Join(updated.Status.IPs, ", "), claim.Spec.Network), ObservedGeneration: claim.Generation,
+	})
+	if !changedCond && slices.Equal(updated.Status.IPs, claim.Status.IPs) &&
+		claim.Status.OwnerPod != nil && claim.Status.OwnerPod.Name == pod.Name {
+		return nil
+	}
+	if err := a.claims.UpdateStatus(ctx, updated); err != nil {
+		return err
+	}
+	*claim = *updated
+	return nil
+}
+
+// reportClaimFailure sets IPsAllocated=False with the reason OVN-Kubernetes
+// uses; the addresses in status are left as they are.
+func (a *Agent) reportClaimFailure(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, cause error) {
+	reason := condReasonInternal
+	switch reasonOf(cause) {
+	case reasonExhausted:
+		reason = condReasonExhausted
+	case reasonConflict:
+		reason = condReasonConflict
+	}
+	updated := claim.DeepCopy()
+	if !meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
+		Type: conditionIPsAllocated, Status: metav1.ConditionFalse, Reason: reason, Message: cause.Error(), ObservedGeneration: claim.Generation,
+	}) {
+		return
+	}
+	if err := a.claims.UpdateStatus(ctx, updated); err != nil {
+		a.log.Error("reporting a failed allocation on the claim", "claim", claim.Namespace+"/"+claim.Name, "error", err)
+	}
+}
+
+// parseClaimIP accepts "10.0.0.5/24" (what IPAMs write) or a bare address.
+func parseClaimIP(s string) (netip.Addr, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Addr(), nil
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("not an IP address or CIDR: %w", err)
+	}
+	return ip, nil
+}
+
+func sameAddresses(status []string, ips []netip.Prefix) bool {
+	if len(status) != len(ips) {
+		return false
+	}
+	for i, s := range status {
+		ip, err := parseClaimIP(s)
+		if err != nil || ip != ips[i].Addr() {
+			return false
+		}
+	}
+	return true
+}

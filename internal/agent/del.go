@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+)
+
+// Del releases the ephemeral reservations of an attachment: those owned by
+// a pod on this network, this interface and this sandbox (container ID).
+// Claim-owned reservations are kept. Something already gone is success.
+// Each is released under its attachment's lock, at the version found for
+// this sandbox: one a newer sandbox of the pod took over in the meantime
+// is left alone.
+func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
+	defer a.metrics.observe(cniproto.CmdDel, time.Now(), &err)
+	network, err := networkName(creq.Config)
+	if err != nil {
+		return cniError(codeInvalidConfig, err)
+	}
+	stillThisSandbox := func(r *ipkeeperv1alpha1.IPReservation) bool {
+		return r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerPod && r.Spec.ContainerID == creq.ContainerID && r.Spec.InterfaceName == creq.IfName
+	}
+	var errs []error
+	for _, e := range a.idx.sandbox(network, creq.ContainerID, creq.IfName) {
+		errs = append(errs, a.releaseAttachment(ctx, e, "DEL", stillThisSandbox, false))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cniError(codeTryAgainLater, err)
+	}
+	return nil
+}
+
+// releaseAttachment releases a pod reservation under its attachment's
+// lock (the one ADD takes), if the index still holds that object and
+// still says it should go. With exact, only the version judged (e) may go:
+// any change since, seen in the index or by the API server, keeps it.
+func (a *Agent) releaseAttachment(ctx context.Context, e entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool, exact bool) error {
+	h := holder{owner: e.owner, ifName: e.ifName}
+	defer a.locks.lock(h.key(e.network))()
+	cur, ok := a.idx.get(e.name)
+	if !ok || cur.uid != e.uid || !still(reservationOf(cur)) || (exact && cur.rv != e.rv) {
+		return nil // released, or taken over, while we waited for the lock
+	}
+	if exact {
+		still = nil
+	}
+	return a.release(ctx, []entry{cur}, verb, still)
+}
+
+// networkName reads the network name from a config, falling back to the
+// bare "name" key when the rest does not validate: an attachment made under
+// an older, valid config must still be releasable after the NAD changed.
+func networkName(config []byte) (string, error) {
+	if cfg, err := ipamconfig.Parse(config); err == nil {
+		return cfg.Name, nil
+	}
+	var bare struct {
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal(config, &bare); err != nil {
+		return "", fmt.Errorf("network configuration is not valid JSON: %w", err)
+	}
+	if bare.Name == "" {
+		return "", fmt.Errorf("name: required (the network name identifies the address pool)")
+	}
+	return bare.Name, nil
+}

@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+)
+
+// gcConfig is the part of a CNI 1.1 GC request this agent reads.
+type gcConfig struct {
+	ValidAttachments []struct {
+		ContainerID string `json:"containerID"`
+		IfName      string `json:"ifname"`
+	} `json:"cni.dev/valid-attachments"`
+}
+
+// GC releases this node's ephemeral reservations on the request's network
+// whose attachment (container ID, interface) is not in the runtime's list
+// of valid attachments. Claim-owned reservations and other nodes' are never
+// touched; each is released under its attachment's lock, at the version
+// judged stale: an ADD in flight (a new sandbox taking it over) wins, and
+// so does one that finished shortly before (the runtime's list may predate
+// it).
+func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
+	defer a.metrics.observe(cniproto.CmdGC, time.Now(), &err)
+	network, err := networkName(creq.Config)
+	if err != nil {
+		return cniError(codeInvalidConfig, err)
+	}
+	var gc gcConfig
+	if err := json.Unmarshal(creq.Config, &gc); err != nil {
+		return cniError(codeInvalidConfig, fmt.Errorf("cni.dev/valid-attachments: %w", err))
+	}
+	valid := make(map[[2]string]bool, len(gc.ValidAttachments))
+	for _, v := range gc.ValidAttachments {
+		valid[[2]string{v.ContainerID, v.IfName}] = true
+	}
+	stale := func(r *ipkeeperv1alpha1.IPReservation) bool {
+		return r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerPod && r.Spec.Node == a.opts.NodeName &&
+			!valid[[2]string{r.Spec.ContainerID, r.Spec.InterfaceName}]
+	}
+	start := time.Now()
+	var errs []error
+	for _, e := range a.idx.onNode(a.opts.NodeName, network) {
+		if a.opts.CNIGCMinAge > 0 && a.idx.writtenSince(e.name, start.Add(-a.opts.CNIGCMinAge)) {
+			// Written here since the runtime may have built its list: an
+			// ADD that finished just before this GC.
+			continue
+		}
+		if stale(reservationOf(e)) {
+			errs = append(errs, a.releaseAttachment(ctx, e, "GC", stale, true))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cniError(codeTryAgainLater, err)
+	}
+	return nil
+}

@@ -1,0 +1,208 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"net/netip"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
+)
+
+func mustAddr(t testing.TB, s string) netip.Addr {
+	t.Helper()
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		t.Fatalf("bad test address %q: %v", s, err)
+	}
+	return a
+}
+
+func mustPrefix(t testing.TB, s string) netip.Prefix {
+	t.Helper()
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		t.Fatalf("bad test prefix %q: %v", s, err)
+	}
+	return p
+}
+
+// mustParse parses a network configuration that the test expects to be valid.
+func mustParse(t testing.TB, conf string) *ipamconfig.Config {
+	t.Helper()
+	cfg, err := ipamconfig.Parse([]byte(conf))
+	if err != nil {
+		t.Fatalf("bad test config: %v\n%s", err, conf)
+	}
+	return cfg
+}
+
+// podEntry is an index entry for a pod-owned reservation, named as the
+// agent names it.
+func podEntry(t testing.TB, network, ip string, podUID types.UID, ifName, containerID string) entry {
+	t.Helper()
+	a := mustAddr(t, ip)
+	name := reservation.Name(network, a)
+	return entry{
+		name: name, uid: types.UID("uid-" + name), network: network, ip: a,
+		owner: ipkeeperv1alpha1.ReservationOwner{
+			Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "default", Name: "pod-" + string(podUID), UID: podUID,
+		},
+		ifName: ifName, containerID: containerID, node: "node-a",
+		created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+	}
+}
+
+// claimEntry is an index entry for an IPAMClaim-owned reservation.
+func claimEntry(t testing.TB, network, ip string, claimUID types.UID, ifName string) entry {
+	t.Helper()
+	e := podEntry(t, network, ip, claimUID, ifName, "")
+	e.owner.Kind = ipkeeperv1alpha1.OwnerIPAMClaim
+	e.owner.Name = "claim-" + string(claimUID)
+	return e
+}
+
+// with returns a copy of e changed by f.
+func with(e entry, f func(*entry)) entry {
+	f(&e)
+	return e
+}
+
+// checkIndex fails t when x's maps disagree with each other or hold empty
+// inner maps (which would leak per network, attachment or claim).
+func checkIndex(t testing.TB, x *index) {
+	t.Helper()
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for name, e := range x.byName {
+		if e.name != name {
+			t.Errorf("byName[%q] holds an entry named %q", name, e.name)
+		}
+		if got := x.taken[e.network][e.ip]; got != name {
+			t.Errorf("taken[%q][%s] = %q, want %q", e.network, e.ip, got, name)
+		}
+		k := attachmentKey{e.network, e.owner.UID, e.ifName}
+		_, inPod := x.byPod[k][name]
+		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerPod; inPod != want {
+			t.Errorf("%s (owner kind %s) in byPod = %v, want %v", name, e.owner.Kind, inPod, want)
+		}
+		_, inSandbox := x.bySandbox[sandboxKey{e.network, e.containerID, e.ifName}][name]
+		_, inNode := x.byNode[nodeKey{e.node, e.network}][name]
+		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerPod; inSandbox != want || inNode != want {
+			t.Errorf("%s (owner kind %s) in bySandbox = %v, in byNode = %v, want %v", name, e.owner.Kind, inSandbox, inNode, want)
+		}
+		_, inClaim := x.byClaim[e.owner.UID][name]
+		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim; inClaim != want {
+			t.Errorf("%s (owner kind %s) in byClaim = %v, want %v", name, e.owner.Kind, inClaim, want)
+		}
+	}
+	for uid, m := range x.byClaim {
+		if len(m) == 0 {
+			t.Errorf("byClaim[%q] is an empty map (leak)", uid)
+		}
+		for name := range m {
+			e, ok := x.byName[name]
+			if !ok || e.owner.UID != uid || e.owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim {
+				t.Errorf("byClaim[%q] lists %q, which the index holds as %+v (present: %v)", uid, name, e, ok)
+			}
+		}
+	}
+	for network, m := range x.taken {
+		if len(m) == 0 {
+			t.Errorf("taken[%q] is an empty map (leak)", network)
+		}
+		for ip, name := range m {
+			if e, ok := x.byName[name]; !ok || e.network != network || e.ip != ip {
+				t.Errorf("taken[%q][%s] = %q, which the index holds as %+v (present: %v)", network, ip, name, e, ok)
+			}
+		}
+	}
+	for k, m := range x.bySandbox {
+		for name := range m {
+			if e, ok := x.byName[name]; !ok || (sandboxKey{e.network, e.containerID, e.ifName}) != k {
+				t.Errorf("bySandbox[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
+			}
+		}
+		if len(m) == 0 {
+			t.Errorf("bySandbox[%+v] is an empty map (leak)", k)
+		}
+	}
+	for k, m := range x.byNode {
+		for name := range m {
+			if e, ok := x.byName[name]; !ok || (nodeKey{e.node, e.network}) != k {
+				t.Errorf("byNode[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
+			}
+		}
+		if len(m) == 0 {
+			t.Errorf("byNode[%+v] is an empty map (leak)", k)
+		}
+	}
+	for k, m := range x.byPod {
+		if len(m) == 0 {
+			t.Errorf("byPod[%+v] is an empty map (leak)", k)
+		}
+		for name := range m {
+			e, ok := x.byName[name]
+			if !ok || (attachmentKey{e.network, e.owner.UID, e.ifName}) != k || e.owner.Kind != ipkeeperv1alpha1.OwnerPod {
+				t.Errorf("byPod[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
+			}
+		}
+	}
+}
+
+// blockedIn returns a channel that is closed once a goroutine whose stack
+// contains fn is parked (on a mutex, channel, select or semaphore). It is
+// how the lock tests tell "blocked" from "slow" without sleeping: the
+// runtime's own goroutine states say so. Polling stops when stop is closed.
+func blockedIn(fn string, stop <-chan struct{}) <-chan struct{} {
+	found := make(chan struct{})
+	go func() {
+		buf := make([]byte, 1<<20)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n := runtime.Stack(buf, true)
+			if parkedIn(buf[:n], fn) {
+				close(found)
+				return
+			}
+			runtime.Gosched()
+		}
+	}()
+	return found
+}
+
+// parkedIn reports whether a goroutine in the runtime.Stack dump is parked
+// and has fn on its stack.
+func parkedIn(dump []byte, fn string) bool {
+	parked := []string{"[sync.Mutex.Lock", "[sync.RWMutex.Lock", "[sync.RWMutex.RLock", "[semacquire", "[chan receive", "[chan send", "[select"}
+	for _, g := range bytes.Split(dump, []byte("\n\n")) {
+		sc := bufio.NewScanner(bytes.NewReader(g))
+		sc.Buffer(make([]byte, 0, 4096), len(g)+1)
+		if !sc.Scan() {
+			continue
+		}
+		header := sc.Text()
+		isParked := false
+		for _, p := range parked {
+			if strings.Contains(header, p) {
+				isParked = true
+				break
+			}
+		}
+		if isParked && bytes.Contains(g, []byte(fn)) {
+			return true
+		}
+	}
+	return false
+}

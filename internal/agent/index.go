@@ -1,0 +1,444 @@
+package agent
+
+import (
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+)
+
+// entry is the compact form of an IPReservation the index keeps.
+type entry struct {
+	name        string
+	uid         types.UID
+	rv          string // resourceVersion: a release deletes exactly this version
+	network     string
+	ip          netip.Addr
+	owner       ipkeeperv1alpha1.ReservationOwner
+	ifName      string
+	containerID string
+	node        string
+	created     time.Time
+}
+
+func entryOf(r *ipkeeperv1alpha1.IPReservation) (entry, bool) {
+	ip, err := netip.ParseAddr(r.Spec.IP)
+	if err != nil {
+		return entry{}, false
+	}
+	return entry{
+		name: r.Name, uid: r.UID, rv: r.ResourceVersion, network: r.Spec.Network, ip: ip, owner: r.Spec.Owner,
+		ifName: r.Spec.InterfaceName, containerID: r.Spec.ContainerID, node: r.Spec.Node,
+		created: r.CreationTimestamp.Time,
+	}, true
+}
+
+// olderThan reports whether e is an older version of the same object than
+// o. resourceVersions are opaque to clients, but those of one object grow;
+// when either does not parse as a number, neither is called older.
+func (e entry) olderThan(o entry) bool {
+	if e.uid != o.uid {
+		return false
+	}
+	a, errA := strconv.ParseUint(e.rv, 10, 64)
+	b, errB := strconv.ParseUint(o.rv, 10, 64)
+	return errA == nil && errB == nil && a < b
+}
+
+// attachmentKey identifies one pod attachment to one network.
+type attachmentKey struct {
+	network string
+	podUID  types.UID
+	ifName  string
+}
+
+// sandboxKey is what a DEL names: a sandbox's interface on a network.
+type sandboxKey struct {
+	network     string
+	containerID string
+	ifName      string
+}
+
+// nodeKey is what a CNI GC covers: a node's pod reservations on a network.
+type nodeKey struct {
+	node    string
+	network string
+}
+
+// exhaustedMemo records a live confirmation that a range was full.
+type exhaustedMemo struct {
+	releases uint64 // the network's release count when the live list began
+	at       time.Time
+}
+
+// index answers "is this address taken" and "what does this attachment
+// hold" without an API call. It is fed by the reservation informer and,
+// ahead of it, by the agent's own writes; it errs on the side of "taken"
+// (a stale entry only skips an address) and the API server's AlreadyExists
+// is what guarantees uniqueness. It never goes back to an older version of
+// an object it holds, nor brings back one this agent deleted: DEL and GC
+// decide from it.
+type index struct {
+	mu        sync.RWMutex
+	byName    map[string]entry
+	taken     map[string]map[netip.Addr]string // network -> IP -> reservation name
+	byPod     map[attachmentKey]set
+	bySandbox map[sandboxKey]set
+	byNode    map[nodeKey]set
+	// byClaim finds the reservations an IPAMClaim (by UID) holds.
+	byClaim map[types.UID]set
+	// conflicts are addresses a create found taken before the informer
+	// showed them; they expire in case the holder is gone by then.
+	conflicts map[string]map[netip.Addr]time.Time
+	// unobserved holds the UIDs of reservations this agent wrote that the
+	// informer has not delivered yet; a lagging event for an older object of
+	// the same name must not replace them.
+	unobserved map[string]unobservedWrite
+	// written says when this agent last wrote (or read live) the version
+	// the index holds of a reservation.
+	written map[string]time.Time
+	// deleted holds reservations this agent deleted whose deletion the
+	// informer has not delivered yet; their lagging events are stale.
+	deleted map[string]tombstone
+	// releases counts, per network, reservations that went away; a change
+	// invalidates an exhaustion confirmation.
+	releases  map[string]uint64
+	exhausted map[string]exhaustedMemo // network + range -> confirmation
+}
+
+type set = map[string]struct{}
+
+type unobservedWrite struct {
+	uid types.UID
+	at  time.Time
+}
+
+type tombstone struct {
+	uid types.UID
+	at  time.Time
+}
+
+const (
+	conflictTTL = 30 * time.Second
+	// exhaustedTTL bounds how long a live confirmation of exhaustion stands
+	// without a release event (the informer may miss one while its watch
+	// is down).
+	exhaustedTTL = 30 * time.Second
+	// tombstoneTTL bounds how long a deletion waits for its informer event.
+	tombstoneTTL = 10 * time.Minute
+	// unobservedTTL bounds how long a write of this agent that the informer
+	// never delivered (created and deleted within a watch gap) keeps events
+	// of another object of the same name out.
+	unobservedTTL = 2 * time.Minute
+)
+
+func newIndex() *index {
+	return &index{
+		byName:     map[string]entry{},
+		taken:      map[string]map[netip.Addr]string{},
+		byPod:      map[attachmentKey]set{},
+		bySandbox:  map[sandboxKey]set{},
+		byNode:     map[nodeKey]set{},
+		byClaim:    map[types.UID]set{},
+		conflicts:  map[string]map[netip.Addr]time.Time{},
+		unobserved: map[string]unobservedWrite{},
+		written:    map[string]time.Time{},
+		deleted:    map[string]tombstone{},
+		releases:   map[string]uint64{},
+		exhausted:  map[string]exhaustedMemo{},
+	}
+}
+
+// upsert records a reservation this agent just wrote or read live.
+func (x *index) upsert(e entry) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if old, ok := x.byName[e.name]; ok && e.olderThan(old) {
+		return
+	}
+	now := time.Now()
+	x.unobserved[e.name] = unobservedWrite{uid: e.uid, at: now}
+	delete(x.deleted, e.name)
+	x.upsertLocked(e)
+	x.written[e.name] = now
+}
+
+// observe records a reservation delivered by the informer. It ignores an
+// event older than what the index holds: another object of the same name
+// than one this agent wrote since, an older version of the same object, or
+// an object this agent deleted.
+func (x *index) observe(e entry) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if t, ok := x.deleted[e.name]; ok && t.uid == e.uid {
+		return
+	}
+	if w, ok := x.unobserved[e.name]; ok {
+		if w.uid != e.uid && time.Since(w.at) < unobservedTTL {
+			return
+		}
+		delete(x.unobserved, e.name)
+	}
+	if old, ok := x.byName[e.name]; ok {
+		if e.olderThan(old) {
+			return
+		}
+		if old.uid != e.uid || old.rv != e.rv {
+			delete(x.written, e.name) // someone else's version now
+		}
+	}
+	x.upsertLocked(e)
+}
+
+func (x *index) upsertLocked(e entry) {
+	if old, ok := x.byName[e.name]; ok {
+		x.unlinkLocked(old)
+	}
+	x.byName[e.name] = e
+	if x.taken[e.network] == nil {
+		x.taken[e.network] = map[netip.Addr]string{}
+	}
+	x.taken[e.network][e.ip] = e.name
+	if c := x.conflicts[e.network]; c != nil {
+		delete(c, e.ip)
+	}
+	switch e.owner.Kind {
+	case ipkeeperv1alpha1.OwnerPod:
+		link(x.byPod, attachmentKey{e.network, e.owner.UID, e.ifName}, e.name)
+		link(x.bySandbox, sandboxKey{e.network, e.containerID, e.ifName}, e.name)
+		link(x.byNode, nodeKey{e.node, e.network}, e.name)
+	case ipkeeperv1alpha1.OwnerIPAMClaim:
+		link(x.byClaim, e.owner.UID, e.name)
+	}
+}
+
+// remove drops a reservation the informer reports deleted, if the index
+// holds that very object (by UID; "" matches any).
+func (x *index) remove(name string, uid types.UID) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if t, ok := x.deleted[name]; ok && (uid == "" || t.uid == uid) {
+		delete(x.deleted, name)
+	}
+	if old, ok := x.byName[name]; ok && (uid == "" || old.uid == uid) {
+		x.dropLocked(old)
+		delete(x.unobserved, name)
+	}
+}
+
+// released drops a reservation this agent deleted (or found deleted) and
+// remembers it until the informer reports the deletion.
+func (x *index) released(name string, uid types.UID, now time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if old, ok := x.byName[name]; ok && old.uid == uid {
+		x.dropLocked(old)
+		delete(x.unobserved, name)
+	}
+	x.deleted[name] = tombstone{uid: uid, at: now}
+	if len(x.deleted) > 1024 {
+		for n, t := range x.deleted {
+			if now.Sub(t.at) >= tombstoneTTL {
+				delete(x.deleted, n)
+			}
+		}
+	}
+}
+
+// dropLocked removes e for good: its address is free again.
+func (x *index) dropLocked(e entry) {
+	x.unlinkLocked(e)
+	delete(x.written, e.name)
+	x.releases[e.network]++
+}
+
+func (x *index) unlinkLocked(e entry) {
+	delete(x.byName, e.name)
+	if m := x.taken[e.network]; m != nil && m[e.ip] == e.name {
+		delete(m, e.ip)
+		if len(m) == 0 {
+			delete(x.taken, e.network)
+		}
+	}
+	switch e.owner.Kind {
+	case ipkeeperv1alpha1.OwnerPod:
+		unlink(x.byPod, attachmentKey{e.network, e.owner.UID, e.ifName}, e.name)
+		unlink(x.bySandbox, sandboxKey{e.network, e.containerID, e.ifName}, e.name)
+		unlink(x.byNode, nodeKey{e.node, e.network}, e.name)
+	case ipkeeperv1alpha1.OwnerIPAMClaim:
+		unlink(x.byClaim, e.owner.UID, e.name)
+	}
+}
+
+func link[K comparable](m map[K]set, k K, name string) {
+	if m[k] == nil {
+		m[k] = set{}
+	}
+	m[k][name] = struct{}{}
+}
+
+func unlink[K comparable](m map[K]set, k K, name string) {
+	if s := m[k]; s != nil {
+		delete(s, name)
+		if len(s) == 0 {
+			delete(m, k)
+		}
+	}
+}
+
+// markConflict records that a create found ip taken.
+func (x *index) markConflict(network string, ip netip.Addr, now time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	m := x.conflicts[network]
+	if m == nil {
+		m = map[netip.Addr]time.Time{}
+		x.conflicts[network] = m
+	}
+	m[ip] = now
+	if len(m) > 1024 {
+		for a, t := range m {
+			if now.Sub(t) >= conflictTTL {
+				delete(m, a)
+			}
+		}
+	}
+}
+
+// takenFunc returns the predicate the allocator scans with.
+func (x *index) takenFunc(network string, now time.Time) func(netip.Addr) bool {
+	return func(ip netip.Addr) bool {
+		x.mu.RLock()
+		defer x.mu.RUnlock()
+		if _, ok := x.taken[network][ip]; ok {
+			return true
+		}
+		t, ok := x.conflicts[network][ip]
+		return ok && now.Sub(t) < conflictTTL
+	}
+}
+
+// conflictSince reports whether a create found ip taken at or after since.
+func (x *index) conflictSince(network string, ip netip.Addr, since time.Time) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	t, ok := x.conflicts[network][ip]
+	return ok && !t.Before(since)
+}
+
+// releaseCount is the network's release counter, read before a live list
+// that may confirm exhaustion.
+func (x *index) releaseCount(network string) uint64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.releases[network]
+}
+
+func exhaustedKey(network string, r ipamconfig.Range) string { return network + "\x00" + r.String() }
+
+// confirmExhausted records that a live list begun at release count n found
+// r full.
+func (x *index) confirmExhausted(network string, r ipamconfig.Range, n uint64, now time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.exhausted[exhaustedKey(network, r)] = exhaustedMemo{releases: n, at: now}
+}
+
+// exhaustionConfirmed reports whether r was confirmed full by a live list
+// with no release on the network seen since, within exhaustedTTL.
+func (x *index) exhaustionConfirmed(network string, r ipamconfig.Range, now time.Time) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	k := exhaustedKey(network, r)
+	m, ok := x.exhausted[k]
+	if !ok {
+		return false
+	}
+	if m.releases != x.releases[network] || now.Sub(m.at) >= exhaustedTTL {
+		delete(x.exhausted, k)
+		return false
+	}
+	return true
+}
+
+func (x *index) entries(s set) []entry {
+	out := make([]entry, 0, len(s))
+	for name := range s {
+		out = append(out, x.byName[name])
+	}
+	return out
+}
+
+// attachment returns the reservations a pod attachment holds.
+func (x *index) attachment(network string, podUID types.UID, ifName string) []entry {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.entries(x.byPod[attachmentKey{network, podUID, ifName}])
+}
+
+// sandbox returns the pod reservations a sandbox's interface holds.
+func (x *index) sandbox(network, containerID, ifName string) []entry {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.entries(x.bySandbox[sandboxKey{network, containerID, ifName}])
+}
+
+// onNode returns a node's pod reservations on a network.
+func (x *index) onNode(node, network string) []entry {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.entries(x.byNode[nodeKey{node, network}])
+}
+
+// claim returns the reservations of a network an IPAMClaim holds.
+func (x *index) claim(network string, claimUID types.UID) []entry {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []entry
+	for name := range x.byClaim[claimUID] {
+		if e := x.byName[name]; e.network == network {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// writtenSince reports whether this agent wrote (or read live) the version
+// the index holds of name at or after t.
+func (x *index) writtenSince(name string, t time.Time) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	w, ok := x.written[name]
+	return ok && !w.Before(t)
+}
+
+// get returns the reservation of that name, if the index has it.
+func (x *index) get(name string) (entry, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	e, ok := x.byName[name]
+	return e, ok
+}
+
+func (x *index) len() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.byName)
+}
+
+// reservationOf renders an entry back as the fields a release decision
+// reads, so one predicate judges index entries and live objects alike.
+func reservationOf(e entry) *ipkeeperv1alpha1.IPReservation {
+	r := &ipkeeperv1alpha1.IPReservation{}
+	r.Name, r.UID, r.ResourceVersion = e.name, e.uid, e.rv
+	r.Spec = ipkeeperv1alpha1.IPReservationSpec{
+		Network: e.network, IP: e.ip.String(), Owner: e.owner,
+		InterfaceName: e.ifName, ContainerID: e.containerID, Node: e.node,
+	}
+	return r
+}

@@ -1,0 +1,323 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
+)
+
+// maxConflicts bounds how many taken candidates one ADD tries per range
+// before giving up; each conflict means another agent won that address, so
+// hitting the bound means the index is badly out of date.
+const maxConflicts = 64
+
+// holder is who an allocation is for: a pod attachment (owner is the pod,
+// and the interface is part of its identity) or an IPAMClaim (shared by
+// every pod that references it, on any node).
+type holder struct {
+	owner  ipkeeperv1alpha1.ReservationOwner
+	ifName string // the pod attachment's interface; for claims, the requester's
+}
+
+func (h holder) isClaim() bool { return h.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim }
+
+// key names the holder's allocation on a network: the unit that is locked
+// and whose uncertain creates are remembered.
+func (h holder) key(network string) string {
+	if h.isClaim() {
+		return "claim/" + string(h.owner.UID) + "/" + network
+	}
+	return "pod/" + string(h.owner.UID) + "/" + h.ifName + "/" + network
+}
+
+// owns reports whether a reservation read from the API server is this
+// holder's: the same claim, or the same pod and interface.
+func (h holder) owns(r *ipkeeperv1alpha1.IPReservation) bool {
+	o := r.Spec.Owner
+	if o.Kind != h.owner.Kind || o.UID != h.owner.UID {
+		return false
+	}
+	return h.isClaim() || r.Spec.InterfaceName == h.ifName
+}
+
+// held returns the reservations the index shows for the holder.
+func (a *Agent) held(network string, h holder) []entry {
+	if h.isClaim() {
+		return a.idx.claim(network, h.owner.UID)
+	}
+	return a.idx.attachment(network, h.owner.UID, h.ifName)
+}
+
+// reserve is the one allocation path, for pods and claims alike: one
+// address per configured range, reusing what the holder already holds
+// (passing it to keep, which may rewrite it), else a static or free
+// address. On failure it rolls back what it created and returns nothing;
+// on success created lists the reservations this call made (not those it
+// reused or adopted from another node), for the claim path to release if
+// it loses the status race. The caller holds the holder's lock.
+func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(context.Context, entry) (entry, error)) (ips []netip.Prefix, created []entry, err error) {
+	network := req.cfg.Name
+	held, err := a.resolveUncertain(ctx, network, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = a.release(context.WithoutCancel(ctx), created, "rollback", nil)
+			ips, created = nil, nil
+		}
+	}()
+	for _, r := range req.cfg.Ranges {
+		e, ok := heldIn(held, r)
+		isNew := false
+		if !ok {
+			if e, isNew, err = a.reserveInRange(ctx, req, r, h); err != nil {
+				return nil, created, err
+			}
+		}
+		if isNew {
+			created = append(created, e)
+		} else if keep != nil {
+			if e, err = keep(ctx, e); err != nil {
+				return nil, created, err
+			}
+		}
+		ips = append(ips, netip.PrefixFrom(e.ip, r.Subnet.Bits()))
+	}
+	return ips, created, nil
+}
+
+// heldIn returns the holder's reservation in r. Should it hold two (a
+// create applied after its outcome was judged unknown and gone), the
+// oldest wins, so every ADD and CHECK names the same one.
+func heldIn(held []entry, r ipamconfig.Range) (entry, bool) {
+	var best entry
+	found := false
+	for _, e := range held {
+		if !r.Subnet.Contains(e.ip) {
+			continue
+		}
+		if !found || e.created.Before(best.created) || (e.created.Equal(best.created) && e.name < best.name) {
+			best, found = e, true
+		}
+	}
+	return best, found
+}
+
+// reserveInRange reserves the static address requested for r's family, or
+// a free candidate of r. isNew is false when the reservation existed
+// already and is the holder's (a create whose response was lost, or the
+// other node of a migration a moment earlier).
+func (a *Agent) reserveInRange(ctx context.Context, req *request, r ipamconfig.Range, h holder) (e entry, isNew bool, err error) {
+	network := req.cfg.Name
+	if static, ok := staticFor(req.cfg, r); ok {
+		if err := allocator.Usable(r, static); err != nil {
+			return entry{}, false, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("static IP %s requested for network %q: %w", static, network, err))
+		}
+		e, isNew, err := a.createOrAdopt(ctx, req, static, h)
+		if errors.Is(err, ErrTaken) {
+			return entry{}, false, fail(reasonConflict, codeInternal, a.describeHolder(ctx, "static IP", network, static, h.owner.Namespace))
+		}
+		return e, isNew, err
+	}
+
+	seed := string(h.owner.UID) + "/" + req.IfName
+	taken := a.idx.takenFunc(network, time.Now())
+	verified := false
+	for attempt := 0; attempt < maxConflicts; attempt++ {
+		ip, err := allocator.Candidate(r, taken, seed)
+		if errors.Is(err, allocator.ErrExhausted) {
+			if verified || a.idx.exhaustionConfirmed(network, r, time.Now()) {
+				return entry{}, false, fail(reasonExhausted, codeInternal, fmt.Errorf("network %q is exhausted: %w", network, err))
+			}
+			// The index errs towards "taken" (an informer event for a
+			// reservation already released may arrive late), so confirm
+			// exhaustion against a live list before refusing the pod, and
+			// remember it until the next release on the network.
+			releases := a.idx.releaseCount(network)
+			if taken, err = a.liveTaken(ctx, network); err != nil {
+				return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
+			}
+			verified = true
+			if _, err := allocator.Candidate(r, taken, seed); errors.Is(err, allocator.ErrExhausted) {
+				a.idx.confirmExhausted(network, r, releases, time.Now())
+			}
+			attempt--
+			continue
+		}
+		if err != nil {
+			return entry{}, false, fail(reasonInternal, codeInternal, fmt.Errorf("network %q: %w", network, err))
+		}
+		e, isNew, err := a.createOrAdopt(ctx, req, ip, h)
+		if errors.Is(err, ErrTaken) {
+			a.metrics.conflicts.Inc()
+			a.idx.markConflict(network, ip, time.Now())
+			continue
+		}
+		return e, isNew, err
+	}
+	return entry{}, false, fail(reasonConflict, codeTryAgainLater, fmt.Errorf("network %q: %d candidate addresses in %s were taken by others at create time; the agent's cache is lagging, retry", network, maxConflicts, r))
+}
+
+// liveTaken returns a taken predicate built from a live list of the
+// network's reservations plus the conflicts seen since.
+func (a *Agent) liveTaken(ctx context.Context, network string) (func(netip.Addr) bool, error) {
+	since := time.Now()
+	live, err := a.store.TakenIn(ctx, network)
+	if err != nil {
+		return nil, err
+	}
+	return func(ip netip.Addr) bool { return live[ip] || a.idx.conflictSince(network, ip, since) }, nil
+}
+
+// createOrAdopt creates the reservation of ip for the holder. When the
+// name exists and the reservation is already the holder's, it is adopted
+// (isNew false): a create whose response was lost, or, for a claim, the
+// other pod of a live migration a moment ago. ErrTaken means someone
+// else's. A create whose outcome is unknown is remembered, so the retry
+// finds it even before the informer shows it.
+func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, h holder) (e entry, isNew bool, err error) {
+	network := req.cfg.Name
+	obj := &ipkeeperv1alpha1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: reservation.Name(network, ip),
+			Labels: map[string]string{
+				reservation.NetworkLabel:   reservation.NetworkLabelValue(network),
+				reservation.OwnerKindLabel: string(h.owner.Kind),
+			},
+		},
+		Spec: ipkeeperv1alpha1.IPReservationSpec{
+			Network: network, IP: ip.String(), Owner: h.owner,
+			InterfaceName: req.IfName, ContainerID: req.ContainerID, Node: a.opts.NodeName,
+		},
+	}
+	err = a.store.Create(ctx, obj)
+	switch {
+	case err == nil:
+		e, _ = entryOf(obj)
+		a.idx.upsert(e)
+		a.metrics.allocations.Inc()
+		return e, true, nil
+	case errors.Is(err, ErrTaken):
+		cur, gerr := a.store.Get(ctx, obj.Name)
+		if gerr != nil || !h.owns(cur) {
+			return entry{}, false, err
+		}
+		e, _ = entryOf(cur)
+		a.idx.upsert(e)
+		return e, false, nil
+	default:
+		a.uncertain.add(h.key(network), obj.Name)
+		return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
+	}
+}
+
+// resolveUncertain returns what the index shows the holder holds, plus
+// the reservations of earlier creates whose outcome was unknown that turn
+// out to exist and be the holder's.
+func (a *Agent) resolveUncertain(ctx context.Context, network string, h holder) ([]entry, error) {
+	key := h.key(network)
+	for _, name := range a.uncertain.names(key) {
+		cur, err := a.store.Get(ctx, name)
+		switch {
+		case errors.Is(err, ErrGone):
+		case err != nil:
+			return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("checking the outcome of an earlier create: %w", err))
+		case h.owns(cur):
+			if e, ok := entryOf(cur); ok {
+				a.idx.upsert(e)
+			}
+		}
+		a.uncertain.forget(key, name)
+	}
+	return a.held(network, h), nil
+}
+
+// uncertainCreates remembers, per holder, creates whose response never
+// came: the API server may have applied them.
+type uncertainCreates struct {
+	mu sync.Mutex
+	m  map[string]map[string]time.Time
+}
+
+// uncertainTTL bounds how long an unknown outcome is remembered; a holder
+// not retried by then is gone, and the controller's GC covers the rest.
+const uncertainTTL = 10 * time.Minute
+
+func newUncertainCreates() *uncertainCreates {
+	return &uncertainCreates{m: map[string]map[string]time.Time{}}
+}
+
+func (u *uncertainCreates) add(key, name string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	now := time.Now()
+	for k, names := range u.m {
+		for n, t := range names {
+			if now.Sub(t) >= uncertainTTL {
+				delete(names, n)
+			}
+		}
+		if len(names) == 0 {
+			delete(u.m, k)
+		}
+	}
+	if u.m[key] == nil {
+		u.m[key] = map[string]time.Time{}
+	}
+	u.m[key][name] = now
+}
+
+func (u *uncertainCreates) names(key string) []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := make([]string, 0, len(u.m[key]))
+	for n := range u.m[key] {
+		out = append(out, n)
+	}
+	return out
+}
+
+func (u *uncertainCreates) forget(key, name string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if names := u.m[key]; names != nil {
+		delete(names, name)
+		if len(names) == 0 {
+			delete(u.m, key)
+		}
+	}
+}
+
+// describeHolder explains who holds an address that was asked for by
+// name: what says how ("static IP", or "address" for a claim's). The
+// holder is named only when it is in the requester's namespace: another
+// tenant's objects are none of the requester's business.
+func (a *Agent) describeHolder(ctx context.Context, what, network string, ip netip.Addr, namespace string) error {
+	name := reservation.Name(network, ip)
+	r, err := a.store.Get(ctx, name)
+	if err != nil || r.Spec.Owner.Namespace != namespace {
+		return fmt.Errorf("%s %s on network %q is already reserved by a workload in another namespace (reservation %s)", what, ip, network, name)
+	}
+	o := r.Spec.Owner
+	return fmt.Errorf("%s %s on network %q is already reserved by %s %s/%s (reservation %s)", what, ip, network, o.Kind, o.Namespace, o.Name, name)
+}
+
+func staticFor(cfg *ipamconfig.Config, r ipamconfig.Range) (netip.Addr, bool) {
+	for _, p := range cfg.StaticIPs {
+		if r.Subnet.Contains(p.Addr()) {
+			return p.Addr(), true
+		}
+	}
+	return netip.Addr{}, false
+}

@@ -1,0 +1,71 @@
+package allocator
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+)
+
+// parseRange builds the Range that ipamconfig.Parse makes of an ipam
+// object, so tests exercise the allocator on real parser output.
+func parseRange(t testing.TB, ipam string) ipamconfig.Range {
+	t.Helper()
+	cfg, err := ipamconfig.Parse([]byte(`{"name":"test","ipam":` + ipam + `}`))
+	if err != nil {
+		t.Fatalf("Parse(%s): %v", ipam, err)
+	}
+	return cfg.Ranges[0]
+}
+
+func mustAddr(t testing.TB, s string) netip.Addr {
+	t.Helper()
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		t.Fatalf("bad test address %q: %v", s, err)
+	}
+	return a
+}
+
+func mustPrefix(t testing.TB, s string) netip.Prefix {
+	t.Helper()
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		t.Fatalf("bad test prefix %q: %v", s, err)
+	}
+	return p
+}
+
+// takenSet builds a predicate from addresses and prefixes ("10.0.0.1",
+// "10.0.0.0/30").
+func takenSet(t testing.TB, items ...string) func(netip.Addr) bool {
+	t.Helper()
+	var ps []netip.Prefix
+	for _, s := range items {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			ps = append(ps, p)
+			continue
+		}
+		a := mustAddr(t, s)
+		ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return func(a netip.Addr) bool {
+		for _, p := range ps {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func u(n uint64) u128 { return u128{0, n} }
+
+// tryParse is parseRange for fuzzing, where invalid configs are expected.
+func tryParse(conf []byte) (ipamconfig.Range, bool) {
+	cfg, err := ipamconfig.Parse(conf)
+	if err != nil {
+		return ipamconfig.Range{}, false
+	}
+	return cfg.Ranges[0], true
+}

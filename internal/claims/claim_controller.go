@@ -1,0 +1,323 @@
+package claims
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/netselect"
+)
+
+// ClaimReconciler releases claims nobody needs any more.
+//
+// A claim must go when its owner is gone or being deleted (any propagation
+// policy, including orphan, which strips the owner reference), or when its
+// network left the owner's spec (hot-unplug). It may go only once no VMI of
+// that owner and no pod referencing the claim remains, since a running or
+// migrating VM still holds the addresses. Both facts are confirmed with live
+// reads before the claim is deleted.
+//
+// Release deletes first and removes the finalizer second: until the
+// finalizer is off, the claim still exists and is ours, so a failed step or
+// a crash in between is found again (by the deletion event, the sweep at
+// start-up and the periodic resync). Claims that carry our label but lost
+// the finalizer (released by an older version that removed it first) are
+// deleted all the same.
+type ClaimReconciler struct {
+	Client client.Client
+	// APIReader reads from the API server, bypassing the cache.
+	APIReader client.Reader
+	Recorder  record.EventRecorder
+	// ResyncPeriod is how often every claim of ours is looked at again even
+	// without an event; 0 turns the resync off.
+	ResyncPeriod time.Duration
+}
+
+type ownerState int
+
+const (
+	ownerLive ownerState = iota
+	ownerDeleting
+	ownerGone
+)
+
+// Reconcile releases one claim if it is no longer needed.
+func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	if err := r.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("reading IPAMClaim %s: %w", req, err)
+	}
+	owner, ok := ownerOf(&claim)
+	if !ok || !isOurs(&claim) || (claim.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(&claim, Finalizer)) {
+		return reconcile.Result{}, nil
+	}
+	logger := log.FromContext(ctx).WithValues("owner", owner.String())
+
+	// Cheap pass on the cache first; only a claim that looks releasable
+	// costs live reads.
+	state, ownerObj, err := r.ownerState(ctx, r.Client, claim.Namespace, owner)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if state == ownerLive && claim.DeletionTimestamp == nil && wanted(ownerObj, owner, &claim) {
+		return reconcile.Result{}, nil
+	}
+	if users, err := r.users(ctx, r.Client, &claim, owner, state); err != nil || users != "" {
+		if users != "" {
+			logger.V(1).Info("claim still in use; keeping it", "claim", claim.Name, "user", users)
+		}
+		return reconcile.Result{}, err
+	}
+
+	state, ownerObj, err = r.ownerState(ctx, r.APIReader, claim.Namespace, owner)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if state == ownerLive && claim.DeletionTimestamp == nil && wanted(ownerObj, owner, &claim) {
+		return reconcile.Result{}, nil // the cache was behind
+	}
+	users, err := r.users(ctx, r.APIReader, &claim, owner, state)
+	if err != nil || users != "" {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.release(ctx, &claim, ownerObj)
+}
+
+// release deletes the claim, then removes the finalizer that held it; the
+// IPAM's reservations are then released by the reservation garbage
+// collector once the claim is gone.
+func (r *ClaimReconciler) release(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, ownerObj client.Object) error {
+	if claim.DeletionTimestamp == nil {
+		uid := claim.UID
+		if err := r.Client.Delete(ctx, claim, client.Preconditions{UID: &uid}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("deleting IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+	}
+	if err := removeFinalizer(ctx, r.Client, claim); err != nil {
+		return err
+	}
+	claimsReleased.Inc()
+	log.FromContext(ctx).Info("released IPAMClaim", "claim", claim.Name, "ips", claim.Status.IPs)
+	if ownerObj != nil {
+		r.Recorder.Eventf(ownerObj, corev1.EventTypeNormal, ReasonClaimDeleted,
+			"deleted IPAMClaim %s (network %q, addresses %v): no launcher pod uses it any more", claim.Name, claim.Annotations[NetworkAnnotation], claim.Status.IPs)
+	}
+	return nil
+}
+
+// removeFinalizer removes our finalizer with a JSON patch that first tests
+// it is still at the index we saw: no resourceVersion is needed (the delete
+// just changed it) and no other finalizer is touched.
+func removeFinalizer(ctx context.Context, c client.Client, claim *ipamclaimsv1alpha1.IPAMClaim) error {
+	i := slices.Index(claim.Finalizers, Finalizer)
+	if i < 0 {
+		return nil
+	}
+	ops := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`, i, Finalizer, i)
+	if err := c.Patch(ctx, claim, client.RawPatch(types.JSONPatchType, []byte(ops))); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("removing finalizer %s from IPAMClaim %s/%s: %w", Finalizer, claim.Namespace, claim.Name, err)
+	}
+	return nil
+}
+
+// isOurs reports whether this controller releases the claim: it holds our
+// finalizer or our label (a claim whose finalizer an older version removed
+// before a delete that never happened).
+func isOurs(o client.Object) bool {
+	return controllerutil.ContainsFinalizer(o, Finalizer) || o.GetLabels()[ManagedByLabel] == ManagedByValue
+}
+
+// ownerState reads the owner through reader. ownerObj is returned when the
+// owner still exists (live or being deleted), for events.
+func (r *ClaimReconciler) ownerState(ctx context.Context, reader client.Reader, namespace string, owner Owner) (ownerState, client.Object, error) {
+	var obj client.Object = &kubevirtv1.VirtualMachine{}
+	if owner.Kind == kindVMI {
+		obj = &kubevirtv1.VirtualMachineInstance{}
+	}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: owner.Name}, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ownerGone, nil, nil
+		}
+		return ownerLive, nil, fmt.Errorf("reading %s: %w", owner, err)
+	}
+	switch {
+	case obj.GetUID() != owner.UID:
+		return ownerGone, nil, nil
+	case obj.GetDeletionTimestamp() != nil:
+		return ownerDeleting, obj, nil
+	}
+	return ownerLive, obj, nil
+}
+
+// wanted reports whether the live owner's spec still has the claim's network.
+func wanted(ownerObj client.Object, owner Owner, claim *ipamclaimsv1alpha1.IPAMClaim) bool {
+	var spec *kubevirtv1.VirtualMachineInstanceSpec
+	switch o := ownerObj.(type) {
+	case *kubevirtv1.VirtualMachine:
+		if o.Spec.Template != nil {
+			spec = &o.Spec.Template.Spec
+		}
+	case *kubevirtv1.VirtualMachineInstance:
+		spec = &o.Spec
+	}
+	return networkStillWanted(kubevirt.SecondaryNetworks(spec), owner.Name, claim.Name, claim.Annotations[NetworkAnnotation])
+}
+
+// users names something still using the claim ("" when nothing does): a
+// pod whose networks annotation references it (running, starting or
+// terminating: it may hold the addresses) or, once the owner is going, a VMI
+// of that owner (it may start a launcher pod, for example a migration target).
+//
+// Pods come from the cache's claim-reference index. A live pass (reader is
+// the API reader) also lists the owner's launcher pods by their VMI-name
+// label, which is where a pod the cache has not seen yet would come from
+// (virt-controller creating a launcher pod); it never lists the whole
+// namespace.
+func (r *ClaimReconciler) users(ctx context.Context, reader client.Reader, claim *ipamclaimsv1alpha1.IPAMClaim, owner Owner, state ownerState) (string, error) {
+	pods := PodMetadataList()
+	if err := r.Client.List(ctx, pods, client.InNamespace(claim.Namespace), client.MatchingFields{indexClaimRef: claim.Name}); err != nil {
+		return "", fmt.Errorf("listing pods using IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	if reader != r.Client {
+		launchers := PodMetadataList()
+		if err := reader.List(ctx, launchers, client.InNamespace(claim.Namespace), client.MatchingLabels{kubevirt.VMINameLabel: owner.Name}); err != nil {
+			return "", fmt.Errorf("listing launcher pods of %s: %w", owner, err)
+		}
+		pods.Items = append(pods.Items, launchers.Items...)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		for _, ref := range netselect.ClaimRefs(p.Annotations[netselect.Annotation], p.Namespace) {
+			if ref == claim.Name {
+				return "pod " + p.Name, nil
+			}
+		}
+	}
+	if state == ownerLive {
+		return "", nil
+	}
+	var vmi kubevirtv1.VirtualMachineInstance
+	err := reader.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: owner.Name}, &vmi)
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", claim.Namespace, owner.Name, err)
+	}
+	if belongsTo(&vmi, owner) {
+		return "VirtualMachineInstance " + vmi.Name, nil
+	}
+	return "", nil
+}
+
+// belongsTo reports whether vmi is the owner itself or the owner's VMI
+// (claimowner's rule), or an owner-less VMI of a VM's name: what orphan
+// deletion of that VM left (also while the claim still has its reference,
+// as the garbage collector removes references one object at a time).
+func belongsTo(vmi *kubevirtv1.VirtualMachineInstance, owner Owner) bool {
+	if owner.Runs(claimowner.LauncherOf(vmi)) {
+		return true
+	}
+	return owner.Kind == kindVM && metav1.GetControllerOf(vmi) == nil
+}
+
+// SetupWithManager registers the reconciler.
+func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byOwnerName := func(ctx context.Context, o client.Object) []reconcile.Request {
+		var claims ipamclaimsv1alpha1.IPAMClaimList
+		if err := r.Client.List(ctx, &claims, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexOwnerName: o.GetName()}); err != nil {
+			log.FromContext(ctx).Error(err, "listing claims by owner name", "name", o.GetName())
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(claims.Items))
+		for i := range claims.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&claims.Items[i])})
+		}
+		return reqs
+	}
+	byReference := func(ctx context.Context, o client.Object) []reconcile.Request {
+		var reqs []reconcile.Request
+		for _, ref := range netselect.ClaimRefs(o.GetAnnotations()[netselect.Annotation], o.GetNamespace()) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: ref}})
+		}
+		return reqs
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("claim-release").
+		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(isOurs))).
+		Watches(&kubevirtv1.VirtualMachine{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
+		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
+		WatchesMetadata(PodMetadata(), handler.EnqueueRequestsFromMapFunc(byReference))
+	if r.ResyncPeriod > 0 {
+		resync := make(chan event.GenericEvent)
+		if err := mgr.Add(&claimResync{client: r.Client, period: r.ResyncPeriod, out: resync}); err != nil {
+			return fmt.Errorf("adding the claim resync: %w", err)
+		}
+		b = b.WatchesRawSource(source.Channel(resync, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}
+
+// claimResync offers every claim carrying our label to the release
+// controller once per period: a safety net for a release that no event
+// brings back (its error budget exhausted, a claim changed behind our back).
+// It runs on the leader only, as the controller does.
+type claimResync struct {
+	client client.Client
+	period time.Duration
+	out    chan<- event.GenericEvent
+}
+
+func (s *claimResync) Start(ctx context.Context) error {
+	t := time.NewTicker(s.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		var list ipamclaimsv1alpha1.IPAMClaimList
+		if err := s.client.List(ctx, &list, client.MatchingLabels{ManagedByLabel: ManagedByValue}); err != nil {
+			log.FromContext(ctx).Error(err, "listing claims for the periodic resync")
+			continue
+		}
+		for i := range list.Items {
+			select {
+			case s.out <- event.GenericEvent{Object: &list.Items[i]}:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package claims
+
+import (
+	"context"
+	"fmt"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/nad"
+	"github.com/ipkeeper/ipkeeper/internal/netselect"
+)
+
+// Field indexes on the manager's cache.
+const (
+	// indexNAD maps VMs and VMIs to the NADs ("ns/name") their secondary
+	// networks use, so a NAD appearing or changing re-queues its users.
+	indexNAD = "ipkeeper.nad"
+	// indexOwnerName maps claims to their owner's name: a VM, its VMI and
+	// its launcher pods all carry that name.
+	indexOwnerName = "ipkeeper.ownerName"
+	// indexClaimRef maps pods to the claims their networks annotation references.
+	indexClaimRef = "ipkeeper.claimRef"
+)
+
+// PodMetadata is the object the controller caches pods as: metadata only
+// (labels, annotations, owners, UID) is all it reads, and it is a fraction
+// of a full pod.
+func PodMetadata() *metav1.PartialObjectMetadata {
+	p := &metav1.PartialObjectMetadata{}
+	p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	return p
+}
+
+// PodMetadataList is PodMetadata's list type.
+func PodMetadataList() *metav1.PartialObjectMetadataList {
+	l := &metav1.PartialObjectMetadataList{}
+	l.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	return l
+}
+
+// SetupIndexes registers the field indexes the reconcilers rely on.
+func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
+	nadsOf := func(namespace string, spec *kubevirtv1.VirtualMachineInstanceSpec) []string {
+		var keys []string
+		for _, n := range kubevirt.SecondaryNetworks(spec) {
+			if key, err := nad.Ref(n.NetworkName, namespace); err == nil {
+				keys = append(keys, key.String())
+			}
+		}
+		return keys
+	}
+	indexes := []struct {
+		obj   client.Object
+		field string
+		fn    client.IndexerFunc
+	}{
+		{&kubevirtv1.VirtualMachine{}, indexNAD, func(o client.Object) []string {
+			vm := o.(*kubevirtv1.VirtualMachine)
+			if vm.Spec.Template == nil {
+				return nil
+			}
+			return nadsOf(vm.Namespace, &vm.Spec.Template.Spec)
+		}},
+		{&kubevirtv1.VirtualMachineInstance{}, indexNAD, func(o client.Object) []string {
+			vmi := o.(*kubevirtv1.VirtualMachineInstance)
+			return nadsOf(vmi.Namespace, &vmi.Spec)
+		}},
+		{&ipamclaimsv1alpha1.IPAMClaim{}, indexOwnerName, func(o client.Object) []string {
+			if owner, ok := ownerOf(o.(*ipamclaimsv1alpha1.IPAMClaim)); ok {
+				return []string{owner.Name}
+			}
+			return nil
+		}},
+		{PodMetadata(), indexClaimRef, func(o client.Object) []string {
+			return netselect.ClaimRefs(o.GetAnnotations()[netselect.Annotation], o.GetNamespace())
+		}},
+	}
+	for _, ix := range indexes {
+		if err := indexer.IndexField(ctx, ix.obj, ix.field, ix.fn); err != nil {
+			return fmt.Errorf("indexing %T by %s: %w", ix.obj, ix.field, err)
+		}
+	}
+	return nil
+}

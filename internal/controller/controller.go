@@ -1,0 +1,79 @@
+package controller
+
+// Why the controller is built the way it is:
+//
+// ipkeeper-controller must never hold a cluster hostage. It is the only
+// place addresses of vanished pods are collected, so its garbage collector
+// runs on every cluster, with or without KubeVirt; and it sits in the
+// admission path of every VM, so its webhook is called only when it can
+// matter and answers within bounds.
+//
+// One manager (manager.go) runs what every cluster needs: the reservation
+// garbage collector (leader), the webhook server and certificates (every
+// replica) and the probes. The KubeVirt part (kubevirt.go) is not wired
+// into that manager: it watches discovery for KubeVirt's CRDs and runs a
+// manager of its own (claims controllers on the leader, the webhook's cache
+// on every replica) while they are installed, stopping it cleanly when they
+// are removed. Controllers cannot be removed from a running manager, and
+// informers for a kind the API server does not serve fail forever; a
+// separate manager is what can be started and stopped.
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
+	"github.com/ipkeeper/ipkeeper/internal/gc"
+)
+
+// New builds the controller's manager from validated options. Start it
+// with mgr.Start(ctx).
+func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = float32(o.APIQPS), o.APIBurst
+	s, err := scheme.New()
+	if err != nil {
+		return nil, err
+	}
+	mgr, certServer, err := newManager(cfg, s, o)
+	if err != nil {
+		return nil, err
+	}
+	collector := &gc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), GracePeriod: o.GCGracePeriod}
+	if err := collector.SetupWithManager(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("setting up the reservation garbage collector: %w", err)
+	}
+	hook, err := addWebhook(mgr, o, certServer)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := newKubeVirtSupport(cfg, s, mgr, o, hook)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(kv); err != nil {
+		return nil, fmt.Errorf("adding KubeVirt support: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("kubevirt-support", kv.ready); err != nil {
+		return nil, fmt.Errorf("adding readyz: %w", err)
+	}
+	return mgr, nil
+}
+
+// Run builds and runs the controller until ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	mgr, err := New(ctx, cfg, o)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+package controller
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/certs"
+)
+
+// Certificate modes for the webhook.
+const (
+	// CertsSelfManaged: the controller generates, rotates and injects its
+	// own CA and serving certificate (no cert-manager needed).
+	CertsSelfManaged = "self-managed"
+	// CertsProvided: certificates are mounted into WebhookCertDir (for
+	// example by cert-manager, which also injects the CA).
+	CertsProvided = "provided"
+)
+
+// Options configure ipkeeper-controller.
+type Options struct {
+	Namespace string
+
+	LeaderElect   bool
+	LeaderElectID string
+	MetricsAddr   string
+	ProbeAddr     string
+	APIQPS        float64
+	APIBurst      int
+	RequireGate   bool
+	GCGracePeriod time.Duration
+	ClaimResync   time.Duration
+	EnableWebhook bool
+	WebhookHost   string
+	WebhookPort   int
+	CertMode      string
+	CertDir       string
+	SecretName    string
+	WebhookConfig string
+	ServiceName   string
+	ExtraSANs     string
+	TLSMinVersion string
+	CertValidity  time.Duration
+	CAValidity    time.Duration
+
+	KubeVirtDiscoveryInterval time.Duration
+	WebhookLiveReadQPS        float64
+}
+
+// AddFlags registers the controller's flags.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "ipkeeper-system"
+	}
+	fs.StringVar(&o.Namespace, "namespace", ns, "namespace the controller runs in: its leader election lease and webhook Secret live here (default $POD_NAMESPACE)")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader among replicas for the controllers; every replica serves the webhook")
+	fs.StringVar(&o.LeaderElectID, "leader-election-id", "ipkeeper-controller", "name of the leader election Lease")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":9920", "address for Prometheus /metrics; 0 disables")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":9921", "address for /healthz and /readyz; 0 disables")
+	fs.Float64Var(&o.APIQPS, "kube-api-qps", 50, "API requests per second (sustained)")
+	fs.IntVar(&o.APIBurst, "kube-api-burst", 100, "API requests in a burst")
+	fs.BoolVar(&o.RequireGate, "require-kubevirt-feature-gate", true, "act only while the KubeVirt CR lists the PersistentIPs feature gate; false: act as if it always did")
+	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", 2*time.Minute, "how long a pod must stay gone before the garbage collector releases its reservations")
+	fs.DurationVar(&o.ClaimResync, "claim-resync-period", 10*time.Minute, "how often every IPAMClaim ipkeeper manages is checked again without an event (a release interrupted by a crash is also resumed at start-up); 0 disables")
+	fs.DurationVar(&o.KubeVirtDiscoveryInterval, "kubevirt-discovery-interval", 30*time.Second, "how often the controller checks whether KubeVirt's CRDs are installed (KubeVirt support starts and stops with them)")
+	fs.Float64Var(&o.WebhookLiveReadQPS, "webhook-live-read-qps", 20, "API reads per second the webhook may make for objects its cache has not seen yet (bursts of twice that)")
+	fs.BoolVar(&o.EnableWebhook, "enable-webhook", true, "serve the virt-launcher pod webhook")
+	fs.StringVar(&o.WebhookHost, "webhook-host", "", "address the webhook listens on (all when empty)")
+	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port the webhook listens on")
+	fs.StringVar(&o.CertMode, "webhook-cert-mode", CertsSelfManaged, "self-managed: generate, rotate and inject certificates; provided: read them from --webhook-cert-dir (e.g. cert-manager)")
+	fs.StringVar(&o.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key (provided mode)")
+	fs.StringVar(&o.SecretName, "webhook-secret-name", "ipkeeper-webhook-cert", "Secret (in --namespace) that holds self-managed certificates")
+	fs.StringVar(&o.WebhookConfig, "webhook-configuration-name", "ipkeeper", "MutatingWebhookConfiguration that gets the self-managed CA bundle")
+	fs.StringVar(&o.ServiceName, "webhook-service-name", "ipkeeper-webhook", "Service in front of the webhook; its DNS names go into the certificate")
+	fs.StringVar(&o.ExtraSANs, "webhook-extra-sans", "", "comma-separated extra DNS names or IPs for the self-managed certificate")
+	fs.StringVar(&o.TLSMinVersion, "webhook-tls-min-version", "1.3", "minimum TLS version the webhook accepts: 1.2 or 1.3")
+	fs.DurationVar(&o.CertValidity, "webhook-cert-validity", 365*24*time.Hour, "lifetime of a self-managed serving certificate (renewed at 2/3)")
+	fs.DurationVar(&o.CAValidity, "webhook-ca-validity", 10*365*24*time.Hour, "lifetime of the self-managed CA (rotated at 2/3, without downtime)")
+}
+
+// Validate checks the options; errors name the flag and the value. It
+// changes nothing.
+func (o Options) Validate() error {
+	if o.Namespace == "" {
+		return fmt.Errorf("--namespace: must not be empty")
+	}
+	if o.GCGracePeriod < 0 {
+		return fmt.Errorf("--gc-grace-period %s: must not be negative", o.GCGracePeriod)
+	}
+	if o.KubeVirtDiscoveryInterval <= 0 {
+		return fmt.Errorf("--kubevirt-discovery-interval %s: must be positive", o.KubeVirtDiscoveryInterval)
+	}
+	if o.ClaimResync < 0 {
+		return fmt.Errorf("--claim-resync-period %s: must not be negative", o.ClaimResync)
+	}
+	if o.APIQPS <= 0 || o.APIBurst <= 0 {
+		return fmt.Errorf("--kube-api-qps %v / --kube-api-burst %d: must be positive", o.APIQPS, o.APIBurst)
+	}
+	if !o.EnableWebhook {
+		return nil
+	}
+	if o.WebhookPort <= 0 || o.WebhookPort > 65535 {
+		return fmt.Errorf("--webhook-port %d: must be 1-65535", o.WebhookPort)
+	}
+	if o.WebhookLiveReadQPS <= 0 {
+		return fmt.Errorf("--webhook-live-read-qps %v: must be positive", o.WebhookLiveReadQPS)
+	}
+	if _, err := certs.TLSVersion(o.TLSMinVersion); err != nil {
+		return err
+	}
+	switch o.CertMode {
+	case CertsSelfManaged:
+		if o.SecretName == "" || o.WebhookConfig == "" {
+			return fmt.Errorf("--webhook-secret-name and --webhook-configuration-name are required with --webhook-cert-mode %s", CertsSelfManaged)
+		}
+		if o.CertValidity <= 0 || o.CAValidity < o.CertValidity {
+			return fmt.Errorf("--webhook-cert-validity %s / --webhook-ca-validity %s: both positive, the CA at least as long", o.CertValidity, o.CAValidity)
+		}
+	case CertsProvided:
+		if o.CertDir == "" {
+			return fmt.Errorf("--webhook-cert-dir is required with --webhook-cert-mode %s", CertsProvided)
+		}
+	default:
+		return fmt.Errorf("--webhook-cert-mode %q: want %s or %s", o.CertMode, CertsSelfManaged, CertsProvided)
+	}
+	return nil
+}
+
+// tlsMinVersion is --webhook-tls-min-version as a crypto/tls constant;
+// Validate has checked it.
+func (o *Options) tlsMinVersion() uint16 {
+	v, _ := certs.TLSVersion(o.TLSMinVersion)
+	return v
+}
+
+// sans splits the certificate's subject alternative names: the Service's
+// DNS names plus --webhook-extra-sans.
+func (o *Options) sans() (dns []string, ips []net.IP) {
+	if o.ServiceName != "" {
+		dns = append(dns, o.ServiceName+"."+o.Namespace+".svc", o.ServiceName+"."+o.Namespace+".svc.cluster.local", o.ServiceName+"."+o.Namespace)
+	}
+	for _, s := range strings.Split(o.ExtraSANs, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if ip := net.ParseIP(s); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, s)
+		}
+	}
+	return dns, ips
+}

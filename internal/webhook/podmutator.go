@@ -1,0 +1,216 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/nad"
+	"github.com/ipkeeper/ipkeeper/internal/netselect"
+)
+
+// Path is where the pod webhook is served.
+const Path = "/mutate-v1-pod"
+
+var mutations = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "ipkeeper_webhook_pod_admissions_total",
+	Help: "virt-launcher pod admissions, by result: mutated, unchanged or denied.",
+}, []string{"result"})
+
+func init() { metrics.Registry.MustRegister(mutations) }
+
+// PodMutator adds claim references to virt-launcher pods.
+type PodMutator struct {
+	// Reader is the manager's cache.
+	Reader client.Reader
+	// APIReader reads live, for objects created just before the pod (the
+	// VMI, a new NAD) that the cache may not have yet.
+	APIReader client.Reader
+	Gate      kubevirt.Gate
+	Decoder   admission.Decoder
+}
+
+// Handle admits one pod CREATE or UPDATE.
+func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	resp := m.handle(ctx, req)
+	switch {
+	case !resp.Allowed:
+		mutations.WithLabelValues("denied").Inc()
+	case len(resp.Patches) > 0:
+		mutations.WithLabelValues("mutated").Inc()
+	default:
+		mutations.WithLabelValues("unchanged").Inc()
+	}
+	return resp
+}
+
+func (m *PodMutator) handle(ctx context.Context, req admission.Request) admission.Response {
+	var pod corev1.Pod
+	if err := m.Decoder.Decode(req, &pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding pod: %w", err))
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
+	vmiName, ok := kubevirt.IsLauncherPod(&pod)
+	if !ok {
+		return admission.Allowed("not a virt-launcher pod")
+	}
+	annotation := pod.Annotations[netselect.Annotation]
+	if req.Operation == admissionv1.Update {
+		var old corev1.Pod
+		if err := m.Decoder.DecodeRaw(req.OldObject, &old); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old pod: %w", err))
+		}
+		if old.Annotations[netselect.Annotation] == annotation {
+			return admission.Allowed("networks unchanged")
+		}
+	}
+	if annotation == "" {
+		return admission.Allowed("no secondary networks")
+	}
+	enabled, err := m.Gate.Enabled(ctx)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if !enabled {
+		return admission.Allowed("the PersistentIPs feature gate is off")
+	}
+	podRef := fmt.Sprintf("virt-launcher pod %s/%s", pod.Namespace, podName(&pod))
+	elems, err := netselect.Parse(annotation, pod.Namespace)
+	if err != nil {
+		return admission.Denied(fmt.Sprintf("%s: %v", podRef, err))
+	}
+
+	persistent := make([]bool, len(elems))
+	anyPersistent := false
+	for i, e := range elems {
+		key := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
+		network, found, err := m.readNAD(ctx, key)
+		if err != nil {
+			var nadErr *nad.Error
+			if errors.As(err, &nadErr) {
+				return admission.Denied(fmt.Sprintf("%s: cannot tell whether network %d keeps its IPs: %v", podRef, i, err))
+			}
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		// A missing NAD is Multus' error to report, at attach time.
+		persistent[i] = found && network.AllowPersistentIPs
+		anyPersistent = anyPersistent || persistent[i]
+	}
+	if !anyPersistent {
+		return admission.Allowed("no network allows persistent IPs")
+	}
+
+	vmi, err := m.readVMI(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: vmiName})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return admission.Denied(fmt.Sprintf("%s: its VirtualMachineInstance %s/%s (annotation %s) does not exist", podRef, pod.Namespace, vmiName, kubevirtv1.DomainAnnotation))
+		}
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	changed, warnings := addReferences(elems, vmi.Name, kubevirt.SecondaryNetworks(&vmi.Spec), persistent)
+	for _, e := range elems {
+		if e.ClaimRef == "" {
+			continue
+		}
+		if msg, err := m.heldByAnother(ctx, pod.Namespace, e.ClaimRef, vmi); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		} else if msg != "" {
+			return admission.Denied(fmt.Sprintf("%s: %s", podRef, msg))
+		}
+	}
+	if !changed {
+		return admission.Allowed("claim references already set").WithWarnings(warnings...)
+	}
+	updated, err := netselect.Marshal(elems)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	pod.Annotations[netselect.Annotation] = updated
+	raw, err := json.Marshal(&pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the mutated pod: %w", err))
+	}
+	log.FromContext(ctx).V(1).Info("added IPAMClaim references", "pod", podRef, "vmi", vmi.Name)
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(warnings...)
+}
+
+// heldByAnother explains why a pod must not use a claim that still belongs
+// to another owner, typically the previous VM of the same name whose
+// launcher pod is still terminating: the new pod would get that VM's
+// addresses while it still uses them. virt-controller retries the pod.
+func (m *PodMutator) heldByAnother(ctx context.Context, namespace, name string, vmi *kubevirtv1.VirtualMachineInstance) (string, error) {
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	if err := m.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", nil // the controller creates it; the IPAM waits for it
+		}
+		return "", fmt.Errorf("reading IPAMClaim %s/%s: %w", namespace, name, err)
+	}
+	// The same rule as the claims controller and the agent: the controller
+	// reference, or ipkeeper's owner labels once orphan deletion removed it.
+	owner, ok := claimowner.Of(&claim)
+	if !ok || owner.Runs(claimowner.LauncherOf(vmi)) {
+		return "", nil // made by another tool, or this VM's own
+	}
+	return fmt.Sprintf("IPAMClaim %s/%s still belongs to %s, which is being deleted; the pod can be created once that %s's launcher pods are gone",
+		namespace, name, owner, owner.Kind), nil
+}
+
+func (m *PodMutator) readNAD(ctx context.Context, key types.NamespacedName) (nad.Network, bool, error) {
+	var n nadv1.NetworkAttachmentDefinition
+	err := m.Reader.Get(ctx, key, &n)
+	if apierrors.IsNotFound(err) {
+		err = m.APIReader.Get(ctx, key, &n)
+	}
+	if apierrors.IsNotFound(err) {
+		return nad.Network{}, false, nil
+	}
+	if err != nil {
+		return nad.Network{}, false, fmt.Errorf("reading NetworkAttachmentDefinition %s: %w", key, err)
+	}
+	network, err := nad.Parse(&n)
+	return network, true, err
+}
+
+func (m *PodMutator) readVMI(ctx context.Context, key types.NamespacedName) (*kubevirtv1.VirtualMachineInstance, error) {
+	var vmi kubevirtv1.VirtualMachineInstance
+	err := m.Reader.Get(ctx, key, &vmi)
+	if apierrors.IsNotFound(err) {
+		err = m.APIReader.Get(ctx, key, &vmi)
+	}
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("reading VirtualMachineInstance %s: %w", key, err)
+	}
+	return &vmi, nil
+}
+
+// podName is the name for messages: launcher pods are created with
+// generateName, so the name is often empty at admission.
+func podName(p *corev1.Pod) string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return p.GenerateName + "<generated>"
+}
