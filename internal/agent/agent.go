@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	ipkscheme "github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
-	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 )
 
 // Options configure an Agent.

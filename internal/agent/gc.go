@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
 // gcConfig is the part of a CNI 1.1 GC request this agent reads.

@@ -11,8 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
 // A synthetic but realistically shaped population of reservations: 24

@@ -25,8 +25,8 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
 	"github.com/ipkeeper/ipkeeper/internal/gc"
+	"github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
 )
 
 // New builds the controller's manager from validated options. Start it

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
 // errorCases are invalid configs with the field the error must name and

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
-	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
 var extraSeeds = []string{

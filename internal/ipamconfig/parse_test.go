@@ -9,8 +9,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
 // rng is a compact expected Range: subnet, start, end, gateway ("" for
