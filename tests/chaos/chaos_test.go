@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,10 @@ func TestChaos(t *testing.T) {
 	race := os.Getenv("CHAOS_RACE") != ""
 	t.Logf("chaos: seed %d, %s of operations and faults (replay: make chaos SEED=%d DURATION=%s)", seed, duration, seed, duration)
 	ctx := context.Background()
+	// The verdict is printed last, after any log output, so that the tail
+	// of a CI log always says why the run failed.
+	out := &outcome{t: t}
+	defer out.printVerdict()
 
 	setup := time.Now()
 	c, err := startCluster(ctx, seed, race)
@@ -39,10 +44,13 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: control plane, controller and %d agents up in %s", numNodes, time.Since(setup).Round(time.Second))
 	defer func() {
 		if t.Failed() {
-			t.Logf("process logs kept in %s; control plane logs:", c.dir)
 			var b strings.Builder
-			c.cp.DumpLogs(&b, 30)
-			t.Log(b.String())
+			c.cp.DumpLogs(&b, 200)
+			path := filepath.Join(c.dir, "control-plane-tail.log")
+			if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+				t.Logf("writing %s: %v", path, err)
+			}
+			t.Logf("process logs (agents, controller, control plane) kept in %s", c.dir)
 			c.stop()
 			return
 		}
@@ -107,7 +115,7 @@ func TestChaos(t *testing.T) {
 	// Quiescence: every process up, every owed DEL done, the GC grace
 	// period over; then everything is checked once more.
 	if err := r.quiesce(ctx); err != nil {
-		t.Errorf("reaching quiescence: %v", err)
+		out.errorf("reaching quiescence: %v", err)
 	}
 	stopChecks()
 	<-checksDone
@@ -126,21 +134,49 @@ func TestChaos(t *testing.T) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, err := range v.harness {
-		t.Errorf("harness: %v", err)
+		out.errorf("harness: %v", err)
 	}
 	for _, viol := range v.list {
 		if viol.history == "" {
 			continue // beyond maxDetailed of its class: counted in the summary
 		}
-		t.Errorf("VIOLATION %s (seed %d, at %s): %s\nobjects:\n%shistory (the last events, and earlier ones naming the objects):\n%s",
+		out.errorf("VIOLATION %s (seed %d, at %s): %s\nobjects:\n%shistory (the last events, and earlier ones naming the objects):\n%s",
 			viol.class, seed, viol.at.Format("15:04:05.000"), viol.msg, viol.objects, viol.history)
 	}
 	if len(v.list) > 0 {
-		t.Errorf("%d invariant violations; replay with: make chaos SEED=%d DURATION=%s", len(v.list), seed, duration)
+		out.errorf("%d invariant violations; replay with: make chaos SEED=%d DURATION=%s", len(v.list), seed, duration)
 	}
 	if short {
-		r.assertCoverage(t)
+		r.assertCoverage(out)
 	}
+}
+
+// outcome records each failure's first line for the closing verdict.
+type outcome struct {
+	t     *testing.T
+	lines []string
+}
+
+func (o *outcome) errorf(format string, args ...any) {
+	o.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	o.t.Error(msg)
+	first, _, _ := strings.Cut(msg, "\n")
+	if len(first) > 300 {
+		first = first[:300] + "..."
+	}
+	o.lines = append(o.lines, first)
+}
+
+func (o *outcome) printVerdict() {
+	if !o.t.Failed() {
+		return
+	}
+	if len(o.lines) == 0 {
+		o.t.Log("chaos verdict: FAILED (see the errors above)")
+		return
+	}
+	o.t.Logf("chaos verdict: FAILED:\n  - %s", strings.Join(o.lines, "\n  - "))
 }
 
 // settings reads CHAOS_SEED and CHAOS_DURATION; short is the default run.
@@ -216,31 +252,31 @@ func (r *runner) summary(seed uint64, ran time.Duration) string {
 
 // assertCoverage fails the short run when it did too little to mean
 // anything: too few operations, or a fault kind that never fired.
-func (r *runner) assertCoverage(t *testing.T) {
+func (r *runner) assertCoverage(t *outcome) {
 	ops := 0
 	for k := range numOpKinds {
 		n := r.counts.get("op:" + k.String())
 		ops += n
 		if n == 0 {
-			t.Errorf("operation %s never ran", k)
+			t.errorf("operation %s never ran", k)
 		}
 	}
 	if ops < minShortOps {
-		t.Errorf("%d operations, want at least %d", ops, minShortOps)
+		t.errorf("%d operations, want at least %d", ops, minShortOps)
 	}
 	for k := range numFaultKinds {
 		if r.counts.get("fault:"+k.String()) == 0 {
-			t.Errorf("fault %s never fired", k)
+			t.errorf("fault %s never fired", k)
 		}
 	}
 	pf := r.c.proxy.faultCounts()
 	for f := pfDrop; f < numProxyFaults; f++ {
 		if pf[f.String()] == 0 {
-			t.Errorf("proxy fault %s never fired", f)
+			t.errorf("proxy fault %s never fired", f)
 		}
 	}
 	if r.c.proxy.cuts.Load() == 0 {
-		t.Errorf("no watch was ever cut")
+		t.errorf("no watch was ever cut")
 	}
 	for what, n := range map[string]int{
 		"exhausted ADD on the small network": r.counts.get("exhausted"),
@@ -249,7 +285,7 @@ func (r *runner) assertCoverage(t *testing.T) {
 		"successful GC":                      r.counts.get("cni:" + cniproto.CmdGC + ":ok"),
 	} {
 		if n == 0 {
-			t.Errorf("no %s", what)
+			t.errorf("no %s", what)
 		}
 	}
 }
