@@ -3,6 +3,7 @@ package claims
 import (
 	"context"
 	"fmt"
+	"github.com/ipkeeper/ipkeeper/internal/retry"
 	"slices"
 	"time"
 
@@ -274,6 +275,7 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("claim-release").
+		WithOptions(retry.Options()).
 		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(isOurs))).
 		Watches(&kubevirtv1.VirtualMachine{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).

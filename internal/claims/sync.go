@@ -3,6 +3,7 @@ package claims
 import (
 	"context"
 	"fmt"
+	"github.com/ipkeeper/ipkeeper/internal/retry"
 	"strings"
 	"time"
 
@@ -137,6 +138,7 @@ func setupOwnerController(mgr ctrl.Manager, name string, owner client.Object, li
 	c := mgr.GetClient()
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
+		WithOptions(retry.Options()).
 		For(owner).
 		Watches(&ipamclaimsv1alpha1.IPAMClaim{}, handler.EnqueueRequestsFromMapFunc(requestsForClaimOwner)).
 		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(requestsForNAD(c, list)))

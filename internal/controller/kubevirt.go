@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ipkeeper/ipkeeper/internal/retry"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -294,6 +295,7 @@ func (k *kubeVirtSupport) setupScope(gate kubevirt.Gate) func(ctrl.Manager) erro
 		})
 		b := ctrl.NewControllerManagedBy(mgr).
 			Named("webhook-scope").
+			WithOptions(retry.Options()).
 			WatchesRawSource(source.Channel(kick, &handler.EnqueueRequestForObject{}))
 		if k.o.RequireGate {
 			b = b.Watches(&kubevirtv1.KubeVirt{}, toKey, builder.WithPredicates(kubevirt.GateChanged()))

@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"fmt"
+	"github.com/ipkeeper/ipkeeper/internal/retry"
 	"sync"
 	"time"
 
@@ -221,6 +222,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("reservation-gc").
+		WithOptions(retry.Options()).
 		For(&ipkeeperv1alpha1.IPReservation{}).
 		WatchesMetadata(pod, onDelete).
 		Watches(&ipamclaimsv1alpha1.IPAMClaim{}, onDelete).
