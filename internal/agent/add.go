@@ -9,11 +9,11 @@ import (
 	"time"
 
 	types100 "github.com/containernetworking/cni/pkg/types/100"
-	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -83,7 +83,7 @@ func (a *Agent) resolvePod(ctx context.Context, req *request) (*corev1.Pod, erro
 		return nil, fail(reasonPod, codeOf(err, codeTryAgainLater), err)
 	}
 	att, err := a.attachmentOf(ctx, pod, req)
-	if err == nil && !att.found && pod.Annotations[nadv1.NetworkAttachmentAnnot] != "" {
+	if err == nil && !att.found && pod.Annotations[multus.Annotation] != "" {
 		// The cached pod may predate a networks annotation update.
 		if pod, err = a.pods.getLive(ctx, req.args); err != nil {
 			return nil, fail(reasonPod, codeOf(err, codeTryAgainLater), err)

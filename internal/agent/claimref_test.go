@@ -1,50 +1,51 @@
 package agent
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
-func TestMultusDefaultNetworks(t *testing.T) {
-	tests := []struct {
-		name      string
-		opts      Options
-		namespace string
-		want      int
-	}{
-		{"unknown", Options{MultusDefaultNetworks: -1}, "vms", -1},
-		{"one", Options{MultusDefaultNetworks: 1}, "vms", 1},
-		{"Multus' default system namespace gets none", Options{MultusDefaultNetworks: 2}, "kube-system", 0},
-		{"configured system namespaces", Options{MultusDefaultNetworks: 2, MultusSystemNamespaces: []string{"infra"}}, "infra", 0},
-		{"kube-system is not special once others are configured", Options{MultusDefaultNetworks: 2, MultusSystemNamespaces: []string{"infra"}}, "kube-system", 2},
-	}
-	for _, tt := range tests {
-		a := &Agent{opts: tt.opts}
-		if got := a.multusDefaultNetworks(tt.namespace); got != tt.want {
-			t.Errorf("%s: multusDefaultNetworks(%q) = %d, want %d", tt.name, tt.namespace, got, tt.want)
-		}
-	}
-}
-
+// TestArgsClaimRef checks the fallback for setups without Multus'
+// annotation: the reference in args.cni, under the same key as in the
+// annotation's elements, read by the config parser.
 func TestArgsClaimRef(t *testing.T) {
-	tests := []struct {
-		config, want, wantErr string
-	}{
-		{config: `{"name":"n"}`},
-		{config: `{"args":{"cni":{"ipam-claim-reference":"vm1.blue"}}}`, want: "vm1.blue"},
-		{config: `{"args":{"cni":{"ipam-claim-reference":7}}}`, wantErr: "args.cni.ipam-claim-reference: want a claim name (string), got 7"},
-		{config: `{"args":`, wantErr: "args.cni"},
+	config := func(args string) []byte {
+		return []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}` + args + `}`)
 	}
+	tests := []struct {
+		name, args, want, wantErr string
+		found                     bool
+	}{
+		{name: "none", args: ``},
+		{name: "a claim", args: fmt.Sprintf(`,"args":{"cni":{%q:"vm1.blue"}}`, multus.ClaimRefKey), want: "vm1.blue", found: true},
+		{name: "not a string", args: fmt.Sprintf(`,"args":{"cni":{%q:7}}`, multus.ClaimRefKey), wantErr: "args.cni." + multus.ClaimRefKey + ": expected a string"},
+		{name: "malformed", args: `,"args":`, wantErr: "invalid JSON"},
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "web"}}
 	for _, tt := range tests {
-		got, err := argsClaimRef([]byte(tt.config))
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("argsClaimRef(%s) error = %v, want %q", tt.config, err, tt.wantErr)
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := parseRequest(&cniproto.Request{Config: config(tt.args)})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("parseRequest() error = %v, want %q", err, tt.wantErr)
+				}
+				return
 			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("argsClaimRef(%s) = %q, %v; want %q", tt.config, got, err, tt.want)
-		}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := (&Agent{}).attachmentOf(context.Background(), pod, req)
+			if err != nil || got.claim != tt.want || got.found != tt.found || got.nad != nil {
+				t.Fatalf("attachmentOf() = %+v, %v; want claim %q, found %v", got, err, tt.want, tt.found)
+			}
+		})
 	}
 }

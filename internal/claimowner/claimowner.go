@@ -54,15 +54,49 @@ func Of(claim metav1.Object) (Owner, bool) {
 		}
 		return Owner{}, false
 	}
-	if claim.GetLabels()[ManagedByLabel] != ManagedByValue {
+	if !Managed(claim) {
 		return Owner{}, false
 	}
-	kind, name, ok := strings.Cut(claim.GetAnnotations()[OwnerAnnotation], "/")
+	kind, name, ok := recorded(claim)
 	uid := claim.GetLabels()[OwnerUIDLabel]
-	if !ok || name == "" || uid == "" || (kind != KindVM && kind != KindVMI) {
+	if !ok || uid == "" || (kind != KindVM && kind != KindVMI) {
 		return Owner{}, false
 	}
 	return Owner{Kind: kind, Name: name, UID: types.UID(uid), Orphaned: true}, true
+}
+
+// Managed reports whether a claim carries ipkeeper-controller's
+// managed-by label.
+func Managed(claim metav1.Object) bool { return claim.GetLabels()[ManagedByLabel] == ManagedByValue }
+
+// Record writes owner into a claim's labels and annotation, where Of finds
+// it once orphan deletion removed the controller reference.
+func Record(claim metav1.Object, owner Owner) {
+	labels, annotations := claim.GetLabels(), claim.GetAnnotations()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	labels[ManagedByLabel] = ManagedByValue
+	labels[OwnerUIDLabel] = string(owner.UID)
+	annotations[OwnerAnnotation] = owner.Kind + "/" + owner.Name
+	claim.SetLabels(labels)
+	claim.SetAnnotations(annotations)
+}
+
+// RecordedName is the owner name Record wrote on a claim, whatever its
+// controller reference says; ok is false when there is none.
+func RecordedName(claim metav1.Object) (name string, ok bool) {
+	_, name, ok = recorded(claim)
+	return name, ok
+}
+
+// recorded parses the owner annotation Record writes.
+func recorded(claim metav1.Object) (kind, name string, ok bool) {
+	kind, name, ok = strings.Cut(claim.GetAnnotations()[OwnerAnnotation], "/")
+	return kind, name, ok && name != ""
 }
 
 // VMOf is the VM that controls a VMI, or nil for a standalone VMI.
@@ -107,6 +141,19 @@ func (o Owner) Runs(l Launcher) bool {
 		return l.VMUID == o.UID
 	}
 	return false
+}
+
+// HasVMI reports whether vmi is one of the owner's: a VMI the owner runs
+// (Runs), or an owner-less VMI of a VM owner's name, which is what orphan
+// deletion of that VM leaves, also while the claim still has its controller
+// reference (the garbage collector removes references one object at a
+// time). While such a VMI exists it may start a launcher pod that uses the
+// claim (a migration target, for example).
+func (o Owner) HasVMI(vmi metav1.Object) bool {
+	if o.Runs(LauncherOf(vmi)) {
+		return true
+	}
+	return o.Kind == KindVM && vmi.GetName() == o.Name && metav1.GetControllerOf(vmi) == nil
 }
 
 // PodVMI returns the name and UID of the VMI a pod says it launches: its

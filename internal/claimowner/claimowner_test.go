@@ -6,7 +6,9 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
 func TestOwnerOf(t *testing.T) {
@@ -61,6 +63,59 @@ func TestRuns(t *testing.T) {
 		if got := tt.owner.Runs(tt.l); got != tt.want {
 			t.Errorf("%s: Runs() = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+func TestHasVMI(t *testing.T) {
+	vmOwner := Owner{Kind: KindVM, Name: "vm1", UID: "vm-uid"}
+	vmi := func(name string, uid types.UID, controller *metav1.OwnerReference) *kubevirtv1.VirtualMachineInstance {
+		v := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}}
+		if controller != nil {
+			v.OwnerReferences = []metav1.OwnerReference{*controller}
+		}
+		return v
+	}
+	ref := func(uid types.UID) *metav1.OwnerReference {
+		return &metav1.OwnerReference{APIVersion: "kubevirt.io/v1", Kind: KindVM, Name: "vm1", UID: uid, Controller: ptr.To(true)}
+	}
+	tests := []struct {
+		name  string
+		vmi   *kubevirtv1.VirtualMachineInstance
+		owner Owner
+		want  bool
+	}{
+		{"the VM's own VMI", vmi("vm1", "i1", ref("vm-uid")), vmOwner, true},
+		{"the VMI of a re-created VM of the same name is not the old VM's", vmi("vm1", "i2", ref("other-vm")), vmOwner, false},
+		{"an owner-less VMI of the VM's name is what orphan deletion left", vmi("vm1", "i3", nil), vmOwner, true},
+		{"an owner-less VMI of another name", vmi("vm2", "i4", nil), vmOwner, false},
+		{"a standalone VMI is its own user", vmi("vm1", "vmi-uid", nil), Owner{Kind: KindVMI, Name: "vm1", UID: "vmi-uid"}, true},
+		{"a re-created standalone VMI is not the old one", vmi("vm1", "new", nil), Owner{Kind: KindVMI, Name: "vm1", UID: "old"}, false},
+	}
+	for _, tt := range tests {
+		if got := tt.owner.HasVMI(tt.vmi); got != tt.want {
+			t.Errorf("%s: HasVMI() = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestRecord(t *testing.T) {
+	owner := Owner{Kind: KindVM, Name: "vm.dotted", UID: "u2"}
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	Record(&claim, owner)
+	if !Managed(&claim) {
+		t.Errorf("Record() left the claim unmanaged: %v", claim.Labels)
+	}
+	if name, ok := RecordedName(&claim); !ok || name != "vm.dotted" {
+		t.Errorf("RecordedName() = %q, %v; want vm.dotted", name, ok)
+	}
+	// Once orphan deletion removes the controller reference, Of reads
+	// what Record wrote.
+	owner.Orphaned = true
+	if got, ok := Of(&claim); !ok || got != owner {
+		t.Errorf("Of() after Record() = %+v, %v; want %+v", got, ok, owner)
+	}
+	if _, ok := RecordedName(&ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{OwnerAnnotation: "VirtualMachine/"}}}); ok {
+		t.Error("RecordedName() of an owner annotation without a name")
 	}
 }
 

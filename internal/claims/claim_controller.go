@@ -3,14 +3,12 @@ package claims
 import (
 	"context"
 	"fmt"
-	"github.com/ipkeeper/ipkeeper/internal/retry"
 	"slices"
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -27,7 +25,8 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/retry"
 )
 
 // ClaimReconciler releases claims nobody needs any more.
@@ -72,7 +71,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		}
 		return reconcile.Result{}, fmt.Errorf("reading IPAMClaim %s: %w", req, err)
 	}
-	owner, ok := ownerOf(&claim)
+	owner, ok := claimowner.Of(&claim)
 	if !ok || !isOurs(&claim) || (claim.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(&claim, Finalizer)) {
 		return reconcile.Result{}, nil
 	}
@@ -155,14 +154,14 @@ func removeFinalizer(ctx context.Context, c client.Client, claim *ipamclaimsv1al
 // finalizer or our label (a claim whose finalizer an older version removed
 // before a delete that never happened).
 func isOurs(o client.Object) bool {
-	return controllerutil.ContainsFinalizer(o, Finalizer) || o.GetLabels()[ManagedByLabel] == ManagedByValue
+	return controllerutil.ContainsFinalizer(o, Finalizer) || claimowner.Managed(o)
 }
 
 // ownerState reads the owner through reader. ownerObj is returned when the
 // owner still exists (live or being deleted), for events.
-func (r *ClaimReconciler) ownerState(ctx context.Context, reader client.Reader, namespace string, owner Owner) (ownerState, client.Object, error) {
+func (r *ClaimReconciler) ownerState(ctx context.Context, reader client.Reader, namespace string, owner claimowner.Owner) (ownerState, client.Object, error) {
 	var obj client.Object = &kubevirtv1.VirtualMachine{}
-	if owner.Kind == kindVMI {
+	if owner.Kind == claimowner.KindVMI {
 		obj = &kubevirtv1.VirtualMachineInstance{}
 	}
 	if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: owner.Name}, obj); err != nil {
@@ -181,7 +180,7 @@ func (r *ClaimReconciler) ownerState(ctx context.Context, reader client.Reader, 
 }
 
 // wanted reports whether the live owner's spec still has the claim's network.
-func wanted(ownerObj client.Object, owner Owner, claim *ipamclaimsv1alpha1.IPAMClaim) bool {
+func wanted(ownerObj client.Object, owner claimowner.Owner, claim *ipamclaimsv1alpha1.IPAMClaim) bool {
 	var spec *kubevirtv1.VirtualMachineInstanceSpec
 	switch o := ownerObj.(type) {
 	case *kubevirtv1.VirtualMachine:
@@ -204,7 +203,7 @@ func wanted(ownerObj client.Object, owner Owner, claim *ipamclaimsv1alpha1.IPAMC
 // label, which is where a pod the cache has not seen yet would come from
 // (virt-controller creating a launcher pod); it never lists the whole
 // namespace.
-func (r *ClaimReconciler) users(ctx context.Context, reader client.Reader, claim *ipamclaimsv1alpha1.IPAMClaim, owner Owner, state ownerState) (string, error) {
+func (r *ClaimReconciler) users(ctx context.Context, reader client.Reader, claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, state ownerState) (string, error) {
 	pods := PodMetadataList()
 	if err := r.Client.List(ctx, pods, client.InNamespace(claim.Namespace), client.MatchingFields{indexClaimRef: claim.Name}); err != nil {
 		return "", fmt.Errorf("listing pods using IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
@@ -218,7 +217,7 @@ func (r *ClaimReconciler) users(ctx context.Context, reader client.Reader, claim
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		for _, ref := range netselect.ClaimRefs(p.Annotations[netselect.Annotation], p.Namespace) {
+		for _, ref := range multus.ClaimRefs(p.Annotations[multus.Annotation], p.Namespace) {
 			if ref == claim.Name {
 				return "pod " + p.Name, nil
 			}
@@ -235,21 +234,10 @@ func (r *ClaimReconciler) users(ctx context.Context, reader client.Reader, claim
 	if err != nil {
 		return "", fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", claim.Namespace, owner.Name, err)
 	}
-	if belongsTo(&vmi, owner) {
+	if owner.HasVMI(&vmi) {
 		return "VirtualMachineInstance " + vmi.Name, nil
 	}
 	return "", nil
-}
-
-// belongsTo reports whether vmi is the owner itself or the owner's VMI
-// (claimowner's rule), or an owner-less VMI of a VM's name: what orphan
-// deletion of that VM left (also while the claim still has its reference,
-// as the garbage collector removes references one object at a time).
-func belongsTo(vmi *kubevirtv1.VirtualMachineInstance, owner Owner) bool {
-	if owner.Runs(claimowner.LauncherOf(vmi)) {
-		return true
-	}
-	return owner.Kind == kindVM && metav1.GetControllerOf(vmi) == nil
 }
 
 // SetupWithManager registers the reconciler.
@@ -268,7 +256,7 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	byReference := func(ctx context.Context, o client.Object) []reconcile.Request {
 		var reqs []reconcile.Request
-		for _, ref := range netselect.ClaimRefs(o.GetAnnotations()[netselect.Annotation], o.GetNamespace()) {
+		for _, ref := range multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace()) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: ref}})
 		}
 		return reqs
@@ -310,7 +298,7 @@ func (s *claimResync) Start(ctx context.Context) error {
 		case <-t.C:
 		}
 		var list ipamclaimsv1alpha1.IPAMClaimList
-		if err := s.client.List(ctx, &list, client.MatchingLabels{ManagedByLabel: ManagedByValue}); err != nil {
+		if err := s.client.List(ctx, &list, client.MatchingLabels{claimowner.ManagedByLabel: claimowner.ManagedByValue}); err != nil {
 			log.FromContext(ctx).Error(err, "listing claims for the periodic resync")
 			continue
 		}

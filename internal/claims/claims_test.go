@@ -6,29 +6,26 @@ import (
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/nad"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
 func TestDesiredClaims(t *testing.T) {
-	nads := map[string]nad.Network{
+	nads := map[string]multus.Network{
 		"vms/blue":   {Name: "tenant-blue", AllowPersistentIPs: true},
 		"other/blue": {Name: "other-blue", AllowPersistentIPs: true},
 		"vms/plain":  {Name: "plain"},
 		"vms/nested": {Name: "nested", IgnoredFlags: "spec.config.plugins[0].allowPersistentIPs"},
 	}
-	read := func(_ context.Context, key types.NamespacedName) (nad.Network, error) {
+	read := func(_ context.Context, key types.NamespacedName) (multus.Network, error) {
 		if key.Name == "broken" {
-			return nad.Network{}, &nad.Error{NAD: key, Field: "spec.config.name", Reason: "missing"}
+			return multus.Network{}, &multus.NADError{NAD: key, Field: "spec.config.name", Reason: "missing"}
 		}
 		n, ok := nads[key.String()]
 		if !ok {
-			return nad.Network{}, errors.New("NetworkAttachmentDefinition " + key.String() + " not found")
+			return multus.Network{}, errors.New("NetworkAttachmentDefinition " + key.String() + " not found")
 		}
 		return n, nil
 	}
@@ -77,34 +74,5 @@ func TestNetworkStillWanted(t *testing.T) {
 	}
 	if !networkStillWanted(networks, "vm1", "vm1.a", "") {
 		t.Error("a claim made by another tool (no annotation) is matched by name")
-	}
-}
-
-func TestBelongsTo(t *testing.T) {
-	vmOwner := Owner{Kind: "VirtualMachine", Name: "vm1", UID: "vm-uid"}
-	vmi := func(uid types.UID, controller *metav1.OwnerReference) *kubevirtv1.VirtualMachineInstance {
-		v := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm1", UID: uid}}
-		if controller != nil {
-			v.OwnerReferences = []metav1.OwnerReference{*controller}
-		}
-		return v
-	}
-	ref := func(uid types.UID) *metav1.OwnerReference {
-		return &metav1.OwnerReference{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "vm1", UID: uid, Controller: ptr.To(true)}
-	}
-	if !belongsTo(vmi("i1", ref("vm-uid")), vmOwner) {
-		t.Error("the VM's own VMI")
-	}
-	if belongsTo(vmi("i2", ref("other-vm")), vmOwner) {
-		t.Error("the VMI of a re-created VM of the same name is not the old VM's")
-	}
-	if !belongsTo(vmi("i3", nil), vmOwner) {
-		t.Error("an owner-less VMI of the VM's name is what orphan deletion left")
-	}
-	if !belongsTo(vmi("vmi-uid", nil), Owner{Kind: "VirtualMachineInstance", Name: "vm1", UID: "vmi-uid"}) {
-		t.Error("a standalone VMI is its own user")
-	}
-	if belongsTo(vmi("new", nil), Owner{Kind: "VirtualMachineInstance", Name: "vm1", UID: "old"}) {
-		t.Error("a re-created standalone VMI is not the old one")
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimname"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/nad"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
 // Desired is one claim an owner should have.
@@ -26,19 +26,20 @@ type Desired struct {
 }
 
 // NADReader reads and parses a NetworkAttachmentDefinition.
-type NADReader func(ctx context.Context, key types.NamespacedName) (nad.Network, error)
+type NADReader func(ctx context.Context, key types.NamespacedName) (multus.Network, error)
 
 // desiredClaims lists the claims owner needs in namespace for its secondary
 // networks: one per network that is not being unplugged and whose NAD
-// allows persistent IPs (nad.Network.AllowPersistentIPs: the one rule). A network whose NAD cannot be read or parsed is
-// reported in problems and skipped, so one broken NAD does not hold back the
-// VM's other networks.
+// allows persistent IPs (multus.ParseNAD's AllowPersistentIPs: the one
+// rule). A network whose NAD cannot be read or parsed is reported in
+// problems and skipped, so one broken NAD does not hold back the VM's other
+// networks.
 func desiredClaims(ctx context.Context, owner, namespace string, networks []kubevirt.SecondaryNetwork, read NADReader) (want []Desired, problems []error) {
 	for _, n := range networks {
 		if n.Absent {
 			continue
 		}
-		key, err := nad.Ref(n.NetworkName, namespace)
+		key, err := multus.NADRef(n.NetworkName, namespace)
 		if err != nil {
 			problems = append(problems, fmt.Errorf("network %q: %w", n.Name, err))
 			continue

@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 )
 
 // Event reasons on the VM (or standalone VMI).
@@ -43,7 +45,7 @@ type ensureResult struct {
 // ensure creates every wanted claim that does not exist yet, adopts ours
 // that lack our labels or finalizer, and reports (with an event on the
 // owner) claims of the same name that belong to someone else.
-func (w *claimWriter) ensure(ctx context.Context, ownerObj client.Object, owner Owner, want []Desired) (ensureResult, error) {
+func (w *claimWriter) ensure(ctx context.Context, ownerObj client.Object, owner claimowner.Owner, want []Desired) (ensureResult, error) {
 	var res ensureResult
 	for _, d := range want {
 		var claim ipamclaimsv1alpha1.IPAMClaim
@@ -57,7 +59,7 @@ func (w *claimWriter) ensure(ctx context.Context, ownerObj client.Object, owner 
 		case err != nil:
 			return res, fmt.Errorf("reading IPAMClaim %s/%s: %w", ownerObj.GetNamespace(), d.Name, err)
 		}
-		held, ok := ownerOf(&claim)
+		held, ok := claimowner.Of(&claim)
 		if !ok || held.UID != owner.UID || !sameNetwork(&claim, d) {
 			res.conflicts++
 			claimConflicts.Inc()
@@ -88,7 +90,7 @@ func (w *claimWriter) ensure(ctx context.Context, ownerObj client.Object, owner 
 	return res, nil
 }
 
-func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner Owner, d Desired) error {
+func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner claimowner.Owner, d Desired) error {
 	gvk := kubevirtv1.SchemeGroupVersion.WithKind(owner.Kind)
 	claim := &ipamclaimsv1alpha1.IPAMClaim{
 		ObjectMeta: metav1.ObjectMeta{
@@ -116,9 +118,9 @@ func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner 
 
 // adopt adds our labels, annotations and finalizer to a claim this owner
 // already holds (for example one made by another KubeVirt IPAM controller).
-func (w *claimWriter) adopt(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, owner Owner, d Desired) error {
-	if controllerutil.ContainsFinalizer(claim, Finalizer) && claim.Labels[ManagedByLabel] == ManagedByValue &&
-		claim.Labels[OwnerUIDLabel] == string(owner.UID) && claim.Annotations[NetworkAnnotation] == d.LogicalNetwork {
+func (w *claimWriter) adopt(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, d Desired) error {
+	if controllerutil.ContainsFinalizer(claim, Finalizer) && claimowner.Managed(claim) &&
+		claim.Labels[claimowner.OwnerUIDLabel] == string(owner.UID) && claim.Annotations[NetworkAnnotation] == d.LogicalNetwork {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -130,16 +132,8 @@ func (w *claimWriter) adopt(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	return nil
 }
 
-func setIdentity(claim *ipamclaimsv1alpha1.IPAMClaim, owner Owner, d Desired) {
-	if claim.Labels == nil {
-		claim.Labels = map[string]string{}
-	}
-	if claim.Annotations == nil {
-		claim.Annotations = map[string]string{}
-	}
-	claim.Labels[ManagedByLabel] = ManagedByValue
-	claim.Labels[OwnerUIDLabel] = string(owner.UID)
-	claim.Annotations[OwnerAnnotation] = owner.Kind + "/" + owner.Name
+func setIdentity(claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, d Desired) {
+	claimowner.Record(claim, owner)
 	claim.Annotations[NetworkAnnotation] = d.LogicalNetwork
 }
 

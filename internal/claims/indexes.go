@@ -10,9 +10,9 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/nad"
-	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
 // Field indexes on the manager's cache.
@@ -48,7 +48,7 @@ func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	nadsOf := func(namespace string, spec *kubevirtv1.VirtualMachineInstanceSpec) []string {
 		var keys []string
 		for _, n := range kubevirt.SecondaryNetworks(spec) {
-			if key, err := nad.Ref(n.NetworkName, namespace); err == nil {
+			if key, err := multus.NADRef(n.NetworkName, namespace); err == nil {
 				keys = append(keys, key.String())
 			}
 		}
@@ -71,13 +71,13 @@ func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 			return nadsOf(vmi.Namespace, &vmi.Spec)
 		}},
 		{&ipamclaimsv1alpha1.IPAMClaim{}, indexOwnerName, func(o client.Object) []string {
-			if owner, ok := ownerOf(o.(*ipamclaimsv1alpha1.IPAMClaim)); ok {
+			if owner, ok := claimowner.Of(o.(*ipamclaimsv1alpha1.IPAMClaim)); ok {
 				return []string{owner.Name}
 			}
 			return nil
 		}},
 		{PodMetadata(), indexClaimRef, func(o client.Object) []string {
-			return netselect.ClaimRefs(o.GetAnnotations()[netselect.Annotation], o.GetNamespace())
+			return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
 		}},
 	}
 	for _, ix := range indexes {

@@ -3,14 +3,11 @@ package claims
 import (
 	"context"
 	"fmt"
-	"github.com/ipkeeper/ipkeeper/internal/retry"
-	"strings"
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,8 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/nad"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/retry"
 )
 
 // ownerSync is the create path shared by the VM and VMI reconcilers.
@@ -47,7 +46,7 @@ func newOwnerSync(c client.Client, recorder record.EventRecorder, gate kubevirt.
 }
 
 // sync creates the claims ownerObj needs for the networks of spec.
-func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj client.Object, owner Owner, spec *kubevirtv1.VirtualMachineInstanceSpec) (reconcile.Result, error) {
+func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj client.Object, owner claimowner.Owner, spec *kubevirtv1.VirtualMachineInstanceSpec) (reconcile.Result, error) {
 	enabled, err := s.gate.Enabled(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -74,15 +73,12 @@ func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj cl
 }
 
 // readNAD reads a NAD from the cache and parses it.
-func (s *ownerSync) readNAD(ctx context.Context, key types.NamespacedName) (nad.Network, error) {
-	var n nadv1.NetworkAttachmentDefinition
-	if err := s.client.Get(ctx, key, &n); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nad.Network{}, fmt.Errorf("NetworkAttachmentDefinition %s not found", key)
-		}
-		return nad.Network{}, fmt.Errorf("reading NetworkAttachmentDefinition %s: %w", key, err)
+func (s *ownerSync) readNAD(ctx context.Context, key types.NamespacedName) (multus.Network, error) {
+	network, found, err := multus.ReadNAD(ctx, s.client, key)
+	if err == nil && !found {
+		return multus.Network{}, fmt.Errorf("NetworkAttachmentDefinition %s not found", key)
 	}
-	return nad.Parse(&n)
+	return network, err
 }
 
 // requestsForNAD maps a NAD to the owners (VMs or VMIs, by list) using it.
@@ -113,7 +109,7 @@ func requestsForAll(c client.Client, newList func() client.ObjectList) handler.M
 // requestsForClaimOwner maps a claim to its owner's name, which is also how
 // a claim held by a deleted VM re-queues the same-name VM waiting for it.
 func requestsForClaimOwner(ctx context.Context, o client.Object) []reconcile.Request {
-	if _, n, ok := strings.Cut(o.GetAnnotations()[OwnerAnnotation], "/"); ok && n != "" {
+	if n, ok := claimowner.RecordedName(o); ok {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: n}}}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 )
 
@@ -38,7 +39,7 @@ func (r *VMReconciler) Reconcile(ctx context.Context, req reconcile.Request) (re
 	if vm.DeletionTimestamp != nil || vm.Spec.Template == nil {
 		return reconcile.Result{}, nil
 	}
-	owner := Owner{Kind: kindVM, Name: vm.Name, UID: vm.UID}
+	owner := claimowner.Owner{Kind: claimowner.KindVM, Name: vm.Name, UID: vm.UID}
 	return r.sync.sync(ctx, req, &vm, owner, &vm.Spec.Template.Spec)
 }
 

@@ -44,7 +44,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if err != nil || orphan {
 		return reconcile.Result{}, err
 	}
-	owner := Owner{Kind: kindVMI, Name: vmi.Name, UID: vmi.UID}
+	owner := claimowner.Owner{Kind: claimowner.KindVMI, Name: vmi.Name, UID: vmi.UID}
 	return r.sync.sync(ctx, req, &vmi, owner, &vmi.Spec)
 }
 
@@ -57,8 +57,8 @@ func (r *VMIReconciler) orphanedFromVM(ctx context.Context, vmi *kubevirtv1.Virt
 		return false, fmt.Errorf("listing claims of %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	for i := range claims.Items {
-		owner, ok := ownerOf(&claims.Items[i])
-		if !ok || owner.Kind != kindVM {
+		owner, ok := claimowner.Of(&claims.Items[i])
+		if !ok || owner.Kind != claimowner.KindVM {
 			continue
 		}
 		var vm kubevirtv1.VirtualMachine

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ipkeeper/ipkeeper/internal/retry"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/retry"
 	podwebhook "github.com/ipkeeper/ipkeeper/internal/webhook"
 )
 

@@ -3,7 +3,6 @@ package gc
 import (
 	"context"
 	"fmt"
-	"github.com/ipkeeper/ipkeeper/internal/retry"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ipkeeper/ipkeeper/internal/retry"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 

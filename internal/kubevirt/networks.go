@@ -3,9 +3,10 @@ package kubevirt
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
 // SecondaryNetwork is a Multus secondary (non-default) network of a VM or VMI.
@@ -54,5 +55,6 @@ func PodInterfaceName(network string) string {
 }
 
 // OrdinalInterfaceName is the pod interface name of KubeVirt's older scheme,
-// still used by launcher pods of VMIs started before the hashed scheme.
-func OrdinalInterfaceName(ordinal int) string { return fmt.Sprintf("net%d", ordinal) }
+// still used by launcher pods of VMIs started before the hashed scheme: the
+// name Multus gives its delegates (secondary network N is delegate N).
+func OrdinalInterfaceName(ordinal int) string { return multus.DelegateIfName(ordinal) }

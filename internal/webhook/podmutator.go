@@ -8,7 +8,6 @@ import (
 	"net/http"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
-	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,8 +21,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/nad"
-	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
 // Path is where the pod webhook is served.
@@ -73,13 +71,13 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 	if !ok {
 		return admission.Allowed("not a virt-launcher pod")
 	}
-	annotation := pod.Annotations[netselect.Annotation]
+	annotation := pod.Annotations[multus.Annotation]
 	if req.Operation == admissionv1.Update {
 		var old corev1.Pod
 		if err := m.Decoder.DecodeRaw(req.OldObject, &old); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old pod: %w", err))
 		}
-		if old.Annotations[netselect.Annotation] == annotation {
+		if old.Annotations[multus.Annotation] == annotation {
 			return admission.Allowed("networks unchanged")
 		}
 	}
@@ -94,7 +92,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 		return admission.Allowed("the PersistentIPs feature gate is off")
 	}
 	podRef := fmt.Sprintf("virt-launcher pod %s/%s", pod.Namespace, podName(&pod))
-	elems, err := netselect.Parse(annotation, pod.Namespace)
+	elems, err := multus.ParseElements(annotation, pod.Namespace)
 	if err != nil {
 		return admission.Denied(fmt.Sprintf("%s: %v", podRef, err))
 	}
@@ -102,10 +100,9 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 	persistent := make([]bool, len(elems))
 	anyPersistent := false
 	for i, e := range elems {
-		key := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
-		network, found, err := m.readNAD(ctx, key)
+		network, found, err := m.readNAD(ctx, e.NAD())
 		if err != nil {
-			var nadErr *nad.Error
+			var nadErr *multus.NADError
 			if errors.As(err, &nadErr) {
 				return admission.Denied(fmt.Sprintf("%s: cannot tell whether network %d keeps its IPs: %v", podRef, i, err))
 			}
@@ -140,11 +137,11 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 	if !changed {
 		return admission.Allowed("claim references already set").WithWarnings(warnings...)
 	}
-	updated, err := netselect.Marshal(elems)
+	updated, err := multus.MarshalElements(elems)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	pod.Annotations[netselect.Annotation] = updated
+	pod.Annotations[multus.Annotation] = updated
 	raw, err := json.Marshal(&pod)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the mutated pod: %w", err))
@@ -175,20 +172,14 @@ func (m *PodMutator) heldByAnother(ctx context.Context, namespace, name string, 
 		namespace, name, owner, owner.Kind), nil
 }
 
-func (m *PodMutator) readNAD(ctx context.Context, key types.NamespacedName) (nad.Network, bool, error) {
-	var n nadv1.NetworkAttachmentDefinition
-	err := m.Reader.Get(ctx, key, &n)
-	if apierrors.IsNotFound(err) {
-		err = m.APIReader.Get(ctx, key, &n)
+// readNAD reads a NAD from the cache, else live (one created just before
+// the pod).
+func (m *PodMutator) readNAD(ctx context.Context, key types.NamespacedName) (multus.Network, bool, error) {
+	network, found, err := multus.ReadNAD(ctx, m.Reader, key)
+	if err == nil && !found {
+		return multus.ReadNAD(ctx, m.APIReader, key)
 	}
-	if apierrors.IsNotFound(err) {
-		return nad.Network{}, false, nil
-	}
-	if err != nil {
-		return nad.Network{}, false, fmt.Errorf("reading NetworkAttachmentDefinition %s: %w", key, err)
-	}
-	network, err := nad.Parse(&n)
-	return network, true, err
+	return network, found, err
 }
 
 func (m *PodMutator) readVMI(ctx context.Context, key types.NamespacedName) (*kubevirtv1.VirtualMachineInstance, error) {

@@ -5,14 +5,14 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimname"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
 // logicalNetwork finds the VMI network an element of the launcher pod's
 // networks annotation attaches: by the pod interface name KubeVirt gave it
 // (hashed, or the older ordinal net<N>), else by position, the way the
 // ordinal scheme names interfaces.
-func logicalNetwork(elems []netselect.Element, i int, networks []kubevirt.SecondaryNetwork) (string, bool) {
+func logicalNetwork(elems []multus.Element, i int, networks []kubevirt.SecondaryNetwork) (string, bool) {
 	e := elems[i]
 	if e.Interface != "" {
 		for _, n := range networks {
@@ -34,7 +34,7 @@ func logicalNetwork(elems []netselect.Element, i int, networks []kubevirt.Second
 // reports true for. It returns whether anything changed and warnings for
 // elements it could not place or that already reference another claim
 // (left as they are: another controller may own them).
-func addReferences(elems []netselect.Element, vmiName string, networks []kubevirt.SecondaryNetwork, persistent []bool) (changed bool, warnings []string) {
+func addReferences(elems []multus.Element, vmiName string, networks []kubevirt.SecondaryNetwork, persistent []bool) (changed bool, warnings []string) {
 	for i := range elems {
 		if !persistent[i] {
 			continue

@@ -6,7 +6,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimname"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
 func TestAddReferences(t *testing.T) {
@@ -68,7 +68,7 @@ func TestAddReferences(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			elems, err := netselect.Parse(tt.annotation, "vms")
+			elems, err := multus.ParseElements(tt.annotation, "vms")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +93,7 @@ func TestAddReferences(t *testing.T) {
 // reference a claim that never exists.
 func TestReferenceIsTheControllersClaimName(t *testing.T) {
 	networks := []kubevirt.SecondaryNetwork{{Name: "Net_A", NetworkName: "n", Ordinal: 1}}
-	elems, _ := netselect.Parse(`[{"name":"n","interface":"`+kubevirt.PodInterfaceName("Net_A")+`"}]`, "vms")
+	elems, _ := multus.ParseElements(`[{"name":"n","interface":"`+kubevirt.PodInterfaceName("Net_A")+`"}]`, "vms")
 	addReferences(elems, "vm.x", networks, []bool{true})
 	if want := claimname.For("vm.x", "Net_A"); elems[0].ClaimRef != want {
 		t.Errorf("ref = %q, want %q", elems[0].ClaimRef, want)

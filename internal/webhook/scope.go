@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
 // The webhook's scope is kept small so that an outage of every replica
@@ -31,7 +31,7 @@ import (
 
 // MatchConditions are the webhook's CEL conditions (Kubernetes 1.30+).
 func MatchConditions() []admissionregistrationv1.MatchCondition {
-	a := fmt.Sprintf("'%s'", netselect.Annotation)
+	a := fmt.Sprintf("'%s'", multus.Annotation)
 	return []admissionregistrationv1.MatchCondition{
 		{
 			Name:       "has-networks-annotation",

@@ -24,7 +24,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/controller"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/webhook"
 )
 
@@ -185,7 +185,7 @@ func (cp *ControlPlane) WaitWebhookCalled(ctx context.Context, ns string) error 
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: ns, Name: "ipkeeper-webhook-probe",
 				Labels:      map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue},
-				Annotations: map[string]string{kubevirtv1.DomainAnnotation: "probe", netselect.Annotation: "[{"},
+				Annotations: map[string]string{kubevirtv1.DomainAnnotation: "probe", multus.Annotation: "[{"},
 			},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
 		}

@@ -2,9 +2,7 @@ package framework
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
 // KubeVirtSim stands in for KubeVirt, which cannot run here (no kubelet, no
@@ -194,7 +192,7 @@ func (s *KubeVirtSim) LauncherPod(ctx context.Context, vmi *kubevirtv1.VirtualMa
 		},
 	}
 	if annotation != "" {
-		pod.Annotations[netselect.Annotation] = annotation
+		pod.Annotations[multus.Annotation] = annotation
 	}
 	if migrationUID != "" {
 		pod.Labels[kubevirtv1.MigrationJobLabel] = string(migrationUID)
@@ -282,11 +280,11 @@ func (s *KubeVirtSim) SyncPodNetworks(ctx context.Context, vm *kubevirtv1.Virtua
 	}
 	// Elements still wanted keep what they had (the claim reference the
 	// webhook added); new ones come as rendered.
-	merged, err := mergeNetworks(pod.Annotations[netselect.Annotation], annotation)
+	merged, err := mergeNetworks(pod.Annotations[multus.Annotation], annotation)
 	if err != nil {
 		return err
 	}
-	pod.Annotations[netselect.Annotation] = merged
+	pod.Annotations[multus.Annotation] = merged
 	if err := s.C.Update(ctx, pod); err != nil {
 		return fmt.Errorf("updating launcher pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -317,58 +315,42 @@ func (s *KubeVirtSim) Release(ctx context.Context, pod *corev1.Pod) error {
 // writes for a VMI: one element per secondary Multus network that is not
 // being unplugged, with KubeVirt's hashed pod interface name.
 func NetworksAnnotation(vmi *kubevirtv1.VirtualMachineInstance) (string, error) {
-	type element struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
-		Interface string `json:"interface"`
-	}
-	var elems []element
+	var elems []multus.Element
 	for _, n := range kubevirt.SecondaryNetworks(&vmi.Spec) {
 		if n.Absent {
 			continue
 		}
-		ns, name := vmi.Namespace, n.NetworkName
-		if before, after, ok := strings.Cut(n.NetworkName, "/"); ok {
-			ns, name = before, after
+		nad, err := multus.NADRef(n.NetworkName, vmi.Namespace)
+		if err != nil {
+			return "", fmt.Errorf("network %q: %w", n.Name, err)
 		}
-		elems = append(elems, element{Name: name, Namespace: ns, Interface: kubevirt.PodInterfaceName(n.Name)})
+		elems = append(elems, multus.NewElement(nad.Namespace, nad.Name, kubevirt.PodInterfaceName(n.Name)))
 	}
 	if len(elems) == 0 {
 		return "", nil
 	}
-	b, err := json.Marshal(elems)
-	if err != nil {
-		return "", fmt.Errorf("encoding the networks annotation: %w", err)
-	}
-	return string(b), nil
+	return multus.MarshalElements(elems)
 }
 
 // mergeNetworks keeps, for interfaces still wanted, the elements as they
 // were (with any claim reference), and adds new ones as rendered.
 func mergeNetworks(old, rendered string) (string, error) {
-	var before, after []map[string]any
-	if old != "" {
-		if err := json.Unmarshal([]byte(old), &before); err != nil {
-			return "", fmt.Errorf("decoding the old networks annotation: %w", err)
-		}
+	before, err := multus.ParseElements(old, "")
+	if err != nil {
+		return "", fmt.Errorf("decoding the old networks annotation: %w", err)
 	}
-	if rendered != "" {
-		if err := json.Unmarshal([]byte(rendered), &after); err != nil {
-			return "", fmt.Errorf("decoding the new networks annotation: %w", err)
-		}
+	after, err := multus.ParseElements(rendered, "")
+	if err != nil {
+		return "", fmt.Errorf("decoding the new networks annotation: %w", err)
 	}
-	byIface := map[any]map[string]any{}
+	byIface := map[string]multus.Element{}
 	for _, e := range before {
-		byIface[e["interface"]] = e
+		byIface[e.Interface] = e
 	}
 	for i, e := range after {
-		if prev, ok := byIface[e["interface"]]; ok {
+		if prev, ok := byIface[e.Interface]; ok {
 			after[i] = prev
 		}
 	}
-	if len(after) == 0 {
-		return "[]", nil
-	}
-	b, err := json.Marshal(after)
-	return string(b), err
+	return multus.MarshalElements(after)
 }

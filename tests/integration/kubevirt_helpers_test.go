@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ipkeeper/ipkeeper/internal/controller"
-	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -119,7 +119,7 @@ func refs(t testing.TB, pod *corev1.Pod) map[string]string {
 	if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), &live); err != nil {
 		t.Fatalf("reading pod: %v", err)
 	}
-	elems, err := netselect.Parse(live.Annotations[netselect.Annotation], live.Namespace)
+	elems, err := multus.ParseElements(live.Annotations[multus.Annotation], live.Namespace)
 	if err != nil {
 		t.Fatalf("pod %s networks annotation: %v", live.Name, err)
 	}

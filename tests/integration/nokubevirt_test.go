@@ -16,7 +16,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimname"
 	"github.com/ipkeeper/ipkeeper/internal/controller"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -113,7 +113,7 @@ func TestControllerWithoutKubeVirt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	elems, err := netselect.Parse(pod.Annotations[netselect.Annotation], ns)
+	elems, err := multus.ParseElements(pod.Annotations[multus.Annotation], ns)
 	if err != nil {
 		t.Fatal(err)
 	}

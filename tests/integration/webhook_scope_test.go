@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/netselect"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/webhook"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -80,7 +80,7 @@ func TestWebhookOutageBlocksOnlyWhatNeedsIt(t *testing.T) {
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "compute", Image: "virt-launcher"}}},
 		}
 		if networks != "" {
-			p.Annotations[netselect.Annotation] = networks
+			p.Annotations[multus.Annotation] = networks
 		}
 		return p
 	}
@@ -126,7 +126,7 @@ func TestWebhookOutageBlocksOnlyWhatNeedsIt(t *testing.T) {
 	}
 
 	patch = client.MergeFrom(running.DeepCopy())
-	running.Annotations[netselect.Annotation] = string(red)
+	running.Annotations[multus.Annotation] = string(red)
 	if err := cp.Client.Patch(ctx, running, patch, client.DryRunAll); !refusedBecause(err) {
 		t.Errorf("a change of a launcher's networks (hotplug) went through without the webhook: %v", err)
 	}

@@ -1,15 +1,22 @@
-package nad
+package multus
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// persistentIPsKey is the CNI config key by which a network opts in to
+// persistent IPs; only the top level of spec.config counts.
+const persistentIPsKey = "allowPersistentIPs"
 
 // Network is what a NAD says about its network.
 type Network struct {
@@ -33,29 +40,30 @@ func (n Network) FlagProblem() string {
 	if n.AllowPersistentIPs || n.IgnoredFlags == "" {
 		return ""
 	}
-	return fmt.Sprintf("\"allowPersistentIPs\" is set at %s, where it is ignored; set it at the top level of spec.config", n.IgnoredFlags)
+	return fmt.Sprintf("%q is set at %s, where it is ignored; set it at the top level of spec.config", persistentIPsKey, n.IgnoredFlags)
 }
 
-// Error names the NAD, the field and the value that made it unusable.
-type Error struct {
+// NADError names the NAD, the field and the value that made it unusable.
+type NADError struct {
 	NAD    types.NamespacedName
 	Field  string
 	Value  string
 	Reason string
 }
 
-func (e *Error) Error() string {
+func (e *NADError) Error() string {
 	if e.Value == "" {
 		return fmt.Sprintf("NetworkAttachmentDefinition %s: %s: %s", e.NAD, e.Field, e.Reason)
 	}
 	return fmt.Sprintf("NetworkAttachmentDefinition %s: %s %s: %s", e.NAD, e.Field, e.Value, e.Reason)
 }
 
-// Parse reads the network name and the persistent-IPs flag from a NAD.
+// ParseNAD reads the network name and the persistent-IPs flag from a NAD:
+// the one place that decides whether a network allows persistent IPs.
 // A NAD with an empty spec.config (Multus then reads a file on the node)
 // is a network ipkeeper knows nothing about: it is returned as not allowing
 // persistent IPs, without error.
-func Parse(n *nadv1.NetworkAttachmentDefinition) (Network, error) {
+func ParseNAD(n *nadv1.NetworkAttachmentDefinition) (Network, error) {
 	key := types.NamespacedName{Namespace: n.Namespace, Name: n.Name}
 	config := bytes.TrimSpace([]byte(n.Spec.Config))
 	if len(config) == 0 {
@@ -63,22 +71,22 @@ func Parse(n *nadv1.NetworkAttachmentDefinition) (Network, error) {
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(config, &raw); err != nil {
-		return Network{}, &Error{NAD: key, Field: "spec.config", Reason: "not a JSON object: " + err.Error()}
+		return Network{}, &NADError{NAD: key, Field: "spec.config", Reason: "not a JSON object: " + err.Error()}
 	}
 	var out Network
 	nameRaw, ok := raw["name"]
 	if !ok {
-		return Network{}, &Error{NAD: key, Field: "spec.config.name", Reason: "missing; every CNI config needs a network name"}
+		return Network{}, &NADError{NAD: key, Field: "spec.config.name", Reason: "missing; every CNI config needs a network name"}
 	}
 	if err := json.Unmarshal(nameRaw, &out.Name); err != nil {
-		return Network{}, &Error{NAD: key, Field: "spec.config.name", Value: string(nameRaw), Reason: "must be a string"}
+		return Network{}, &NADError{NAD: key, Field: "spec.config.name", Value: string(nameRaw), Reason: "must be a string"}
 	}
 	if strings.TrimSpace(out.Name) == "" {
-		return Network{}, &Error{NAD: key, Field: "spec.config.name", Value: fmt.Sprintf("%q", out.Name), Reason: "must not be empty"}
+		return Network{}, &NADError{NAD: key, Field: "spec.config.name", Value: fmt.Sprintf("%q", out.Name), Reason: "must not be empty"}
 	}
-	if flag, ok := raw["allowPersistentIPs"]; ok {
+	if flag, ok := raw[persistentIPsKey]; ok {
 		if err := json.Unmarshal(flag, &out.AllowPersistentIPs); err != nil {
-			return Network{}, &Error{NAD: key, Field: "spec.config.allowPersistentIPs", Value: string(flag), Reason: "must be true or false"}
+			return Network{}, &NADError{NAD: key, Field: "spec.config." + persistentIPsKey, Value: string(flag), Reason: "must be true or false"}
 		}
 	}
 	out.IgnoredFlags = strings.Join(ignoredFlags(raw), ", ")
@@ -94,8 +102,8 @@ func ignoredFlags(top map[string]json.RawMessage) []string {
 	inIPAM := func(obj map[string]json.RawMessage, path string) {
 		var ipam map[string]json.RawMessage
 		if json.Unmarshal(obj["ipam"], &ipam) == nil {
-			if _, ok := ipam["allowPersistentIPs"]; ok {
-				out = append(out, path+".ipam.allowPersistentIPs")
+			if _, ok := ipam[persistentIPsKey]; ok {
+				out = append(out, path+".ipam."+persistentIPsKey)
 			}
 		}
 	}
@@ -106,17 +114,31 @@ func ignoredFlags(top map[string]json.RawMessage) []string {
 	}
 	for i, p := range plugins {
 		path := fmt.Sprintf("spec.config.plugins[%d]", i)
-		if _, ok := p["allowPersistentIPs"]; ok {
-			out = append(out, path+".allowPersistentIPs")
+		if _, ok := p[persistentIPsKey]; ok {
+			out = append(out, path+"."+persistentIPsKey)
 		}
 		inIPAM(p, path)
 	}
 	return out
 }
 
-// Ref resolves a NAD reference as KubeVirt's multus.networkName and Multus
-// write it: "name" (in defaultNamespace) or "namespace/name".
-func Ref(ref, defaultNamespace string) (types.NamespacedName, error) {
+// ReadNAD reads a NetworkAttachmentDefinition through r and parses it.
+// found is false, without error, when it does not exist.
+func ReadNAD(ctx context.Context, r client.Reader, key types.NamespacedName) (_ Network, found bool, _ error) {
+	var n nadv1.NetworkAttachmentDefinition
+	if err := r.Get(ctx, key, &n); err != nil {
+		if apierrors.IsNotFound(err) {
+			return Network{}, false, nil
+		}
+		return Network{}, false, fmt.Errorf("reading NetworkAttachmentDefinition %s: %w", key, err)
+	}
+	network, err := ParseNAD(&n)
+	return network, true, err
+}
+
+// NADRef resolves a NAD reference as KubeVirt's multus.networkName and
+// Multus write it: "name" (in defaultNamespace) or "namespace/name".
+func NADRef(ref, defaultNamespace string) (types.NamespacedName, error) {
 	ns, name := defaultNamespace, ref
 	if i := strings.IndexByte(ref, '/'); i >= 0 {
 		ns, name = ref[:i], ref[i+1:]

@@ -1,4 +1,4 @@
-package netselect
+package multus
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ func TestElementFor(t *testing.T) {
 	networks := map[string]string{"blue": "net-blue", "blue2": "net-blue", "red": "net-red"}
 	networkOf := func(e Element) (string, error) { return networks[e.Name], nil }
 	parse := func(annotation string) []Element {
-		elems, err := Parse(annotation, "vms")
+		elems, err := ParseElements(annotation, "vms")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,5 +56,68 @@ func TestElementFor(t *testing.T) {
 				t.Fatalf("ElementFor() = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestFindElement(t *testing.T) {
+	// Without a claim reference no NAD may be read.
+	noNADs := func(e Element) (string, error) { t.Fatalf("read the NAD of %s", e.Name); return "", nil }
+	tests := []struct {
+		name       string
+		annotation string
+		at         Attachment
+		want       int
+		undecided  bool
+	}{
+		{"no claim: by interface", `[{"name":"red"},{"name":"blue","interface":"pod1"}]`,
+			Attachment{IfName: "pod1", NetworkOf: noNADs, DefaultNetworks: -1}, 1, false},
+		{"no claim: the first element without interface", `[{"name":"red","interface":"eth1"},{"name":"blue"},{"name":"green"}]`,
+			Attachment{IfName: "net9", NetworkOf: noNADs, DefaultNetworks: -1}, 1, false},
+		{"no claim: not listed", `[{"name":"red","interface":"eth1"}]`,
+			Attachment{IfName: "net1", NetworkOf: noNADs, DefaultNetworks: -1}, -1, false},
+		{"a claim: ElementFor decides", `[{"name":"blue"},{"name":"blue2","ipam-claim-reference":"vm.blue"}]`,
+			Attachment{IfName: "net2", Network: "net-blue", NetworkOf: func(Element) (string, error) { return "net-blue", nil }, DefaultNetworks: -1}, -1, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			elems, err := ParseElements(tt.annotation, "vms")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := FindElement(elems, tt.at)
+			if tt.undecided != errors.Is(err, ErrUndecidable) || (err != nil && !tt.undecided) {
+				t.Fatalf("FindElement() error = %v, want undecidable %v", err, tt.undecided)
+			}
+			if got != tt.want {
+				t.Fatalf("FindElement() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDelegateIfName(t *testing.T) {
+	if got := DelegateIfName(3); got != "net3" {
+		t.Errorf("DelegateIfName(3) = %q, want net3", got)
+	}
+}
+
+func TestDefaultNetworks(t *testing.T) {
+	tests := []struct {
+		name       string
+		configured int
+		system     []string
+		namespace  string
+		want       int
+	}{
+		{"unknown", -1, nil, "vms", -1},
+		{"one", 1, nil, "vms", 1},
+		{"Multus' default system namespace gets none", 2, nil, "kube-system", 0},
+		{"configured system namespaces", 2, []string{"infra"}, "infra", 0},
+		{"kube-system is not special once others are configured", 2, []string{"infra"}, "kube-system", 2},
+	}
+	for _, tt := range tests {
+		if got := DefaultNetworks(tt.namespace, tt.configured, tt.system); got != tt.want {
+			t.Errorf("%s: DefaultNetworks(%q) = %d, want %d", tt.name, tt.namespace, got, tt.want)
+		}
 	}
 }

@@ -1,19 +1,18 @@
-// Package netselect reads and rewrites the k8s.v1.cni.cncf.io/networks pod
-// annotation (Multus network selection elements) without losing fields it
-// does not know, so the webhook can add ipam-claim-reference and leave the
-// rest of what KubeVirt wrote untouched.
-package netselect
+package multus
 
 import (
 	"encoding/json"
 	"fmt"
 	"strings"
 
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
+	"k8s.io/apimachinery/pkg/types"
 )
 
-// Annotation is the pod annotation that lists a pod's secondary networks.
-const Annotation = "k8s.v1.cni.cncf.io/networks"
+// Annotation is the pod annotation that lists a pod's secondary networks
+// (k8s.v1.cni.cncf.io/networks).
+const Annotation = nadv1.NetworkAttachmentAnnot
 
 // ClaimRefKey is the element field naming the IPAMClaim of an attachment
 // (multi-network spec v1.3).
@@ -29,10 +28,10 @@ type Element struct {
 	fields map[string]json.RawMessage
 }
 
-// Parse reads the annotation in either form Multus accepts: a JSON list of
-// elements, or the short "ns/name@iface, name2" form. Namespace defaults to
-// podNamespace.
-func Parse(annotation, podNamespace string) ([]Element, error) {
+// ParseElements reads the annotation in either form Multus accepts: a JSON
+// list of elements, or the short "ns/name@iface, name2" form. Namespace
+// defaults to podNamespace.
+func ParseElements(annotation, podNamespace string) ([]Element, error) {
 	s := strings.TrimSpace(annotation)
 	if s == "" {
 		return nil, nil
@@ -78,6 +77,22 @@ func Parse(annotation, podNamespace string) ([]Element, error) {
 	return out, nil
 }
 
+// NewElement is an element attaching NAD namespace/name, with interface
+// iface ("" for none), as virt-controller writes it.
+func NewElement(namespace, name, iface string) Element {
+	e := Element{Name: name, Namespace: namespace, Interface: iface,
+		fields: map[string]json.RawMessage{"name": quote(name), "namespace": quote(namespace)}}
+	if iface != "" {
+		e.fields["interface"] = quote(iface)
+	}
+	return e
+}
+
+// NAD is the NetworkAttachmentDefinition the element attaches.
+func (e *Element) NAD() types.NamespacedName {
+	return types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
+}
+
 // SetClaimRef sets the element's ipam-claim-reference.
 func (e *Element) SetClaimRef(claim string) {
 	e.ClaimRef = claim
@@ -87,8 +102,9 @@ func (e *Element) SetClaimRef(claim string) {
 	e.fields[ClaimRefKey] = quote(claim)
 }
 
-// Marshal writes elements back as a JSON list, keeping every original field.
-func Marshal(elems []Element) (string, error) {
+// MarshalElements writes elements back as a JSON list, keeping every
+// original field.
+func MarshalElements(elems []Element) (string, error) {
 	list := make([]map[string]json.RawMessage, len(elems))
 	for i, e := range elems {
 		list[i] = e.fields
@@ -103,7 +119,7 @@ func Marshal(elems []Element) (string, error) {
 // ClaimRefs lists the claim names an annotation references; a malformed
 // annotation references none.
 func ClaimRefs(annotation, podNamespace string) []string {
-	elems, err := Parse(annotation, podNamespace)
+	elems, err := ParseElements(annotation, podNamespace)
 	if err != nil {
 		return nil
 	}

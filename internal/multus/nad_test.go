@@ -1,12 +1,18 @@
-package nad
+package multus
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
 func mk(config string) *nadv1.NetworkAttachmentDefinition {
@@ -16,7 +22,7 @@ func mk(config string) *nadv1.NetworkAttachmentDefinition {
 	}
 }
 
-func TestParse(t *testing.T) {
+func TestParseNAD(t *testing.T) {
 	tests := []struct {
 		name, config string
 		want         Network
@@ -42,23 +48,64 @@ func TestParse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Parse(mk(tt.config))
+			got, err := ParseNAD(mk(tt.config))
 			if tt.wantErr != "" {
-				var fe *Error
+				var fe *NADError
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.As(err, &fe) {
-					t.Fatalf("Parse() error = %v, want a *Error containing %q", err, tt.wantErr)
+					t.Fatalf("ParseNAD() error = %v, want a *NADError containing %q", err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil || got != tt.want {
-				t.Fatalf("Parse() = %+v, %v; want %+v", got, err, tt.want)
+				t.Fatalf("ParseNAD() = %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestReadNAD(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := nadv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	broken := mk(`{"name":7}`)
+	broken.Name = "broken"
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(mk(`{"name":"tenant-blue","allowPersistentIPs":true}`), broken).Build()
+	failing := fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+			return errors.New("connection refused")
+		},
+	}).Build()
+	tests := []struct {
+		name      string
+		reader    client.Reader
+		nad       string
+		want      Network
+		wantFound bool
+		wantErr   string
+		nadErr    bool
+	}{
+		{name: "parsed", reader: c, nad: "blue", want: Network{Name: "tenant-blue", AllowPersistentIPs: true}, wantFound: true},
+		{name: "missing is no error", reader: c, nad: "red"},
+		{name: "unparsable", reader: c, nad: "broken", wantFound: true, wantErr: "spec.config.name 7", nadErr: true},
+		{name: "read error", reader: failing, nad: "blue", wantErr: "reading NetworkAttachmentDefinition ns/blue: connection refused"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, found, err := ReadNAD(context.Background(), tt.reader, types.NamespacedName{Namespace: "ns", Name: tt.nad})
+			var fe *NADError
+			if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) || errors.As(err, &fe) != tt.nadErr {
+				t.Fatalf("ReadNAD() error = %v, want %q (a *NADError: %v)", err, tt.wantErr, tt.nadErr)
+			}
+			if got != tt.want || found != tt.wantFound {
+				t.Fatalf("ReadNAD() = %+v, %v; want %+v, %v", got, found, tt.want, tt.wantFound)
 			}
 		})
 	}
 }
 
 func TestFlagProblem(t *testing.T) {
-	n, err := Parse(mk(`{"name":"n","plugins":[{"type":"bridge","allowPersistentIPs":true}]}`))
+	n, err := ParseNAD(mk(`{"name":"n","plugins":[{"type":"bridge","allowPersistentIPs":true}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +118,7 @@ func TestFlagProblem(t *testing.T) {
 	}
 }
 
-func TestRef(t *testing.T) {
+func TestNADRef(t *testing.T) {
 	tests := []struct {
 		ref, want, wantErr string
 	}{
@@ -84,27 +131,27 @@ func TestRef(t *testing.T) {
 		{ref: "ns/a/b", wantErr: `name "a/b"`},
 	}
 	for _, tt := range tests {
-		got, err := Ref(tt.ref, "vms")
+		got, err := NADRef(tt.ref, "vms")
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("Ref(%q) error = %v, want it to contain %q", tt.ref, err, tt.wantErr)
+				t.Errorf("NADRef(%q) error = %v, want it to contain %q", tt.ref, err, tt.wantErr)
 			}
 			continue
 		}
 		if err != nil || got.String() != tt.want {
-			t.Errorf("Ref(%q) = %v, %v; want %s", tt.ref, got, err, tt.want)
+			t.Errorf("NADRef(%q) = %v, %v; want %s", tt.ref, got, err, tt.want)
 		}
 	}
 }
 
-func FuzzParse(f *testing.F) {
+func FuzzParseNAD(f *testing.F) {
 	f.Add(`{"name":"n","allowPersistentIPs":true}`)
 	f.Add(`{"name":7}`)
 	f.Add(`{"plugins":[]}`)
 	f.Fuzz(func(t *testing.T, config string) {
-		got, err := Parse(mk(config))
+		got, err := ParseNAD(mk(config))
 		if err != nil {
-			var fe *Error
+			var fe *NADError
 			if !errors.As(err, &fe) || !strings.Contains(err.Error(), "ns/blue") {
 				t.Fatalf("error %v does not name the NAD", err)
 			}
@@ -116,12 +163,12 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-func FuzzRef(f *testing.F) {
+func FuzzNADRef(f *testing.F) {
 	f.Add("ns/name")
 	f.Fuzz(func(t *testing.T, ref string) {
-		got, err := Ref(ref, "vms")
+		got, err := NADRef(ref, "vms")
 		if err == nil && (got.Name == "" || got.Namespace == "") {
-			t.Fatalf("Ref(%q) = %v without error", ref, got)
+			t.Fatalf("NADRef(%q) = %v without error", ref, got)
 		}
 	})
 }

@@ -1,8 +1,9 @@
-package netselect
+package multus
 
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -80,7 +81,7 @@ func ElementFor(elems []Element, at Attachment) (int, error) {
 			ErrUndecidable, at.IfName, at.Network, indexes(candidates), Annotation)
 	}
 	for _, i := range candidates {
-		if fmt.Sprintf("net%d", 1+at.DefaultNetworks+i) == at.IfName {
+		if DelegateIfName(1+at.DefaultNetworks+i) == at.IfName {
 			return i, nil
 		}
 	}
@@ -89,6 +90,45 @@ func ElementFor(elems []Element, at Attachment) (int, error) {
 	}
 	return -1, fmt.Errorf("%w: interface %s of network %q is none of elements %s of annotation %s by position, with %d Multus default networks before them (element i is net<%d+i>)",
 		ErrUndecidable, at.IfName, at.Network, indexes(candidates), Annotation, at.DefaultNetworks, 1+at.DefaultNetworks)
+}
+
+// FindElement is ElementFor for a CNI request: which element the
+// attachment is matters only if one of the elements references a claim, so
+// only then are NADs read (at.NetworkOf, a live read each). Otherwise only
+// whether the attachment is listed at all matters: it returns the element
+// whose "interface" is IfName, else the first element without "interface"
+// (the attachment may be it by position), else -1.
+func FindElement(elems []Element, at Attachment) (int, error) {
+	if !slices.ContainsFunc(elems, func(e Element) bool { return e.ClaimRef != "" }) {
+		if i := slices.IndexFunc(elems, func(e Element) bool { return e.Interface == at.IfName }); i >= 0 {
+			return i, nil
+		}
+		return slices.IndexFunc(elems, func(e Element) bool { return e.Interface == "" }), nil
+	}
+	return ElementFor(elems, at)
+}
+
+// DelegateIfName is the interface name Multus gives delegate n (counted
+// from 0, the cluster default network) when its element requests none:
+// net<n>.
+func DelegateIfName(n int) string { return fmt.Sprintf("net%d", n) }
+
+// DefaultSystemNamespaces is Multus' default systemNamespaces.
+var DefaultSystemNamespaces = []string{"kube-system"}
+
+// DefaultNetworks is how many Multus default networks precede the
+// annotation's elements for pods of namespace: none in Multus'
+// systemNamespaces (nil means DefaultSystemNamespaces), else configured,
+// the number of defaultNetworks in Multus' configuration (negative:
+// unknown). This is Attachment.DefaultNetworks.
+func DefaultNetworks(namespace string, configured int, systemNamespaces []string) int {
+	if systemNamespaces == nil {
+		systemNamespaces = DefaultSystemNamespaces
+	}
+	if slices.Contains(systemNamespaces, namespace) {
+		return 0
+	}
+	return configured
 }
 
 func indexes(is []int) string {

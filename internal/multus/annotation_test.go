@@ -1,4 +1,4 @@
-package netselect
+package multus
 
 import (
 	"encoding/json"
@@ -9,15 +9,15 @@ import (
 
 func TestParseAndRewriteKeepsUnknownFields(t *testing.T) {
 	in := `[{"name":"blue","namespace":"vms","interface":"pod16477688c0e","mac":"02:00:00:00:00:01","x-extra":{"a":1}},{"name":"red"}]`
-	elems, err := Parse(in, "vms")
+	elems, err := ParseElements(in, "vms")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(elems) != 2 || elems[0].Interface != "pod16477688c0e" || elems[1].Namespace != "vms" {
-		t.Fatalf("Parse() = %+v", elems)
+		t.Fatalf("ParseElements() = %+v", elems)
 	}
 	elems[0].SetClaimRef("vm1.blue")
-	out, err := Marshal(elems)
+	out, err := MarshalElements(elems)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,12 +37,12 @@ func TestParseAndRewriteKeepsUnknownFields(t *testing.T) {
 }
 
 func TestParseShortForm(t *testing.T) {
-	elems, err := Parse("other/blue@eth1, red", "vms")
+	elems, err := ParseElements("other/blue@eth1, red", "vms")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(elems) != 2 || elems[0].Namespace != "other" || elems[0].Name != "blue" || elems[0].Interface != "eth1" || elems[1].Namespace != "vms" {
-		t.Fatalf("Parse() = %+v", elems)
+		t.Fatalf("ParseElements() = %+v", elems)
 	}
 }
 
@@ -55,8 +55,8 @@ func TestParseErrorsNameTheProblem(t *testing.T) {
 		`{"name":"a"}`: "k8s.v1.cni.cncf.io/networks",
 	}
 	for in, want := range tests {
-		if _, err := Parse(in, "vms"); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("Parse(%s) error = %v, want it to contain %q", in, err, want)
+		if _, err := ParseElements(in, "vms"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseElements(%s) error = %v, want it to contain %q", in, err, want)
 		}
 	}
 	if refs := ClaimRefs(`[{"name":`, "vms"); refs != nil {
@@ -64,22 +64,22 @@ func TestParseErrorsNameTheProblem(t *testing.T) {
 	}
 }
 
-func FuzzParse(f *testing.F) {
+func FuzzParseElements(f *testing.F) {
 	f.Add(`[{"name":"blue","interface":"pod1","ipam-claim-reference":"vm.blue"}]`)
 	f.Add("ns/a@b, c")
 	f.Fuzz(func(t *testing.T, in string) {
-		elems, err := Parse(in, "vms")
+		elems, err := ParseElements(in, "vms")
 		if err != nil {
 			return
 		}
 		for i := range elems {
 			elems[i].SetClaimRef("c")
 		}
-		out, err := Marshal(elems)
+		out, err := MarshalElements(elems)
 		if err != nil {
-			t.Fatalf("Marshal after Parse(%q): %v", in, err)
+			t.Fatalf("Marshal after ParseElements(%q): %v", in, err)
 		}
-		again, err := Parse(out, "vms")
+		again, err := ParseElements(out, "vms")
 		if err != nil || len(again) != len(elems) {
 			t.Fatalf("round trip of %q: %q, %v", in, out, err)
 		}
@@ -89,4 +89,27 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestNewElement(t *testing.T) {
+	e := NewElement("vms", "blue", "pod1")
+	e.SetClaimRef("vm1.blue")
+	out, err := MarshalElements([]Element{e, NewElement("other", "red", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"interface":"pod1","ipam-claim-reference":"vm1.blue","name":"blue","namespace":"vms"},{"name":"red","namespace":"other"}]`
+	if out != want {
+		t.Fatalf("MarshalElements() = %s, want %s", out, want)
+	}
+	again, err := ParseElements(out, "x")
+	if err != nil || len(again) != 2 || again[0].NAD().String() != "vms/blue" || again[0].Interface != "pod1" || again[0].ClaimRef != "vm1.blue" || again[1].Interface != "" {
+		t.Fatalf("ParseElements(%s) = %+v, %v", out, again, err)
+	}
+}
+
+func TestMarshalNoElements(t *testing.T) {
+	if out, err := MarshalElements(nil); err != nil || out != "[]" {
+		t.Fatalf("MarshalElements(nil) = %q, %v; want []", out, err)
+	}
 }
