@@ -32,7 +32,7 @@ generate: ## Regenerate deepcopy code, CRD manifests and RBAC roles.
 	bash hack/tools.sh controller-gen
 	$(IPKEEPER_CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./pkg/apis/...
 	$(IPKEEPER_CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=manifests/crds
-	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-controller paths=./internal/controller/... output:rbac:artifacts:config=manifests/rbac/controller
+	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-controller paths=./internal/controllermanager/... output:rbac:artifacts:config=manifests/rbac/controller
 	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-agent paths=./internal/agent/... output:rbac:artifacts:config=manifests/rbac/agent
 	go run ./hack/crdgen -crd-dir manifests/crds -test-crd-dir tests/crds
 

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/version"
 )
 
@@ -25,7 +25,7 @@ func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
 	var (
-		o           controller.Options
+		o           controllermanager.Options
 		kubeconfig  string
 		logLevel    string
 		showVersion bool
@@ -66,7 +66,7 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log.Info("ipkeeper-controller starting", "version", version.Version, "namespace", o.Namespace, "webhook", o.EnableWebhook, "certMode", o.CertMode)
-	if err := controller.Run(ctx, cfg, o); err != nil {
+	if err := controllermanager.Run(ctx, cfg, o); err != nil {
 		log.Error("controller stopped", "error", err)
 		return 1
 	}

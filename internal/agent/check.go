@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
 // Check verifies the attachment still holds one reservation per configured
@@ -55,7 +55,7 @@ func (a *Agent) checkClaim(ctx context.Context, req *request, pod *corev1.Pod, c
 				continue
 			}
 			found = true
-			e, ok := a.idx.get(reservation.Name(req.cfg.Name, ip))
+			e, ok := a.idx.get(naming.Reservation(req.cfg.Name, ip))
 			if !ok || e.owner.UID != claim.UID {
 				return cniError(codeInternal, fmt.Errorf("IPAMClaim %s/%s records %s, but it is not reserved for the claim on network %q", claim.Namespace, claim.Name, ip, req.cfg.Name))
 			}

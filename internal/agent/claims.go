@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -136,7 +136,7 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 				"IPAMClaim %s/%s holds %s (status.ips[%d]), which network %q does not hand out: %w; nothing was released: fix the network's configuration or delete the claim",
 				claim.Namespace, claim.Name, ip, i, network, err))
 		}
-		if e, ok := a.idx.get(reservation.Name(network, ip)); !ok || e.owner.UID != claim.UID {
+		if e, ok := a.idx.get(naming.Reservation(network, ip)); !ok || e.owner.UID != claim.UID {
 			if _, _, err := a.createOrAdopt(ctx, req, ip, h); errors.Is(err, ErrTaken) {
 				return nil, fail(reasonConflict, codeInternal, fmt.Errorf("IPAMClaim %s/%s: %w", claim.Namespace, claim.Name,
 					a.describeHolder(ctx, "address", network, ip, claim.Namespace)))

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -49,7 +49,7 @@ func mustParse(t testing.TB, conf string) *ipamconfig.Config {
 func podEntry(t testing.TB, network, ip string, podUID types.UID, ifName, containerID string) entry {
 	t.Helper()
 	a := mustAddr(t, ip)
-	name := reservation.Name(network, a)
+	name := naming.Reservation(network, a)
 	return entry{
 		name: name, uid: types.UID("uid-" + name), network: network, ip: a,
 		owner: ipkeeperv1alpha1.ReservationOwner{

@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -52,7 +52,7 @@ func benchSpecOf(k int) benchSpec {
 	}
 	apps := []string{"checkout-api", "payments-worker", "search-indexer", "media-transcoder", "ledger"}
 	s := benchSpec{
-		name: reservation.Name(network, ip), network: network, ip: ip.String(),
+		name: naming.Reservation(network, ip), network: network, ip: ip.String(),
 		kind:        ipkeeperv1alpha1.OwnerPod,
 		namespace:   fmt.Sprintf("team-%02d-production", k%40),
 		owner:       fmt.Sprintf("%s-%08x%02x-%05x", apps[k%len(apps)], k*7919&0xffffffff, k%256, k*31&0xfffff),
@@ -80,7 +80,7 @@ func benchJSON(s benchSpec) []byte {
 		`"name":%q,"resourceVersion":"%d","uid":%q},`+
 		`"spec":{"containerID":%q,"interfaceName":%q,"ip":%q,"network":%q,"node":%q,`+
 		`"owner":{"kind":%q,"name":%q,"namespace":%q,"uid":%q}}}`,
-		reservation.NetworkLabelValue(s.network), s.kind, s.name, 1_000_000+len(s.name)*7919, s.uid,
+		naming.NetworkLabelValue(s.network), s.kind, s.name, 1_000_000+len(s.name)*7919, s.uid,
 		s.containerID, s.ifName, s.ip, s.network, s.node, s.kind, s.owner, s.namespace, s.ownerUID)
 }
 

@@ -15,7 +15,7 @@ import (
 	types2 "k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -82,7 +82,7 @@ func TestLateDelAfterSandboxTakeoverKeepsReservation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ADD (old sandbox): %v", err)
 	}
-	name := reservation.Name("small", first[0].Addr())
+	name := naming.Reservation("small", first[0].Addr())
 	oldVersion, _ := store.get(name) // what the informer has not delivered yet
 
 	if _, err := a.allocateForPod(ctx, testRequest(t, cniproto.CmdAdd, smallConf, "sandbox-new", pod), pod); err != nil {
@@ -113,7 +113,7 @@ func TestReleaseDeletesOnlyTheVersionItDecidedOn(t *testing.T) {
 			store := newFakeStore()
 			a := newTestAgent(t, store, newFakeClaims())
 			ip := netip.MustParseAddr("10.9.0.3")
-			name := reservation.Name("small", ip)
+			name := naming.Reservation("small", ip)
 			stale := store.put(&ipkeeperv1alpha1.IPReservation{
 				ObjectMeta: metav1.ObjectMeta{Name: name},
 				Spec: ipkeeperv1alpha1.IPReservationSpec{
@@ -156,7 +156,7 @@ func TestClaimStatusRaceReleasesOnlyWhatThisCallCreated(t *testing.T) {
 	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: claim.Name, UID: claim.UID}
 	claimRes := func(ip string) *ipkeeperv1alpha1.IPReservation {
 		return &ipkeeperv1alpha1.IPReservation{
-			ObjectMeta: metav1.ObjectMeta{Name: reservation.Name("blue", netip.MustParseAddr(ip))},
+			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr(ip))},
 			Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: ip, Owner: owner, InterfaceName: "net1", Node: "node-b"},
 		}
 	}
@@ -240,7 +240,7 @@ func TestExhaustionIsConfirmedOncePerRelease(t *testing.T) {
 	for i := 1; i <= 6; i++ { // 10.9.0.1-6: every usable address of the /29
 		ip := netip.AddrFrom4([4]byte{10, 9, 0, byte(i)})
 		a.onReservation(store.put(&ipkeeperv1alpha1.IPReservation{
-			ObjectMeta: metav1.ObjectMeta{Name: reservation.Name("small", ip)},
+			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("small", ip)},
 			Spec: ipkeeperv1alpha1.IPReservationSpec{
 				Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "c", Node: "node-b",
 				Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "vms", Name: "other", UID: types2.UID("other-" + ip.String())},
@@ -258,7 +258,7 @@ func TestExhaustionIsConfirmedOncePerRelease(t *testing.T) {
 		t.Errorf("20 ADDs on an exhausted network listed it live %d times, want at most 1", n)
 	}
 	// A release invalidates the confirmation: the next ADD gets the address.
-	victim := reservation.Name("small", netip.MustParseAddr("10.9.0.4"))
+	victim := naming.Reservation("small", netip.MustParseAddr("10.9.0.4"))
 	r, _ := store.get(victim)
 	if err := store.Delete(ctx, victim, r.UID, r.ResourceVersion); err != nil {
 		t.Fatal(err)
@@ -356,7 +356,7 @@ func TestLostClaimStatusResponseKeepsReservations(t *testing.T) {
 	}
 	for _, s := range got.Status.IPs {
 		ip, _ := parseClaimIP(s)
-		if _, ok := store.get(reservation.Name("blue", ip)); !ok {
+		if _, ok := store.get(naming.Reservation("blue", ip)); !ok {
 			t.Errorf("%s is recorded in the claim but its reservation was released", s)
 		}
 	}
@@ -381,7 +381,7 @@ func TestFailedClaimStatusWriteDropsOnlyUnrecorded(t *testing.T) {
 		// The other node recorded the same IPv4 (same seed) and its own IPv6.
 		v4, _ := parseClaimIP(c.Status.IPs[0])
 		w6 := store.put(&ipkeeperv1alpha1.IPReservation{
-			ObjectMeta: metav1.ObjectMeta{Name: reservation.Name("blue", netip.MustParseAddr("fd00::77"))},
+			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr("fd00::77"))},
 			Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: "fd00::77", Owner: owner, InterfaceName: "net1", Node: "node-b"},
 		})
 		winner = []string{v4.String() + "/24", w6.Spec.IP + "/120"}
@@ -400,7 +400,7 @@ func TestFailedClaimStatusWriteDropsOnlyUnrecorded(t *testing.T) {
 	}
 	for _, s := range winner {
 		ip, _ := parseClaimIP(s)
-		if _, ok := store.get(reservation.Name("blue", ip)); !ok {
+		if _, ok := store.get(naming.Reservation("blue", ip)); !ok {
 			t.Errorf("recorded %s lost its reservation", s)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -190,10 +190,10 @@ func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, 
 	network := req.cfg.Name
 	obj := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: reservation.Name(network, ip),
+			Name: naming.Reservation(network, ip),
 			Labels: map[string]string{
-				reservation.NetworkLabel:   reservation.NetworkLabelValue(network),
-				reservation.OwnerKindLabel: string(h.owner.Kind),
+				naming.NetworkLabel:   naming.NetworkLabelValue(network),
+				naming.OwnerKindLabel: string(h.owner.Kind),
 			},
 		},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
@@ -304,7 +304,7 @@ func (u *uncertainCreates) forget(key, name string) {
 // holder is named only when it is in the requester's namespace: another
 // tenant's objects are none of the requester's business.
 func (a *Agent) describeHolder(ctx context.Context, what, network string, ip netip.Addr, namespace string) error {
-	name := reservation.Name(network, ip)
+	name := naming.Reservation(network, ip)
 	r, err := a.store.Get(ctx, name)
 	if err != nil || r.Spec.Owner.Namespace != namespace {
 		return fmt.Errorf("%s %s on network %q is already reserved by a workload in another namespace (reservation %s)", what, ip, network, name)

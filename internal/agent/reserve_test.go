@@ -15,7 +15,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -47,7 +47,7 @@ func TestReserve(t *testing.T) {
 	other := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "other-ns", Name: "x", UID: "other-uid"}
 	res := func(ip netip.Addr, o ipkeeperv1alpha1.ReservationOwner) *ipkeeperv1alpha1.IPReservation {
 		return &ipkeeperv1alpha1.IPReservation{
-			ObjectMeta: metav1.ObjectMeta{Name: reservation.Name("blue", ip)},
+			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", ip)},
 			Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: ip.String(), Owner: o, InterfaceName: "net1", Node: "node-b"},
 		}
 	}
@@ -189,7 +189,7 @@ func TestReserve(t *testing.T) {
 // TestReleaseOne table-tests a release at an exact version.
 func TestReleaseOne(t *testing.T) {
 	ip := netip.MustParseAddr("10.9.0.3")
-	name := reservation.Name("small", ip)
+	name := naming.Reservation("small", ip)
 	base := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
@@ -318,7 +318,7 @@ func TestGCSparesRecentAndTakenOverReservations(t *testing.T) {
 	if err := a.GC(ctx, &cniproto.Request{Command: cniproto.CmdGC, Config: []byte(gc)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := store.get(reservation.Name("small", ips[0].Addr())); !ok {
+	if _, ok := store.get(naming.Reservation("small", ips[0].Addr())); !ok {
 		t.Fatal("GC released a reservation this agent wrote a moment ago (an ADD that finished after the runtime built its list)")
 	}
 
@@ -329,7 +329,7 @@ func TestGCSparesRecentAndTakenOverReservations(t *testing.T) {
 	if ip == ips[0].Addr() {
 		ip = netip.MustParseAddr("10.9.0.5")
 	}
-	name := reservation.Name("small", ip)
+	name := naming.Reservation("small", ip)
 	old := store.put(&ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{

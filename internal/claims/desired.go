@@ -6,14 +6,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimname"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
 // Desired is one claim an owner should have.
 type Desired struct {
-	// Name is the claim name, claimname.For(owner, LogicalNetwork).
+	// Name is the claim name, naming.Claim(owner, LogicalNetwork).
 	Name string
 	// LogicalNetwork is the KubeVirt network name (spec.networks[].name).
 	LogicalNetwork string
@@ -58,7 +58,7 @@ func desiredClaims(ctx context.Context, owner, namespace string, networks []kube
 			continue
 		}
 		want = append(want, Desired{
-			Name:           claimname.For(owner, n.Name),
+			Name:           naming.Claim(owner, n.Name),
 			LogicalNetwork: n.Name,
 			Network:        net.Name,
 			Interface:      kubevirt.PodInterfaceName(n.Name),
@@ -76,7 +76,7 @@ func networkStillWanted(networks []kubevirt.SecondaryNetwork, owner, claimName, 
 		if n.Absent {
 			continue
 		}
-		if n.Name == logical || (logical == "" && claimname.For(owner, n.Name) == claimName) {
+		if n.Name == logical || (logical == "" && naming.Claim(owner, n.Name) == claimName) {
 			return true
 		}
 	}

@@ -1,5 +1,5 @@
 // Package claims keeps one IPAMClaim per (KubeVirt VM, persistent-IP
-// network), named by package claimname, for as long as the VM or one of its
+// network), named by naming.Claim, for as long as the VM or one of its
 // launcher pods needs it.
 //
 // Three reconcilers share the work, one per file:
@@ -7,7 +7,7 @@
 //   - VMReconciler creates the claims of a VM as soon as the VM exists,
 //     running or not, so the first launcher pod finds them ready;
 //   - VMIReconciler does the same for standalone VMIs (no VM);
-//   - ClaimReconciler releases a claim (removes the kubevirt.io/persistent-ipam
+//   - ClaimReleaser releases a claim (removes the kubevirt.io/persistent-ipam
 //     finalizer and deletes it) once its owner is gone or being deleted, or
 //     the network was unplugged, and no VMI or launcher pod still uses it.
 //

@@ -3,9 +3,9 @@ package webhook
 import (
 	"fmt"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimname"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
 // logicalNetwork finds the VMI network an element of the launcher pod's
@@ -45,7 +45,7 @@ func addReferences(elems []multus.Element, vmiName string, networks []kubevirt.S
 				elems[i].Namespace, elems[i].Name, elems[i].Interface, vmiName))
 			continue
 		}
-		want := claimname.For(vmiName, logical)
+		want := naming.Claim(vmiName, logical)
 		switch elems[i].ClaimRef {
 		case want:
 		case "":

@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimname"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
 func TestAddReferences(t *testing.T) {
@@ -95,7 +95,7 @@ func TestReferenceIsTheControllersClaimName(t *testing.T) {
 	networks := []kubevirt.SecondaryNetwork{{Name: "Net_A", NetworkName: "n", Ordinal: 1}}
 	elems, _ := multus.ParseElements(`[{"name":"n","interface":"`+kubevirt.PodInterfaceName("Net_A")+`"}]`, "vms")
 	addReferences(elems, "vm.x", networks, []bool{true})
-	if want := claimname.For("vm.x", "Net_A"); elems[0].ClaimRef != want {
+	if want := naming.Claim("vm.x", "Net_A"); elems[0].ClaimRef != want {
 		t.Errorf("ref = %q, want %q", elems[0].ClaimRef, want)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -122,7 +122,7 @@ func rawReservationRate(b *testing.B, network string, n, inFlight int) float64 {
 	runConcurrently(n, inFlight, func(k int) {
 		ip := netip.AddrFrom4([4]byte{10, 200, byte(k >> 8), byte(k)})
 		r := &ipkeeperv1alpha1.IPReservation{
-			ObjectMeta: metav1.ObjectMeta{Name: reservation.Name(network, ip)},
+			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(network, ip)},
 			Spec: ipkeeperv1alpha1.IPReservationSpec{Network: network, IP: ip.String(),
 				Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "bench", Name: "c", UID: "u"}},
 		}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -216,7 +216,7 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 		a := q.att
 		for _, ip := range r.model.ipsOf(a) {
 			r.counts.inc("check:I2")
-			name := reservation.Name(a.network, ip)
+			name := naming.Reservation(a.network, ip)
 			res, ok := ls.res[name]
 			if ok && belongs(res, a) {
 				continue
@@ -296,7 +296,7 @@ func (r *runner) orphans(ls *liveState) (gone, leaked []*ipkv1alpha1.IPReservati
 	held := map[string]bool{} // reservation names live attachments hold
 	for _, a := range r.model.live() {
 		for _, ip := range r.model.ipsOf(a) {
-			held[reservation.Name(a.network, ip)] = true
+			held[naming.Reservation(a.network, ip)] = true
 		}
 	}
 	names := make([]string, 0, len(ls.res))

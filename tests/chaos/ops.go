@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
 // slot is a place for one pod at a time, on a fixed node and network. A
@@ -260,7 +260,7 @@ func (r *runner) addSucceeded(a *attachment, ips []netip.Addr, static string) {
 	for _, o := range r.model.succeeded(a, ips) {
 		keys := []string{a.podName, o.podName, a.containerID, o.containerID}
 		for _, ip := range ips {
-			keys = append(keys, reservation.Name(a.network, ip))
+			keys = append(keys, naming.Reservation(a.network, ip))
 		}
 		r.violate("I1", "double-allocation", fmt.Sprintf("address in two live attachments: %s and %s", r.model.describe(a), r.model.describe(o)), keys...)
 	}

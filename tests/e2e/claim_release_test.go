@@ -17,9 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimname"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -80,8 +79,8 @@ func TestClaimReleaseSurvivesFailureAndCrashBetweenSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blue := waitClaimWithFinalizer(t, c, ns, claimname.For(vm.Name, "blue"))
-	red := waitClaimWithFinalizer(t, c, ns, claimname.For(vm.Name, "red"))
+	blue := waitClaimWithFinalizer(t, c, ns, naming.Claim(vm.Name, "blue"))
+	red := waitClaimWithFinalizer(t, c, ns, naming.Claim(vm.Name, "red"))
 	blueRes := claimReservation(t, c, blue, "release-blue", "10.77.9.10")
 	redRes := claimReservation(t, c, red, "release-red", "10.77.9.11")
 
@@ -166,8 +165,8 @@ func claimReservation(t *testing.T, c client.Client, claim *ipamclaimsv1alpha1.I
 	t.Helper()
 	res := &ipkv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:   reservation.Name(network, netip.MustParseAddr(ip)),
-			Labels: map[string]string{reservation.NetworkLabel: reservation.NetworkLabelValue(network)},
+			Name:   naming.Reservation(network, netip.MustParseAddr(ip)),
+			Labels: map[string]string{naming.NetworkLabel: naming.NetworkLabelValue(network)},
 		},
 		Spec: ipkv1alpha1.IPReservationSpec{
 			Network: network, IP: ip,

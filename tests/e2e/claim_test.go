@@ -21,7 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -295,7 +295,7 @@ func (e *Env) expectClaimStatus(t testing.TB, claim *ipamclaimsv1alpha1.IPAMClai
 }
 
 // expectClaimReservations checks network's reservations: exactly one of ip,
-// named reservation.Name(network, ip) and owned by claim (kind IPAMClaim,
+// named naming.Reservation(network, ip) and owned by claim (kind IPAMClaim,
 // its UID), and exactly one per pod attachment as ExpectReservations checks
 // them; nothing else.
 func (e *Env) expectClaimReservations(t testing.TB, network string, claim *ipamclaimsv1alpha1.IPAMClaim, ip netip.Prefix, pods ...*Attachment) {
@@ -314,7 +314,7 @@ func (e *Env) expectClaimReservations(t testing.TB, network string, claim *ipamc
 		t.Errorf("network %s: want exactly one IPReservation of the claim's %s, got %d; all: %s", network, ip.Addr(), len(held), describe(got))
 	} else {
 		r := held[0]
-		if want := reservation.Name(network, ip.Addr()); r.Name != want {
+		if want := naming.Reservation(network, ip.Addr()); r.Name != want {
 			t.Errorf("reservation of %s is named %q, want %q (reservation.Name)", ip.Addr(), r.Name, want)
 		}
 		want := ipkv1alpha1.ReservationOwner{Kind: ipkv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}

@@ -12,7 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -34,7 +34,7 @@ func (e *Env) Reservations(ctx context.Context, network string) ([]ipkv1alpha1.I
 }
 
 // ExpectReservations checks that network's reservations are exactly one
-// per attachment: named reservation.Name(network, ip) (the allocation lock),
+// per attachment: named naming.Reservation(network, ip) (the allocation lock),
 // with ip and owner, interface, container ID and node of that attachment.
 func (e *Env) ExpectReservations(t testing.TB, network string, atts ...*Attachment) {
 	t.Helper()
@@ -54,7 +54,7 @@ func (e *Env) ExpectReservations(t testing.TB, network string, atts ...*Attachme
 			continue
 		}
 		r := rs[0]
-		if want := reservation.Name(network, ip); r.Name != want {
+		if want := naming.Reservation(network, ip); r.Name != want {
 			t.Errorf("reservation of %s is named %q, want %q (reservation.Name)", ip, r.Name, want)
 		}
 		if want := e.wantSpec(network, ip, a, a.RT.IfName); r.Spec != want {
@@ -85,7 +85,7 @@ func (e *Env) wantSpec(network string, ip netip.Addr, a *Attachment, ifname stri
 // WaitReservationGone polls until network has no reservation of ip.
 func (e *Env) WaitReservationGone(t testing.TB, network string, ip netip.Addr) {
 	t.Helper()
-	name := reservation.Name(network, ip)
+	name := naming.Reservation(network, ip)
 	err := framework.Eventually(context.Background(), 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
 		err := e.CP.Client.Get(ctx, client.ObjectKey{Name: name}, &ipkv1alpha1.IPReservation{})
 		if !apierrors.IsNotFound(err) {

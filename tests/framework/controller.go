@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/webhook"
@@ -33,7 +33,7 @@ var setLoggerOnce sync.Once
 // Controller is an in-process ipkeeper-controller with its webhook
 // registered with the API server.
 type Controller struct {
-	Options controller.Options
+	Options controllermanager.Options
 	// WebhookConfig is the MutatingWebhookConfiguration registered for it.
 	WebhookConfig string
 	cancel        context.CancelFunc
@@ -46,7 +46,7 @@ type Controller struct {
 // ns, the way the shipped manifest scopes it to launcher pods cluster-wide.
 // The PersistentIPs gate is turned on first (tests that want it off turn it
 // off afterwards). It returns once the API server calls the webhook.
-func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(*controller.Options)) *Controller {
+func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(*controllermanager.Options)) *Controller {
 	t.Helper()
 	ctx := context.Background()
 	logOut, err := cp.ComponentLog("ipkeeper-controller")
@@ -71,7 +71,7 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 		t.Fatal(err)
 	}
 	fs := newFlagSet()
-	var o controller.Options
+	var o controllermanager.Options
 	o.AddFlags(fs)
 	o.Namespace = ns
 	o.LeaderElectID = "ipkeeper-controller"
@@ -91,7 +91,7 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 		// Provided certificates come with their CA injected by whoever
 		// issued them (cert-manager's CA injector); here the test does it.
 		var caBundle []byte
-		if o.CertMode == controller.CertsProvided {
+		if o.CertMode == controllermanager.CertsProvided {
 			if caBundle, err = os.ReadFile(filepath.Join(o.CertDir, "ca.crt")); err != nil {
 				t.Fatalf("provided certificates: %v", err)
 			}
@@ -103,7 +103,7 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 			_ = cp.Client.Delete(context.Background(), &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: o.WebhookConfig}})
 		})
 	}
-	mgr, err := controller.New(ctx, cp.Config, o)
+	mgr, err := controllermanager.New(ctx, cp.Config, o)
 	if err != nil {
 		t.Fatalf("building the controller: %v", err)
 	}

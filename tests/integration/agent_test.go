@@ -13,7 +13,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/agent"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -86,7 +86,7 @@ func TestAgentsRacingHaveNoDuplicates(t *testing.T) {
 		if byIP[ip] != r.Spec.Owner.Name || r.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerPod {
 			t.Errorf("reservation %s: owner %s %s, but %s was handed to %q", r.Name, r.Spec.Owner.Kind, r.Spec.Owner.Name, ip, byIP[ip])
 		}
-		if r.Name != reservation.Name(network, ip) {
+		if r.Name != naming.Reservation(network, ip) {
 			t.Errorf("reservation %s is not named after (network, IP)", r.Name)
 		}
 	}
@@ -223,7 +223,7 @@ func TestAgentAddIsIdempotentAndDelReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &ipkeeperv1alpha1.IPReservation{}
-	if err := cp.Client.Get(ctx, keyOf(reservation.Name(network, ip)), r); err != nil {
+	if err := cp.Client.Get(ctx, keyOf(naming.Reservation(network, ip)), r); err != nil {
 		t.Fatalf("the old sandbox's DEL released the new sandbox's address: %v", err)
 	}
 	if r.Spec.ContainerID != "sandbox-2" {
@@ -236,7 +236,7 @@ func TestAgentAddIsIdempotentAndDelReleases(t *testing.T) {
 			t.Fatalf("DEL #%d: %v", i+1, err)
 		}
 	}
-	if err := cp.Client.Get(ctx, keyOf(reservation.Name(network, ip)), r); err == nil {
+	if err := cp.Client.Get(ctx, keyOf(naming.Reservation(network, ip)), r); err == nil {
 		t.Fatalf("reservation of %s still exists after DEL", ip)
 	}
 	// The freed address is reusable: request it statically for a new pod.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -34,7 +34,7 @@ func TestClaimBackedCheck(t *testing.T) {
 	}
 
 	r := &ipkeeperv1alpha1.IPReservation{}
-	r.Name = reservation.Name(network, ip)
+	r.Name = naming.Reservation(network, ip)
 	if err := cp.Client.Delete(ctx, r); err != nil {
 		t.Fatal(err)
 	}

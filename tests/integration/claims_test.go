@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/agent"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -127,7 +127,7 @@ func TestClaimKeepsAddressesAcrossPods(t *testing.T) {
 	}
 	for _, ip := range ips {
 		r := &ipkeeperv1alpha1.IPReservation{}
-		if err := cp.Client.Get(ctx, keyOf(reservation.Name(network, ip)), r); err != nil {
+		if err := cp.Client.Get(ctx, keyOf(naming.Reservation(network, ip)), r); err != nil {
 			t.Fatal(err)
 		}
 		if r.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim || r.Spec.Owner.UID != claim.UID {
@@ -250,7 +250,7 @@ func TestClaimRetryAfterCrashKeepsAddresses(t *testing.T) {
 	// What the agent had written before the simulated crash.
 	orphan := netip.MustParseAddr("10.73.0.99")
 	r := &ipkeeperv1alpha1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{Name: reservation.Name(network, orphan)},
+		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(network, orphan)},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{Network: network, IP: orphan.String(),
 			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: claim.Name, UID: claim.UID}},
 	}
@@ -478,7 +478,7 @@ func TestClaimStatusWithoutReservationIsRepaired(t *testing.T) {
 		t.Fatalf("got %s, want the claim's 10.78.0.42 (the claim's addresses win over a static request)", got)
 	}
 	r := &ipkeeperv1alpha1.IPReservation{}
-	if err := cp.Client.Get(ctx, keyOf(reservation.Name(network, netip.MustParseAddr("10.78.0.42"))), r); err != nil {
+	if err := cp.Client.Get(ctx, keyOf(naming.Reservation(network, netip.MustParseAddr("10.78.0.42"))), r); err != nil {
 		t.Fatalf("missing reservation not recreated: %v", err)
 	}
 	if r.Spec.Owner.UID != claim.UID {

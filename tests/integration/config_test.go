@@ -24,7 +24,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/agent"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -104,8 +104,8 @@ func TestReservationRulesAgreeWithAPIServer(t *testing.T) {
 	create := func(network string, ip netip.Addr) error {
 		r := &ipkeeperv1alpha1.IPReservation{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:   reservation.Name(network, ip),
-				Labels: map[string]string{reservation.NetworkLabel: reservation.NetworkLabelValue(network)},
+				Name:   naming.Reservation(network, ip),
+				Labels: map[string]string{naming.NetworkLabel: naming.NetworkLabelValue(network)},
 			},
 			Spec: ipkeeperv1alpha1.IPReservationSpec{
 				Network: network, IP: ip.String(), // as the agent writes it

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/certs"
-	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -81,7 +81,7 @@ func TestWebhookCertificatesAndTLS(t *testing.T) {
 	}
 
 	// Operators who need TLS 1.2 clients can lower the minimum, not below 1.2.
-	lowered := startKubeVirtEnv(t, func(o *controller.Options) { o.TLSMinVersion = "1.2" })
+	lowered := startKubeVirtEnv(t, func(o *controllermanager.Options) { o.TLSMinVersion = "1.2" })
 	addr = fmt.Sprintf("127.0.0.1:%d", lowered.ctrl.Options.WebhookPort)
 	if err := lowered.dialTLS(addr, tls.VersionTLS12); err != nil {
 		t.Errorf("--webhook-tls-min-version 1.2: TLS 1.2 client refused: %v", err)
@@ -89,7 +89,7 @@ func TestWebhookCertificatesAndTLS(t *testing.T) {
 	if err := lowered.dialTLS(addr, tls.VersionTLS11); err == nil {
 		t.Error("a TLS 1.1 client connected")
 	}
-	bad := controller.Options{}
+	bad := controllermanager.Options{}
 	bad.AddFlags(newFlags())
 	bad.TLSMinVersion = "1.1"
 	if err := bad.Validate(); err == nil || !containsAll(err.Error(), "--webhook-tls-min-version", `"1.1"`) {
@@ -126,7 +126,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 	}
 	first := *lease.Spec.HolderIdentity
 
-	standby := cp.StartController(t, e.ns, func(o *controller.Options) { o.EnableWebhook = false })
+	standby := cp.StartController(t, e.ns, func(o *controllermanager.Options) { o.EnableWebhook = false })
 	defer standby.Stop()
 	e.ctrl.Stop()
 	var second string
@@ -153,8 +153,8 @@ func TestLeaderElectionFailover(t *testing.T) {
 func TestWebhookWithProvidedCertificates(t *testing.T) {
 	dir := t.TempDir()
 	writeTestPKI(t, dir)
-	e := startKubeVirtEnv(t, func(o *controller.Options) {
-		o.CertMode, o.CertDir = controller.CertsProvided, dir
+	e := startKubeVirtEnv(t, func(o *controllermanager.Options) {
+		o.CertMode, o.CertDir = controllermanager.CertsProvided, dir
 	})
 	var secret corev1.Secret
 	err := cp.Client.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: e.ctrl.Options.SecretName}, &secret)

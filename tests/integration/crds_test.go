@@ -14,15 +14,15 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
 func newReservation(network, ip string) *ipkeeperv1alpha1.IPReservation {
 	return &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:   reservation.Name(network, netip.MustParseAddr(ip)),
-			Labels: map[string]string{reservation.NetworkLabel: reservation.NetworkLabelValue(network)},
+			Name:   naming.Reservation(network, netip.MustParseAddr(ip)),
+			Labels: map[string]string{naming.NetworkLabel: naming.NetworkLabelValue(network)},
 		},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
 			Network:       network,

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -34,7 +34,7 @@ type kvEnv struct {
 	ctrl *framework.Controller
 }
 
-func startKubeVirtEnv(t *testing.T, tweaks ...func(*controller.Options)) *kvEnv {
+func startKubeVirtEnv(t *testing.T, tweaks ...func(*controllermanager.Options)) *kvEnv {
 	t.Helper()
 	ns := cp.NewNamespace(t, "kv")
 	env := &kvEnv{ns: ns, sim: &framework.KubeVirtSim{C: cp.Client}}

@@ -12,10 +12,10 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimname"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
-	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -112,7 +112,7 @@ func TestVMDeletionModesLeaveNoClaim(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			claim := e.waitClaim(t, claimname.For(vm.Name, "blue"))
+			claim := e.waitClaim(t, naming.Claim(vm.Name, "blue"))
 			res := newReservation("del-blue", "10.77.0."+map[string]string{"background": "11", "foreground": "12", "orphan": "13", "stopped": "14", "stopped-foreground": "15"}[tc.name])
 			res.Spec.Owner.Kind, res.Spec.Owner.Namespace, res.Spec.Owner.Name, res.Spec.Owner.UID = "IPAMClaim", e.ns, claim.Name, claim.UID
 			if err := cp.Client.Create(ctx, res); err != nil {
@@ -353,7 +353,7 @@ func TestFeatureGateOffThenOn(t *testing.T) {
 // With --require-kubevirt-feature-gate=false the gate is not read at all.
 func TestFeatureGateCheckDisabled(t *testing.T) {
 	ctx := context.Background()
-	e := startKubeVirtEnv(t, func(o *controller.Options) { o.RequireGate = false })
+	e := startKubeVirtEnv(t, func(o *controllermanager.Options) { o.RequireGate = false })
 	if err := e.sim.SetFeatureGate(ctx, false); err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func TestClaimNamesDoNotCollide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := []string{claimname.For("vm.net", "a"), claimname.For("vm", "net.a"), claimname.For("vm", "Net_A")}
+	names := []string{naming.Claim("vm.net", "a"), naming.Claim("vm", "net.a"), naming.Claim("vm", "Net_A")}
 	owners := []client.Object{first, second, second}
 	for i, n := range names {
 		c := e.waitClaim(t, n)

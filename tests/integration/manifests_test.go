@@ -15,7 +15,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -181,7 +181,7 @@ func TestControllerRunsWithItsOwnRBAC(t *testing.T) {
 	applyRBAC(t)
 	ns := cp.NewNamespace(t, "own-rbac")
 	user, groups := framework.ServiceAccountUser(installNS, "ipkeeper-controller")
-	ctrl := cp.As(user, groups...).StartController(t, ns, func(o *controller.Options) {
+	ctrl := cp.As(user, groups...).StartController(t, ns, func(o *controllermanager.Options) {
 		o.Namespace = installNS
 		o.WebhookConfig = "ipkeeper"
 	})

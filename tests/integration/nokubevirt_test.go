@@ -13,10 +13,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimname"
-	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -38,7 +38,7 @@ func TestControllerWithoutKubeVirt(t *testing.T) {
 	t.Cleanup(func() { _ = bare.Stop() })
 	bare.DumpLogsOnFailure(t)
 	ns := bare.NewNamespace(t, "bare")
-	ctrl := bare.StartController(t, ns, func(o *controller.Options) { o.KubeVirtDiscoveryInterval = 200 * time.Millisecond })
+	ctrl := bare.StartController(t, ns, func(o *controllermanager.Options) { o.KubeVirtDiscoveryInterval = 200 * time.Millisecond })
 
 	support := func() float64 { return framework.Gauge(metrics.Registry, "ipkeeper_controller_kubevirt_support") }
 	waitSupport := func(want float64) {
@@ -99,7 +99,7 @@ func TestControllerWithoutKubeVirt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := claimname.For(vm.Name, "blue")
+	claim := naming.Claim(vm.Name, "blue")
 	if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
 		err := bare.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, &ipamclaimsv1alpha1.IPAMClaim{})
 		if apierrors.IsNotFound(err) {

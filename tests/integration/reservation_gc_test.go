@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -33,7 +33,7 @@ func ownedByClaim(network, ip string, c *ipamclaimsv1alpha1.IPAMClaim) *ipkeeper
 func TestReservationGarbageCollector(t *testing.T) {
 	ctx := context.Background()
 	const grace = 4 * time.Second
-	e := startKubeVirtEnv(t, func(o *controller.Options) { o.GCGracePeriod = grace })
+	e := startKubeVirtEnv(t, func(o *controllermanager.Options) { o.GCGracePeriod = grace })
 	const network = "gc-net"
 	pods := cp.CreatePods(t, e.ns, "", "gc", 3)
 	live, doomed, recreated := pods[0], pods[1], pods[2]

@@ -1,4 +1,4 @@
-package dnsname
+package naming
 
 import (
 	"strings"
@@ -10,8 +10,8 @@ func TestIsLabel(t *testing.T) {
 		"a": true, "a-b": true, "0a": true, strings.Repeat("a", 63): true,
 		"": false, "-a": false, "a-": false, "A": false, "a_b": false, "a.b": false, strings.Repeat("a", 64): false,
 	} {
-		if got := IsLabel(s); got != want {
-			t.Errorf("IsLabel(%q) = %v, want %v", s, got, want)
+		if got := isLabel(s); got != want {
+			t.Errorf("isLabel(%q) = %v, want %v", s, got, want)
 		}
 	}
 }
@@ -21,12 +21,12 @@ func TestHint(t *testing.T) {
 		{"My_N", "my-n"}, {"__", "fb"}, {"", "fb"}, {"abcdefghij", "abcde"}, {"ab.", "ab"},
 	}
 	for _, tt := range tests {
-		got := Hint(tt.in, 5, "fb")
+		got := hint(tt.in, 5, "fb")
 		if got != tt.want {
-			t.Errorf("Hint(%q) = %q, want %q", tt.in, got, tt.want)
+			t.Errorf("hint(%q) = %q, want %q", tt.in, got, tt.want)
 		}
-		if !IsLabel(got) {
-			t.Errorf("Hint(%q) = %q is not a label", tt.in, got)
+		if !isLabel(got) {
+			t.Errorf("hint(%q) = %q is not a label", tt.in, got)
 		}
 	}
 }

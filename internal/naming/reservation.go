@@ -1,4 +1,4 @@
-package reservation
+package naming
 
 import (
 	"crypto/sha256"
@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-
-	"github.com/ipkeeper/ipkeeper/internal/dnsname"
 )
 
-// Name returns the IPReservation name for (network, ip).
+// Reservation returns the IPReservation name for (network, ip).
 //
 // Two forms, told apart by their number of dot-separated labels, so they can
 // never produce the same name:
@@ -24,13 +22,13 @@ import (
 // eight fully expanded hex groups (fd00-0000-...-0001), so families cannot
 // collide either. IPv4-mapped IPv6 addresses are unmapped and zones dropped:
 // they name the same address.
-func Name(network string, ip netip.Addr) string {
+func Reservation(network string, ip netip.Addr) string {
 	ipLabel := ipLabel(ip)
-	if dnsname.IsLabel(network) {
+	if isLabel(network) {
 		return network + "." + ipLabel
 	}
 	sum := sha256.Sum256([]byte(network))
-	return dnsname.Hint(network, 20, "net") + "." + hex.EncodeToString(sum[:16]) + "." + ipLabel
+	return hint(network, 20, "net") + "." + hex.EncodeToString(sum[:16]) + "." + ipLabel
 }
 
 func ipLabel(ip netip.Addr) string {

@@ -1,4 +1,4 @@
-package claimname
+package naming
 
 import (
 	"strings"
@@ -14,8 +14,8 @@ func TestForKeepsTheCommonForm(t *testing.T) {
 		{strings.Repeat("a", 63), strings.Repeat("b", 63), strings.Repeat("a", 63) + "." + strings.Repeat("b", 63)},
 	}
 	for _, tt := range tests {
-		if got := For(tt.owner, tt.network); got != tt.want {
-			t.Errorf("For(%q, %q) = %q, want %q", tt.owner, tt.network, got, tt.want)
+		if got := Claim(tt.owner, tt.network); got != tt.want {
+			t.Errorf("Claim(%q, %q) = %q, want %q", tt.owner, tt.network, got, tt.want)
 		}
 	}
 }
@@ -36,27 +36,27 @@ func TestForNeverSharesANameBetweenPairs(t *testing.T) {
 	}
 	seen := map[string][2]string{}
 	for _, p := range pairs {
-		name := For(p[0], p[1])
+		name := Claim(p[0], p[1])
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-			t.Errorf("For(%q, %q) = %q is not a valid object name: %v", p[0], p[1], name, errs)
+			t.Errorf("Claim(%q, %q) = %q is not a valid object name: %v", p[0], p[1], name, errs)
 		}
 		if prev, ok := seen[name]; ok {
-			t.Errorf("For(%q, %q) and For(%q, %q) both give %q", prev[0], prev[1], p[0], p[1], name)
+			t.Errorf("Claim(%q, %q) and Claim(%q, %q) both give %q", prev[0], prev[1], p[0], p[1], name)
 		}
 		seen[name] = p
 	}
 }
 
 func TestForHashedFormIsReadableAndStable(t *testing.T) {
-	got := For("vm.net", "a")
+	got := Claim("vm.net", "a")
 	if !strings.HasPrefix(got, "vm-net.a.") || strings.Count(got, ".") != 2 {
-		t.Errorf("For(vm.net, a) = %q, want vm-net.a.<hash>", got)
+		t.Errorf("Claim(vm.net, a) = %q, want vm-net.a.<hash>", got)
 	}
-	if again := For("vm.net", "a"); again != got {
+	if again := Claim("vm.net", "a"); again != got {
 		t.Errorf("not deterministic: %q then %q", got, again)
 	}
-	if got := For("vm", "My_Net"); !strings.HasPrefix(got, "vm.my-net.") {
-		t.Errorf("For(vm, My_Net) = %q, want the hint my-net", got)
+	if got := Claim("vm", "My_Net"); !strings.HasPrefix(got, "vm.my-net.") {
+		t.Errorf("Claim(vm, My_Net) = %q, want the hint my-net", got)
 	}
 }
 
@@ -68,14 +68,14 @@ func FuzzFor(f *testing.F) {
 		if strings.Contains(o1, "/") || strings.Contains(o2, "/") {
 			t.Skip("object names cannot contain '/'")
 		}
-		a, b := For(o1, n1), For(o2, n2)
+		a, b := Claim(o1, n1), Claim(o2, n2)
 		for _, name := range []string{a, b} {
 			if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 				t.Fatalf("%q is not a valid object name: %v", name, errs)
 			}
 		}
 		if a == b && (o1 != o2 || n1 != n2) {
-			t.Fatalf("For(%q, %q) == For(%q, %q) == %q", o1, n1, o2, n2, a)
+			t.Fatalf("Claim(%q, %q) == Claim(%q, %q) == %q", o1, n1, o2, n2, a)
 		}
 	})
 }

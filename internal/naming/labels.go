@@ -1,4 +1,4 @@
-package reservation
+package naming
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-package controller
+package controllermanager
 
 // Why the controller is built the way it is:
 //

@@ -1,12 +1,12 @@
-// Package dnsname has the two DNS-1123 helpers object names are built
-// from: whether a string already is a label, and a readable label hint
-// derived from any string.
-package dnsname
+// The two DNS-1123 helpers the names are built from: whether a string
+// already is a label, and a readable label hint derived from any string.
+
+package naming
 
 import "strings"
 
 // IsLabel reports whether s is an RFC 1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 chars.
-func IsLabel(s string) bool {
+func isLabel(s string) bool {
 	if len(s) == 0 || len(s) > 63 {
 		return false
 	}
@@ -25,7 +25,7 @@ func IsLabel(s string) bool {
 // Hint keeps up to max characters of s as a DNS label (lowercased, other
 // characters as '-'), or fallback when nothing survives. It is lossy: names
 // built from hints need a hash beside them to stay unique.
-func Hint(s string, maxLen int, fallback string) string {
+func hint(s string, maxLen int, fallback string) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(s) {
 		if b.Len() >= maxLen {

@@ -1,8 +1,8 @@
-// Package controller assembles ipkeeper-controller: a controller-runtime
+// Package controllermanager assembles ipkeeper-controller: a controller-runtime
 // manager running the reservation garbage collector (package gc) and the
 // self-managed webhook certificates (package certs) under leader election,
 // and the virt-launcher pod webhook (package webhook) on every replica
 // (manager.go, webhook.go); and, while KubeVirt's CRDs are installed, a
 // second manager with the claims controllers (package claims), the webhook
 // scope and the webhook's caches (kubevirt.go). controller.go says why.
-package controller
+package controllermanager

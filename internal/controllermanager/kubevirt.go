@@ -1,4 +1,4 @@
-package controller
+package controllermanager
 
 import (
 	"context"
@@ -250,7 +250,7 @@ func (k *kubeVirtSupport) setupChild(ctx context.Context, child ctrl.Manager) (*
 	}{
 		{"VM claims controller", (&claims.VMReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, WatchKubeVirt: k.o.RequireGate}).SetupWithManager},
 		{"VMI claims controller", (&claims.VMIReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, WatchKubeVirt: k.o.RequireGate}).SetupWithManager},
-		{"claim release controller", (&claims.ClaimReconciler{Client: child.GetClient(), APIReader: child.GetAPIReader(), Recorder: recorder, ResyncPeriod: k.o.ClaimResync}).SetupWithManager},
+		{"claim release controller", (&claims.ClaimReleaser{Client: child.GetClient(), APIReader: child.GetAPIReader(), Recorder: recorder, ResyncPeriod: k.o.ClaimResync}).SetupWithManager},
 	}
 	if k.hook != nil {
 		setups = append(setups, struct {

@@ -1,4 +1,4 @@
-package reservation
+package naming
 
 import (
 	"net/netip"
@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-func TestName(t *testing.T) {
+func TestReservation(t *testing.T) {
 	tests := []struct {
 		name    string
 		network string
@@ -23,13 +23,13 @@ func TestName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Name(tt.network, netip.MustParseAddr(tt.ip))
+			got := Reservation(tt.network, netip.MustParseAddr(tt.ip))
 			if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
-				t.Fatalf("Name(%q, %s) = %q is not a DNS-1123 subdomain: %v", tt.network, tt.ip, got, errs)
+				t.Fatalf("Reservation(%q, %s) = %q is not a DNS-1123 subdomain: %v", tt.network, tt.ip, got, errs)
 			}
 			// Hashes are checked by prefix and shape only; the table pins the readable part.
 			if len(tt.want) > 0 && !sameShape(got, tt.want) {
-				t.Errorf("Name(%q, %s) = %q, want %q", tt.network, tt.ip, got, tt.want)
+				t.Errorf("Reservation(%q, %s) = %q, want %q", tt.network, tt.ip, got, tt.want)
 			}
 		})
 	}
@@ -67,8 +67,8 @@ func splitDots(s string) []string {
 	return append(out, s[start:])
 }
 
-// TestNameInjective covers the pairs naive schemes map to one name.
-func TestNameInjective(t *testing.T) {
+// TestReservationInjective covers the pairs naive schemes map to one name.
+func TestReservationInjective(t *testing.T) {
 	long := make([]byte, 63)
 	for i := range long {
 		long[i] = 'a'
@@ -85,13 +85,13 @@ func TestNameInjective(t *testing.T) {
 	}
 	ip := netip.MustParseAddr("10.0.0.1")
 	for _, p := range pairs {
-		if Name(p[0], ip) == Name(p[1], ip) {
-			t.Errorf("networks %q and %q map to the same name %q", p[0], p[1], Name(p[0], ip))
+		if Reservation(p[0], ip) == Reservation(p[1], ip) {
+			t.Errorf("networks %q and %q map to the same name %q", p[0], p[1], Reservation(p[0], ip))
 		}
 	}
 	v4 := netip.MustParseAddr("0.0.0.1")
 	v6 := netip.MustParseAddr("::1")
-	if Name("n", v4) == Name("n", v6) {
+	if Reservation("n", v4) == Reservation("n", v6) {
 		t.Errorf("IPv4 %s and IPv6 %s share a name", v4, v6)
 	}
 }
@@ -118,12 +118,12 @@ func FuzzName(f *testing.F) {
 		if err1 != nil || err2 != nil {
 			return
 		}
-		name1 := Name(n1, a1)
+		name1 := Reservation(n1, a1)
 		if errs := validation.IsDNS1123Subdomain(name1); len(errs) > 0 {
-			t.Fatalf("Name(%q, %s) = %q: %v", n1, a1, name1, errs)
+			t.Fatalf("Reservation(%q, %s) = %q: %v", n1, a1, name1, errs)
 		}
 		same := n1 == n2 && a1.Unmap().WithZone("") == a2.Unmap().WithZone("")
-		if !same && name1 == Name(n2, a2) {
+		if !same && name1 == Reservation(n2, a2) {
 			t.Fatalf("(%q, %s) and (%q, %s) share the name %q", n1, a1, n2, a2, name1)
 		}
 	})

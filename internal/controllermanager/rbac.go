@@ -1,4 +1,4 @@
-package controller
+package controllermanager
 
 // RBAC for ipkeeper-controller, generated into manifests/rbac/controller by
 // `make generate`. Each rule is what a component of this package needs:

@@ -1,5 +1,4 @@
-// Package claimname builds the name of the IPAMClaim that holds a KubeVirt
-// VM's addresses on one network.
+// The claim name: which IPAMClaim holds a KubeVirt VM's addresses on one network.
 //
 // The name must be a valid object name (a DNS-1123 subdomain of at most 253
 // characters) and no two (VM, network) pairs may ever share one, because the
@@ -7,16 +6,15 @@
 // name would hand one VM's addresses to another. The usual form is the one
 // existing tools use, `<vm>.<network>`, but only where that concatenation is
 // unambiguous; `vm.net` + `a` and `vm` + `net.a` would both give `vm.net.a`.
-package claimname
+
+package naming
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
-
-	"github.com/ipkeeper/ipkeeper/internal/dnsname"
 )
 
-// For returns the claim name of owner (a VM or standalone VMI name) on the
+// Claim returns the claim name of owner (a VM or standalone VMI name) on the
 // KubeVirt logical network (spec.networks[].name).
 //
 // Two forms, told apart by their number of dot-separated labels:
@@ -30,11 +28,11 @@ import (
 // A 2-label name splits back into exactly one pair, and a 3-label name is
 // decided by its hash, so distinct pairs get distinct names (up to a SHA-256
 // collision; callers still check a claim's recorded owner and network).
-func For(owner, network string) string {
-	if dnsname.IsLabel(owner) && dnsname.IsLabel(network) {
+func Claim(owner, network string) string {
+	if isLabel(owner) && isLabel(network) {
 		return owner + "." + network
 	}
 	// Object names cannot contain '/', so the hash input is unambiguous.
 	sum := sha256.Sum256([]byte(owner + "/" + network))
-	return dnsname.Hint(owner, 40, "vm") + "." + dnsname.Hint(network, 40, "net") + "." + hex.EncodeToString(sum[:16])
+	return hint(owner, 40, "vm") + "." + hint(network, 40, "net") + "." + hex.EncodeToString(sum[:16])
 }

@@ -29,7 +29,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/retry"
 )
 
-// ClaimReconciler releases claims nobody needs any more.
+// ClaimReleaser releases claims nobody needs any more.
 //
 // A claim must go when its owner is gone or being deleted (any propagation
 // policy, including orphan, which strips the owner reference), or when its
@@ -44,7 +44,7 @@ import (
 // start-up and the periodic resync). Claims that carry our label but lost
 // the finalizer (released by an older version that removed it first) are
 // deleted all the same.
-type ClaimReconciler struct {
+type ClaimReleaser struct {
 	Client client.Client
 	// APIReader reads from the API server, bypassing the cache.
 	APIReader client.Reader
@@ -63,7 +63,7 @@ const (
 )
 
 // Reconcile releases one claim if it is no longer needed.
-func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *ClaimReleaser) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var claim ipamclaimsv1alpha1.IPAMClaim
 	if err := r.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -110,7 +110,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 // release deletes the claim, then removes the finalizer that held it; the
 // IPAM's reservations are then released by the reservation garbage
 // collector once the claim is gone.
-func (r *ClaimReconciler) release(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, ownerObj client.Object) error {
+func (r *ClaimReleaser) release(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, ownerObj client.Object) error {
 	if claim.DeletionTimestamp == nil {
 		uid := claim.UID
 		if err := r.Client.Delete(ctx, claim, client.Preconditions{UID: &uid}); err != nil {
@@ -159,7 +159,7 @@ func isOurs(o client.Object) bool {
 
 // ownerState reads the owner through reader. ownerObj is returned when the
 // owner still exists (live or being deleted), for events.
-func (r *ClaimReconciler) ownerState(ctx context.Context, reader client.Reader, namespace string, owner claimowner.Owner) (ownerState, client.Object, error) {
+func (r *ClaimReleaser) ownerState(ctx context.Context, reader client.Reader, namespace string, owner claimowner.Owner) (ownerState, client.Object, error) {
 	var obj client.Object = &kubevirtv1.VirtualMachine{}
 	if owner.Kind == claimowner.KindVMI {
 		obj = &kubevirtv1.VirtualMachineInstance{}
@@ -203,7 +203,7 @@ func wanted(ownerObj client.Object, owner claimowner.Owner, claim *ipamclaimsv1a
 // label, which is where a pod the cache has not seen yet would come from
 // (virt-controller creating a launcher pod); it never lists the whole
 // namespace.
-func (r *ClaimReconciler) users(ctx context.Context, reader client.Reader, claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, state ownerState) (string, error) {
+func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, state ownerState) (string, error) {
 	pods := PodMetadataList()
 	if err := r.Client.List(ctx, pods, client.InNamespace(claim.Namespace), client.MatchingFields{indexClaimRef: claim.Name}); err != nil {
 		return "", fmt.Errorf("listing pods using IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
@@ -241,7 +241,7 @@ func (r *ClaimReconciler) users(ctx context.Context, reader client.Reader, claim
 }
 
 // SetupWithManager registers the reconciler.
-func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *ClaimReleaser) SetupWithManager(mgr ctrl.Manager) error {
 	byOwnerName := func(ctx context.Context, o client.Object) []reconcile.Request {
 		var claims ipamclaimsv1alpha1.IPAMClaimList
 		if err := r.Client.List(ctx, &claims, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexOwnerName: o.GetName()}); err != nil {
