@@ -8,19 +8,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/ipkeeper/ipkeeper/internal/agent"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/logging"
 	"github.com/ipkeeper/ipkeeper/internal/version"
 )
 
@@ -72,32 +71,31 @@ func run(args []string) int {
 		fmt.Println(version.Version)
 		return 0
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "--log-level %q: %v\n", o.logLevel, err)
+	log, err := logging.New(os.Stderr, o.logLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	ctrllog.SetLogger(log)
 	o.agent.Logger = log
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
-		log.Error("loading kubeconfig", "error", err)
+		log.Error(err, "loading kubeconfig")
 		return 1
 	}
 	cfg.QPS, cfg.Burst = float32(o.apiQPS), o.apiBurst
 	cfg.UserAgent = "ipkeeper-agent/" + version.Version + " (" + o.agent.NodeName + ")"
 	a, err := agent.New(cfg, o.agent)
 	if err != nil {
-		log.Error("starting", "error", err)
+		log.Error(err, "starting")
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log.Info("ipkeeper-agent starting", "version", version.Version, "node", o.agent.NodeName)
 	if err := a.Run(ctx); err != nil {
-		log.Error("agent stopped", "error", err)
+		log.Error(err, "agent stopped")
 		return 1
 	}
 	return 0

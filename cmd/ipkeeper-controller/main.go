@@ -8,16 +8,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/logging"
 	"github.com/ipkeeper/ipkeeper/internal/version"
 )
 
@@ -45,21 +44,20 @@ func run(args []string) int {
 		fmt.Println(version.Version)
 		return 0
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "--log-level %q: %v\n", logLevel, err)
+	log, err := logging.New(os.Stderr, logLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	if err := o.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	ctrllog.SetLogger(log)
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		log.Error("loading kubeconfig", "error", err)
+		log.Error(err, "loading kubeconfig")
 		return 1
 	}
 	cfg.UserAgent = "ipkeeper-controller/" + version.Version
@@ -67,7 +65,7 @@ func run(args []string) int {
 	defer stop()
 	log.Info("ipkeeper-controller starting", "version", version.Version, "namespace", o.Namespace, "webhook", o.EnableWebhook, "certMode", o.CertMode)
 	if err := controllermanager.Run(ctx, cfg, o); err != nil {
-		log.Error("controller stopped", "error", err)
+		log.Error(err, "controller stopped")
 		return 1
 	}
 	return 0

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
@@ -40,8 +41,8 @@ type Options struct {
 	ProbeAddr   string
 	// Registry receives the agent's metrics; a new one when nil.
 	Registry *prometheus.Registry
-	// Logger for structured logs; slog.Default() when nil.
-	Logger *slog.Logger
+	// Logger for structured logs; slog's default logger when unset.
+	Logger logr.Logger
 	// ClaimWaitTimeout bounds how long an ADD waits for the IPAMClaim it
 	// references to be created (default 30s).
 	ClaimWaitTimeout time.Duration
@@ -63,7 +64,7 @@ type Options struct {
 // Agent serves CNI requests for one node. It implements cniproto.Handler.
 type Agent struct {
 	opts   Options
-	log    *slog.Logger
+	log    logr.Logger
 	cache  cache.Cache
 	store  Store
 	claims ClaimStore
@@ -93,8 +94,8 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.FromSlogHandler(slog.Default().Handler())
 	}
 	if opts.ClaimWaitTimeout <= 0 {
 		opts.ClaimWaitTimeout = 30 * time.Second
@@ -128,7 +129,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	}
 	a := &Agent{
 		opts:  opts,
-		log:   opts.Logger.With("node", opts.NodeName),
+		log:   opts.Logger.WithValues("node", opts.NodeName),
 		cache: c,
 		pods:  &podLookup{cached: c, live: live, node: opts.NodeName},
 		idx:   newIndex(),
@@ -229,7 +230,7 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	go func() {
 		if err := a.cache.Start(ctx); err != nil {
-			a.log.Error("caches stopped", "error", err)
+			a.log.Error(err, "caches stopped")
 		}
 	}()
 	start := time.Now()
@@ -274,7 +275,7 @@ func (a *Agent) reservationInformer(ctx context.Context) (cache.Informer, error)
 		}
 		a.setWaiting(missingCRD)
 		if time.Since(lastLog) >= time.Minute {
-			a.log.Warn("waiting for the IPReservation CRD: "+missingCRD, "crd", reservationCRD)
+			a.log.Info("waiting for the IPReservation CRD: "+missingCRD, "crd", reservationCRD)
 			lastLog = time.Now()
 		}
 		select {

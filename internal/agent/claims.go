@@ -169,7 +169,7 @@ func (a *Agent) releaseSuperseded(ctx context.Context, req *request, claim *ipam
 	for _, e := range notRecorded(a.held(network, h), fresh.Status.IPs) {
 		if e.node != a.opts.NodeName {
 			if e, err = a.takeOver(ctx, e, req, false); err != nil {
-				a.log.Error("taking over a superseded claim reservation", "reservation", e.name, "error", err)
+				a.log.Error(err, "taking over a superseded claim reservation", "reservation", e.name)
 				continue
 			}
 		}
@@ -253,7 +253,7 @@ func (a *Agent) reportClaimFailure(ctx context.Context, claim *ipamclaimsv1alpha
 		return
 	}
 	if err := a.claims.UpdateStatus(ctx, updated); err != nil {
-		a.log.Error("reporting a failed allocation on the claim", "claim", claim.Namespace+"/"+claim.Name, "error", err)
+		a.log.Error(err, "reporting a failed allocation on the claim", "claim", claim.Namespace+"/"+claim.Name)
 	}
 }
 

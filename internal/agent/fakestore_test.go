@@ -3,14 +3,13 @@ package agent
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/netip"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -279,7 +278,7 @@ func newTestAgent(t testing.TB, store Store, claims ClaimStore) *Agent {
 	t.Helper()
 	a := &Agent{
 		opts:   Options{NodeName: "node-a", ClaimWaitTimeout: time.Second, CNIGCMinAge: time.Minute},
-		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		log:    logr.Discard(),
 		store:  store,
 		claims: claims,
 		idx:    newIndex(),

@@ -24,7 +24,7 @@ func (a *Agent) release(ctx context.Context, entries []entry, verb string, still
 	var errs []error
 	for _, e := range entries {
 		if err := a.releaseOne(ctx, e, verb, still); err != nil {
-			a.log.Error("releasing a reservation", "verb", verb, "reservation", e.name, "error", err)
+			a.log.Error(err, "releasing a reservation", "verb", verb, "reservation", e.name)
 			errs = append(errs, err)
 		}
 	}
@@ -41,7 +41,7 @@ func (a *Agent) releaseOne(ctx context.Context, e entry, verb string, still func
 		case err == nil:
 			a.idx.released(e.name, e.uid, time.Now())
 			a.metrics.releases.WithLabelValues(verb).Inc()
-			a.log.Debug("released", "verb", verb, "reservation", e.name, "ip", e.ip, "owner", e.owner.Namespace+"/"+e.owner.Name)
+			a.log.V(1).Info("released", "verb", verb, "reservation", e.name, "ip", e.ip, "owner", e.owner.Namespace+"/"+e.owner.Name)
 			return nil
 		case errors.Is(err, ErrGone):
 			a.idx.released(e.name, e.uid, time.Now())

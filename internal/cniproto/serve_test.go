@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 )
 
 func TestServeSocketPermissions(t *testing.T) {
@@ -85,7 +87,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, sock, NewHTTPHandler(ctxProbe{h, handlerCtxErr}, nil)) }()
+	go func() { done <- Serve(ctx, sock, NewHTTPHandler(ctxProbe{h, handlerCtxErr}, logr.Discard())) }()
 	waitForSocket(t, sock, done)
 
 	req := addReq()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/go-logr/logr"
 )
 
 // Handler is implemented by the agent. Returning a *types.Error (possibly
@@ -28,12 +28,9 @@ type Handler interface {
 	Status(ctx context.Context) error
 }
 
-// NewHTTPHandler serves the routes documented in the package comment. A nil
-// log discards logs.
-func NewHTTPHandler(h Handler, log *slog.Logger) http.Handler {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+// NewHTTPHandler serves the routes documented in the package comment. A
+// zero log discards logs.
+func NewHTTPHandler(h Handler, log logr.Logger) http.Handler {
 	s := &httpHandler{h: h, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+PathCNI, s.serveCNI)
@@ -43,14 +40,14 @@ func NewHTTPHandler(h Handler, log *slog.Logger) http.Handler {
 
 type httpHandler struct {
 	h   Handler
-	log *slog.Logger
+	log logr.Logger
 }
 
 func (s *httpHandler) serveCNI(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	req, status, cerr := decodeRequest(w, r)
 	if cerr != nil {
-		s.log.WarnContext(r.Context(), "rejected CNI request", "error", cerr)
+		s.log.Info("rejected CNI request", "error", cerr)
 		writeResponse(w, status, &Response{Error: cerr})
 		return
 	}
@@ -63,11 +60,11 @@ func (s *httpHandler) serveCNI(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case resp.Error != nil:
-		s.log.ErrorContext(r.Context(), "CNI request failed", append(attrs, "code", resp.Error.Code, "error", resp.Error.Error())...)
+		s.log.Error(resp.Error, "CNI request failed", append(attrs, "code", resp.Error.Code)...)
 	case req.Command == CmdStatus:
-		s.log.DebugContext(r.Context(), "CNI request done", attrs...)
+		s.log.V(1).Info("CNI request done", attrs...)
 	default:
-		s.log.InfoContext(r.Context(), "CNI request done", attrs...)
+		s.log.Info("CNI request done", attrs...)
 	}
 	writeResponse(w, 0, resp)
 }
@@ -143,7 +140,7 @@ func (s *httpHandler) dispatch(ctx context.Context, req *Request) *Response {
 func (s *httpHandler) call(f func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.log.Error("panic in ipkeeper handler", "panic", p, "stack", string(debug.Stack()))
+			s.log.Error(fmt.Errorf("panic: %v", p), "panic in ipkeeper handler", "stack", string(debug.Stack()))
 			err = fmt.Errorf("internal error in ipkeeper-agent: panic: %v", p)
 		}
 	}()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/go-logr/logr"
 )
 
 // funcHandler is a Handler whose behaviour each test sets; nil funcs succeed.
@@ -58,7 +59,7 @@ func serve(t *testing.T, h Handler) string {
 	sock := filepath.Join(t.TempDir(), "run", "agent.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, sock, NewHTTPHandler(h, nil)) }()
+	go func() { done <- Serve(ctx, sock, NewHTTPHandler(h, logr.Discard())) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -265,7 +266,7 @@ func mustCIDR(t *testing.T, s string) net.IPNet {
 
 func TestHandlerLogsRequests(t *testing.T) {
 	var logs bytes.Buffer
-	h := NewHTTPHandler(&funcHandler{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	h := NewHTTPHandler(&funcHandler{}, logr.FromSlogHandler(slog.NewTextHandler(&logs, nil)))
 	req := addReq()
 	req.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0"
 	body, _ := json.Marshal(req)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/go-logr/logr"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 )
@@ -61,7 +62,7 @@ func startAgent(t *testing.T, a cniproto.Handler) string {
 	sock := filepath.Join(t.TempDir(), "run", "agent.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- cniproto.Serve(ctx, sock, cniproto.NewHTTPHandler(a, nil)) }()
+	go func() { done <- cniproto.Serve(ctx, sock, cniproto.NewHTTPHandler(a, logr.Discard())) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/agent"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/logging"
 )
 
 // Agent is an in-process ipkeeper-agent standing for one node, with its own
@@ -69,7 +69,7 @@ func (cp *ControlPlane) LaunchAgent(t testing.TB, node string, tweaks ...func(*a
 		NodeName:   node,
 		SocketPath: socket,
 		Registry:   reg,
-		Logger:     slog.New(slog.NewTextHandler(logOut, nil)).With("agent", node),
+		Logger:     logging.Text(logOut).WithValues("agent", node),
 	}
 	for _, tweak := range tweaks {
 		tweak(&opts)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/logging"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/webhook"
 )
@@ -54,7 +53,11 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 		t.Fatal(err)
 	}
 	setLoggerOnce.Do(func() {
-		ctrllog.SetLogger(logr.FromSlogHandler(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		log, err := logging.New(logOut, "debug")
+		if err != nil {
+			panic(err) // a constant level
+		}
+		ctrllog.SetLogger(log)
 	})
 	if cp.HasKubeVirt() {
 		sim := &KubeVirtSim{C: cp.Client}

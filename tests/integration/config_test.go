@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -24,6 +23,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/agent"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/logging"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -166,7 +166,7 @@ func TestAgentWaitsForTheReservationCRD(t *testing.T) {
 		if os.Getenv("IPKEEPER_AGENT_LOGS") != "" {
 			out = io.MultiWriter(logs, os.Stderr)
 		}
-		o.Logger = slog.New(slog.NewTextHandler(out, nil))
+		o.Logger = logging.Text(out)
 		o.ProbeAddr = probeAddr
 	})
 	conf := framework.NetConf("early-net", map[string]any{"range": "10.65.0.0/24"})
