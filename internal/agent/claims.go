@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -86,7 +87,7 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 			// The write may have been applied (a lost response), so what
 			// this call created may be recorded now: only a fresh read can
 			// tell which of it to drop.
-			a.dropUnrecorded(ctx, claim, created)
+			a.dropUnrecorded(ctx, h.owner, created)
 			return nil, fail(reasonInternal, codeTryAgainLater, err)
 		}
 		fresh, gerr := a.claims.Get(ctx, claim.Namespace, claim.Name)
@@ -178,12 +179,14 @@ func (a *Agent) releaseSuperseded(ctx context.Context, req *request, claim *ipam
 	_ = a.release(ctx, stale, "claim-status-edited", nil) // logged by release
 }
 
-// dropUnrecorded releases, after a status write whose outcome is unknown,
-// what this call created that the claim, read afresh, does not record,
-// once it records addresses at all (another writer's, or none of ours).
-// With no addresses recorded, or the claim unreadable, everything is kept:
-// the retry reuses it.
-func (a *Agent) dropUnrecorded(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, created []entry) {
+// dropUnrecorded releases, after a failed ADD of the claim (a status write
+// whose outcome is unknown, or a reserve that failed half-way), what this
+// call created that the claim, read afresh, does not record, once it
+// records addresses at all (another writer's, or none of ours). With no
+// addresses recorded, or the claim unreadable, everything is kept: the
+// retry reuses it, and the DEL of this sandbox drops what the claim ends
+// up not recording.
+func (a *Agent) dropUnrecorded(ctx context.Context, claim ipkeeperv1alpha1.ReservationOwner, created []entry) {
 	if len(created) == 0 {
 		return
 	}
@@ -194,6 +197,39 @@ func (a *Agent) dropUnrecorded(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 		return
 	}
 	_ = a.release(ctx, notRecorded(created, fresh.Status.IPs), "claim-race", nil) // logged by release
+}
+
+// releaseUnrecordedOfSandbox is the DEL of a claim-backed attachment: the
+// claim's reservations this sandbox made that the claim does not record
+// (it lost the first-allocation race after a create whose response was
+// lost, so its ADD could not drop them) are released; everything the claim
+// records is kept, as the VM keeps its addresses. Best effort: the claim
+// unreadable, the next ADD of the claim drops them (releaseSuperseded).
+func (a *Agent) releaseUnrecordedOfSandbox(ctx context.Context, entries []entry) error {
+	byClaim := map[types.UID][]entry{}
+	for _, e := range entries {
+		byClaim[e.owner.UID] = append(byClaim[e.owner.UID], e)
+	}
+	var errs []error
+	for _, es := range byClaim {
+		owner := es[0].owner
+		h := holder{owner: owner, ifName: es[0].ifName}
+		func() {
+			defer a.locks.lock(h.key(es[0].network))()
+			fresh, err := a.claims.Get(ctx, owner.Namespace, owner.Name)
+			if err != nil || fresh.UID != owner.UID || len(fresh.Status.IPs) == 0 {
+				return // gone: the garbage collector releases them; unreadable or unrecorded: kept
+			}
+			var stale []entry
+			for _, e := range notRecorded(es, fresh.Status.IPs) {
+				if cur, ok := a.idx.get(e.name); ok && cur.uid == e.uid && cur.rv == e.rv {
+					stale = append(stale, cur)
+				}
+			}
+			errs = append(errs, a.release(ctx, stale, "DEL-unrecorded", nil))
+		}()
+	}
+	return errors.Join(errs...)
 }
 
 // notRecorded returns the entries whose address is not in a claim's status.

@@ -207,10 +207,10 @@ func (x *index) upsertLocked(e entry) {
 	if c := x.conflicts[e.network]; c != nil {
 		delete(c, e.ip)
 	}
+	link(x.bySandbox, sandboxKey{e.network, e.containerID, e.ifName}, e.name)
 	switch e.owner.Kind {
 	case ipkeeperv1alpha1.OwnerPod:
 		link(x.byPod, attachmentKey{e.network, e.owner.UID, e.ifName}, e.name)
-		link(x.bySandbox, sandboxKey{e.network, e.containerID, e.ifName}, e.name)
 		link(x.byNode, nodeKey{e.node, e.network}, e.name)
 	case ipkeeperv1alpha1.OwnerIPAMClaim:
 		link(x.byClaim, e.owner.UID, e.name)
@@ -265,10 +265,10 @@ func (x *index) unlinkLocked(e entry) {
 			delete(x.taken, e.network)
 		}
 	}
+	unlink(x.bySandbox, sandboxKey{e.network, e.containerID, e.ifName}, e.name)
 	switch e.owner.Kind {
 	case ipkeeperv1alpha1.OwnerPod:
 		unlink(x.byPod, attachmentKey{e.network, e.owner.UID, e.ifName}, e.name)
-		unlink(x.bySandbox, sandboxKey{e.network, e.containerID, e.ifName}, e.name)
 		unlink(x.byNode, nodeKey{e.node, e.network}, e.name)
 	case ipkeeperv1alpha1.OwnerIPAMClaim:
 		unlink(x.byClaim, e.owner.UID, e.name)
@@ -381,7 +381,7 @@ func (x *index) attachment(network string, podUID types.UID, ifName string) []en
 	return x.entries(x.byPod[attachmentKey{network, podUID, ifName}])
 }
 
-// sandbox returns the pod reservations a sandbox's interface holds.
+// sandbox returns the reservations (of pods and claims) a sandbox's interface made or holds.
 func (x *index) sandbox(network, containerID, ifName string) []entry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()

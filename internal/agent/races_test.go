@@ -405,3 +405,68 @@ func TestFailedClaimStatusWriteDropsOnlyUnrecorded(t *testing.T) {
 		}
 	}
 }
+
+// Found by the chaos checker (seed 2): two nodes make a claim's first
+// allocation at once; the loser's IPv6 create is applied but its response
+// lost, so its ADD fails without knowing it holds that address, and the
+// winner records its own addresses. The loser's sandbox is then torn down:
+// its DEL must release the claim reservation it made that the claim does
+// not record, or the claim holds an address nobody uses for as long as the
+// VM runs.
+func TestDelReleasesUnrecordedClaimReservationOfItsSandbox(t *testing.T) {
+	store := newFakeStore()
+	claim := testClaim("claim-uid-loser")
+	claims := newFakeClaims(claim)
+	a := newTestAgent(t, store, claims)
+	pod := testPod("virt-launcher-vm1-loser", "pod-uid-8")
+	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: claim.Name, UID: claim.UID}
+	var winner []string
+	store.afterCreate = func(r *ipkeeperv1alpha1.IPReservation) error {
+		if !netip.MustParseAddr(r.Spec.IP).Is6() {
+			return nil
+		}
+		store.afterCreate = nil
+		// Meanwhile the winner (node-b) recorded this IPv4 (same seed) and
+		// its own IPv6.
+		w6 := store.put(&ipkeeperv1alpha1.IPReservation{
+			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr("fd00::99"))},
+			Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: "fd00::99", Owner: owner, InterfaceName: "net1", Node: "node-b", ContainerID: "winner"},
+		})
+		for _, x := range store.all() {
+			if x.Spec.Owner.UID == claim.UID && netip.MustParseAddr(x.Spec.IP).Is4() {
+				winner = append(winner, x.Spec.IP+"/24")
+			}
+		}
+		winner = append(winner, w6.Spec.IP+"/120")
+		claims.setStatusIPs("vms", claim.Name, winner...)
+		return errors.New("http2: client connection lost")
+	}
+	req := testRequest(t, cniproto.CmdAdd, dualStackConf, "loser-sandbox", pod)
+	if _, err := a.allocateForClaim(context.Background(), req, pod, claim.Name); err == nil {
+		t.Fatal("ADD succeeded although its IPv6 create response was lost")
+	}
+	// The informer delivers what the API server holds.
+	for _, r := range store.all() {
+		if e, ok := entryOf(r); ok {
+			a.idx.upsert(e)
+		}
+	}
+	del := &cniproto.Request{Command: cniproto.CmdDel, ContainerID: "loser-sandbox", IfName: "net1", Config: []byte(dualStackConf),
+		Args: "K8S_POD_NAMESPACE=vms;K8S_POD_NAME=" + pod.Name + ";K8S_POD_UID=" + string(pod.UID)}
+	if err := a.Del(context.Background(), del); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	var held []string
+	for _, r := range reservationsOwnedBy(store, claim.UID) {
+		held = append(held, r.Spec.IP)
+	}
+	if len(held) != len(winner) {
+		t.Fatalf("after the loser's DEL the claim holds %v, want exactly the recorded %v", held, winner)
+	}
+	for _, s := range winner {
+		ip, _ := parseClaimIP(s)
+		if _, ok := store.get(naming.Reservation("blue", ip)); !ok {
+			t.Errorf("recorded %s lost its reservation", s)
+		}
+	}
+}

@@ -73,7 +73,7 @@ func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(c
 	}
 	defer func() {
 		if err != nil {
-			_ = a.release(context.WithoutCancel(ctx), created, "rollback", nil)
+			a.rollback(context.WithoutCancel(ctx), h, created)
 			ips, created = nil, nil
 		}
 	}()
@@ -95,6 +95,19 @@ func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(c
 		ips = append(ips, netip.PrefixFrom(e.ip, r.Subnet.Bits()))
 	}
 	return ips, created, nil
+}
+
+// rollback releases what a failed reserve created. A claim's reservation
+// may meanwhile be the other node's too (it adopts the claim's reservations
+// it finds) and recorded by it, so for a claim only what a fresh read of
+// the claim shows it does not record goes; with nothing recorded yet it is
+// all kept for the retry (or the DEL of this sandbox) to sort out.
+func (a *Agent) rollback(ctx context.Context, h holder, created []entry) {
+	if h.isClaim() {
+		a.dropUnrecorded(ctx, h.owner, created)
+		return
+	}
+	_ = a.release(ctx, created, "rollback", nil) // logged by release
 }
 
 // heldIn returns the holder's reservation in r. Should it hold two (a
