@@ -93,6 +93,6 @@ demo: ## Walk through a VM keeping its address (root: network namespaces and bri
 	@echo "make demo: done. The same scenarios, asserted, run in 'make test' (tests/e2e/system_test.go)."
 
 .PHONY: bench
-bench: tools ## Allocation storm on a real control plane vs. the raw API create rate (same run), plus allocator micro-benchmarks.
+bench: tools ## Allocation storm on a real control plane vs. the raw API create rate (same run), plus allocator and range micro-benchmarks.
 	go test -run '^$$' -bench . -benchtime=1x -count=1 -v ./tests/bench/
-	go test -run '^$$' -bench . -benchmem ./internal/allocator/
+	go test -run '^$$' -bench . -benchmem ./internal/allocator/ ./internal/iprange/

@@ -144,8 +144,8 @@ func buildResult(cfg *ipamconfig.Config, ips []netip.Prefix) *types100.Result {
 	res := &types100.Result{CNIVersion: types100.ImplementedSpecVersion, DNS: cfg.DNS}
 	for _, p := range ips {
 		ipc := &types100.IPConfig{Address: net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-		if r, ok := cfg.RangeFor(p.Addr()); ok && r.Gateway.IsValid() {
-			ipc.Gateway = r.Gateway.AsSlice()
+		if r, ok := cfg.RangeFor(p.Addr()); ok && r.Gateway().IsValid() {
+			ipc.Gateway = r.Gateway().AsSlice()
 		}
 		res.IPs = append(res.IPs, ipc)
 	}

@@ -10,7 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -168,7 +168,7 @@ func TestHeldIn(t *testing.T) {
 	tests := []struct {
 		name   string
 		held   []entry
-		r      ipamconfig.Range
+		r      iprange.Range
 		want   entry
 		wantOK bool
 	}{

@@ -51,7 +51,7 @@ func (a *Agent) checkClaim(ctx context.Context, req *request, pod *corev1.Pod, c
 		found := false
 		for _, s := range claim.Status.IPs {
 			ip, err := parseClaimIP(s)
-			if err != nil || !r.Subnet.Contains(ip) {
+			if err != nil || !r.Contains(ip) {
 				continue
 			}
 			found = true

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -132,7 +131,7 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 				"IPAMClaim %s/%s holds %s (status.ips[%d]), which is outside every range of network %q; nothing was released: fix the network's ranges or delete the claim",
 				claim.Namespace, claim.Name, ip, i, network))
 		}
-		if err := allocator.Usable(r, ip); err != nil {
+		if err := r.Usable(ip); err != nil {
 			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
 				"IPAMClaim %s/%s holds %s (status.ips[%d]), which network %q does not hand out: %w; nothing was released: fix the network's configuration or delete the claim",
 				claim.Namespace, claim.Name, ip, i, network, err))
@@ -145,7 +144,7 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 				return nil, err
 			}
 		}
-		ips = append(ips, netip.PrefixFrom(ip, r.Subnet.Bits()))
+		ips = append(ips, netip.PrefixFrom(ip, r.Subnet().Bits()))
 	}
 	return ips, nil
 }

@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -339,11 +339,11 @@ func (x *index) releaseCount(network string) uint64 {
 	return x.releases[network]
 }
 
-func exhaustedKey(network string, r ipamconfig.Range) string { return network + "\x00" + r.String() }
+func exhaustedKey(network string, r iprange.Range) string { return network + "\x00" + r.String() }
 
 // confirmExhausted records that a live list begun at release count n found
 // r full.
-func (x *index) confirmExhausted(network string, r ipamconfig.Range, n uint64, now time.Time) {
+func (x *index) confirmExhausted(network string, r iprange.Range, n uint64, now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.exhausted[exhaustedKey(network, r)] = exhaustedMemo{releases: n, at: now}
@@ -351,7 +351,7 @@ func (x *index) confirmExhausted(network string, r ipamconfig.Range, n uint64, n
 
 // exhaustionConfirmed reports whether r was confirmed full by a live list
 // with no release on the network seen since, within exhaustedTTL.
-func (x *index) exhaustionConfirmed(network string, r ipamconfig.Range, now time.Time) bool {
+func (x *index) exhaustionConfirmed(network string, r iprange.Range, now time.Time) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	k := exhaustedKey(network, r)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -92,7 +93,7 @@ func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(c
 				return nil, created, err
 			}
 		}
-		ips = append(ips, netip.PrefixFrom(e.ip, r.Subnet.Bits()))
+		ips = append(ips, netip.PrefixFrom(e.ip, r.Subnet().Bits()))
 	}
 	return ips, created, nil
 }
@@ -113,11 +114,11 @@ func (a *Agent) rollback(ctx context.Context, h holder, created []entry) {
 // heldIn returns the holder's reservation in r. Should it hold two (a
 // create applied after its outcome was judged unknown and gone), the
 // oldest wins, so every ADD and CHECK names the same one.
-func heldIn(held []entry, r ipamconfig.Range) (entry, bool) {
+func heldIn(held []entry, r iprange.Range) (entry, bool) {
 	var best entry
 	found := false
 	for _, e := range held {
-		if !r.Subnet.Contains(e.ip) {
+		if !r.Contains(e.ip) {
 			continue
 		}
 		if !found || e.created.Before(best.created) || (e.created.Equal(best.created) && e.name < best.name) {
@@ -131,10 +132,10 @@ func heldIn(held []entry, r ipamconfig.Range) (entry, bool) {
 // a free candidate of r. isNew is false when the reservation existed
 // already and is the holder's (a create whose response was lost, or the
 // other node of a migration a moment earlier).
-func (a *Agent) reserveInRange(ctx context.Context, req *request, r ipamconfig.Range, h holder) (e entry, isNew bool, err error) {
+func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Range, h holder) (e entry, isNew bool, err error) {
 	network := req.cfg.Name
 	if static, ok := staticFor(req.cfg, r); ok {
-		if err := allocator.Usable(r, static); err != nil {
+		if err := r.Usable(static); err != nil {
 			return entry{}, false, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("static IP %s requested for network %q: %w", static, network, err))
 		}
 		e, isNew, err := a.createOrAdopt(ctx, req, static, h)
@@ -326,9 +327,9 @@ func (a *Agent) describeHolder(ctx context.Context, what, network string, ip net
 	return fmt.Errorf("%s %s on network %q is already reserved by %s %s/%s (reservation %s)", what, ip, network, o.Kind, o.Namespace, o.Name, name)
 }
 
-func staticFor(cfg *ipamconfig.Config, r ipamconfig.Range) (netip.Addr, bool) {
+func staticFor(cfg *ipamconfig.Config, r iprange.Range) (netip.Addr, bool) {
 	for _, p := range cfg.StaticIPs {
-		if r.Subnet.Contains(p.Addr()) {
+		if r.Contains(p.Addr()) {
 			return p.Addr(), true
 		}
 	}

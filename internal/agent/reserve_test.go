@@ -33,7 +33,7 @@ func TestReserve(t *testing.T) {
 		t.Helper()
 		req := testRequest(t, cniproto.CmdAdd, dual, "s", pod)
 		for _, r := range req.cfg.Ranges {
-			if r.Subnet.String() == subnet {
+			if r.Subnet().String() == subnet {
 				ip, err := allocator.Candidate(r, nil, string(h.owner.UID)+"/net1")
 				if err != nil {
 					t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 )
 
 func TestPick(t *testing.T) {
@@ -14,7 +14,7 @@ func TestPick(t *testing.T) {
 		name  string
 		ipam  string
 		taken []string
-		h     u128 // hashed seed; reduced modulo the usable count
+		h     [16]byte // hashed seed; reduced modulo the usable count
 		want  string
 	}{
 		{"/30 first", `{"range":"10.0.0.0/30"}`, nil, u(0), "10.0.0.1"},
@@ -43,12 +43,12 @@ func TestPick(t *testing.T) {
 		{"ipv6 /64 last", `{"range":"fd00::/64"}`, nil, u(1<<64 - 2), "fd00::ffff:ffff:ffff:ffff"},
 		{"ipv6 /64 size wraps", `{"range":"fd00::/64"}`, nil, u(1<<64 - 1), "fd00::1"},
 		{"ipv6 /64 near top wraps around", `{"range":"fd00::/64"}`, []string{"fd00::ffff:ffff:ffff:fffd", "fd00::ffff:ffff:ffff:fffe", "fd00::ffff:ffff:ffff:ffff", "fd00::1"}, u(1<<64 - 4), "fd00::2"},
-		{"ipv6 /48 offset beyond 64 bits is exact", `{"range":"fd00::/48"}`, nil, u128{1 << 6, 5}, "fd00:0:0:40::6"},
-		{"ipv6 /48 top", `{"range":"fd00::/48"}`, nil, u128{1<<16 - 1, 1<<64 - 2}, "fd00:0:0:ffff:ffff:ffff:ffff:ffff"},
+		{"ipv6 /48 offset beyond 64 bits is exact", `{"range":"fd00::/48"}`, nil, h128(1<<6, 5), "fd00:0:0:40::6"},
+		{"ipv6 /48 top", `{"range":"fd00::/48"}`, nil, h128(1<<16-1, 1<<64-2), "fd00:0:0:ffff:ffff:ffff:ffff:ffff"},
 		{"ipv6 exclude lower half of /64", `{"range":"fd00::/64","exclude":["fd00::/65"]}`, nil, u(0), "fd00::8000:0:0:0"},
 		{"ipv6 exclude upper half of /64, wraps below it", `{"range":"fd00::/64","exclude":["fd00::8000:0:0:0/65"]}`, []string{"fd00::7fff:ffff:ffff:ffff"}, u(1<<63 - 2), "fd00::1"},
 		{"ipv6 /127 both usable", `{"range":"fd00::/127"}`, []string{"fd00::"}, u(0), "fd00::1"},
-		{"ipv6 /0 high offset (past the excluded IPv4-mapped block)", `{"range":"::/0","exclude":["::ffff:0:0/96"]}`, nil, u128{1 << 63, 0}, "8000::1:0:1"},
+		{"ipv6 /0 high offset (past the excluded IPv4-mapped block)", `{"range":"::/0","exclude":["::ffff:0:0/96"]}`, nil, h128(1<<63, 0), "8000::1:0:1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,7 +60,7 @@ func TestPick(t *testing.T) {
 			if want := mustAddr(t, tt.want); got != want {
 				t.Errorf("pick = %v, want %v", got, want)
 			}
-			if err := Usable(r, got); err != nil {
+			if err := r.Usable(got); err != nil {
 				t.Errorf("picked address not usable: %v", err)
 			}
 		})
@@ -97,64 +97,25 @@ func TestCandidateExhausted(t *testing.T) {
 	}
 }
 
-// A range whose gateway and excludes leave nothing (Parse rejects that, but
-// a Range may be built by hand) is exhausted, not an error of another kind.
-func TestCandidateNothingUsable(t *testing.T) {
-	r := ipamconfig.Range{
-		Subnet: mustPrefix(t, "10.0.0.0/30"), Start: mustAddr(t, "10.0.0.1"), End: mustAddr(t, "10.0.0.2"),
-		Gateway: mustAddr(t, "10.0.0.1"), Exclude: []netip.Prefix{mustPrefix(t, "10.0.0.2/32")},
+// The widest range there is: ::/0 without its subnet-router anycast
+// address, 2^128-1 usable addresses (the parser refuses it for the
+// IPv4-mapped block inside, but the arithmetic must still be exact).
+// Candidate relies on New: a range with nothing usable, or a hand-built
+// one breaking its invariants, cannot be made (see iprange's TestNew).
+func TestCandidateWholeIPv6Space(t *testing.T) {
+	all := iprange.MustNew(iprange.Spec{Subnet: mustPrefix(t, "::/0")})
+	top := h128(^uint64(0), ^uint64(0)-1) // index 2^128-2: the last address
+	got, err := pick(all, nil, top)
+	if err != nil || got != all.End() {
+		t.Fatalf("pick(all, 2^128-2) = %v, %v; want %v", got, err, all.End())
 	}
-	if _, err := Candidate(r, nil, "x"); !errors.Is(err, ErrExhausted) {
-		t.Fatalf("err = %v, want ErrExhausted", err)
+	got, err = pick(all, func(a netip.Addr) bool { return a == all.End() }, top)
+	if err != nil || got != all.Start() {
+		t.Fatalf("pick(all, 2^128-2) with end taken = %v, %v; want %v", got, err, all.Start())
 	}
-}
-
-func TestCandidateInvalidRange(t *testing.T) {
-	a := func(s string) netip.Addr { return mustAddr(t, s) }
-	tests := []struct {
-		name string
-		r    ipamconfig.Range
-	}{
-		{"zero", ipamconfig.Range{}},
-		{"no end", ipamconfig.Range{Start: a("10.0.0.1")}},
-		{"start after end", ipamconfig.Range{Start: a("10.0.0.9"), End: a("10.0.0.1")}},
-		{"mixed families", ipamconfig.Range{Start: a("10.0.0.1"), End: a("fd00::1")}},
-		{"zoned", ipamconfig.Range{Start: a("fe80::1%eth0"), End: a("fe80::9%eth0")}},
-		{"outside subnet", ipamconfig.Range{Subnet: mustPrefix(t, "10.0.0.0/24"), Start: a("10.0.0.1"), End: a("10.0.1.1")}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if ip, err := Candidate(tt.r, nil, "x"); !errors.Is(err, ErrInvalidRange) {
-				t.Errorf("Candidate = %v, %v; want ErrInvalidRange", ip, err)
-			}
-			if err := Usable(tt.r, a("10.0.0.1")); !errors.Is(err, ErrInvalidRange) {
-				t.Errorf("Usable = %v; want ErrInvalidRange", err)
-			}
-		})
-	}
-}
-
-// Hand-built ranges without a subnet, or with entries of the wrong family,
-// still work: the allocator needs only Start and End.
-func TestCandidateHandBuiltRange(t *testing.T) {
-	r := ipamconfig.Range{
-		Start: mustAddr(t, "10.0.0.1"), End: mustAddr(t, "10.0.0.3"),
-		Gateway: mustAddr(t, "fd00::1"),
-		Exclude: []netip.Prefix{{}, mustPrefix(t, "fd00::/64"), mustPrefix(t, "10.0.0.0/31")},
-	}
-	got, err := pick(r, nil, u(0))
-	if err != nil || got != mustAddr(t, "10.0.0.2") {
-		t.Fatalf("pick = %v, %v; want 10.0.0.2", got, err)
-	}
-	// The whole IPv6 space: 2^128 addresses, so the size overflows.
-	all := ipamconfig.Range{Start: mustAddr(t, "::"), End: mustAddr(t, "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")}
-	got, err = pick(all, nil, maxU128)
-	if err != nil || got != all.End {
-		t.Fatalf("pick(all, max) = %v, %v; want %v", got, err, all.End)
-	}
-	got, err = pick(all, func(a netip.Addr) bool { return a == all.End }, maxU128)
-	if err != nil || got != all.Start {
-		t.Fatalf("pick(all, max) with end taken = %v, %v; want ::", got, err)
+	// 2^128-1 is the usable count itself, so it wraps to index 0.
+	if got, _ := pick(all, nil, h128(^uint64(0), ^uint64(0))); got != all.Start() {
+		t.Fatalf("pick(all, 2^128-1) = %v; want %v", got, all.Start())
 	}
 }
 
@@ -166,7 +127,7 @@ func TestCandidateVisitsEachUsableAddressOnce(t *testing.T) {
 		seen := map[netip.Addr]int{}
 		taken := func(a netip.Addr) bool {
 			seen[a]++
-			if Usable(r, a) != nil {
+			if r.Usable(a) != nil {
 				t.Fatalf("taken called on unusable %v", a)
 			}
 			return true
@@ -197,7 +158,7 @@ func TestCandidateJumpsLargeExclude(t *testing.T) {
 		if lowHalf.Contains(a) {
 			t.Fatalf("taken called on excluded %v", a)
 		}
-		return busy.Contains(a) || a == r.End
+		return busy.Contains(a) || a == r.End()
 	}
 	// Start at the (taken) top of the range: the scan wraps, jumps the
 	// excluded half, walks the 256 busy addresses and takes the next.
@@ -263,8 +224,8 @@ func TestCandidateSpreadsSeeds(t *testing.T) {
 			}
 			// Reducing modulo the usable count (not the bounds) keeps the first
 			// address after an exclude from collecting its seeds: ~8 expected.
-			if n := counts[r.Start]; n > 25 {
-				t.Errorf("%d of 1000 seeds start at %v", n, r.Start)
+			if n := counts[r.Start()]; n > 25 {
+				t.Errorf("%d of 1000 seeds start at %v", n, r.Start())
 			}
 		})
 	}
@@ -273,7 +234,7 @@ func TestCandidateSpreadsSeeds(t *testing.T) {
 func TestCandidateNilTaken(t *testing.T) {
 	r := parseRange(t, `{"range":"10.0.0.0/24"}`)
 	ip, err := Candidate(r, nil, "x")
-	if err != nil || Usable(r, ip) != nil {
+	if err != nil || r.Usable(ip) != nil {
 		t.Fatalf("Candidate = %v, %v", ip, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/fnv"
+	"math/big"
 	"net/netip"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ func FuzzCandidate(f *testing.F) {
 
 		// Everything is taken only in small ranges, or the scan would run
 		// for as long as the range is large.
-		small := toU128(r.End).sub(toU128(r.Start)).cmp(u128{0, 4096}) < 0
+		small := new(big.Int).Sub(addrInt(r.End()), addrInt(r.Start())).Cmp(big.NewInt(4096)) < 0
 		k := uint32(mode%4) + 1 // about one in k addresses is free
 		if small && mode >= 128 {
 			k = 0 // all taken
@@ -60,7 +61,7 @@ func FuzzCandidate(f *testing.F) {
 				t.Fatalf("taken called twice on %v", a)
 			}
 			seen[a] = true
-			if err := Usable(r, a); err != nil {
+			if err := r.Usable(a); err != nil {
 				t.Fatalf("taken called on unusable address: %v", err)
 			}
 			return taken(a)
@@ -68,7 +69,7 @@ func FuzzCandidate(f *testing.F) {
 
 		ip, err := Candidate(r, counting, seed)
 		if err == nil {
-			if err := Usable(r, ip); err != nil || taken(ip) {
+			if err := r.Usable(ip); err != nil || taken(ip) {
 				t.Fatalf("Candidate = %v (usable: %v, taken: %v)", ip, err, taken(ip))
 			}
 			again, _ := Candidate(r, taken, seed)
@@ -80,11 +81,11 @@ func FuzzCandidate(f *testing.F) {
 		if !errors.Is(err, ErrExhausted) || !small {
 			t.Fatalf("Candidate on %v: %v", r, err)
 		}
-		for a := r.Start; ; a = a.Next() {
-			if Usable(r, a) == nil && !taken(a) {
+		for a := r.Start(); ; a = a.Next() {
+			if r.Usable(a) == nil && !taken(a) {
 				t.Fatalf("exhausted, but %v is free", a)
 			}
-			if a == r.End {
+			if a == r.End() {
 				break
 			}
 		}

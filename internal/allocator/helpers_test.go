@@ -1,15 +1,18 @@
 package allocator
 
 import (
+	"encoding/binary"
+	"math/big"
 	"net/netip"
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 )
 
 // parseRange builds the Range that ipamconfig.Parse makes of an ipam
 // object, so tests exercise the allocator on real parser output.
-func parseRange(t testing.TB, ipam string) ipamconfig.Range {
+func parseRange(t testing.TB, ipam string) iprange.Range {
 	t.Helper()
 	cfg, err := ipamconfig.Parse([]byte(`{"name":"test","ipam":` + ipam + `}`))
 	if err != nil {
@@ -59,13 +62,25 @@ func takenSet(t testing.TB, items ...string) func(netip.Addr) bool {
 	}
 }
 
-func u(n uint64) u128 { return u128{0, n} }
+// u is a hashed seed of value n.
+func u(n uint64) [16]byte { return h128(0, n) }
+
+// h128 is a hashed seed of value hi<<64 | lo.
+func h128(hi, lo uint64) [16]byte {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], hi)
+	binary.BigEndian.PutUint64(b[8:], lo)
+	return b
+}
+
+// addrInt is a's integer value.
+func addrInt(a netip.Addr) *big.Int { return new(big.Int).SetBytes(a.AsSlice()) }
 
 // tryParse is parseRange for fuzzing, where invalid configs are expected.
-func tryParse(conf []byte) (ipamconfig.Range, bool) {
+func tryParse(conf []byte) (iprange.Range, bool) {
 	cfg, err := ipamconfig.Parse(conf)
 	if err != nil {
-		return ipamconfig.Range{}, false
+		return iprange.Range{}, false
 	}
 	return cfg.Ranges[0], true
 }

@@ -85,32 +85,6 @@ func mappedErr(field, s string, p netip.Prefix) error {
 	return fieldErr(field, " %q is an IPv4-mapped IPv6 %s write it as IPv4 %q", s, what, v4)
 }
 
-// lastAddr returns the highest address of p.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
-}
-
-// usableBounds returns the first and last assignable address of p: the
-// network address (IPv6: subnet-router anycast) and the IPv4 broadcast
-// address are dropped, except on point-to-point prefixes (IPv4 /31 per
-// RFC 3021, IPv6 /127 per RFC 6164) and single-address prefixes.
-func usableBounds(p netip.Prefix) (first, last netip.Addr) {
-	first, last = p.Masked().Addr(), lastAddr(p)
-	if p.Addr().BitLen()-p.Bits() <= 1 {
-		return first, last
-	}
-	first = first.Next()
-	if p.Addr().Is4() {
-		last = last.Prev()
-	}
-	return first, last
-}
-
 func family(a netip.Addr) string {
 	if a.Is4() {
 		return "IPv4"

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 )
 
 // Config is a parsed and validated ipkeeper network configuration.
@@ -22,7 +24,7 @@ type Config struct {
 	AllowPersistentIPs bool
 	// Ranges holds one range per IP family (so at most two), in
 	// configuration order: ipam.range first, then ipam.ipRanges.
-	Ranges []Range
+	Ranges []iprange.Range
 	// Routes are ipam.routes with masked destinations.
 	Routes []*types.Route
 	// DNS is ipam.dns with validated nameservers.
@@ -33,36 +35,12 @@ type Config struct {
 	StaticIPs []netip.Prefix
 }
 
-// Range is one validated address range. Addresses handed out are
-// Start..End (inclusive) minus Gateway and Exclude; Start and End already
-// keep the network (and IPv4 broadcast) address out.
-type Range struct {
-	// Subnet is the masked CIDR the range lives in.
-	Subnet netip.Prefix
-	// Start and End are the inclusive usable bounds, same family as Subnet,
-	// Start <= End, both inside Subnet.
-	Start, End netip.Addr
-	// Exclude lists masked prefixes of Subnet's family, each overlapping
-	// Subnet. They may overlap each other and reach outside Start..End.
-	Exclude []netip.Prefix
-	// Gateway is inside Subnet, or the zero Addr when none is configured.
-	Gateway netip.Addr
-}
-
-// String renders the range as "subnet (start-end)", the form used in errors.
-func (r Range) String() string {
-	return r.Subnet.String() + " (" + r.Start.String() + "-" + r.End.String() + ")"
-}
-
-// Is4 reports whether r is an IPv4 range.
-func (r Range) Is4() bool { return r.Subnet.Addr().Is4() }
-
-// RangeFor returns the configured range whose Subnet contains ip.
-func (c *Config) RangeFor(ip netip.Addr) (Range, bool) {
+// RangeFor returns the configured range whose subnet contains ip.
+func (c *Config) RangeFor(ip netip.Addr) (iprange.Range, bool) {
 	for _, r := range c.Ranges {
-		if r.Subnet.Contains(ip) {
+		if r.Contains(ip) {
 			return r, true
 		}
 	}
-	return Range{}, false
+	return iprange.Range{}, false
 }

@@ -45,13 +45,18 @@
 // rejected. Point-to-point and host prefixes are the exception: in an IPv4
 // /31 both addresses are usable (RFC 3021), likewise an IPv6 /127
 // (RFC 6164), and a /32 or /128 yields its one address. Start..End is not
-// narrowed for the gateway or excludes; the allocator skips them, and Parse
-// rejects a range where they leave nothing to hand out.
+// narrowed for the gateway or excludes; the range leaves them out of what
+// it hands out, and Parse rejects a range where they leave nothing.
+//
+// Ranges are iprange.Range values (iprange owns the range arithmetic):
+// Parse checks each part against its JSON field first, so iprange.New
+// only confirms what was already checked, and names the exclude or
+// gateway that leaves nothing to hand out.
 //
 // Excludes must be the range's family and overlap its subnet; a gateway
 // must lie in its subnet. Static IPs must lie in a configured range's
 // subnet (with that prefix length, when one is written), at most one per
-// family; allocator.Usable decides whether the address may be handed out.
+// family; iprange.Range.Usable decides whether the address may be handed out.
 // IP literals are strict (net/netip): no leading-zero octets, and no zones
 // except in dns.nameservers.
 //

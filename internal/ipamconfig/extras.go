@@ -5,6 +5,8 @@ import (
 	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 )
 
 func parseRoutes(raw []rawRoute) ([]*types.Route, error) {
@@ -59,7 +61,7 @@ func parseDNS(d types.DNS) (types.DNS, error) {
 // parseStaticIPs reads runtimeConfig.ips (the CNI "ips" capability Multus
 // fills) and args.cni.ips. Each must fall inside a configured range, with
 // that range's prefix length if one is given; at most one per family.
-func parseStaticIPs(ranges []Range, rc *rawConf) ([]netip.Prefix, error) {
+func parseStaticIPs(ranges []iprange.Range, rc *rawConf) ([]netip.Prefix, error) {
 	type source struct {
 		field string
 		ips   []string
@@ -81,10 +83,10 @@ func parseStaticIPs(ranges []Range, rc *rawConf) ([]netip.Prefix, error) {
 			if !found {
 				return nil, fieldErr(f, " %q is outside every configured range (%s)", s, rangeList(ranges))
 			}
-			if hadBits && p.Bits() != r.Subnet.Bits() {
-				return nil, fieldErr(f, " %q: prefix length /%d does not match range %q", s, p.Bits(), r.Subnet.String())
+			if hadBits && p.Bits() != r.Subnet().Bits() {
+				return nil, fieldErr(f, " %q: prefix length /%d does not match range %q", s, p.Bits(), r.Subnet().String())
 			}
-			sp := netip.PrefixFrom(ip, r.Subnet.Bits())
+			sp := netip.PrefixFrom(ip, r.Subnet().Bits())
 			dup := false
 			for j, prev := range out {
 				if prev.Addr() == ip {
@@ -104,18 +106,18 @@ func parseStaticIPs(ranges []Range, rc *rawConf) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-func rangeContaining(ranges []Range, ip netip.Addr) (Range, bool) {
+func rangeContaining(ranges []iprange.Range, ip netip.Addr) (iprange.Range, bool) {
 	c := Config{Ranges: ranges}
 	return c.RangeFor(ip)
 }
 
-func rangeList(ranges []Range) string {
+func rangeList(ranges []iprange.Range) string {
 	s := ""
 	for i, r := range ranges {
 		if i > 0 {
 			s += ", "
 		}
-		s += r.Subnet.String()
+		s += r.Subnet().String()
 	}
 	return s
 }

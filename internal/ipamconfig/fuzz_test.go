@@ -9,6 +9,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -95,7 +96,7 @@ func checkParse(t *testing.T, data []byte) {
 	seen := map[bool]bool{}
 	for _, p := range cfg.StaticIPs {
 		r, ok := cfg.RangeFor(p.Addr())
-		if !ok || p.Bits() != r.Subnet.Bits() {
+		if !ok || p.Bits() != r.Subnet().Bits() {
 			t.Fatalf("static IP %v does not match a range in %v", p, cfg.Ranges)
 		}
 		if seen[p.Addr().Is4()] {
@@ -114,40 +115,40 @@ func checkParse(t *testing.T, data []byte) {
 	}
 }
 
-func checkRange(t *testing.T, r ipamconfig.Range) {
+func checkRange(t *testing.T, r iprange.Range) {
 	t.Helper()
-	s := r.Subnet
+	s := r.Subnet()
 	if !s.IsValid() || s != s.Masked() {
 		t.Fatalf("subnet %v not valid and masked", s)
 	}
-	for _, a := range []netip.Addr{r.Start, r.End} {
+	for _, a := range []netip.Addr{r.Start(), r.End()} {
 		if !a.IsValid() || a.Zone() != "" || a.Is4() != s.Addr().Is4() || !s.Contains(a) {
 			t.Fatalf("bound %v not a plain address inside %v", a, s)
 		}
 	}
-	if r.End.Less(r.Start) {
-		t.Fatalf("start %v after end %v", r.Start, r.End)
+	if r.End().Less(r.Start()) {
+		t.Fatalf("start %v after end %v", r.Start(), r.End())
 	}
 	host := s.Addr().BitLen() - s.Bits()
-	if host >= 2 && r.Start == s.Addr() {
+	if host >= 2 && r.Start() == s.Addr() {
 		t.Fatalf("range %v hands out its network address", r)
 	}
-	if host >= 2 && s.Addr().Is4() && r.End == broadcast(s) {
+	if host >= 2 && s.Addr().Is4() && r.End() == iprange.LastAddr(s) {
 		t.Fatalf("range %v hands out its broadcast address", r)
 	}
-	for _, p := range r.Exclude {
+	for _, p := range r.Excludes() {
 		if !p.IsValid() || p != p.Masked() || p.Addr().Is4() != s.Addr().Is4() || !p.Overlaps(s) {
 			t.Fatalf("bad exclude %v for %v", p, s)
 		}
 	}
-	if r.Gateway.IsValid() && (!s.Contains(r.Gateway) || r.Gateway.Zone() != "") {
-		t.Fatalf("gateway %v outside %v", r.Gateway, s)
+	if gw := r.Gateway(); gw.IsValid() && (!s.Contains(gw) || gw.Zone() != "") {
+		t.Fatalf("gateway %v outside %v", gw, s)
 	}
 	// No IPv4-mapped address may be handed out: the API server refuses them.
 	mapped := netip.MustParsePrefix("::ffff:0:0/96")
-	if !s.Addr().Is4() && !r.End.Less(mapped.Addr()) && !broadcast(mapped).Less(r.Start) {
+	if !s.Addr().Is4() && !r.End().Less(mapped.Addr()) && !iprange.LastAddr(mapped).Less(r.Start()) {
 		covered := false
-		for _, p := range r.Exclude {
+		for _, p := range r.Excludes() {
 			covered = covered || (p.Bits() <= mapped.Bits() && p.Contains(mapped.Addr()))
 		}
 		if !covered {
@@ -159,20 +160,11 @@ func checkRange(t *testing.T, r ipamconfig.Range) {
 	if err != nil {
 		t.Fatalf("Candidate on parsed range %v: %v", r, err)
 	}
-	if err := allocator.Usable(r, ip); err != nil {
+	if err := r.Usable(ip); err != nil {
 		t.Fatalf("Candidate %v not usable: %v", ip, err)
 	}
 	// ... and the API server must accept it in a reservation.
 	if err := v1alpha1.ValidateIP(ip); err != nil {
 		t.Fatalf("Candidate %v of range %v cannot be reserved: %v", ip, r, err)
 	}
-}
-
-func broadcast(p netip.Prefix) netip.Addr {
-	b := p.Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }

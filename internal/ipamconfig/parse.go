@@ -5,6 +5,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/utils"
 
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -69,7 +70,7 @@ func checkNetworkName(name string) error {
 
 // parseRanges builds the range list from ipam.range (plus its top-level
 // range_start/range_end/exclude, as whereabouts does) and ipam.ipRanges.
-func parseRanges(ipam *rawIPAM) ([]Range, error) {
+func parseRanges(ipam *rawIPAM) ([]iprange.Range, error) {
 	var rbs []*rangeBuilder
 	if strings.TrimSpace(ipam.Range) != "" {
 		rb, err := parseRange("ipam", rawRange{
@@ -128,15 +129,16 @@ func parseRanges(ipam *rawIPAM) ([]Range, error) {
 		}
 	}
 
-	ranges := make([]Range, len(rbs))
+	ranges := make([]iprange.Range, len(rbs))
 	for i, rb := range rbs {
 		if err := rb.checkReservable(); err != nil {
 			return nil, err
 		}
-		if err := rb.checkUsable(); err != nil {
+		r, err := rb.build()
+		if err != nil {
 			return nil, err
 		}
-		ranges[i] = rb.Range
+		ranges[i] = r
 	}
 	return ranges, nil
 }

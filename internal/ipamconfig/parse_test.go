@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -20,14 +21,18 @@ type rng struct {
 	exclude                []string
 }
 
-func (w rng) build(t *testing.T) ipamconfig.Range {
+func (w rng) build(t *testing.T) iprange.Range {
 	t.Helper()
-	r := ipamconfig.Range{Subnet: prefix(t, w.subnet), Start: addr(t, w.start), End: addr(t, w.end)}
+	s := iprange.Spec{Subnet: prefix(t, w.subnet), Start: addr(t, w.start), End: addr(t, w.end)}
 	if w.gw != "" {
-		r.Gateway = addr(t, w.gw)
+		s.Gateway = addr(t, w.gw)
 	}
 	for _, e := range w.exclude {
-		r.Exclude = append(r.Exclude, prefix(t, e))
+		s.Exclude = append(s.Exclude, prefix(t, e))
+	}
+	r, err := iprange.New(s)
+	if err != nil {
+		t.Fatalf("expected range %+v: %v", w, err)
 	}
 	return r
 }
@@ -129,7 +134,7 @@ func TestParseRanges(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
-			var want []ipamconfig.Range
+			var want []iprange.Range
 			for _, w := range tt.want {
 				want = append(want, w.build(t))
 			}
@@ -185,7 +190,7 @@ func TestParseTopLevel(t *testing.T) {
 	if !reflect.DeepEqual(cfg.DNS, wantDNS) {
 		t.Errorf("DNS = %+v, want %+v", cfg.DNS, wantDNS)
 	}
-	if r, ok := cfg.RangeFor(addr(t, "fd00::5")); !ok || r.Subnet != prefix(t, "fd00::/64") {
+	if r, ok := cfg.RangeFor(addr(t, "fd00::5")); !ok || r.Subnet() != prefix(t, "fd00::/64") {
 		t.Errorf("RangeFor(fd00::5) = %v, %v", r, ok)
 	}
 	if _, ok := cfg.RangeFor(addr(t, "10.9.0.1")); ok {
@@ -211,7 +216,7 @@ func TestParseStaticIPs(t *testing.T) {
 		{"plain IP gets the range prefix", `{"name":"n","runtimeConfig":{"ips":["10.0.0.9"]},"ipam":{"range":"10.0.0.0/24"}}`, []string{"10.0.0.9/24"}},
 		{"same IP through both channels", `{"name":"n","runtimeConfig":{"ips":["10.0.0.9/24"]},"args":{"cni":{"ips":["10.0.0.9"]}},"ipam":{"range":"10.0.0.0/24"}}`, []string{"10.0.0.9/24"}},
 		{"dual-stack", `{"name":"n","runtimeConfig":{"ips":["fd00::9/64","10.0.0.9/24"]},"ipam":{"ipRanges":[{"range":"10.0.0.0/24"},{"range":"fd00::/64"}]}}`, []string{"fd00::9/64", "10.0.0.9/24"}},
-		{"network address parses (allocator.Usable rejects it)", `{"name":"n","runtimeConfig":{"ips":["10.0.0.0"]},"ipam":{"range":"10.0.0.0/24"}}`, []string{"10.0.0.0/24"}},
+		{"network address parses (Range.Usable rejects it)", `{"name":"n","runtimeConfig":{"ips":["10.0.0.0"]},"ipam":{"range":"10.0.0.0/24"}}`, []string{"10.0.0.0/24"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,21 +1,24 @@
 package ipamconfig
 
 import (
+	"errors"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 )
 
-// rangeBuilder is a Range under construction plus the JSON paths of its
-// parts, so later checks can name the field that caused a problem.
+// rangeBuilder is a range under construction (the Spec that build hands
+// to iprange.New) plus the JSON paths of its parts, so checks can name the
+// field that caused a problem.
 type rangeBuilder struct {
-	Range
+	iprange.Spec
 	field        string   // "ipam" or "ipam.ipRanges[i]"
 	text         string   // the range as written
 	startField   string   // where an explicit start came from, else ""
 	endField     string   // where an explicit end came from, else ""
-	excludeField []string // parallel to Range.Exclude
+	excludeField []string // parallel to Spec.Exclude
 	gatewayField string
 }
 
@@ -74,7 +77,7 @@ func parseRange(field string, rr rawRange) (*rangeBuilder, error) {
 		return nil, fieldErr(field+".range_start", " %q is after range_end %q", start.String(), end.String())
 	}
 
-	rb := &rangeBuilder{field: field, text: rr.Range, Range: Range{Subnet: subnet}}
+	rb := &rangeBuilder{field: field, text: rr.Range, Spec: iprange.Spec{Subnet: subnet}}
 	if start.IsValid() {
 		rb.startField = rf
 		if strings.TrimSpace(rr.RangeStart) != "" {
@@ -131,7 +134,7 @@ func explicitBound(field, s string, fromAB netip.Addr, subnet netip.Prefix, rang
 // bounds on the network or broadcast address are clamped rather than
 // rejected: "start at the beginning" is the evident intent.
 func (rb *rangeBuilder) setBounds(start, end netip.Addr) error {
-	first, last := usableBounds(rb.Subnet)
+	first, last := iprange.UsableBounds(rb.Subnet)
 	rb.Start, rb.End = first, last
 	if start.IsValid() && first.Less(start) {
 		rb.Start = start
@@ -147,7 +150,7 @@ func (rb *rangeBuilder) setBounds(start, end netip.Addr) error {
 		field, val = rb.field+".range_end", end
 	}
 	why := "the network and broadcast addresses are never handed out"
-	if !rb.Is4() {
+	if !rb.Subnet.Addr().Is4() {
 		why = "the subnet-router anycast address is never handed out"
 	}
 	return fieldErr(field, " %q leaves no usable address in range %q (%s)", val.String(), rb.Subnet.String(), why)
@@ -193,7 +196,7 @@ func (rb *rangeBuilder) setGateway(field, s string) error {
 // reservation's IP, so every ADD that picked one would fail. It names the
 // explicit bound that reaches in, else the range.
 func (rb *rangeBuilder) checkReservable() error {
-	if rb.Is4() || rb.End.Less(mappedBlock.Addr()) || lastAddr(mappedBlock).Less(rb.Start) {
+	if rb.Subnet.Addr().Is4() || rb.End.Less(mappedBlock.Addr()) || iprange.LastAddr(mappedBlock).Less(rb.Start) {
 		return nil
 	}
 	for _, p := range rb.Exclude {
@@ -212,40 +215,27 @@ func (rb *rangeBuilder) checkReservable() error {
 		rb.text, mappedBlockText, why, mappedBlockText)
 }
 
-// checkUsable fails when the gateway and excludes cover Start..End. It
-// names the exclude (or gateway) that closes the last gap.
-func (rb *rangeBuilder) checkUsable() error {
-	type span struct {
-		lo, hi       netip.Addr
-		field, value string
-	}
-	blocked := make([]span, 0, len(rb.Exclude)+1)
-	for i, p := range rb.Exclude {
-		blocked = append(blocked, span{p.Addr(), lastAddr(p), rb.excludeField[i], p.String()})
-	}
-	if rb.Gateway.IsValid() {
-		blocked = append(blocked, span{rb.Gateway, rb.Gateway, rb.gatewayField, rb.Gateway.String()})
-	}
-	slices.SortStableFunc(blocked, func(a, b span) int { return a.lo.Compare(b.lo) })
-
-	cur := rb.Start // invariant: cur <= End and nothing in Start..cur-1 is free
-	for _, b := range blocked {
-		if b.hi.Less(cur) {
-			continue
+// build makes the Range, naming the exclude (or gateway) that closes the
+// last gap when the gateway and excludes cover Start..End.
+func (rb *rangeBuilder) build() (iprange.Range, error) {
+	r, err := iprange.New(rb.Spec)
+	var empty *iprange.EmptyError
+	switch {
+	case errors.As(err, &empty):
+		field, value := rb.gatewayField, rb.Gateway.String()
+		if empty.Exclude >= 0 {
+			field, value = rb.excludeField[empty.Exclude], rb.Exclude[empty.Exclude].String()
 		}
-		if cur.Less(b.lo) {
-			return nil
+		detail := ""
+		if !empty.Alone {
+			detail = " (together with the other excludes and the gateway)"
 		}
-		if !b.hi.Less(rb.End) {
-			detail := ""
-			if rb.Start.Less(b.lo) {
-				detail = " (together with the other excludes and the gateway)"
-			}
-			return fieldErr(b.field, " %q leaves no usable address in range %q%s", b.value, rb.Subnet.String(), detail)
-		}
-		cur = b.hi.Next()
+		return iprange.Range{}, causedErr(err, field, " %q leaves no usable address in range %q%s", value, rb.Subnet.String(), detail)
+	case err != nil:
+		// Not reached: parseRange checked every part against its field.
+		return iprange.Range{}, causedErr(err, rb.field+".range", " %q: %v", rb.text, err)
 	}
-	return nil
+	return r, nil
 }
 
 func indexed(field string, i int) string {

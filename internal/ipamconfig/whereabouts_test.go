@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 )
 
 // whereaboutsExamples are configurations in the shape whereabouts documents,
@@ -144,7 +145,7 @@ func TestWhereaboutsExamples(t *testing.T) {
 			if cfg.IPAMType != "ipkeeper" || cfg.Name == "" {
 				t.Errorf("IPAMType %q, Name %q", cfg.IPAMType, cfg.Name)
 			}
-			var want []ipamconfig.Range
+			var want []iprange.Range
 			for _, w := range tt.want {
 				want = append(want, w.build(t))
 			}

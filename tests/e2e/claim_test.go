@@ -315,7 +315,7 @@ func (e *Env) expectClaimReservations(t testing.TB, network string, claim *ipamc
 	} else {
 		r := held[0]
 		if want := naming.Reservation(network, ip.Addr()); r.Name != want {
-			t.Errorf("reservation of %s is named %q, want %q (reservation.Name)", ip.Addr(), r.Name, want)
+			t.Errorf("reservation of %s is named %q, want %q (naming.Reservation)", ip.Addr(), r.Name, want)
 		}
 		want := ipkv1alpha1.ReservationOwner{Kind: ipkv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
 		if r.Spec.Owner != want || r.Spec.Network != network {

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -55,7 +56,7 @@ func (e *Env) ExpectReservations(t testing.TB, network string, atts ...*Attachme
 		}
 		r := rs[0]
 		if want := naming.Reservation(network, ip); r.Name != want {
-			t.Errorf("reservation of %s is named %q, want %q (reservation.Name)", ip, r.Name, want)
+			t.Errorf("reservation of %s is named %q, want %q (naming.Reservation)", ip, r.Name, want)
 		}
 		if want := e.wantSpec(network, ip, a, a.RT.IfName); r.Spec != want {
 			t.Errorf("reservation %s:\n got spec %+v\nwant spec %+v", r.Name, r.Spec, want)
@@ -123,17 +124,7 @@ func CheckUsableIP(t testing.TB, what string, got netip.Prefix, subnet netip.Pre
 	if got.Bits() != subnet.Bits() || !subnet.Contains(ip) {
 		t.Errorf("%s: got %s, want an address of %s", what, got, subnet)
 	}
-	if ip == subnet.Masked().Addr() || ip == gateway || (ip.Is4() && ip == lastAddr(subnet)) {
+	if ip == subnet.Masked().Addr() || ip == gateway || (ip.Is4() && ip == iprange.LastAddr(subnet)) {
 		t.Errorf("%s: got %s, which must never be handed out in %s (gateway %s)", what, ip, subnet, gateway)
 	}
-}
-
-// lastAddr returns the highest address of p (for IPv4, its broadcast address).
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }

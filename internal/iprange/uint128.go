@@ -1,13 +1,26 @@
-package allocator
+package iprange
 
 import (
 	"encoding/binary"
+	"math/big"
 	"math/bits"
 	"net/netip"
 )
 
 // u128 is an unsigned 128-bit integer: IPv6 ranges (a /64 or wider) do not
 // fit in 64 bits, and address arithmetic must be exact.
+//
+// Why not math/big (net/netip has no arithmetic)? Measured with
+// bench_test.go (go test -run '^$' -bench . -benchmem ./internal/iprange/,
+// 2 shared cores, so ranges): the per-ADD choice (seed hash, At, Walk to
+// the first free address) on a /16 IPv4 range half taken and on a /64 IPv6
+// range with 10k taken, both with a gateway and excludes, costs 190-225
+// ns/op and 0 allocs with u128 against 290-580 ns/op and 2 allocs (96 B)
+// with math/big; At alone 30-100 ns/op against 170-340 ns/op and 1 alloc.
+// Neither matters next to the API write an ADD makes, so the type stays
+// because it is small, allocation-free, and checked against math/big
+// (FuzzU128Mod, TestAtMatchesBig): the rival would save these ~100 lines
+// but put allocations and shared *big.Int values into an immutable Range.
 type u128 struct{ hi, lo uint64 }
 
 var maxU128 = u128{^uint64(0), ^uint64(0)}
@@ -18,7 +31,11 @@ func toU128(a netip.Addr) u128 {
 		b := a.As4()
 		return u128{0, uint64(binary.BigEndian.Uint32(b[:]))}
 	}
-	b := a.As16()
+	return fromBytes(a.As16())
+}
+
+// fromBytes reads a big-endian 128-bit integer.
+func fromBytes(b [16]byte) u128 {
 	return u128{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
 }
 
@@ -91,4 +108,10 @@ func (x u128) bit(i int) uint64 {
 		return (x.hi >> (i - 64)) & 1
 	}
 	return (x.lo >> i) & 1
+}
+
+func (x u128) big() *big.Int {
+	b := new(big.Int).SetUint64(x.hi)
+	b.Lsh(b, 64)
+	return b.Or(b, new(big.Int).SetUint64(x.lo))
 }

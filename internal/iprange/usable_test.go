@@ -1,10 +1,12 @@
-package allocator
+package iprange_test
 
 import (
 	"errors"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 )
 
 func TestUsable(t *testing.T) {
@@ -38,14 +40,14 @@ func TestUsable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := Usable(parseRange(t, tt.ipam), mustAddr(t, tt.ip))
+			err := parseRange(t, tt.ipam).Usable(mustAddr(t, tt.ip))
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("Usable = %v, want nil", err)
 			case tt.want == "":
 			case err == nil:
 				t.Fatalf("Usable = nil, want %q", tt.want)
-			case !errors.Is(err, ErrNotUsable):
+			case !errors.Is(err, iprange.ErrNotUsable):
 				t.Fatalf("error %v does not wrap ErrNotUsable", err)
 			case strings.HasPrefix(tt.want, "address not usable: ") && err.Error() != tt.want:
 				t.Fatalf("error\n got %s\nwant %s", err, tt.want)
@@ -54,7 +56,7 @@ func TestUsable(t *testing.T) {
 			}
 		})
 	}
-	if err := Usable(parseRange(t, v4), netip.Addr{}); !errors.Is(err, ErrNotUsable) {
+	if err := parseRange(t, v4).Usable(netip.Addr{}); !errors.Is(err, iprange.ErrNotUsable) {
 		t.Errorf("Usable(zero Addr) = %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package allocator
+package iprange
 
 import (
 	"math/big"
@@ -6,12 +6,6 @@ import (
 	"net/netip"
 	"testing"
 )
-
-func (x u128) big() *big.Int {
-	b := new(big.Int).SetUint64(x.hi)
-	b.Lsh(b, 64)
-	return b.Or(b, new(big.Int).SetUint64(x.lo))
-}
 
 func checkMod(t testing.TB, x, m u128) {
 	t.Helper()
