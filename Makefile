@@ -41,9 +41,10 @@ verify-generated: ## Fail when generated files are stale.
 	bash hack/verify-generated.sh
 
 .PHONY: lint
-lint: ## gofmt check, go vet, and golangci-lint.
+lint: ## gofmt check, go vet, the SPDX licence line in every Go file, and golangci-lint.
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^vendor/')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	bash hack/check-license.sh
 	bash hack/tools.sh golangci-lint
 	$(IPKEEPER_GOLANGCI_LINT) run ./...
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command ipkeeper-agent runs on every node (DaemonSet): it installs the
 // ipkeeper CNI plugin into the host's CNI bin dir and serves its requests
 // on a root-only unix socket, allocating addresses cluster-wide.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command ipkeeper-controller runs the cluster-wide half of ipkeeper: the
 // IPAMClaim controllers for KubeVirt VMs, the virt-launcher pod webhook and
 // the reservation garbage collector.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command ipkeeper is the CNI IPAM plugin exec'd by the container runtime
 // (usually via Multus and a bridge/macvlan/ipvlan plugin). It only forwards
 // requests to the node's ipkeeper-agent; see package cnishim.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command crdgen writes the CRD manifests ipkeeper ships or tests with that
 // controller-gen cannot produce from this module's own types:
 //

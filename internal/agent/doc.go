@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package agent is the ipkeeper node agent: it serves the CNI shim's
 // requests on a root-only unix socket and allocates addresses.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package allocator chooses IP addresses from an iprange.Range. It is
 // pure: it holds no state and does no I/O; the caller supplies what is
 // taken (from the cluster's allocation records) and commits the result.

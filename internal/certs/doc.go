@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package certs lets the ipkeeper-controller manage the TLS material of its
 // mutating admission webhook itself ("self-managed" mode), so a cluster does
 // not need cert-manager just to run ipkeeper.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package claimowner is the one home of "who owns an IPAMClaim and who may
 // use it": the labels and annotation ipkeeper-controller records on claims
 // it manages, the owner they name, and whether a virt-launcher pod (through

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package claims keeps one IPAMClaim per (KubeVirt VM, persistent-IP
 // network), named by naming.Claim, for as long as the VM or one of its
 // launcher pods needs it.

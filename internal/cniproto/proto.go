@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cniproto is the wire protocol between the ipkeeper CNI shim and
 // the ipkeeper-agent node daemon: HTTP/1.1 with JSON bodies over a
 // root-only unix socket.

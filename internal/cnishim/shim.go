@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cnishim implements the ipkeeper CNI plugin binary: a thin shim
 // that forwards each CNI invocation to the node's ipkeeper-agent and
 // relays its answer. It must stay free of Kubernetes client libraries so

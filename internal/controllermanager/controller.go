@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package controllermanager
 
 // Why the controller is built the way it is:

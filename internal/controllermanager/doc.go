@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package controllermanager assembles ipkeeper-controller: a controller-runtime
 // manager running the reservation garbage collector (package gc) and the
 // self-managed webhook certificates (package certs) under leader election,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gc is the reservation garbage collector: it releases
 // IPReservations whose owner is gone, so nothing leaks after a node crash,
 // a lost CNI DEL or a deleted IPAMClaim, and no cron job is needed.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ipamconfig parses and validates the "ipam" section of a CNI
 // network configuration for ipkeeper. It is pure (no I/O, no clients); its
 // only Kubernetes import is the IPReservation API package, for the limits

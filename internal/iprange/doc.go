@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package iprange is the one home of address-range arithmetic. A Range
 // owns its bounds (Start..End inside a subnet, never the network or IPv4
 // broadcast address), its free spans (the bounds minus the gateway and the

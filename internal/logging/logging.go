@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package logging builds the one logger of ipkeeper's binaries.
 //
 // The code logs through the logr API, the one controller-runtime and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package multus is the one home of what ipkeeper reads from Multus'
 // objects:
 //

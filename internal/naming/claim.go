@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // The claim name: which IPAMClaim holds a KubeVirt VM's addresses on one network.
 //
 // The name must be a valid object name (a DNS-1123 subdomain of at most 253

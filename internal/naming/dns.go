@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // The two DNS-1123 helpers the names are built from: whether a string
 // already is a label, and a readable label hint derived from any string.
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package naming is ipkeeper's one naming scheme: the object names and
 // label values it derives from user input.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package retry holds the retry policy every ipkeeper controller uses.
 package retry
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package version carries the build version, set by the linker
 // (-X github.com/ipkeeper/ipkeeper/internal/version.Version=...).
 package version

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package webhook is the virt-launcher pod mutating webhook: it adds an
 // ipam-claim-reference to each network selection element of a launcher pod
 // whose NAD allows persistent IPs, naming the claim the controller keeps for

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bench measures ipkeeper's allocation throughput on a real local
 // control plane and, in the same run, the API server's raw create rate that
 // bounds it (each allocation costs at least one create). Run with `make bench`.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package chaos is a randomized, seeded checker of ipkeeper's allocation
 // invariants on the real control plane, under faults.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package e2e runs ipkeeper end to end, as root, on real network namespaces.
 //
 // TestMain builds cmd/ipkeeper and cmd/ipkeeper-agent from this checkout,

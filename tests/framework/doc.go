@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package framework starts a real local Kubernetes control plane for
 // ipkeeper's integration and end-to-end tests: etcd and kube-apiserver
 // (through controller-runtime's envtest) plus kube-controller-manager running

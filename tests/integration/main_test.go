@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package integration runs ipkeeper's integration tests against a real local
 // control plane: etcd, kube-apiserver and kube-controller-manager (garbage
 // collector and namespace controllers), started once for the package.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package scheme assembles the runtime.Scheme every ipkeeper component uses:
 // the Kubernetes built-ins plus IPReservation, IPAMClaim,
 // NetworkAttachmentDefinition and KubeVirt's core types.

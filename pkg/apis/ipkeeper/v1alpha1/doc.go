@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v1alpha1 holds the ipkeeper.io/v1alpha1 API: IPReservation, one
 // cluster-scoped object per reserved (network, IP).
 //
