@@ -23,7 +23,7 @@ func TestDesiredClaims(t *testing.T) {
 	}
 	read := func(_ context.Context, key types.NamespacedName) (multus.Network, error) {
 		if key.Name == "broken" {
-			return multus.Network{}, &multus.NADError{NAD: key, Field: "spec.config.name", Reason: "missing"}
+			return multus.Network{}, &multus.NADError{NAD: key, Field: "spec.config.name", Problem: "missing"}
 		}
 		n, ok := nads[key.String()]
 		if !ok {

@@ -33,9 +33,9 @@ type CNIArgs struct {
 // ArgsError reports a malformed CNI_ARGS entry. Key and Value are those of
 // the offending entry (Value is empty when the entry has no "=").
 type ArgsError struct {
-	Key    string
-	Value  string
-	Reason string
+	Key     string
+	Value   string
+	Problem string // what is wrong, for people (not a machine-readable reason)
 }
 
 // maxQuoted bounds how much of an attacker- or bug-sized value ends up in
@@ -43,7 +43,7 @@ type ArgsError struct {
 const maxQuoted = 128
 
 func (e *ArgsError) Error() string {
-	return fmt.Sprintf("invalid CNI_ARGS entry %s=%s: %s", quoteTrunc(e.Key), quoteTrunc(e.Value), e.Reason)
+	return fmt.Sprintf("invalid CNI_ARGS entry %s=%s: %s", quoteTrunc(e.Key), quoteTrunc(e.Value), e.Problem)
 }
 
 // quoteTrunc quotes s for messages, truncating very long input.
@@ -69,15 +69,15 @@ func ParseArgs(s string) (*CNIArgs, error) {
 		}
 		key, val, ok := strings.Cut(entry, "=")
 		if !ok {
-			return nil, &ArgsError{Key: entry, Reason: `missing "=" (want KEY=VALUE)`}
+			return nil, &ArgsError{Key: entry, Problem: `missing "=" (want KEY=VALUE)`}
 		}
 		if key == "" {
-			return nil, &ArgsError{Key: key, Value: val, Reason: "empty key"}
+			return nil, &ArgsError{Key: key, Value: val, Problem: "empty key"}
 		}
 		if prev, dup := seen[key]; dup {
 			if prev != val && !sameBool(key, prev, val) {
 				return nil, &ArgsError{Key: key, Value: val,
-					Reason: fmt.Sprintf("key repeated with a different value (first was %s)", quoteTrunc(prev))}
+					Problem: fmt.Sprintf("key repeated with a different value (first was %s)", quoteTrunc(prev))}
 			}
 			continue
 		}
@@ -87,7 +87,7 @@ func ParseArgs(s string) (*CNIArgs, error) {
 		case ArgIgnoreUnknown:
 			b, err := parseArgBool(val)
 			if err != nil {
-				return nil, &ArgsError{Key: key, Value: val, Reason: err.Error()}
+				return nil, &ArgsError{Key: key, Value: val, Problem: err.Error()}
 			}
 			a.IgnoreUnknown = b
 		case ArgPodNamespace:
@@ -105,7 +105,7 @@ func ParseArgs(s string) (*CNIArgs, error) {
 			a.Unknown[key] = val
 			if firstUnknown == nil {
 				firstUnknown = &ArgsError{Key: key, Value: val,
-					Reason: "unknown key (the runtime must set IgnoreUnknown=true to pass extra keys)"}
+					Problem: "unknown key (the runtime must set IgnoreUnknown=true to pass extra keys)"}
 			}
 		}
 	}

@@ -47,17 +47,17 @@ func (n Network) FlagProblem() string {
 
 // NADError names the NAD, the field and the value that made it unusable.
 type NADError struct {
-	NAD    types.NamespacedName
-	Field  string
-	Value  string
-	Reason string
+	NAD     types.NamespacedName
+	Field   string
+	Value   string
+	Problem string // what is wrong, for people (not a machine-readable reason)
 }
 
 func (e *NADError) Error() string {
 	if e.Value == "" {
-		return fmt.Sprintf("NetworkAttachmentDefinition %s: %s: %s", e.NAD, e.Field, e.Reason)
+		return fmt.Sprintf("NetworkAttachmentDefinition %s: %s: %s", e.NAD, e.Field, e.Problem)
 	}
-	return fmt.Sprintf("NetworkAttachmentDefinition %s: %s %s: %s", e.NAD, e.Field, e.Value, e.Reason)
+	return fmt.Sprintf("NetworkAttachmentDefinition %s: %s %s: %s", e.NAD, e.Field, e.Value, e.Problem)
 }
 
 // ParseNAD reads the network name and the persistent-IPs flag from a NAD:
@@ -73,22 +73,22 @@ func ParseNAD(n *nadv1.NetworkAttachmentDefinition) (Network, error) {
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(config, &raw); err != nil {
-		return Network{}, &NADError{NAD: key, Field: "spec.config", Reason: "not a JSON object: " + err.Error()}
+		return Network{}, &NADError{NAD: key, Field: "spec.config", Problem: "not a JSON object: " + err.Error()}
 	}
 	var out Network
 	nameRaw, ok := raw["name"]
 	if !ok {
-		return Network{}, &NADError{NAD: key, Field: "spec.config.name", Reason: "missing; every CNI config needs a network name"}
+		return Network{}, &NADError{NAD: key, Field: "spec.config.name", Problem: "missing; every CNI config needs a network name"}
 	}
 	if err := json.Unmarshal(nameRaw, &out.Name); err != nil {
-		return Network{}, &NADError{NAD: key, Field: "spec.config.name", Value: string(nameRaw), Reason: "must be a string"}
+		return Network{}, &NADError{NAD: key, Field: "spec.config.name", Value: string(nameRaw), Problem: "must be a string"}
 	}
 	if strings.TrimSpace(out.Name) == "" {
-		return Network{}, &NADError{NAD: key, Field: "spec.config.name", Value: fmt.Sprintf("%q", out.Name), Reason: "must not be empty"}
+		return Network{}, &NADError{NAD: key, Field: "spec.config.name", Value: fmt.Sprintf("%q", out.Name), Problem: "must not be empty"}
 	}
 	if flag, ok := raw[persistentIPsKey]; ok {
 		if err := json.Unmarshal(flag, &out.AllowPersistentIPs); err != nil {
-			return Network{}, &NADError{NAD: key, Field: "spec.config." + persistentIPsKey, Value: string(flag), Reason: "must be true or false"}
+			return Network{}, &NADError{NAD: key, Field: "spec.config." + persistentIPsKey, Value: string(flag), Problem: "must be true or false"}
 		}
 	}
 	out.IgnoredFlags = strings.Join(ignoredFlags(raw), ", ")
