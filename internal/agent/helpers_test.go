@@ -3,11 +3,7 @@
 package agent
 
 import (
-	"bufio"
-	"bytes"
 	"net/netip"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -160,54 +156,4 @@ func checkIndex(t testing.TB, x *index) {
 			}
 		}
 	}
-}
-
-// blockedIn returns a channel that is closed once a goroutine whose stack
-// contains fn is parked (on a mutex, channel, select or semaphore). It is
-// how the lock tests tell "blocked" from "slow" without sleeping: the
-// runtime's own goroutine states say so. Polling stops when stop is closed.
-func blockedIn(fn string, stop <-chan struct{}) <-chan struct{} {
-	found := make(chan struct{})
-	go func() {
-		buf := make([]byte, 1<<20)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n := runtime.Stack(buf, true)
-			if parkedIn(buf[:n], fn) {
-				close(found)
-				return
-			}
-			runtime.Gosched()
-		}
-	}()
-	return found
-}
-
-// parkedIn reports whether a goroutine in the runtime.Stack dump is parked
-// and has fn on its stack.
-func parkedIn(dump []byte, fn string) bool {
-	parked := []string{"[sync.Mutex.Lock", "[sync.RWMutex.Lock", "[sync.RWMutex.RLock", "[semacquire", "[chan receive", "[chan send", "[select"}
-	for _, g := range bytes.Split(dump, []byte("\n\n")) {
-		sc := bufio.NewScanner(bytes.NewReader(g))
-		sc.Buffer(make([]byte, 0, 4096), len(g)+1)
-		if !sc.Scan() {
-			continue
-		}
-		header := sc.Text()
-		isParked := false
-		for _, p := range parked {
-			if strings.Contains(header, p) {
-				isParked = true
-				break
-			}
-		}
-		if isParked && bytes.Contains(g, []byte(fn)) {
-			return true
-		}
-	}
-	return false
 }

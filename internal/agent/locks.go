@@ -9,6 +9,11 @@ import "sync"
 type keyLocks struct {
 	mu    sync.Mutex
 	locks map[string]*keyLock
+
+	// waiting, when set, is called with a key whose lock another request
+	// holds, just before lock waits for it. Tests set it to see a waiter
+	// without timing; it is nil in production.
+	waiting func(key string)
 }
 
 type keyLock struct {
@@ -28,7 +33,12 @@ func (k *keyLocks) lock(key string) func() {
 	}
 	l.refs++
 	k.mu.Unlock()
-	l.mu.Lock()
+	if !l.mu.TryLock() {
+		if k.waiting != nil {
+			k.waiting(key)
+		}
+		l.mu.Lock()
+	}
 	return func() {
 		l.mu.Unlock()
 		k.mu.Lock()

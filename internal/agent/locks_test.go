@@ -3,21 +3,31 @@
 package agent
 
 import (
+	"context"
 	"fmt"
+	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// lockAndSend takes key's lock and sends its release on acquired, which
-// must be buffered so that a holder never parks here. blockedIn looks for
-// this function's name on the stack of a goroutine parked in lock.
-func lockAndSend(k *keyLocks, key string, acquired chan<- func()) {
-	acquired <- k.lock(key)
-}
+// lockWait bounds every wait of the lock tests: an outcome that has not
+// come by then never will (a lost wake-up, a waiter that never waits).
+const lockWait = 10 * time.Second
 
-const lockAndSendFrame = "agent.lockAndSend("
+// waitsFor makes k report each key a lock call finds held on the returned
+// channel (keyLocks.waiting), before that call waits.
+func waitsFor(k *keyLocks) <-chan string {
+	waiting := make(chan string, 8)
+	k.waiting = func(key string) { waiting <- key }
+	return waiting
+}
 
 func TestKeyLocksSerialise(t *testing.T) {
 	tests := []struct {
@@ -32,34 +42,50 @@ func TestKeyLocksSerialise(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			k := newKeyLocks()
+			waiting := waitsFor(k)
 			unlockFirst := k.lock(tt.first)
 
 			acquired := make(chan func(), 1)
-			go lockAndSend(k, tt.second, acquired)
-			stop := make(chan struct{})
-			defer close(stop)
-			// Whichever happens first decides: the second locker returns,
-			// or the runtime shows it parked. Neither depends on timing.
+			go func() { acquired <- k.lock(tt.second) }()
+			// Whichever happens first decides: the second lock returns, or
+			// it finds the key held and says it waits. Neither depends on
+			// timing; the deadline only ends a hang.
 			var unlockSecond func()
 			select {
 			case unlockSecond = <-acquired:
 				if tt.wantBlocked {
 					t.Fatalf("lock(%q) returned while lock(%q) was held", tt.second, tt.first)
 				}
-			case <-blockedIn(lockAndSendFrame, stop):
+			case key := <-waiting:
 				if !tt.wantBlocked {
-					t.Fatalf("lock(%q) blocked while only lock(%q) was held", tt.second, tt.first)
+					t.Fatalf("lock(%q) waited (for %q) while only lock(%q) was held", tt.second, key, tt.first)
 				}
+				if key != tt.second {
+					t.Fatalf("lock(%q) reported waiting for %q", tt.second, key)
+				}
+			case <-time.After(lockWait):
+				t.Fatalf("lock(%q) neither returned nor waited within %s", tt.second, lockWait)
 			}
 			if !k.held(tt.first) || !k.held(tt.second) {
 				t.Errorf("held(%q), held(%q) = %v, %v with both requested, want true, true", tt.first, tt.second, k.held(tt.first), k.held(tt.second))
 			}
 
+			if tt.wantBlocked {
+				// The first holder still has it: the waiter cannot be through.
+				select {
+				case <-acquired:
+					t.Fatalf("lock(%q) returned after waiting, while lock(%q) was still held", tt.second, tt.first)
+				default:
+				}
+			}
 			unlockFirst()
 			if tt.wantBlocked {
-				// Released, the waiter must get the lock; a lost wake-up
-				// hangs here until the test binary's timeout.
-				unlockSecond = <-acquired
+				// Released, the waiter must get the lock.
+				select {
+				case unlockSecond = <-acquired:
+				case <-time.After(lockWait):
+					t.Fatalf("lock(%q) still waiting %s after lock(%q) was released (a lost wake-up)", tt.second, lockWait, tt.first)
+				}
 			}
 			if !k.held(tt.second) {
 				t.Errorf("held(%q) = false while the second holder has it", tt.second)
@@ -72,6 +98,91 @@ func TestKeyLocksSerialise(t *testing.T) {
 				t.Errorf("%d keys left in the lock map after every holder released", n)
 			}
 		})
+	}
+}
+
+// A runtime retrying a slow ADD sends a second ADD of the same attachment
+// while the first is still writing its reservation: the second waits for
+// the attachment's lock and then finds the first's address, instead of
+// reserving another. ADD of another interface of the pod does not wait.
+func TestConcurrentAddsOfOneAttachmentAreSerialised(t *testing.T) {
+	store := newFakeStore()
+	a := newTestAgent(t, store, newFakeClaims())
+	ctx := context.Background()
+	pod := testPod("web", "pod-uid-1")
+	waiting := waitsFor(a.locks)
+
+	// The first create parks until released, with the attachment's lock held.
+	var parked atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	store.beforeCreate = func(*ipkeeperv1alpha1.IPReservation) error {
+		if parked.CompareAndSwap(false, true) {
+			close(entered)
+			<-release
+		}
+		return nil
+	}
+	type result struct {
+		ips []netip.Prefix
+		err error
+	}
+	add := func(ifName string) <-chan result {
+		req := testRequest(t, cniproto.CmdAdd, smallConf, "sandbox-1", pod)
+		req.IfName = ifName
+		done := make(chan result, 1)
+		go func() {
+			ips, err := a.allocateForPod(ctx, req, pod)
+			done <- result{ips, err}
+		}()
+		return done
+	}
+	await := func(what string, done <-chan result) result {
+		t.Helper()
+		select {
+		case r := <-done:
+			if r.err != nil {
+				t.Fatalf("%s: %v", what, r.err)
+			}
+			return r
+		case <-time.After(lockWait):
+			t.Fatalf("%s did not return within %s", what, lockWait)
+			return result{}
+		}
+	}
+
+	first := add("net1")
+	select {
+	case <-entered:
+	case r := <-first:
+		t.Fatalf("first ADD returned (%v, %v) without creating a reservation", r.ips, r.err)
+	case <-time.After(lockWait):
+		t.Fatalf("first ADD did not reach its create within %s", lockWait)
+	}
+	retry := add("net1")
+	select {
+	case <-waiting:
+	case r := <-retry:
+		t.Fatalf("the retried ADD returned (%v, %v) while the first ADD of the attachment was in flight", r.ips, r.err)
+	case <-time.After(lockWait):
+		t.Fatalf("the retried ADD neither waited for the attachment's lock nor returned within %s", lockWait)
+	}
+	other := await("ADD of net2 while net1's ADD is in flight", add("net2"))
+
+	close(release)
+	r1, r2 := await("first ADD", first), await("retried ADD", retry)
+	if !slices.Equal(r1.ips, r2.ips) {
+		t.Errorf("the retried ADD got %v, the first %v: one attachment, two answers", r2.ips, r1.ips)
+	}
+	if slices.Equal(other.ips, r1.ips) {
+		t.Errorf("net2 got net1's addresses %v", r1.ips)
+	}
+	if got := reservationsOwnedBy(store, pod.UID); len(got) != 2 {
+		t.Errorf("%d reservations of the pod, want 2 (net1, net2): %v", len(got), got)
+	}
+	select {
+	case key := <-waiting:
+		t.Errorf("a lock call waited for %q: only the retried ADD should have", key)
+	default:
 	}
 }
 

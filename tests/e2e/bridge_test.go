@@ -12,7 +12,7 @@ import (
 
 // bridgeNetwork is a conflist with the real bridge plugin delegating IPAM to
 // ipkeeper, on a new host bridge that is deleted when t ends.
-func bridgeNetwork(t *testing.T, e *Env, name string, ipam map[string]any) *libcni.NetworkConfigList {
+func bridgeNetwork(t *testing.T, n *Node, name string, ipam map[string]any) *libcni.NetworkConfigList {
 	t.Helper()
 	bridge := "ipkb" + UniqueSuffix(8)
 	DeleteHostLinkOnCleanup(t, bridge) // registered before any attachment: runs after their DELs
@@ -20,7 +20,7 @@ func bridgeNetwork(t *testing.T, e *Env, name string, ipam map[string]any) *libc
 		"type":      "bridge",
 		"bridge":    bridge,
 		"isGateway": true,
-		"ipam":      e.IPAM(ipam),
+		"ipam":      n.IPAM(ipam),
 	})
 }
 
@@ -29,17 +29,18 @@ func bridgeNetwork(t *testing.T, e *Env, name string, ipam map[string]any) *libc
 // reservations and connectivity, then releases one address and attaches a
 // third pod.
 func TestBridgeTwoNamespacesPing(t *testing.T) {
-	e := setup(t)
+	c := setup(t)
+	n := c.Nodes[0]
 	ctx := context.Background()
 	const network = "e2e-blue"
 	subnet := netip.MustParsePrefix("10.77.0.0/24")
 	gateway := netip.MustParseAddr("10.77.0.1")
-	list := bridgeNetwork(t, e, network, map[string]any{"range": subnet.String(), "gateway": gateway.String()})
+	list := bridgeNetwork(t, n, network, map[string]any{"range": subnet.String(), "gateway": gateway.String()})
 
-	ns := e.CP.NewNamespace(t, "e2e-bridge")
+	ns := c.NewNamespace(t, "e2e-bridge")
 	sfx := UniqueSuffix(6)
-	a1 := e.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-1"), "eth0", e.CreatePod(t, ns, "pod-1"))
-	a2 := e.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-2"), "eth0", e.CreatePod(t, ns, "pod-2"))
+	a1 := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-1"), "eth0", c.CreatePod(t, ns, "pod-1", n.Name, ""))
+	a2 := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-2"), "eth0", c.CreatePod(t, ns, "pod-2", n.Name, ""))
 	a1.MustAdd(t)
 	a2.MustAdd(t)
 
@@ -58,7 +59,7 @@ func TestBridgeTwoNamespacesPing(t *testing.T) {
 	if err := a2.NetNS.Ping(ctx, ip1.Addr()); err != nil {
 		t.Error(err)
 	}
-	e.ExpectReservations(t, network, a1, a2)
+	c.ExpectReservations(t, network, a1, a2)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -67,14 +68,14 @@ func TestBridgeTwoNamespacesPing(t *testing.T) {
 	if err := a1.Del(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.WaitReservationGone(t, network, ip1.Addr())
+	c.WaitReservationGone(t, network, ip1.Addr())
 	if present, err := a1.NetNS.HasLink(ctx, "eth0"); err != nil || present {
 		t.Errorf("eth0 still in %s after DEL (err %v)", a1.NetNS.Name, err)
 	}
-	e.ExpectReservations(t, network, a2)
+	c.ExpectReservations(t, network, a2)
 
 	// A new pod attaches; the count goes back to two and pod-1 holds nothing.
-	a3 := e.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-3"), "eth0", e.CreatePod(t, ns, "pod-3"))
+	a3 := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-3"), "eth0", c.CreatePod(t, ns, "pod-3", n.Name, ""))
 	a3.MustAdd(t)
 	ip3 := a3.IP(t)
 	CheckUsableIP(t, a3.String(), ip3, subnet, gateway)
@@ -84,7 +85,7 @@ func TestBridgeTwoNamespacesPing(t *testing.T) {
 	if ip3.Addr() == ip1.Addr() {
 		t.Logf("pod-3 got pod-1's released address %s", ip3)
 	}
-	e.ExpectReservations(t, network, a2, a3) // none of them for pod-1
+	c.ExpectReservations(t, network, a2, a3) // none of them for pod-1
 	expectAddr(ctx, t, a3.NetNS, "eth0", ip3)
 	if err := a3.NetNS.Ping(ctx, ip2.Addr()); err != nil {
 		t.Error(err)

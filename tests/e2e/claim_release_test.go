@@ -41,14 +41,10 @@ import (
 // API server's own admission, nothing in the controller knows); KubeVirt is
 // simulated by framework.KubeVirtSim (only the VM object is used).
 func TestClaimReleaseSurvivesFailureAndCrashBetweenSteps(t *testing.T) {
-	e := setup(t)
+	cl := setup(t)
 	ctx := context.Background()
-	c := e.CP.Client
-	ns := e.CP.NewNamespace(t, "e2e-release")
-	sim := &framework.KubeVirtSim{C: c}
-	if err := sim.SetFeatureGate(ctx, true); err != nil {
-		t.Fatal(err)
-	}
+	c := cl.CP.Client
+	ns := cl.NewNamespace(t, "e2e-release")
 	for _, n := range []string{"blue", "red"} {
 		nad := &nadv1.NetworkAttachmentDefinition{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n},
@@ -58,26 +54,10 @@ func TestClaimReleaseSurvivesFailureAndCrashBetweenSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Its own namespace and lease: no other controller of the package interferes.
-	proc, err := framework.StartControllerProcess(framework.ControllerProcessOptions{
-		Binary: e.bins.Controller, Kubeconfig: e.CP.KubeconfigPath, Dir: t.TempDir(), Namespace: ns,
-		WebhookConfigName: WebhookConfigName, GCGracePeriod: time.Second,
-		ExtraArgs: []string{"--leader-election-id=ipkeeper-release-test", "--enable-webhook=false"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proc.Stop)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("controller log tail:\n%s", proc.Tail(60))
-		}
-	})
-	if err := proc.WaitReady(ctx, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	// The cluster's controller is the one that releases, crashes and restarts.
+	proc := cl.Controller
 
-	vm, err := sim.CreateVM(ctx, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"}, framework.VMNetwork{Name: "red", NAD: "red"})
+	vm, err := cl.Sim.CreateVM(ctx, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"}, framework.VMNetwork{Name: "red", NAD: "red"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,21 +88,18 @@ func TestClaimReleaseSurvivesFailureAndCrashBetweenSteps(t *testing.T) {
 		if err := proc.WaitReady(ctx, 2*time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		waitDeleted(t, c, claim, "IPAMClaim", func(o client.Object) string {
-			cl := o.(*ipamclaimsv1alpha1.IPAMClaim)
-			return fmt.Sprintf("finalizers %v, deleting %v", cl.Finalizers, cl.DeletionTimestamp != nil)
-		})
+		cl.WaitGone(t, claim)
 	}
 
 	t.Run("delete refused", func(t *testing.T) {
 		probe := func(ctx context.Context) error { return c.Delete(ctx, blue.DeepCopy(), client.DryRunAll) }
-		fault := e.CP.InjectFault(t, "ipk-refuse-delete-"+ns, framework.FaultSpec{
+		fault := cl.CP.InjectFault(t, "ipk-refuse-delete-"+ns, framework.FaultSpec{
 			Group: ipamclaimsv1alpha1.SchemeGroupVersion.Group, Resource: "ipamclaims", Namespace: ns,
 			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
 			Refuse:     "true",
 		}, probe)
 		crashAt(t, blue, "blue", fault, probe, func(*ipamclaimsv1alpha1.IPAMClaim) bool { return true })
-		waitDeleted(t, c, blueRes, "IPReservation", nil)
+		cl.WaitGone(t, blueRes)
 	})
 
 	t.Run("finalizer removal refused", func(t *testing.T) {
@@ -136,14 +113,14 @@ func TestClaimReleaseSurvivesFailureAndCrashBetweenSteps(t *testing.T) {
 			return c.Patch(ctx, &cur, patch, client.DryRunAll)
 		}
 		has := fmt.Sprintf("(has(%%[1]s.metadata.finalizers) && %%[1]s.metadata.finalizers.exists(f, f == '%s'))", claims.Finalizer)
-		fault := e.CP.InjectFault(t, "ipk-refuse-unfinalize-"+ns, framework.FaultSpec{
+		fault := cl.CP.InjectFault(t, "ipk-refuse-unfinalize-"+ns, framework.FaultSpec{
 			Group: ipamclaimsv1alpha1.SchemeGroupVersion.Group, Resource: "ipamclaims", Namespace: ns,
 			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
 			Refuse:     fmt.Sprintf(has, "oldObject") + " && !" + fmt.Sprintf(has, "object"),
 		}, probe)
 		// Deleted (the first step) and held by the finalizer when killed.
 		crashAt(t, red, "red", fault, probe, func(cl *ipamclaimsv1alpha1.IPAMClaim) bool { return cl.DeletionTimestamp != nil })
-		waitDeleted(t, c, redRes, "IPReservation", nil)
+		cl.WaitGone(t, redRes)
 	})
 }
 
@@ -206,24 +183,4 @@ func without[T any](s []T, drop func(T) bool) []T {
 		}
 	}
 	return out
-}
-
-// waitDeleted waits until obj is gone; describe says what is left if not.
-func waitDeleted(t *testing.T, c client.Client, obj client.Object, kind string, describe func(client.Object) string) {
-	t.Helper()
-	cur := obj.DeepCopyObject().(client.Object)
-	err := framework.Eventually(context.Background(), time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
-		err := c.Get(ctx, client.ObjectKeyFromObject(obj), cur)
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, err
-	})
-	if err != nil {
-		left := ""
-		if describe != nil {
-			left = " (" + describe(cur) + ")"
-		}
-		t.Fatalf("%s %s still exists%s: %v", kind, obj.GetName(), left, err)
-	}
 }

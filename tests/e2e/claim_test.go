@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +11,6 @@ import (
 	"os"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
@@ -23,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -40,7 +38,8 @@ import (
 // add. The launcher's interface is KubeVirt's hashed pod interface name,
 // passed as CNI_IFNAME as Multus would from the annotation's "interface".
 func TestClaimBackedAddressSurvivesNamespaceRecreation(t *testing.T) {
-	e := setup(t)
+	c := setup(t)
+	n := c.Nodes[0]
 	ctx := context.Background()
 	const (
 		network   = "e2e-claim" // the CNI config name: the claim's spec.network
@@ -49,7 +48,7 @@ func TestClaimBackedAddressSurvivesNamespaceRecreation(t *testing.T) {
 	)
 	subnet := netip.MustParsePrefix("10.77.6.0/24")
 	gateway := netip.MustParseAddr("10.77.6.1")
-	ifname := kubevirtPodIfName(vmNetwork)
+	ifname := kubevirt.PodInterfaceName(vmNetwork)
 	bridge := "ipkb" + UniqueSuffix(8)
 	DeleteHostLinkOnCleanup(t, bridge) // registered before any attachment: runs after their DELs
 	// The flag is at the top level of the NAD's conflist only: libcni hands
@@ -61,7 +60,7 @@ func TestClaimBackedAddressSurvivesNamespaceRecreation(t *testing.T) {
 			"type":      "bridge",
 			"bridge":    bridge,
 			"isGateway": true,
-			"ipam":      e.IPAM(map[string]any{"range": subnet.String(), "gateway": gateway.String()}),
+			"ipam":      n.IPAM(map[string]any{"range": subnet.String(), "gateway": gateway.String()}),
 		}},
 	})
 	if err != nil {
@@ -72,25 +71,25 @@ func TestClaimBackedAddressSurvivesNamespaceRecreation(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ns := e.CP.NewNamespace(t, "e2e-claim")
-	if err := e.CP.Client.Create(ctx, &nadv1.NetworkAttachmentDefinition{
+	ns := c.NewNamespace(t, "e2e-claim")
+	if err := c.CP.Client.Create(ctx, &nadv1.NetworkAttachmentDefinition{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: nad},
 		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: string(nadConfig)},
 	}); err != nil {
 		t.Fatalf("creating NAD %s/%s: %v", ns, nad, err)
 	}
-	claim := e.createClaim(t, ns, "vm1."+vmNetwork, network, ifname) // cleanup after the attachments' DELs
+	claim := c.createClaim(t, ns, "vm1."+vmNetwork, network, ifname) // cleanup after the attachments' DELs
 	networks := launcherNetworks(t, nad, ns, ifname, claim.Name)
 	sfx := UniqueSuffix(6)
 
-	peer := e.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-p"), "eth0", e.CreatePod(t, ns, "peer"))
+	peer := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-p"), "eth0", c.CreatePod(t, ns, "peer", n.Name, ""))
 	peer.MustAdd(t)
 	CheckUsableIP(t, peer.String(), peer.IP(t), subnet, gateway)
 
 	// VM started: launcher A attaches with the claim.
 	nsA, stopA := newStoppableNetNS(t, "ipke2e-"+sfx+"-a")
-	podA := e.createLauncherPod(t, ns, "virt-launcher-vm1-a", networks)
-	a := e.NewAttachment(t, list, nsA, ifname, podA)
+	podA := c.CreatePod(t, ns, "virt-launcher-vm1-a", n.Name, networks)
+	a := n.NewAttachment(t, list, nsA, ifname, podA)
 	a.MustAdd(t)
 	ip := a.IP(t)
 	CheckUsableIP(t, a.String(), ip, subnet, gateway)
@@ -98,8 +97,8 @@ func TestClaimBackedAddressSurvivesNamespaceRecreation(t *testing.T) {
 		t.Fatalf("launcher A got the peer's address %s", ip)
 	}
 	expectAddr(ctx, t, nsA, ifname, ip)
-	e.expectClaimStatus(t, claim, ip, podA)
-	e.expectClaimReservations(t, network, claim, ip, peer)
+	c.expectClaimStatus(t, claim, ip, podA)
+	c.expectClaimReservations(t, network, claim, ip, peer)
 	if err := nsA.Ping(ctx, peer.IP(t).Addr()); err != nil {
 		t.Error(err)
 	}
@@ -118,38 +117,33 @@ func TestClaimBackedAddressSurvivesNamespaceRecreation(t *testing.T) {
 	if err := stopA(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.deletePodAndWait(t, podA)
-	e.expectClaimReservations(t, network, claim, ip, peer) // DEL is synchronous: a wrong release would show here
-	e.expectClaimStatus(t, claim, ip, podA)
+	if err := c.CP.Client.Delete(ctx, podA, client.GracePeriodSeconds(0), client.Preconditions{UID: &podA.UID}); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitGone(t, podA)
+	c.expectClaimReservations(t, network, claim, ip, peer) // DEL is synchronous: a wrong release would show here
+	c.expectClaimStatus(t, claim, ip, podA)
 	if t.Failed() {
 		t.FailNow()
 	}
 
 	// VM started again: a new launcher pod, a new netns, the same claim.
 	nsB := NewNetNS(t, "ipke2e-"+sfx+"-b")
-	podB := e.createLauncherPod(t, ns, "virt-launcher-vm1-b", networks)
-	b := e.NewAttachment(t, list, nsB, ifname, podB)
+	podB := c.CreatePod(t, ns, "virt-launcher-vm1-b", n.Name, networks)
+	b := n.NewAttachment(t, list, nsB, ifname, podB)
 	b.MustAdd(t)
 	if got := b.IP(t); got != ip {
 		t.Fatalf("restarted VM's launcher got %s, the claim holds %s", got, ip)
 	}
 	expectAddr(ctx, t, nsB, ifname, ip)
-	e.expectClaimStatus(t, claim, ip, podB)
+	c.expectClaimStatus(t, claim, ip, podB)
 	if err := nsB.Ping(ctx, peer.IP(t).Addr()); err != nil {
 		t.Error(err)
 	}
 	if err := peer.NetNS.Ping(ctx, ip.Addr()); err != nil {
 		t.Error(err)
 	}
-	e.expectClaimReservations(t, network, claim, ip, peer)
-}
-
-// kubevirtPodIfName is the pod interface name KubeVirt derives from a VM
-// network's name ("pod" and 11 hex digits of its SHA-256), which its
-// webhook puts in the networks annotation's "interface".
-func kubevirtPodIfName(vmNetwork string) string {
-	sum := sha256.Sum256([]byte(vmNetwork))
-	return "pod" + hex.EncodeToString(sum[:])[:11]
+	c.expectClaimReservations(t, network, claim, ip, peer)
 }
 
 // launcherNetworks renders the k8s.v1.cni.cncf.io/networks annotation of a
@@ -169,18 +163,18 @@ func launcherNetworks(t testing.TB, nad, namespace, ifname, claim string) string
 // controller would. When t ends it releases the claim's reservations and
 // deletes the claim, as the controller does when the VM is deleted: no DEL
 // ever releases them.
-func (e *Env) createClaim(t testing.TB, namespace, name, network, ifname string) *ipamclaimsv1alpha1.IPAMClaim {
+func (c *Cluster) createClaim(t testing.TB, namespace, name, network, ifname string) *ipamclaimsv1alpha1.IPAMClaim {
 	t.Helper()
 	claim := &ipamclaimsv1alpha1.IPAMClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: network, Interface: ifname},
 	}
-	if err := e.CP.Client.Create(context.Background(), claim); err != nil {
+	if err := c.CP.Client.Create(context.Background(), claim); err != nil {
 		t.Fatalf("creating IPAMClaim %s/%s: %v", namespace, name, err)
 	}
 	t.Cleanup(func() {
 		ctx := context.Background()
-		rs, err := e.Reservations(ctx, network)
+		rs, err := framework.Reservations(ctx, c.CP.Client, network)
 		if err != nil {
 			t.Logf("cleanup: %v", err)
 		}
@@ -188,60 +182,15 @@ func (e *Env) createClaim(t testing.TB, namespace, name, network, ifname string)
 			if r.Spec.Owner.UID != claim.UID {
 				continue
 			}
-			if err := e.CP.Client.Delete(ctx, &r); err != nil && !apierrors.IsNotFound(err) {
+			if err := c.CP.Client.Delete(ctx, &r); err != nil && !apierrors.IsNotFound(err) {
 				t.Logf("cleanup: deleting reservation %s of IPAMClaim %s/%s: %v", r.Name, namespace, name, err)
 			}
 		}
-		if err := e.CP.Client.Delete(ctx, claim); err != nil && !apierrors.IsNotFound(err) {
+		if err := c.CP.Client.Delete(ctx, claim); err != nil && !apierrors.IsNotFound(err) {
 			t.Logf("cleanup: deleting IPAMClaim %s/%s: %v", namespace, name, err)
 		}
 	})
 	return claim
-}
-
-// createLauncherPod is CreatePod for a virt-launcher pod: bound to the
-// agent's node, with the networks annotation KubeVirt's webhook sets at
-// creation. It is deleted at once (grace period 0) when t ends.
-func (e *Env) createLauncherPod(t testing.TB, namespace, name, networks string) Pod {
-	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   namespace,
-			Name:        name,
-			Annotations: map[string]string{"k8s.v1.cni.cncf.io/networks": networks},
-		},
-		Spec: corev1.PodSpec{
-			NodeName:   e.Agent.NodeName,
-			Containers: []corev1.Container{{Name: "compute", Image: "registry.k8s.io/pause:3.10"}},
-		},
-	}
-	if err := e.CP.Client.Create(context.Background(), pod); err != nil {
-		t.Fatalf("creating pod %s/%s: %v", namespace, name, err)
-	}
-	t.Cleanup(func() {
-		_ = e.CP.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0))
-	})
-	return Pod{Namespace: namespace, Name: name, UID: pod.UID}
-}
-
-// deletePodAndWait deletes p (grace period 0, no kubelet) and polls until
-// the API server no longer has it.
-func (e *Env) deletePodAndWait(t testing.TB, p Pod) {
-	t.Helper()
-	obj := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
-	if err := e.CP.Client.Delete(context.Background(), obj, client.GracePeriodSeconds(0), client.Preconditions{UID: &p.UID}); err != nil {
-		t.Fatalf("deleting pod %s: %v", p, err)
-	}
-	err := framework.Eventually(context.Background(), 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
-		err := e.CP.Client.Get(ctx, client.ObjectKeyFromObject(obj), &corev1.Pod{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, err
-	})
-	if err != nil {
-		t.Fatalf("pod %s still there after deletion: %v", p, err)
-	}
 }
 
 // newStoppableNetNS is NewNetNS for a sandbox the test removes itself (its
@@ -279,10 +228,10 @@ func newStoppableNetNS(t testing.TB, name string) (netns *NetNS, stop func(conte
 
 // expectClaimStatus checks that the claim's status holds exactly ip, in the
 // CIDR form IPAMs write, and names pod as the launcher that last attached.
-func (e *Env) expectClaimStatus(t testing.TB, claim *ipamclaimsv1alpha1.IPAMClaim, ip netip.Prefix, pod Pod) {
+func (c *Cluster) expectClaimStatus(t testing.TB, claim *ipamclaimsv1alpha1.IPAMClaim, ip netip.Prefix, pod *corev1.Pod) {
 	t.Helper()
 	got := &ipamclaimsv1alpha1.IPAMClaim{}
-	if err := e.CP.Client.Get(context.Background(), client.ObjectKeyFromObject(claim), got); err != nil {
+	if err := c.CP.Client.Get(context.Background(), client.ObjectKeyFromObject(claim), got); err != nil {
 		t.Fatalf("reading IPAMClaim %s/%s: %v", claim.Namespace, claim.Name, err)
 	}
 	if got.UID != claim.UID {
@@ -300,12 +249,9 @@ func (e *Env) expectClaimStatus(t testing.TB, claim *ipamclaimsv1alpha1.IPAMClai
 // named naming.Reservation(network, ip) and owned by claim (kind IPAMClaim,
 // its UID), and exactly one per pod attachment as ExpectReservations checks
 // them; nothing else.
-func (e *Env) expectClaimReservations(t testing.TB, network string, claim *ipamclaimsv1alpha1.IPAMClaim, ip netip.Prefix, pods ...*Attachment) {
+func (c *Cluster) expectClaimReservations(t testing.TB, network string, claim *ipamclaimsv1alpha1.IPAMClaim, ip netip.Prefix, pods ...*Attachment) {
 	t.Helper()
-	got, err := e.Reservations(context.Background(), network)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := c.Reservations(t, network)
 	var held []ipkv1alpha1.IPReservation
 	for _, r := range got {
 		if r.Spec.IP == ip.Addr().String() {
@@ -331,7 +277,7 @@ func (e *Env) expectClaimReservations(t testing.TB, network string, claim *ipamc
 			t.Errorf("network %s: no IPReservation of %s (for %s); all: %s", network, pip, a, describe(got))
 			continue
 		}
-		if want := e.wantSpec(network, pip, a, a.RT.IfName); got[i].Spec != want {
+		if want := a.wantSpec(network, pip, a.RT.IfName); got[i].Spec != want {
 			t.Errorf("reservation %s:\n got spec %+v\nwant spec %+v", got[i].Name, got[i].Spec, want)
 		}
 	}

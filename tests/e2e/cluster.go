@@ -35,7 +35,7 @@ import (
 // Cluster is ipkeeper as a cluster runs it, on this one machine:
 //
 //   - the control plane (etcd, kube-apiserver, kube-controller-manager with
-//     the garbage collector), shared with the other e2e tests;
+//     the garbage collector);
 //   - ipkeeper-controller as a process, its webhook registered with the API
 //     server (self-managed certificates);
 //   - one ipkeeper-agent process per node;
@@ -62,6 +62,9 @@ type Cluster struct {
 	loopDone  chan struct{}
 	closers   []io.Closer
 }
+
+// nodePlugins are the reference plugins in every node's CNI bin dir.
+var nodePlugins = []string{"bridge", "macvlan", "loopback", "host-local"}
 
 // Node is one simulated node: an agent and the node's CNI bin dir.
 type Node struct {
@@ -167,7 +170,7 @@ func (c *Cluster) startNode(ctx context.Context, name string) (*Node, error) {
 		return nil, err
 	}
 	links := map[string]string{"multus": c.CP.Tools.Multus, "ipkeeper": filepath.Join(n.Agent.CNIBinDir, "ipkeeper")}
-	for _, p := range []string{"bridge", "loopback", "host-local"} {
+	for _, p := range nodePlugins {
 		links[p] = filepath.Join(c.CP.Tools.CNIPluginsDir, p)
 	}
 	for name, target := range links {
@@ -280,7 +283,9 @@ func (c *Cluster) teardown(ctx context.Context, s *Sandbox) bool {
 	}
 	_, _ = ipCmd(ctx, "netns", "delete", s.NetNS.Name)
 	c.mu.Lock()
-	delete(c.sandboxes, s.uid)
+	if c.sandboxes[s.uid] == s { // not a newer sandbox of the pod
+		delete(c.sandboxes, s.uid)
+	}
 	c.mu.Unlock()
 	return true
 }
@@ -296,6 +301,15 @@ func (c *Cluster) kubelet(ctx context.Context) {
 			return
 		case <-time.After(100 * time.Millisecond):
 		}
+		// Sandboxes first, then pods: a sandbox is judged only against a
+		// list that began after it was made, so the pod of a sandbox made
+		// during a slow list is not taken for gone.
+		c.mu.Lock()
+		known := make([]*Sandbox, 0, len(c.sandboxes))
+		for _, s := range c.sandboxes {
+			known = append(known, s)
+		}
+		c.mu.Unlock()
 		var pods corev1.PodList
 		if err := c.CP.Client.List(ctx, &pods); err != nil {
 			continue
@@ -310,25 +324,16 @@ func (c *Cluster) kubelet(ctx context.Context) {
 			if p.DeletionTimestamp == nil || len(p.Finalizers) > 0 {
 				continue
 			}
-			c.mu.Lock()
-			s := c.sandboxes[p.UID]
-			c.mu.Unlock()
-			if s != nil && !c.teardown(ctx, s) {
+			if s := c.Sandbox(p.UID); s != nil && !c.teardown(ctx, s) {
 				continue
 			}
 			uid := p.UID
 			_ = c.CP.Client.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid})
 		}
-		c.mu.Lock()
-		var gone []*Sandbox
-		for uid, s := range c.sandboxes {
-			if !live[uid] {
-				gone = append(gone, s)
+		for _, s := range known {
+			if !live[s.uid] {
+				c.teardown(ctx, s)
 			}
-		}
-		c.mu.Unlock()
-		for _, s := range gone {
-			c.teardown(ctx, s)
 		}
 	}
 }
@@ -381,6 +386,15 @@ func (s *Sandbox) Addr(ctx context.Context, ifname string) (netip.Prefix, error)
 		return netip.Prefix{}, fmt.Errorf("pod %s/%s: %s has addresses %v, want one", s.Pod.Namespace, s.Pod.Name, ifname, addrs)
 	}
 	return addrs[0], nil
+}
+
+// NewNamespace creates a namespace for one test (deleted when t ends) and
+// dumps what matters in it if t fails.
+func (c *Cluster) NewNamespace(t testing.TB, prefix string) string {
+	t.Helper()
+	ns := c.CP.NewNamespace(t, prefix)
+	c.DumpOnFailure(t, ns)
+	return ns
 }
 
 // DumpOnFailure prints component logs and the objects that matter when t fails.

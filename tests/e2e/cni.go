@@ -8,25 +8,25 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // cniTimeout bounds one plugin chain invocation. The shim itself gives the
 // agent 60s (cniproto.DefaultTimeout).
 const cniTimeout = 90 * time.Second
 
-// IPAM returns an ipam section of type ipkeeper pointing at the agent's
-// socket, with the given whereabouts-style keys (range, gateway, ...).
-func (e *Env) IPAM(keys map[string]any) map[string]any {
-	ipam := map[string]any{"type": "ipkeeper", "socketPath": e.Agent.Socket}
+// IPAM returns an ipam section of type ipkeeper pointing at the node's
+// agent socket (ipam.socketPath), with the given whereabouts-style keys
+// (range, gateway, ...).
+func (n *Node) IPAM(keys map[string]any) map[string]any {
+	ipam := map[string]any{"type": "ipkeeper", "socketPath": n.Agent.Socket}
 	maps.Copy(ipam, keys)
 	return ipam
 }
@@ -46,29 +46,30 @@ func Conflist(t testing.TB, name string, plugins ...map[string]any) *libcni.Netw
 	return list
 }
 
-// Attachment is one pod interface on one network, driven through libcni as
-// a container runtime drives it.
+// Attachment is one pod interface on one network, driven through the
+// node's CNI bin dir by libcni as a container runtime drives it, without
+// Multus: the test gives the plugin list itself.
 type Attachment struct {
 	List  *libcni.NetworkConfigList
 	RT    *libcni.RuntimeConf
-	Pod   Pod
+	Pod   *corev1.Pod
+	Node  *Node
 	NetNS *NetNS
 	// Result is the converted result of the last successful Add.
 	Result *types100.Result
-
-	cni *libcni.CNIConfig
 }
 
 // NewAttachment prepares an attachment of pod's sandbox netns as ifname on
 // list, with a fresh container ID and the CNI_ARGS a Kubernetes runtime
 // sets. When t ends it is DELeted (errors are logged), as a runtime tears
 // down a sandbox, whether or not ADD succeeded; DEL is idempotent.
-func (e *Env) NewAttachment(t testing.TB, list *libcni.NetworkConfigList, netns *NetNS, ifname string, pod Pod) *Attachment {
+func (n *Node) NewAttachment(t testing.TB, list *libcni.NetworkConfigList, netns *NetNS, ifname string, pod *corev1.Pod) *Attachment {
 	t.Helper()
 	containerID := UniqueSuffix(64)
 	a := &Attachment{
 		List:  list,
 		Pod:   pod,
+		Node:  n,
 		NetNS: netns,
 		RT: &libcni.RuntimeConf{
 			ContainerID: containerID,
@@ -82,7 +83,6 @@ func (e *Env) NewAttachment(t testing.TB, list *libcni.NetworkConfigList, netns 
 				{"K8S_POD_UID", string(pod.UID)},
 			},
 		},
-		cni: libcni.NewCNIConfigWithCacheDir(e.CNIPath, e.CNICacheDir, nil),
 	}
 	t.Cleanup(func() {
 		if err := a.Del(context.Background()); err != nil {
@@ -93,14 +93,14 @@ func (e *Env) NewAttachment(t testing.TB, list *libcni.NetworkConfigList, netns 
 }
 
 func (a *Attachment) String() string {
-	return fmt.Sprintf("%s %s in %s (pod %s, container %.12s)", a.List.Name, a.RT.IfName, a.NetNS.Name, a.Pod, a.RT.ContainerID)
+	return fmt.Sprintf("%s %s in %s (pod %s/%s on %s, container %.12s)", a.List.Name, a.RT.IfName, a.NetNS.Name, a.Pod.Namespace, a.Pod.Name, a.Node.Name, a.RT.ContainerID)
 }
 
 // Add runs ADD through the whole plugin list and records the result.
 func (a *Attachment) Add(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, cniTimeout)
 	defer cancel()
-	res, err := a.cni.AddNetworkList(ctx, a.List, a.RT)
+	res, err := a.Node.cni.AddNetworkList(ctx, a.List, a.RT)
 	if err != nil {
 		return fmt.Errorf("ADD %s: %w", a, err)
 	}
@@ -124,7 +124,7 @@ func (a *Attachment) MustAdd(t testing.TB) {
 func (a *Attachment) Del(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, cniTimeout)
 	defer cancel()
-	if err := a.cni.DelNetworkList(ctx, a.List, a.RT); err != nil {
+	if err := a.Node.cni.DelNetworkList(ctx, a.List, a.RT); err != nil {
 		return fmt.Errorf("DEL %s: %w", a, err)
 	}
 	return nil
@@ -157,10 +157,10 @@ func singleIP(t testing.TB, what string, r *types100.Result) netip.Prefix {
 // attachment, but with interface ifname (the attachment's when empty). It
 // lets a test repeat the IPAM step, which the main plugin cannot: bridge
 // refuses to create a second eth0.
-func (e *Env) IPAMAdd(ctx context.Context, a *Attachment, ifname string) (*types100.Result, error) {
+func (a *Attachment) IPAMAdd(ctx context.Context, ifname string) (*types100.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, cniTimeout)
 	defer cancel()
-	shim, stdin, args, err := e.ipamInvocation(a, "ADD", ifname)
+	shim, stdin, args, err := a.ipamInvocation("ADD", ifname)
 	if err != nil {
 		return nil, err
 	}
@@ -176,10 +176,10 @@ func (e *Env) IPAMAdd(ctx context.Context, a *Attachment, ifname string) (*types
 }
 
 // IPAMDel is IPAMAdd for DEL.
-func (e *Env) IPAMDel(ctx context.Context, a *Attachment, ifname string) error {
+func (a *Attachment) IPAMDel(ctx context.Context, ifname string) error {
 	ctx, cancel := context.WithTimeout(ctx, cniTimeout)
 	defer cancel()
-	shim, stdin, args, err := e.ipamInvocation(a, "DEL", ifname)
+	shim, stdin, args, err := a.ipamInvocation("DEL", ifname)
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func (e *Env) IPAMDel(ctx context.Context, a *Attachment, ifname string) error {
 	return nil
 }
 
-func (e *Env) ipamInvocation(a *Attachment, command, ifname string) (string, []byte, *invoke.Args, error) {
+func (a *Attachment) ipamInvocation(command, ifname string) (string, []byte, *invoke.Args, error) {
 	if ifname == "" {
 		ifname = a.RT.IfName
 	}
@@ -210,7 +210,7 @@ func (e *Env) ipamInvocation(a *Attachment, command, ifname string) (string, []b
 		NetNS:       a.RT.NetNS,
 		PluginArgs:  a.RT.Args,
 		IfName:      ifname,
-		Path:        strings.Join(e.CNIPath, string(os.PathListSeparator)),
+		Path:        a.Node.BinDir,
 	}
-	return filepath.Join(e.Agent.CNIBinDir, "ipkeeper"), stdin, args, nil
+	return filepath.Join(a.Node.Agent.CNIBinDir, "ipkeeper"), stdin, args, nil
 }

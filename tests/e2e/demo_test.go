@@ -29,7 +29,7 @@ func TestDemo(t *testing.T) {
 	if os.Getenv("IPKEEPER_DEMO") != "" {
 		out = os.Stdout
 	}
-	c := cluster(t)
+	c := setup(t)
 	ctx := context.Background()
 	const ns = "demo"
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}

@@ -14,7 +14,8 @@ import (
 // is one end of a host veth pair: there is no NIC to spare, and the kernel
 // used here has no dummy links.
 func TestMacvlanTwoNamespacesPing(t *testing.T) {
-	e := setup(t)
+	c := setup(t)
+	n := c.Nodes[0]
 	ctx := context.Background()
 	const network = "e2e-red"
 	subnet := netip.MustParsePrefix("10.77.3.0/24")
@@ -25,12 +26,12 @@ func TestMacvlanTwoNamespacesPing(t *testing.T) {
 		"type":   "macvlan",
 		"master": master,
 		"mode":   "bridge",
-		"ipam":   e.IPAM(map[string]any{"range": subnet.String(), "exclude": []string{"10.77.3.0/28"}}),
+		"ipam":   n.IPAM(map[string]any{"range": subnet.String(), "exclude": []string{"10.77.3.0/28"}}),
 	})
 
-	ns := e.CP.NewNamespace(t, "e2e-macvlan")
-	a1 := e.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-1"), "net1", e.CreatePod(t, ns, "pod-1"))
-	a2 := e.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-2"), "net1", e.CreatePod(t, ns, "pod-2"))
+	ns := c.NewNamespace(t, "e2e-macvlan")
+	a1 := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-1"), "net1", c.CreatePod(t, ns, "pod-1", n.Name, ""))
+	a2 := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-2"), "net1", c.CreatePod(t, ns, "pod-2", n.Name, ""))
 	a1.MustAdd(t)
 	a2.MustAdd(t)
 	ip1, ip2 := a1.IP(t), a2.IP(t)
@@ -49,13 +50,13 @@ func TestMacvlanTwoNamespacesPing(t *testing.T) {
 	if err := a1.NetNS.Ping(ctx, ip2.Addr()); err != nil {
 		t.Error(err)
 	}
-	e.ExpectReservations(t, network, a1, a2)
+	c.ExpectReservations(t, network, a1, a2)
 
 	for _, a := range []*Attachment{a1, a2} {
 		if err := a.Del(ctx); err != nil {
 			t.Fatal(err)
 		}
-		e.WaitReservationGone(t, network, a.IP(t).Addr())
+		c.WaitReservationGone(t, network, a.IP(t).Addr())
 	}
-	e.ExpectReservations(t, network)
+	c.ExpectReservations(t, network)
 }

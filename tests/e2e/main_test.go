@@ -10,9 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -20,11 +18,9 @@ import (
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
-// nodeName is the agent's --node-name; test pods are bound to it.
-const nodeName = "ipkeeper-e2e-node"
-
 var (
-	env *Env
+	// cluster is what every e2e test shares (see Cluster).
+	cluster *Cluster
 	// skipReason is set when the package cannot run here (not root, outside CI).
 	skipReason string
 )
@@ -65,7 +61,7 @@ func runMain(m *testing.M) int {
 		}()
 	}
 
-	code, err := runWithEnv(m)
+	code, err := runWithCluster(m)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
 		return 1
@@ -73,15 +69,15 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-// runWithEnv builds the binaries, starts the control plane and the agent,
-// runs the tests and tears everything down.
-func runWithEnv(m *testing.M) (code int, err error) {
+// runWithCluster builds the binaries, starts the control plane and the
+// cluster, runs the tests and tears everything down.
+func runWithCluster(m *testing.M) (code int, err error) {
 	ctx := context.Background()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		return 0, err
 	}
-	// Short: the agent socket lives in here (unix socket paths are limited).
+	// Short: the agents' sockets live in here (unix socket paths are limited).
 	dir, err := os.MkdirTemp("", "ipke2e-")
 	if err != nil {
 		return 0, err
@@ -90,7 +86,7 @@ func runWithEnv(m *testing.M) (code int, err error) {
 		if code == 0 && err == nil {
 			_ = os.RemoveAll(dir)
 		} else {
-			fmt.Fprintf(os.Stderr, "e2e: kept %s (agent log, binaries) for inspection\n", dir)
+			fmt.Fprintf(os.Stderr, "e2e: kept %s (logs, binaries) for inspection\n", dir)
 		}
 	}()
 
@@ -111,77 +107,36 @@ func runWithEnv(m *testing.M) (code int, err error) {
 	if cp.Tools.CNIPluginsDir == "" {
 		return 0, fmt.Errorf("no CNI plugins dir (IPKEEPER_CNI_PLUGINS_DIR): run `make tools`")
 	}
-	for _, p := range []string{"bridge", "macvlan", "loopback"} {
+	for _, p := range nodePlugins {
 		if _, err := os.Stat(filepath.Join(cp.Tools.CNIPluginsDir, p)); err != nil {
 			return 0, fmt.Errorf("CNI reference plugin %s missing in %s: run `make tools`", p, cp.Tools.CNIPluginsDir)
 		}
 	}
-	if err := framework.EnsureNode(ctx, cp.Client, nodeName); err != nil {
-		return 0, err
+	if cp.Tools.Multus == "" {
+		return 0, fmt.Errorf("no Multus binary (IPKEEPER_MULTUS): run `make tools`")
 	}
 
-	agent, err := framework.StartAgentProcess(framework.AgentProcessOptions{Binary: bins.Agent, Kubeconfig: cp.KubeconfigPath, NodeName: nodeName, Dir: dir})
-	if err != nil {
-		return 0, err
+	if cluster, err = StartCluster(ctx, cp, bins, filepath.Join(dir, "c"), "node-a", "node-b", "node-c"); err != nil {
+		return 0, fmt.Errorf("starting the cluster: %w", err)
 	}
-	defer func() {
-		if serr := agent.Stop(); serr != nil {
-			fmt.Fprintf(os.Stderr, "e2e: stopping the agent: %v; log tail:\n%s\n", serr, agent.Tail(40))
-		}
-	}()
-	if err := agent.WaitReady(ctx, 2*time.Minute); err != nil {
-		return 0, err
-	}
-
-	env = &Env{
-		CP:          cp,
-		Agent:       agent,
-		CNIPath:     []string{agent.CNIBinDir, cp.Tools.CNIPluginsDir},
-		CNICacheDir: filepath.Join(dir, "cni-cache"),
-		bins:        bins,
-		dir:         dir,
-	}
-	defer func() {
-		if sharedCluster != nil {
-			sharedCluster.Stop()
-		}
-	}()
+	defer cluster.Stop()
 	return m.Run(), nil
 }
 
-var (
-	sharedCluster    *Cluster
-	sharedClusterErr error
-	clusterOnce      sync.Once
-)
-
-// cluster returns the Cluster (controller, three agents, Multus) the
-// whole-system tests share, starting it on first use.
-func cluster(t *testing.T) *Cluster {
-	t.Helper()
-	e := setup(t)
-	if e.CP.Tools.Multus == "" {
-		t.Fatal("no Multus binary (IPKEEPER_MULTUS): run `make tools`")
-	}
-	clusterOnce.Do(func() {
-		sharedCluster, sharedClusterErr = StartCluster(context.Background(), e.CP, e.bins, filepath.Join(e.dir, "c"), "node-a", "node-b", "node-c")
-	})
-	if sharedClusterErr != nil {
-		t.Fatalf("starting the cluster: %v", sharedClusterErr)
-	}
-	return sharedCluster
-}
-
-// setup skips the test when the package cannot run here, fails it if the
-// agent has died, and prints the agent's log if the test fails.
-func setup(t *testing.T) *Env {
+// setup skips the test when the package cannot run here and fails it if an
+// agent or the controller has died (a test that kills one restarts it).
+func setup(t *testing.T) *Cluster {
 	t.Helper()
 	if skipReason != "" {
 		t.Skip(skipReason)
 	}
-	if exited, err := env.Agent.Exited(); exited {
-		t.Fatalf("ipkeeper-agent is no longer running (%v); log tail:\n%s", err, env.Agent.Tail(80))
+	for _, n := range cluster.Nodes {
+		if exited, err := n.Agent.Exited(); exited {
+			t.Fatalf("ipkeeper-agent of %s is no longer running (%v); log tail:\n%s", n.Name, err, n.Agent.Tail(80))
+		}
 	}
-	env.Agent.DumpLogOnFailure(t)
-	return env
+	if cluster.Controller.Exited() {
+		t.Fatalf("ipkeeper-controller is no longer running; log tail:\n%s", cluster.Controller.Tail(80))
+	}
+	return cluster
 }

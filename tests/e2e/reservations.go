@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// SPDX-License-Identifier: Apache-2.0
+
+// SPDX-License-Identifier: Apache-2.0
+
 package e2e
 
 import (
@@ -11,40 +15,55 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
-// Reservations returns the IPReservations of network (by spec.network, the
-// authority; labels only narrow), live from the API server.
-func (e *Env) Reservations(ctx context.Context, network string) ([]ipkv1alpha1.IPReservation, error) {
-	var list ipkv1alpha1.IPReservationList
-	if err := e.CP.Client.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("listing IPReservations: %w", err)
+// Reservations lists the reservations of network, live.
+func (c *Cluster) Reservations(t testing.TB, network string) []ipkv1alpha1.IPReservation {
+	t.Helper()
+	rs, err := framework.Reservations(context.Background(), c.CP.Client, network)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var out []ipkv1alpha1.IPReservation
-	for _, r := range list.Items {
-		if r.Spec.Network == network {
-			out = append(out, r)
-		}
+	return rs
+}
+
+// WaitReservations waits until network has exactly n reservations.
+func (c *Cluster) WaitReservations(t testing.TB, network string, n int) {
+	t.Helper()
+	var got []ipkv1alpha1.IPReservation
+	if err := framework.Eventually(context.Background(), 90*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		var err error
+		got, err = framework.Reservations(ctx, c.CP.Client, network)
+		return len(got) == n, err
+	}); err != nil {
+		t.Fatalf("network %s has %d reservations, want %d: %v; all: %s", network, len(got), n, err, describe(got))
 	}
-	return out, nil
+}
+
+// WaitReservationGone polls until network has no reservation of ip.
+func (c *Cluster) WaitReservationGone(t testing.TB, network string, ip netip.Addr) {
+	t.Helper()
+	res := &ipkv1alpha1.IPReservation{}
+	res.Name = naming.Reservation(network, ip)
+	if err := framework.WaitGone(context.Background(), c.CP.Client, res, 30*time.Second); err != nil {
+		t.Fatalf("reservation of %s on network %s still there after DEL: %v; all: %s", ip, network, err, describe(c.Reservations(t, network)))
+	}
+	// Also under no other name: the name is the allocation lock, spec.ip the fact.
+	if rs := c.Reservations(t, network); slices.ContainsFunc(rs, func(r ipkv1alpha1.IPReservation) bool { return r.Spec.IP == ip.String() }) {
+		t.Fatalf("network %s still has a reservation of %s after DEL: %s", network, ip, describe(rs))
+	}
 }
 
 // ExpectReservations checks that network's reservations are exactly one
 // per attachment: named naming.Reservation(network, ip) (the allocation lock),
 // with ip and owner, interface, container ID and node of that attachment.
-func (e *Env) ExpectReservations(t testing.TB, network string, atts ...*Attachment) {
+func (c *Cluster) ExpectReservations(t testing.TB, network string, atts ...*Attachment) {
 	t.Helper()
-	got, err := e.Reservations(context.Background(), network)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := c.Reservations(t, network)
 	byIP := map[string][]ipkv1alpha1.IPReservation{}
 	for _, r := range got {
 		byIP[r.Spec.IP] = append(byIP[r.Spec.IP], r)
@@ -60,7 +79,7 @@ func (e *Env) ExpectReservations(t testing.TB, network string, atts ...*Attachme
 		if want := naming.Reservation(network, ip); r.Name != want {
 			t.Errorf("reservation of %s is named %q, want %q (naming.Reservation)", ip, r.Name, want)
 		}
-		if want := e.wantSpec(network, ip, a, a.RT.IfName); r.Spec != want {
+		if want := a.wantSpec(network, ip, a.RT.IfName); r.Spec != want {
 			t.Errorf("reservation %s:\n got spec %+v\nwant spec %+v", r.Name, r.Spec, want)
 		}
 	}
@@ -69,7 +88,8 @@ func (e *Env) ExpectReservations(t testing.TB, network string, atts ...*Attachme
 	}
 }
 
-func (e *Env) wantSpec(network string, ip netip.Addr, a *Attachment, ifname string) ipkv1alpha1.IPReservationSpec {
+// wantSpec is the reservation of ip that the attachment's ADD as ifname writes.
+func (a *Attachment) wantSpec(network string, ip netip.Addr, ifname string) ipkv1alpha1.IPReservationSpec {
 	return ipkv1alpha1.IPReservationSpec{
 		Network: network,
 		IP:      ip.String(),
@@ -81,28 +101,7 @@ func (e *Env) wantSpec(network string, ip netip.Addr, a *Attachment, ifname stri
 		},
 		InterfaceName: ifname,
 		ContainerID:   a.RT.ContainerID,
-		Node:          e.Agent.NodeName,
-	}
-}
-
-// WaitReservationGone polls until network has no reservation of ip.
-func (e *Env) WaitReservationGone(t testing.TB, network string, ip netip.Addr) {
-	t.Helper()
-	name := naming.Reservation(network, ip)
-	err := framework.Eventually(context.Background(), 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
-		err := e.CP.Client.Get(ctx, client.ObjectKey{Name: name}, &ipkv1alpha1.IPReservation{})
-		if !apierrors.IsNotFound(err) {
-			return false, err
-		}
-		rs, err := e.Reservations(ctx, network)
-		if err != nil {
-			return false, err
-		}
-		return !slices.ContainsFunc(rs, func(r ipkv1alpha1.IPReservation) bool { return r.Spec.IP == ip.String() }), nil
-	})
-	if err != nil {
-		rs, _ := e.Reservations(context.Background(), network)
-		t.Fatalf("reservation of %s on network %s still there after DEL: %v; all: %s", ip, network, err, describe(rs))
+		Node:          a.Node.Name,
 	}
 }
 

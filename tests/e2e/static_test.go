@@ -18,7 +18,8 @@ import (
 // on to ipkeeper. A second pod asking for the same address, and a pod
 // asking for the gateway, are refused with errors that say why.
 func TestStaticIPThroughIPsCapability(t *testing.T) {
-	e := setup(t)
+	c := setup(t)
+	n := c.Nodes[0]
 	ctx := context.Background()
 	const network = "e2e-static"
 	bridge := "ipkb" + UniqueSuffix(8)
@@ -28,19 +29,19 @@ func TestStaticIPThroughIPsCapability(t *testing.T) {
 		"bridge":       bridge,
 		"isGateway":    true,
 		"capabilities": map[string]bool{"ips": true},
-		"ipam":         e.IPAM(map[string]any{"range": "10.77.5.0/24", "gateway": "10.77.5.1"}),
+		"ipam":         n.IPAM(map[string]any{"range": "10.77.5.0/24", "gateway": "10.77.5.1"}),
 	})
-	ns := e.CP.NewNamespace(t, "e2e-static")
+	ns := c.NewNamespace(t, "e2e-static")
 	sfx := UniqueSuffix(6)
 
 	want := netip.MustParsePrefix("10.77.5.50/24")
-	a1 := e.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-1"), "eth0", e.CreatePod(t, ns, "pod-1"))
+	a1 := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-1"), "eth0", c.CreatePod(t, ns, "pod-1", n.Name, ""))
 	a1.RT.CapabilityArgs = map[string]any{"ips": []string{want.String()}}
 	a1.MustAdd(t)
 	if got := a1.IP(t); got != want {
 		t.Fatalf("static request for %s returned %s", want, got)
 	}
-	e.ExpectReservations(t, network, a1)
+	c.ExpectReservations(t, network, a1)
 	expectAddr(ctx, t, a1.NetNS, "eth0", want)
 
 	for _, tc := range []struct {
@@ -51,7 +52,7 @@ func TestStaticIPThroughIPsCapability(t *testing.T) {
 		{"pod-2", "10.77.5.50/24", types.ErrInternal, "already reserved by Pod " + ns + "/pod-1"},
 		{"pod-3", "10.77.5.1", types.ErrInvalidNetworkConfig, "is the gateway"},
 	} {
-		a := e.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-"+tc.pod[4:]), "eth0", e.CreatePod(t, ns, tc.pod))
+		a := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-"+tc.pod[4:]), "eth0", c.CreatePod(t, ns, tc.pod, n.Name, ""))
 		a.RT.CapabilityArgs = map[string]any{"ips": []string{tc.ip}}
 		err := a.Add(ctx)
 		var ce *types.Error
@@ -61,5 +62,5 @@ func TestStaticIPThroughIPsCapability(t *testing.T) {
 			t.Logf("%s asking for %s refused: %v", tc.pod, tc.ip, ce)
 		}
 	}
-	e.ExpectReservations(t, network, a1)
+	c.ExpectReservations(t, network, a1)
 }

@@ -13,12 +13,10 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -45,19 +43,28 @@ func (c *Cluster) BridgeNAD(t testing.TB, namespace, name, network string, persi
 	}
 }
 
-// PlainPod creates an ordinary pod on node attached to nad as net1.
-func (c *Cluster) PlainPod(t testing.TB, namespace, name, node, nad string) *corev1.Pod {
+// CreatePod creates a pod bound to node, as the scheduler would have,
+// with networks (when not empty) as its Multus networks annotation. The
+// tests or the cluster's kubelet then play the runtime for it.
+func (c *Cluster) CreatePod(t testing.TB, namespace, name, node, networks string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: map[string]string{
-			"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(`[{"name":%q,"interface":"net1"}]`, nad),
-		}},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	if networks != "" {
+		pod.Annotations = map[string]string{"k8s.v1.cni.cncf.io/networks": networks}
 	}
 	if err := c.CP.Client.Create(context.Background(), pod); err != nil {
 		t.Fatalf("creating pod %s/%s: %v", namespace, name, err)
 	}
 	return pod
+}
+
+// PlainPod creates an ordinary pod on node attached to nad as net1.
+func (c *Cluster) PlainPod(t testing.TB, namespace, name, node, nad string) *corev1.Pod {
+	t.Helper()
+	return c.CreatePod(t, namespace, name, node, fmt.Sprintf(`[{"name":%q,"interface":"net1"}]`, nad))
 }
 
 // MustRun is RunPod that fails t.
@@ -109,33 +116,8 @@ func (c *Cluster) WaitClaim(t testing.TB, namespace, name string) *ipamclaimsv1a
 // WaitGone waits until obj no longer exists.
 func (c *Cluster) WaitGone(t testing.TB, obj client.Object) {
 	t.Helper()
-	if err := framework.Eventually(context.Background(), 90*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
-		err := c.CP.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	}); err != nil {
-		t.Fatalf("%T %s still exists: %v", obj, client.ObjectKeyFromObject(obj), err)
-	}
-}
-
-// Reservations lists the reservations of network.
-func (c *Cluster) Reservations(t testing.TB, network string) []ipkv1alpha1.IPReservation {
-	t.Helper()
-	var list ipkv1alpha1.IPReservationList
-	if err := c.CP.Client.List(context.Background(), &list, client.MatchingFields{"spec.network": network}); err != nil {
+	if err := framework.WaitGone(context.Background(), c.CP.Client, obj, 90*time.Second); err != nil {
 		t.Fatal(err)
-	}
-	return list.Items
-}
-
-// WaitReservations waits until network has exactly n reservations.
-func (c *Cluster) WaitReservations(t testing.TB, network string, n int) {
-	t.Helper()
-	got := -1
-	if err := framework.Eventually(context.Background(), 90*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
-		got = len(c.Reservations(t, network))
-		return got == n, nil
-	}); err != nil {
-		t.Fatalf("network %s has %d reservations, want %d: %v", network, got, n, err)
 	}
 }
 

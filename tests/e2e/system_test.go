@@ -32,7 +32,7 @@ import (
 // plain pod a different one; the VM keeps its address across stop/start on
 // another node and across a live migration.
 func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
-	c := cluster(t)
+	c := setup(t)
 	ctx := context.Background()
 	ns := c.CP.NewNamespace(t, "sys-vm")
 	c.DumpOnFailure(t, ns)
@@ -114,7 +114,7 @@ func mustPing(t *testing.T, s *Sandbox, ip netip.Addr) {
 // releases its reservation and hands the address to the next pod. The
 // network has a single address, so the handover is observable.
 func TestSystemVMDeletionReleasesAddress(t *testing.T) {
-	c := cluster(t)
+	c := setup(t)
 	ctx := context.Background()
 	ns := c.CP.NewNamespace(t, "sys-del")
 	c.DumpOnFailure(t, ns)
@@ -172,7 +172,7 @@ func TestSystemVMDeletionReleasesAddress(t *testing.T) {
 // no reservation outlives its pod (pods deleted while the agent was down,
 // whose DEL could not run, included).
 func TestSystemAgentKilledDuringStorm(t *testing.T) {
-	c := cluster(t)
+	c := setup(t)
 	ctx := context.Background()
 	ns := c.CP.NewNamespace(t, "sys-storm")
 	c.DumpOnFailure(t, ns)
@@ -279,7 +279,7 @@ func TestSystemAgentKilledDuringStorm(t *testing.T) {
 // and deleted; the end state is right: claims for the VMs that exist, none
 // for the ones deleted, and a VM started afterwards gets its address.
 func TestSystemControllerRestart(t *testing.T) {
-	c := cluster(t)
+	c := setup(t)
 	ctx := context.Background()
 	ns := c.CP.NewNamespace(t, "sys-restart")
 	c.DumpOnFailure(t, ns)

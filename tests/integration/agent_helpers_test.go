@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
 func resultIPs(t testing.TB, res *types100.Result) []netip.Addr {
@@ -31,11 +32,11 @@ func resultIPs(t testing.TB, res *types100.Result) []netip.Addr {
 // reservationsOf lists a network's reservations, live.
 func reservationsOf(t testing.TB, network string) []ipkeeperv1alpha1.IPReservation {
 	t.Helper()
-	var list ipkeeperv1alpha1.IPReservationList
-	if err := cp.Client.List(context.Background(), &list, client.MatchingFields{"spec.network": network}); err != nil {
-		t.Fatalf("listing reservations: %v", err)
+	rs, err := framework.Reservations(context.Background(), cp.Client, network)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return list.Items
+	return rs
 }
 
 func cniCode(err error) uint {

@@ -13,7 +13,6 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -103,14 +102,8 @@ func (e *kvEnv) waitNoClaims(t testing.TB) {
 // waitGone waits until obj no longer exists.
 func waitGone(t testing.TB, obj client.Object) {
 	t.Helper()
-	if err := framework.Eventually(context.Background(), 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
-		err := cp.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, err
-	}); err != nil {
-		t.Fatalf("%T %s still exists: %v (finalizers %v)", obj, client.ObjectKeyFromObject(obj), err, obj.GetFinalizers())
+	if err := framework.WaitGone(context.Background(), cp.Client, obj, 60*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 
