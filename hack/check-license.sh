@@ -11,7 +11,7 @@ while IFS= read -r f; do
 	if ! awk -v want="$want" '$0 == want { found = 1; exit } /^package / { exit } END { exit !found }' "$f"; then
 		missing+=("$f")
 	fi
-done < <(git ls-files --cached --others --exclude-standard -- '*.go')
+done < <(git ls-files --cached --others --exclude-standard -- '*.go' | sort -u)
 if ((${#missing[@]})); then
 	echo "these Go files lack '$want' before their package clause:" >&2
 	printf '  %s\n' "${missing[@]}" >&2

@@ -1,9 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// SPDX-License-Identifier: Apache-2.0
-
-// SPDX-License-Identifier: Apache-2.0
-
 package e2e
 
 import (
