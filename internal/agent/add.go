@@ -65,7 +65,7 @@ func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (_ *types100.Re
 		ips, err = a.allocateForPod(ctx, req, pod)
 	}
 	if err != nil {
-		a.log.Info("ADD failed", "pod", pod.Namespace+"/"+pod.Name, "interface", req.IfName, "network", req.cfg.Name, "error", err)
+		a.log.Error(err, "ADD failed", "pod", pod.Namespace+"/"+pod.Name, "interface", req.IfName, "network", req.cfg.Name)
 		return nil, err
 	}
 	a.log.Info("ADD", "pod", pod.Namespace+"/"+pod.Name, "interface", req.IfName, "network", req.cfg.Name, "ips", formatIPs(ips))

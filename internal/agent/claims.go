@@ -79,7 +79,14 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 		}
 		err = a.writeClaimAllocated(ctx, claim, ips, pod)
 		if err == nil {
-			if recorded {
+			// Recorded now: the claim's other reservations on the network
+			// (an edited status, or what a failed earlier attempt of the
+			// first allocation left) hold addresses no pod will ever get.
+			written := make([]string, len(ips))
+			for i, p := range ips {
+				written[i] = p.String()
+			}
+			if recorded || len(notRecorded(a.held(network, h), written)) > 0 {
 				a.releaseSuperseded(ctx, req, claim, h)
 			}
 			return ips, nil
@@ -204,11 +211,17 @@ func (a *Agent) dropUnrecorded(ctx context.Context, claim ipkeeperv1alpha1.Reser
 // claim's reservations this sandbox made that the claim does not record
 // (it lost the first-allocation race after a create whose response was
 // lost, so its ADD could not drop them) are released; everything the claim
-// records is kept, as the VM keeps its addresses. Best effort: the claim
-// unreadable, the next ADD of the claim drops them (releaseSuperseded).
+// records is kept, as the VM keeps its addresses. With nothing recorded
+// yet they are kept too (the next ADD of the claim adopts them, and the
+// first status write releases what it does not record); the claim gone,
+// the garbage collector releases them. One another node has taken over
+// is that node's to release (and the only one it may delete).
 func (a *Agent) releaseUnrecordedOfSandbox(ctx context.Context, entries []entry) error {
 	byClaim := map[types.UID][]entry{}
 	for _, e := range entries {
+		if e.node != a.opts.NodeName {
+			continue
+		}
 		byClaim[e.owner.UID] = append(byClaim[e.owner.UID], e)
 	}
 	var errs []error
@@ -218,12 +231,18 @@ func (a *Agent) releaseUnrecordedOfSandbox(ctx context.Context, entries []entry)
 		func() {
 			defer a.locks.lock(h.key(es[0].network))()
 			fresh, err := a.claims.Get(ctx, owner.Namespace, owner.Name)
-			if err != nil || fresh.UID != owner.UID || len(fresh.Status.IPs) == 0 {
-				return // gone: the garbage collector releases them; unreadable or unrecorded: kept
+			switch {
+			case errors.Is(err, errClaimMissing):
+				return
+			case err != nil:
+				errs = append(errs, fmt.Errorf("reading IPAMClaim %s/%s to release what this sandbox made that it does not record: %w", owner.Namespace, owner.Name, err))
+				return
+			case fresh.UID != owner.UID || len(fresh.Status.IPs) == 0:
+				return
 			}
 			var stale []entry
 			for _, e := range notRecorded(es, fresh.Status.IPs) {
-				if cur, ok := a.idx.get(e.name); ok && cur.uid == e.uid && cur.rv == e.rv {
+				if cur, ok := a.idx.get(e.name); ok && cur.uid == e.uid && cur.rv == e.rv && cur.node == a.opts.NodeName {
 					stale = append(stale, cur)
 				}
 			}

@@ -30,6 +30,11 @@ func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
 	stillThisSandbox := func(r *ipkeeperv1alpha1.IPReservation) bool {
 		return r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerPod && r.Spec.ContainerID == creq.ContainerID && r.Spec.InterfaceName == creq.IfName
 	}
+	// A create of this sandbox whose response was lost may exist without
+	// the index showing it yet (the same fault often cuts the watch).
+	if err := a.resolveUncertainOfSandbox(ctx, sandboxKey{network, creq.ContainerID, creq.IfName}); err != nil {
+		return cniError(codeTryAgainLater, err)
+	}
 	var errs []error
 	var claimed []entry
 	for _, e := range a.idx.sandbox(network, creq.ContainerID, creq.IfName) {
@@ -44,6 +49,26 @@ func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return cniError(codeTryAgainLater, err)
+	}
+	return nil
+}
+
+// resolveUncertainOfSandbox reads live the reservations of the sandbox's
+// creates whose outcome was unknown, putting those that exist and are
+// still the sandbox's into the index for the DEL to find.
+func (a *Agent) resolveUncertainOfSandbox(ctx context.Context, sk sandboxKey) error {
+	for _, kn := range a.uncertain.ofSandbox(sk) {
+		cur, err := a.store.Get(ctx, kn[1])
+		switch {
+		case errors.Is(err, ErrGone):
+		case err != nil:
+			return fmt.Errorf("checking the outcome of an earlier create of this sandbox: %w", err)
+		case cur.Spec.ContainerID == sk.containerID && cur.Spec.InterfaceName == sk.ifName:
+			if e, ok := entryOf(cur); ok {
+				a.idx.upsert(e)
+			}
+		}
+		a.uncertain.forget(kn[0], kn[1])
 	}
 	return nil
 }

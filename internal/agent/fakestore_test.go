@@ -196,6 +196,8 @@ type fakeClaims struct {
 	failAfterStatus error
 	// failStatus, once, is returned instead of applying a status write.
 	failStatus error
+	// failGet, once, is returned instead of reading a claim.
+	failGet error
 }
 
 var claimsGR = schema.GroupResource{Group: "k8s.cni.cncf.io", Resource: "ipamclaims"}
@@ -230,6 +232,10 @@ func (f *fakeClaims) setStatusIPs(ns, name string, ips ...string) {
 func (f *fakeClaims) Get(_ context.Context, ns, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.failGet; err != nil {
+		f.failGet = nil
+		return nil, err
+	}
 	c, ok := f.claims[types.NamespacedName{Namespace: ns, Name: name}]
 	if !ok {
 		return nil, fmt.Errorf("%w: %s/%s", errClaimMissing, ns, name)

@@ -413,62 +413,154 @@ func TestFailedClaimStatusWriteDropsOnlyUnrecorded(t *testing.T) {
 // lost, so its ADD fails without knowing it holds that address, and the
 // winner records its own addresses. The loser's sandbox is then torn down:
 // its DEL must release the claim reservation it made that the claim does
-// not record, or the claim holds an address nobody uses for as long as the
-// VM runs.
+// not record (whether or not the informer shows it yet), or the claim
+// holds an address nobody uses for as long as the VM runs. The loser's
+// rollback must not release the IPv4 the winner adopted and recorded.
 func TestDelReleasesUnrecordedClaimReservationOfItsSandbox(t *testing.T) {
-	store := newFakeStore()
-	claim := testClaim("claim-uid-loser")
-	claims := newFakeClaims(claim)
-	a := newTestAgent(t, store, claims)
-	pod := testPod("virt-launcher-vm1-loser", "pod-uid-8")
-	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: claim.Name, UID: claim.UID}
-	var winner []string
-	store.afterCreate = func(r *ipkeeperv1alpha1.IPReservation) error {
-		if !netip.MustParseAddr(r.Spec.IP).Is6() {
-			return nil
-		}
-		store.afterCreate = nil
-		// Meanwhile the winner (node-b) recorded this IPv4 (same seed) and
-		// its own IPv6.
-		w6 := store.put(&ipkeeperv1alpha1.IPReservation{
-			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr("fd00::99"))},
-			Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: "fd00::99", Owner: owner, InterfaceName: "net1", Node: "node-b", ContainerID: "winner"},
-		})
-		for _, x := range store.all() {
-			if x.Spec.Owner.UID == claim.UID && netip.MustParseAddr(x.Spec.IP).Is4() {
-				winner = append(winner, x.Spec.IP+"/24")
+	for _, tt := range []struct {
+		name           string
+		informerCaught bool // the informer delivered the lost create before the DEL
+		claimReadFails bool // the DEL's read of the claim fails
+		wantDelErr     bool
+	}{
+		{name: "informer caught up", informerCaught: true},
+		{name: "informer lagging"},
+		{name: "claim unreadable", informerCaught: true, claimReadFails: true, wantDelErr: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store := newFakeStore()
+			claim := testClaim("claim-uid-loser")
+			claims := newFakeClaims(claim)
+			a := newTestAgent(t, store, claims)
+			pod := testPod("virt-launcher-vm1-loser", "pod-uid-8")
+			owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: claim.Name, UID: claim.UID}
+			var winner []string
+			var lostName string
+			store.afterCreate = func(r *ipkeeperv1alpha1.IPReservation) error {
+				if !netip.MustParseAddr(r.Spec.IP).Is6() {
+					return nil
+				}
+				store.afterCreate = nil
+				lostName = r.Name
+				// Meanwhile the winner (node-b) adopted this IPv4 (same
+				// seed) and recorded it with its own IPv6.
+				w6 := store.put(&ipkeeperv1alpha1.IPReservation{
+					ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr("fd00::99"))},
+					Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: "fd00::99", Owner: owner, InterfaceName: "net1", Node: "node-b", ContainerID: "winner"},
+				})
+				for _, x := range store.all() {
+					if x.Spec.Owner.UID == claim.UID && netip.MustParseAddr(x.Spec.IP).Is4() {
+						winner = append(winner, x.Spec.IP+"/24")
+					}
+				}
+				winner = append(winner, w6.Spec.IP+"/120")
+				claims.setStatusIPs("vms", claim.Name, winner...)
+				return errors.New("http2: client connection lost")
 			}
-		}
-		winner = append(winner, w6.Spec.IP+"/120")
-		claims.setStatusIPs("vms", claim.Name, winner...)
-		return errors.New("http2: client connection lost")
+			req := testRequest(t, cniproto.CmdAdd, dualStackConf, "loser-sandbox", pod)
+			if _, err := a.allocateForClaim(context.Background(), req, pod, claim.Name); err == nil {
+				t.Fatal("ADD succeeded although its IPv6 create response was lost")
+			}
+			for _, s := range winner {
+				ip, _ := parseClaimIP(s)
+				if _, ok := store.get(naming.Reservation("blue", ip)); !ok {
+					t.Fatalf("the failed ADD's rollback released %s, which the winner recorded", s)
+				}
+			}
+			if tt.informerCaught {
+				for _, r := range store.all() {
+					if e, ok := entryOf(r); ok {
+						a.idx.upsert(e)
+					}
+				}
+			}
+			if tt.claimReadFails {
+				claims.failGet = errors.New("etcdserver: request timed out")
+			}
+			del := &cniproto.Request{Command: cniproto.CmdDel, ContainerID: "loser-sandbox", IfName: "net1", Config: []byte(dualStackConf),
+				Args: "K8S_POD_NAMESPACE=vms;K8S_POD_NAME=" + pod.Name + ";K8S_POD_UID=" + string(pod.UID)}
+			err := a.Del(context.Background(), del)
+			if tt.wantDelErr {
+				if c := cniCodeOf(err); c != types.ErrTryAgainLater {
+					t.Fatalf("DEL with the claim unreadable = %v (code %d), want try again later", err, c)
+				}
+				if _, ok := store.get(lostName); !ok {
+					t.Fatalf("DEL released %s without reading the claim", lostName)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			var held []string
+			for _, r := range reservationsOwnedBy(store, claim.UID) {
+				held = append(held, r.Spec.IP)
+			}
+			if len(held) != len(winner) {
+				t.Fatalf("after the loser's DEL the claim holds %v, want exactly the recorded %v", held, winner)
+			}
+			for _, s := range winner {
+				ip, _ := parseClaimIP(s)
+				if _, ok := store.get(naming.Reservation("blue", ip)); !ok {
+					t.Errorf("recorded %s lost its reservation", s)
+				}
+			}
+		})
 	}
-	req := testRequest(t, cniproto.CmdAdd, dualStackConf, "loser-sandbox", pod)
-	if _, err := a.allocateForClaim(context.Background(), req, pod, claim.Name); err == nil {
-		t.Fatal("ADD succeeded although its IPv6 create response was lost")
-	}
-	// The informer delivers what the API server holds.
-	for _, r := range store.all() {
-		if e, ok := entryOf(r); ok {
-			a.idx.upsert(e)
-		}
-	}
-	del := &cniproto.Request{Command: cniproto.CmdDel, ContainerID: "loser-sandbox", IfName: "net1", Config: []byte(dualStackConf),
-		Args: "K8S_POD_NAMESPACE=vms;K8S_POD_NAME=" + pod.Name + ";K8S_POD_UID=" + string(pod.UID)}
+}
+
+// A claim-backed DEL leaves alone a reservation of its sandbox that
+// another node has taken over (spec.node): only that node may delete it.
+func TestClaimDelLeavesOtherNodesReservation(t *testing.T) {
+	store := newFakeStore()
+	claim := testClaim("claim-uid-other")
+	claims := newFakeClaims(claim)
+	claims.setStatusIPs("vms", claim.Name, "10.0.0.5/24", "fd00::5/120")
+	a := newTestAgent(t, store, claims)
+	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: claim.Name, UID: claim.UID}
+	r := store.put(&ipkeeperv1alpha1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr("10.0.0.9"))},
+		Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: "10.0.0.9", Owner: owner, InterfaceName: "net1", Node: "node-b", ContainerID: "s1"},
+	})
+	e, _ := entryOf(r)
+	a.idx.upsert(e)
+	del := &cniproto.Request{Command: cniproto.CmdDel, ContainerID: "s1", IfName: "net1", Config: []byte(dualStackConf)}
 	if err := a.Del(context.Background(), del); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
+	if _, ok := store.get(r.Name); !ok {
+		t.Fatalf("node-a's DEL deleted %s, which node-b has taken over", r.Name)
+	}
+}
+
+// A claim's first allocation, once recorded, releases the claim's other
+// reservations on the network: what failed earlier attempts left (here a
+// second IPv4 the retry did not pick) holds addresses no pod will get.
+func TestFirstClaimAllocationReleasesLeftovers(t *testing.T) {
+	store := newFakeStore()
+	claim := testClaim("claim-uid-left")
+	claims := newFakeClaims(claim)
+	a := newTestAgent(t, store, claims)
+	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: claim.Name, UID: claim.UID}
+	for _, ip := range []string{"10.0.0.20", "10.0.0.21"} {
+		r := store.put(&ipkeeperv1alpha1.IPReservation{
+			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr(ip))},
+			Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: ip, Owner: owner, InterfaceName: "net1", Node: "node-a", ContainerID: "failed-" + ip},
+		})
+		e, _ := entryOf(r)
+		a.idx.upsert(e)
+	}
+	pod := testPod("virt-launcher-vm1-left", "pod-uid-9")
+	ips, err := a.allocateForClaim(context.Background(), testRequest(t, cniproto.CmdAdd, dualStackConf, "s", pod), pod, claim.Name)
+	if err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	got, _ := claims.Get(context.Background(), "vms", claim.Name)
 	var held []string
 	for _, r := range reservationsOwnedBy(store, claim.UID) {
-		held = append(held, r.Spec.IP)
+		held = append(held, r.Spec.IP+"/"+map[bool]string{true: "24", false: "120"}[netip.MustParseAddr(r.Spec.IP).Is4()])
 	}
-	if len(held) != len(winner) {
-		t.Fatalf("after the loser's DEL the claim holds %v, want exactly the recorded %v", held, winner)
-	}
-	for _, s := range winner {
-		ip, _ := parseClaimIP(s)
-		if _, ok := store.get(naming.Reservation("blue", ip)); !ok {
-			t.Errorf("recorded %s lost its reservation", s)
-		}
+	if !sameAddresses(got.Status.IPs, ips) || len(held) != len(ips) {
+		t.Fatalf("ADD returned %v, status records %v, the claim holds %v: want the recorded addresses and nothing else", ips, got.Status.IPs, held)
 	}
 }

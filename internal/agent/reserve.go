@@ -233,7 +233,7 @@ func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, 
 		a.idx.upsert(e)
 		return e, false, nil
 	default:
-		a.uncertain.add(h.key(network), obj.Name)
+		a.uncertain.add(h.key(network), obj.Name, sandboxKey{network, req.ContainerID, req.IfName})
 		return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
 	}
 }
@@ -260,10 +260,16 @@ func (a *Agent) resolveUncertain(ctx context.Context, network string, h holder) 
 }
 
 // uncertainCreates remembers, per holder, creates whose response never
-// came: the API server may have applied them.
+// came: the API server may have applied them. The retry of the holder's
+// ADD, or the DEL of the sandbox that made them, looks them up live.
 type uncertainCreates struct {
 	mu sync.Mutex
-	m  map[string]map[string]time.Time
+	m  map[string]map[string]uncertainCreate // holder key -> reservation name
+}
+
+type uncertainCreate struct {
+	at      time.Time
+	sandbox sandboxKey
 }
 
 // uncertainTTL bounds how long an unknown outcome is remembered; a holder
@@ -271,16 +277,16 @@ type uncertainCreates struct {
 const uncertainTTL = 10 * time.Minute
 
 func newUncertainCreates() *uncertainCreates {
-	return &uncertainCreates{m: map[string]map[string]time.Time{}}
+	return &uncertainCreates{m: map[string]map[string]uncertainCreate{}}
 }
 
-func (u *uncertainCreates) add(key, name string) {
+func (u *uncertainCreates) add(key, name string, sandbox sandboxKey) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	now := time.Now()
 	for k, names := range u.m {
-		for n, t := range names {
-			if now.Sub(t) >= uncertainTTL {
+		for n, c := range names {
+			if now.Sub(c.at) >= uncertainTTL {
 				delete(names, n)
 			}
 		}
@@ -289,9 +295,25 @@ func (u *uncertainCreates) add(key, name string) {
 		}
 	}
 	if u.m[key] == nil {
-		u.m[key] = map[string]time.Time{}
+		u.m[key] = map[string]uncertainCreate{}
 	}
-	u.m[key][name] = now
+	u.m[key][name] = uncertainCreate{at: now, sandbox: sandbox}
+}
+
+// ofSandbox returns the (holder key, reservation name) of the uncertain
+// creates a sandbox's interface made on a network.
+func (u *uncertainCreates) ofSandbox(sandbox sandboxKey) [][2]string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out [][2]string
+	for k, names := range u.m {
+		for n, c := range names {
+			if c.sandbox == sandbox {
+				out = append(out, [2]string{k, n})
+			}
+		}
+	}
+	return out
 }
 
 func (u *uncertainCreates) names(key string) []string {

@@ -26,6 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/ipkeeper/ipkeeper/internal/retry"
 )
 
 // ControllerName is the name of the controller registered by SetupWithManager.
@@ -340,6 +342,7 @@ func (r *Rotator) SetupWithManager(mgr manager.Manager) error {
 	})
 	err = builder.ControllerManagedBy(mgr).
 		Named(ControllerName).
+		WithOptions(retry.Options()).
 		Watches(&corev1.Secret{}, toReq, builder.WithPredicates(isNamed(o.SecretNamespace, o.SecretName))).
 		Watches(&admissionregistrationv1.MutatingWebhookConfiguration{}, toReq, builder.WithPredicates(isNamed("", o.WebhookConfigName))).
 		// A watch on an object that does not exist yet never fires, so

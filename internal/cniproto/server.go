@@ -49,7 +49,7 @@ func (s *httpHandler) serveCNI(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	req, status, cerr := decodeRequest(w, r)
 	if cerr != nil {
-		s.log.Info("rejected CNI request", "error", cerr)
+		s.log.Error(cerr, "rejected CNI request")
 		writeResponse(w, status, &Response{Error: cerr})
 		return
 	}

@@ -16,7 +16,9 @@ import (
 	"github.com/go-logr/logr"
 )
 
-// Levels are the values --log-level accepts. logr's V(1) is "debug".
+// Levels are the values --log-level accepts: "debug" adds logr's V(1)
+// lines, "info" is the default, "error" keeps only errors (logr has no
+// warning level; "warn" is accepted and means the same as "error").
 var Levels = []string{"debug", "info", "warn", "error"}
 
 // New returns a JSON logger on w at level (one of Levels).
@@ -25,7 +27,18 @@ func New(w io.Writer, level string) (logr.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return logr.Discard(), fmt.Errorf("--log-level %q: want one of %v", level, Levels)
 	}
-	return logr.FromSlogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return logr.FromSlogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l, ReplaceAttr: levelNames})), nil
+}
+
+// levelNames prints logr's V(n) lines (slog levels -n) as DEBUG rather
+// than slog's "DEBUG+3"; errors are logged under "err" by logr's bridge.
+func levelNames(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.LevelKey {
+		if l, ok := a.Value.Any().(slog.Level); ok && l < slog.LevelInfo {
+			a.Value = slog.StringValue("DEBUG")
+		}
+	}
+	return a
 }
 
 // Text returns a human-readable logger on w at info level, for tests and

@@ -37,6 +37,9 @@ func TestNewLevels(t *testing.T) {
 				t.Fatalf("level %s: line %q is not JSON: %v", tt.level, line, err)
 			}
 			got[m["msg"].(string)] = true
+			if m["msg"] == "d" && m["level"] != "DEBUG" {
+				t.Errorf("a V(1) line has level %v, want DEBUG", m["level"])
+			}
 		}
 		if got["d"] != tt.debug || got["i"] != tt.info || got["e"] != tt.err {
 			t.Errorf("level %s: logged %v, want debug=%v info=%v error=%v", tt.level, got, tt.debug, tt.info, tt.err)
