@@ -89,7 +89,7 @@ func TestBuildResult(t *testing.T) {
 			cfg := mustParse(t, tt.conf)
 			var ips []netip.Prefix
 			for _, s := range tt.ips {
-				ips = append(ips, mustPrefix(t, s))
+				ips = append(ips, netip.MustParsePrefix(s))
 			}
 
 			res := buildResult(cfg, ips)

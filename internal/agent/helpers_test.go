@@ -14,24 +14,6 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-func mustAddr(t testing.TB, s string) netip.Addr {
-	t.Helper()
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		t.Fatalf("bad test address %q: %v", s, err)
-	}
-	return a
-}
-
-func mustPrefix(t testing.TB, s string) netip.Prefix {
-	t.Helper()
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		t.Fatalf("bad test prefix %q: %v", s, err)
-	}
-	return p
-}
-
 // mustParse parses a network configuration that the test expects to be valid.
 func mustParse(t testing.TB, conf string) *ipamconfig.Config {
 	t.Helper()
@@ -46,7 +28,7 @@ func mustParse(t testing.TB, conf string) *ipamconfig.Config {
 // agent names it.
 func podEntry(t testing.TB, network, ip string, podUID types.UID, ifName, containerID string) entry {
 	t.Helper()
-	a := mustAddr(t, ip)
+	a := netip.MustParseAddr(ip)
 	name := naming.Reservation(network, a)
 	return entry{
 		name: name, uid: types.UID("uid-" + name), network: network, ip: a,

@@ -153,7 +153,7 @@ func TestIndexUpsertRemove(t *testing.T) {
 			}
 			now := time.Now()
 			for _, tk := range tt.taken {
-				if got := x.takenFunc(tk.network, now)(mustAddr(t, tk.ip)); got != tk.want {
+				if got := x.takenFunc(tk.network, now)(netip.MustParseAddr(tk.ip)); got != tk.want {
 					t.Errorf("taken(%s, %s) = %v, want %v", tk.network, tk.ip, got, tk.want)
 				}
 			}
@@ -192,19 +192,19 @@ func TestIndexTakenFunc(t *testing.T) {
 		{"taken by a reservation", func(x *index) { x.upsert(podEntry(t, netA, "10.0.0.5", "p", "net1", "c")) }, t0, "10.0.0.5", true},
 		{"reservation on another network", func(x *index) { x.upsert(podEntry(t, netB, "10.0.0.5", "p", "net1", "c")) }, t0, "10.0.0.5", false},
 		{"taken by a claim-owned reservation", func(x *index) { x.upsert(claimEntry(t, netA, "10.0.0.5", "c", "net1")) }, t0, "10.0.0.5", true},
-		{"taken by a fresh conflict", func(x *index) { x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0) }, t0, "10.0.0.5", true},
-		{"conflict just under the TTL", func(x *index) { x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0) }, t0.Add(conflictTTL - time.Nanosecond), "10.0.0.5", true},
-		{"conflict exactly conflictTTL old", func(x *index) { x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0) }, t0.Add(conflictTTL), "10.0.0.5", false},
-		{"conflict older than conflictTTL", func(x *index) { x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0) }, t0.Add(time.Hour), "10.0.0.5", false},
+		{"taken by a fresh conflict", func(x *index) { x.markConflict(netA, netip.MustParseAddr("10.0.0.5"), t0) }, t0, "10.0.0.5", true},
+		{"conflict just under the TTL", func(x *index) { x.markConflict(netA, netip.MustParseAddr("10.0.0.5"), t0) }, t0.Add(conflictTTL - time.Nanosecond), "10.0.0.5", true},
+		{"conflict exactly conflictTTL old", func(x *index) { x.markConflict(netA, netip.MustParseAddr("10.0.0.5"), t0) }, t0.Add(conflictTTL), "10.0.0.5", false},
+		{"conflict older than conflictTTL", func(x *index) { x.markConflict(netA, netip.MustParseAddr("10.0.0.5"), t0) }, t0.Add(time.Hour), "10.0.0.5", false},
 		{"conflict renewed", func(x *index) {
-			x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0)
-			x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0.Add(conflictTTL))
+			x.markConflict(netA, netip.MustParseAddr("10.0.0.5"), t0)
+			x.markConflict(netA, netip.MustParseAddr("10.0.0.5"), t0.Add(conflictTTL))
 		}, t0.Add(conflictTTL), "10.0.0.5", true},
-		{"conflict on another network", func(x *index) { x.markConflict(netB, mustAddr(t, "10.0.0.5"), t0) }, t0, "10.0.0.5", false},
-		{"conflict on another address", func(x *index) { x.markConflict(netA, mustAddr(t, "10.0.0.6"), t0) }, t0, "10.0.0.5", false},
-		{"IPv6 conflict", func(x *index) { x.markConflict(netA, mustAddr(t, "fd00::5"), t0) }, t0, "fd00::5", true},
+		{"conflict on another network", func(x *index) { x.markConflict(netB, netip.MustParseAddr("10.0.0.5"), t0) }, t0, "10.0.0.5", false},
+		{"conflict on another address", func(x *index) { x.markConflict(netA, netip.MustParseAddr("10.0.0.6"), t0) }, t0, "10.0.0.5", false},
+		{"IPv6 conflict", func(x *index) { x.markConflict(netA, netip.MustParseAddr("fd00::5"), t0) }, t0, "fd00::5", true},
 		{"old conflict, address reserved since", func(x *index) {
-			x.markConflict(netA, mustAddr(t, "10.0.0.5"), t0)
+			x.markConflict(netA, netip.MustParseAddr("10.0.0.5"), t0)
 			x.upsert(podEntry(t, netA, "10.0.0.5", "p", "net1", "c"))
 		}, t0.Add(time.Hour), "10.0.0.5", true},
 	}
@@ -212,7 +212,7 @@ func TestIndexTakenFunc(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			x := newIndex()
 			tt.setup(x)
-			if got := x.takenFunc(netA, tt.now)(mustAddr(t, tt.ip)); got != tt.want {
+			if got := x.takenFunc(netA, tt.now)(netip.MustParseAddr(tt.ip)); got != tt.want {
 				t.Errorf("takenFunc(%s, t0+%v)(%s) = %v, want %v", netA, tt.now.Sub(t0), tt.ip, got, tt.want)
 			}
 		})
@@ -226,7 +226,7 @@ func TestIndexTakenFuncIsLive(t *testing.T) {
 	x := newIndex()
 	taken := x.takenFunc(netA, now)
 	e := podEntry(t, netA, "10.0.0.5", "p", "net1", "c")
-	c := mustAddr(t, "10.0.0.6")
+	c := netip.MustParseAddr("10.0.0.6")
 	if taken(e.ip) || taken(c) {
 		t.Fatal("empty index reports an address taken")
 	}
@@ -456,7 +456,7 @@ func TestIndexLookupsAndLen(t *testing.T) {
 		{"re-upsert of a held name", func() { x.upsert(with(a1, func(e *entry) { e.containerID = "s9" })) }, 4},
 		{"stale remove", func() { x.remove(a2.name, "stale") }, 4},
 		{"remove", func() { x.remove(a2.name, a2.uid) }, 3},
-		{"conflicts do not count", func() { x.markConflict(netA, mustAddr(t, "10.0.0.99"), time.Now()) }, 3},
+		{"conflicts do not count", func() { x.markConflict(netA, netip.MustParseAddr("10.0.0.99"), time.Now()) }, 3},
 		{"remove all", func() {
 			for _, e := range all {
 				x.remove(e.name, "")
@@ -500,7 +500,7 @@ func TestIndexConflictPruning(t *testing.T) {
 				x.markConflict(netA, addr(i), t0.Add(conflictTTL/2))
 			}
 			// Another network's marks are never pruned by this one's.
-			other := mustAddr(t, "fd00::1")
+			other := netip.MustParseAddr("fd00::1")
 			x.markConflict(netB, other, t0)
 
 			last := addr(i)

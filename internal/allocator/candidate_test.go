@@ -59,7 +59,7 @@ func TestPick(t *testing.T) {
 			if err != nil {
 				t.Fatalf("pick: %v", err)
 			}
-			if want := mustAddr(t, tt.want); got != want {
+			if want := netip.MustParseAddr(tt.want); got != want {
 				t.Errorf("pick = %v, want %v", got, want)
 			}
 			if err := r.Usable(got); err != nil {
@@ -105,7 +105,7 @@ func TestCandidateExhausted(t *testing.T) {
 // Candidate relies on New: a range with nothing usable, or a hand-built
 // one breaking its invariants, cannot be made (see iprange's TestNew).
 func TestCandidateWholeIPv6Space(t *testing.T) {
-	all := iprange.MustNew(iprange.Spec{Subnet: mustPrefix(t, "::/0")})
+	all := iprange.MustNew(iprange.Spec{Subnet: netip.MustParsePrefix("::/0")})
 	top := h128(^uint64(0), ^uint64(0)-1) // index 2^128-2: the last address
 	got, err := pick(all, nil, top)
 	if err != nil || got != all.End() {
@@ -152,8 +152,8 @@ func TestCandidateVisitsEachUsableAddressOnce(t *testing.T) {
 // An exclude of half a /64 must be stepped over, not walked.
 func TestCandidateJumpsLargeExclude(t *testing.T) {
 	r := parseRange(t, `{"range":"fd00::/64","exclude":["fd00::/65"]}`)
-	lowHalf := mustPrefix(t, "fd00::/65")
-	busy := mustPrefix(t, "fd00::8000:0:0:0/120")
+	lowHalf := netip.MustParsePrefix("fd00::/65")
+	busy := netip.MustParsePrefix("fd00::8000:0:0:0/120")
 	calls := 0
 	taken := func(a netip.Addr) bool {
 		calls++
@@ -168,7 +168,7 @@ func TestCandidateJumpsLargeExclude(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := mustAddr(t, "fd00::8000:0:0:100"); got != want || calls != 258 {
+	if want := netip.MustParseAddr("fd00::8000:0:0:100"); got != want || calls != 258 {
 		t.Fatalf("pick = %v after %d calls, want %v after 258", got, calls, want)
 	}
 	for seed := range 200 {

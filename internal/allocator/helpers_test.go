@@ -23,24 +23,6 @@ func parseRange(t testing.TB, ipam string) iprange.Range {
 	return cfg.Ranges[0]
 }
 
-func mustAddr(t testing.TB, s string) netip.Addr {
-	t.Helper()
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		t.Fatalf("bad test address %q: %v", s, err)
-	}
-	return a
-}
-
-func mustPrefix(t testing.TB, s string) netip.Prefix {
-	t.Helper()
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		t.Fatalf("bad test prefix %q: %v", s, err)
-	}
-	return p
-}
-
 // takenSet builds a predicate from addresses and prefixes ("10.0.0.1",
 // "10.0.0.0/30").
 func takenSet(t testing.TB, items ...string) func(netip.Addr) bool {
@@ -51,7 +33,7 @@ func takenSet(t testing.TB, items ...string) func(netip.Addr) bool {
 			ps = append(ps, p)
 			continue
 		}
-		a := mustAddr(t, s)
+		a := netip.MustParseAddr(s)
 		ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
 	}
 	return func(a netip.Addr) bool {

@@ -3,7 +3,6 @@
 package iprange_test
 
 import (
-	"net/netip"
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
@@ -19,22 +18,4 @@ func parseRange(t testing.TB, ipam string) iprange.Range {
 		t.Fatalf("Parse(%s): %v", ipam, err)
 	}
 	return cfg.Ranges[0]
-}
-
-func mustAddr(t testing.TB, s string) netip.Addr {
-	t.Helper()
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		t.Fatalf("bad test address %q: %v", s, err)
-	}
-	return a
-}
-
-func mustPrefix(t testing.TB, s string) netip.Prefix {
-	t.Helper()
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		t.Fatalf("bad test prefix %q: %v", s, err)
-	}
-	return p
 }

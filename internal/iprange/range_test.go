@@ -14,8 +14,8 @@ import (
 )
 
 func TestNew(t *testing.T) {
-	a := func(s string) netip.Addr { return mustAddr(t, s) }
-	p := func(s string) netip.Prefix { return mustPrefix(t, s) }
+	a := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	p := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 	tests := []struct {
 		name       string
 		spec       iprange.Spec
@@ -69,8 +69,8 @@ func TestNew(t *testing.T) {
 // A Range breaking the invariants cannot be made: this is why the
 // allocator needs no checks of its own.
 func TestNewInvalid(t *testing.T) {
-	a := func(s string) netip.Addr { return mustAddr(t, s) }
-	p := func(s string) netip.Prefix { return mustPrefix(t, s) }
+	a := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	p := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 	v4 := p("10.0.0.0/24")
 	tests := []struct {
 		name string
@@ -113,8 +113,8 @@ func TestNewInvalid(t *testing.T) {
 // When the gateway and excludes leave nothing, New says which entry
 // closed the last gap (the parser names its field).
 func TestNewEmpty(t *testing.T) {
-	a := func(s string) netip.Addr { return mustAddr(t, s) }
-	p := func(s string) netip.Prefix { return mustPrefix(t, s) }
+	a := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	p := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 	tests := []struct {
 		name    string
 		spec    iprange.Spec
@@ -151,15 +151,15 @@ func TestNewEmpty(t *testing.T) {
 
 // A Range cannot be changed through what it hands out.
 func TestRangeImmutable(t *testing.T) {
-	ex := []netip.Prefix{mustPrefix(t, "10.0.0.0/28")}
-	r := iprange.MustNew(iprange.Spec{Subnet: mustPrefix(t, "10.0.0.0/24"), Exclude: ex})
-	ex[0] = mustPrefix(t, "10.0.0.128/25")
+	ex := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/28")}
+	r := iprange.MustNew(iprange.Spec{Subnet: netip.MustParsePrefix("10.0.0.0/24"), Exclude: ex})
+	ex[0] = netip.MustParsePrefix("10.0.0.128/25")
 	got := r.Excludes()
-	got[0] = mustPrefix(t, "10.0.0.64/26")
-	if want := []netip.Prefix{mustPrefix(t, "10.0.0.0/28")}; !slices.Equal(r.Excludes(), want) {
+	got[0] = netip.MustParsePrefix("10.0.0.64/26")
+	if want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/28")}; !slices.Equal(r.Excludes(), want) {
 		t.Fatalf("Excludes = %v, want %v", r.Excludes(), want)
 	}
-	if r.Usable(mustAddr(t, "10.0.0.5")) == nil || r.Usable(mustAddr(t, "10.0.0.200")) != nil {
+	if r.Usable(netip.MustParseAddr("10.0.0.5")) == nil || r.Usable(netip.MustParseAddr("10.0.0.200")) != nil {
 		t.Fatalf("the usable check changed with the caller's slices")
 	}
 }
@@ -169,10 +169,10 @@ func TestZeroRange(t *testing.T) {
 	if r.Size().Sign() != 0 || r.At([16]byte{}).IsValid() {
 		t.Errorf("zero Range: Size %v, At %v", r.Size(), r.At([16]byte{}))
 	}
-	for ip := range r.Walk(mustAddr(t, "10.0.0.1")) {
+	for ip := range r.Walk(netip.MustParseAddr("10.0.0.1")) {
 		t.Fatalf("zero Range yields %v", ip)
 	}
-	if err := r.Usable(mustAddr(t, "10.0.0.1")); !errors.Is(err, iprange.ErrNotUsable) {
+	if err := r.Usable(netip.MustParseAddr("10.0.0.1")); !errors.Is(err, iprange.ErrNotUsable) {
 		t.Errorf("Usable = %v", err)
 	}
 }
@@ -184,13 +184,13 @@ func TestAtAndWalk(t *testing.T) {
 	for i := range 20 {
 		var h [16]byte
 		h[15] = byte(i)
-		if got := r.At(h); got != mustAddr(t, want[i%len(want)]) {
+		if got := r.At(h); got != netip.MustParseAddr(want[i%len(want)]) {
 			t.Errorf("At(%d) = %v, want %s", i, got, want[i%len(want)])
 		}
 	}
 	walk := func(from string) []string {
 		var out []string
-		for a := range r.Walk(mustAddr(t, from)) {
+		for a := range r.Walk(netip.MustParseAddr(from)) {
 			out = append(out, a.String())
 		}
 		return out
@@ -212,7 +212,7 @@ func TestAtAndWalk(t *testing.T) {
 			t.Errorf("Walk(%s) = %v, want %v", tt.from, got, tt.want)
 		}
 	}
-	for a := range r.Walk(mustAddr(t, "fd00::1")) {
+	for a := range r.Walk(netip.MustParseAddr("fd00::1")) {
 		t.Fatalf("Walk from another family yields %v", a)
 	}
 	// Stopping early stops.
@@ -241,12 +241,12 @@ func TestLastAddrAndUsableBounds(t *testing.T) {
 		{"::/0", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
 	}
 	for _, tt := range tests {
-		p := mustPrefix(t, tt.prefix)
-		if got := iprange.LastAddr(p); got != mustAddr(t, tt.last) {
+		p := netip.MustParsePrefix(tt.prefix)
+		if got := iprange.LastAddr(p); got != netip.MustParseAddr(tt.last) {
 			t.Errorf("LastAddr(%s) = %v, want %s", p, got, tt.last)
 		}
 		first, last := iprange.UsableBounds(p)
-		if first != mustAddr(t, tt.first) || last != mustAddr(t, tt.usableLast) {
+		if first != netip.MustParseAddr(tt.first) || last != netip.MustParseAddr(tt.usableLast) {
 			t.Errorf("UsableBounds(%s) = %v, %v, want %s, %s", p, first, last, tt.first, tt.usableLast)
 		}
 	}

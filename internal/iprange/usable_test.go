@@ -42,7 +42,7 @@ func TestUsable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := parseRange(t, tt.ipam).Usable(mustAddr(t, tt.ip))
+			err := parseRange(t, tt.ipam).Usable(netip.MustParseAddr(tt.ip))
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("Usable = %v, want nil", err)
