@@ -201,21 +201,33 @@ func wanted(ownerObj client.Object, owner claimowner.Owner, claim *ipamclaimsv1a
 // of that owner (it may start a launcher pod, for example a migration target).
 //
 // Pods come from the cache's claim-reference index. A live pass (reader is
-// the API reader) also lists the owner's launcher pods by their VMI-name
-// label, which is where a pod the cache has not seen yet would come from
-// (virt-controller creating a launcher pod); it never lists the whole
-// namespace.
+// the API reader) also lists the owner's launcher pods, which is where a
+// pod the cache has not seen yet would come from (virt-controller creating
+// a launcher pod): by kubevirt.io/created-by, the UID of the owner's VMI
+// (the vm.kubevirt.io/name label is the VMI's hostname, which spec.hostname
+// changes), and by that name label for launchers of a VMI already gone. It
+// never lists the whole namespace.
 func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, state ownerState) (string, error) {
 	pods := PodMetadataList()
 	if err := r.Client.List(ctx, pods, client.InNamespace(claim.Namespace), client.MatchingFields{indexClaimRef: claim.Name}); err != nil {
 		return "", fmt.Errorf("listing pods using IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
 	if reader != r.Client {
-		launchers := PodMetadataList()
-		if err := reader.List(ctx, launchers, client.InNamespace(claim.Namespace), client.MatchingLabels{kubevirt.VMINameLabel: owner.Name}); err != nil {
-			return "", fmt.Errorf("listing launcher pods of %s: %w", owner, err)
+		selectors := []client.MatchingLabels{{kubevirt.VMINameLabel: owner.Name}}
+		var vmi kubevirtv1.VirtualMachineInstance
+		switch err := reader.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: owner.Name}, &vmi); {
+		case err == nil:
+			selectors = append(selectors, client.MatchingLabels{kubevirtv1.CreatedByLabel: string(vmi.UID)})
+		case !apierrors.IsNotFound(err):
+			return "", fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", claim.Namespace, owner.Name, err)
 		}
-		pods.Items = append(pods.Items, launchers.Items...)
+		for _, sel := range selectors {
+			launchers := PodMetadataList()
+			if err := reader.List(ctx, launchers, client.InNamespace(claim.Namespace), sel); err != nil {
+				return "", fmt.Errorf("listing launcher pods of %s: %w", owner, err)
+			}
+			pods.Items = append(pods.Items, launchers.Items...)
+		}
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package claims
+
+import (
+	"context"
+	"testing"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
+)
+
+// The live pass before a claim's finalizer comes off must see a launcher
+// pod the cache has not seen yet, also when the VM sets spec.hostname:
+// KubeVirt then labels the launcher vm.kubevirt.io/name with the hostname,
+// not the VMI's name, and only kubevirt.io/created-by (the VMI's UID) finds it.
+func TestUsersLivePassFindsLaunchersByVMIUID(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, ipamclaimsv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "vm1.blue"}}
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "vm1", UID: "vmi-uid"}}
+	launcher := func(labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "vms", Name: "virt-launcher-vm1-abcde", Labels: labels,
+			Annotations: map[string]string{multus.Annotation: `[{"name":"blue","namespace":"vms","ipam-claim-reference":"vm1.blue"}]`},
+		}}
+	}
+	owner := claimowner.Owner{Kind: claimowner.KindVM, Name: "vm1", UID: "vm-uid"}
+	for _, tt := range []struct {
+		name   string
+		labels map[string]string
+		want   bool
+	}{
+		{"hostname set", map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue, kubevirt.VMINameLabel: "custom-host", kubevirtv1.CreatedByLabel: "vmi-uid"}, true},
+		{"no hostname", map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue, kubevirt.VMINameLabel: "vm1", kubevirtv1.CreatedByLabel: "vmi-uid"}, true},
+		{"another VMI's launcher", map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue, kubevirt.VMINameLabel: "vm2", kubevirtv1.CreatedByLabel: "other-uid"}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// The cache has not seen the launcher yet; the API server has.
+			cache := fake.NewClientBuilder().WithScheme(scheme).
+				WithIndex(PodMetadata(), indexClaimRef, func(o client.Object) []string {
+					return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
+				}).Build()
+			api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(vmi, launcher(tt.labels)).Build()
+			r := &ClaimReleaser{Client: cache, APIReader: api}
+			who, err := r.users(context.Background(), api, claim, owner, ownerGone)
+			if err != nil {
+				t.Fatalf("users: %v", err)
+			}
+			if got := who == "pod virt-launcher-vm1-abcde"; got != tt.want {
+				t.Fatalf("users() = %q; want the launcher pod found: %v", who, tt.want)
+			}
+		})
+	}
+}
