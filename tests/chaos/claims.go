@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
 // Claim-backed pods, as a VM's launcher pods: each references its slot's
@@ -103,7 +104,7 @@ func (r *runner) startClaimPods(ctx context.Context, op int, cs *claimSlot, node
 	var started []*claimPod
 	for _, i := range nodes {
 		n := r.c.nodes[i]
-		elem := map[string]any{"name": net.nad, "namespace": namespace, "interface": ifName, "ipam-claim-reference": cs.name}
+		elem := map[string]any{"name": net.nad, "namespace": namespace, "interface": ifName, multus.ClaimRefKey: cs.name}
 		pod, err := r.createPod(ctx, op, fmt.Sprintf("vm-%d-p%d", cs.idx, r.id()), n.name, elem)
 		if err != nil {
 			continue

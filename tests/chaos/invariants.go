@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -119,7 +120,7 @@ func (r *runner) objectsOf(keys []string) string {
 		}
 		var pod corev1.Pod
 		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: k}, &pod); err == nil {
-			fmt.Fprintf(&b, "  pod %s: uid=%s node=%s networks=%s\n", k, pod.UID, pod.Spec.NodeName, pod.Annotations["k8s.v1.cni.cncf.io/networks"])
+			fmt.Fprintf(&b, "  pod %s: uid=%s node=%s networks=%s\n", k, pod.UID, pod.Spec.NodeName, pod.Annotations[multus.Annotation])
 		}
 		var claim ipamclaimsv1alpha1.IPAMClaim
 		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: k}, &claim); err == nil {

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -431,7 +432,7 @@ func (c *Cluster) DumpOnFailure(t testing.TB, namespace string) {
 		if err := c.CP.Client.List(ctx, &pods, client.InNamespace(namespace)); err == nil {
 			b.WriteString("--- pods\n")
 			for _, p := range pods.Items {
-				fmt.Fprintf(&b, "%s node=%s deleting=%v networks=%s\n", p.Name, p.Spec.NodeName, p.DeletionTimestamp != nil, p.Annotations["k8s.v1.cni.cncf.io/networks"])
+				fmt.Fprintf(&b, "%s node=%s deleting=%v networks=%s\n", p.Name, p.Spec.NodeName, p.DeletionTimestamp != nil, p.Annotations[multus.Annotation])
 			}
 		}
 		t.Log(b.String())

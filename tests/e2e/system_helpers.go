@@ -17,6 +17,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -53,7 +54,7 @@ func (c *Cluster) CreatePod(t testing.TB, namespace, name, node, networks string
 		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
 	}
 	if networks != "" {
-		pod.Annotations = map[string]string{"k8s.v1.cni.cncf.io/networks": networks}
+		pod.Annotations = map[string]string{multus.Annotation: networks}
 	}
 	if err := c.CP.Client.Create(context.Background(), pod); err != nil {
 		t.Fatalf("creating pod %s/%s: %v", namespace, name, err)

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/agent"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -77,7 +78,7 @@ func createClaim(t testing.TB, ns, name, network string) *ipamclaimsv1alpha1.IPA
 // leaves them.
 func createLaunchers(t testing.TB, ns, node, prefix, claim string, n int) []*corev1.Pod {
 	t.Helper()
-	return cp.CreateAnnotatedPods(t, ns, node, prefix, n, map[string]string{"k8s.v1.cni.cncf.io/networks": networksAnnotation(ns, claim)})
+	return cp.CreateAnnotatedPods(t, ns, node, prefix, n, map[string]string{multus.Annotation: networksAnnotation(ns, claim)})
 }
 
 func networksAnnotation(ns, claim string) string {
@@ -415,8 +416,8 @@ func TestClaimReferenceAddedByHotplug(t *testing.T) {
 	claim := createClaim(t, ns, "vm1.blue", network)
 	for i := range 10 {
 		pod := cp.CreateAnnotatedPods(t, ns, a.Node, fmt.Sprintf("launcher-%d", i), 1,
-			map[string]string{"k8s.v1.cni.cncf.io/networks": `[{"name":"other","interface":"net9"}]`})[0]
-		pod.Annotations["k8s.v1.cni.cncf.io/networks"] = networksAnnotation(ns, claim.Name)
+			map[string]string{multus.Annotation: `[{"name":"other","interface":"net9"}]`})[0]
+		pod.Annotations[multus.Annotation] = networksAnnotation(ns, claim.Name)
 		if err := cp.Client.Update(ctx, pod); err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -106,7 +107,7 @@ func TestClaimOnlyForItsVMsLaunchers(t *testing.T) {
 	vmIP := resultIPs(t, res)[0]
 
 	annot, _ := json.Marshal([]map[string]any{{"name": "blue", "namespace": e.ns, "interface": ifName, "ipam-claim-reference": "vm1.blue"}})
-	impostor := cp.CreateAnnotatedPods(t, e.ns, a.Node, "impostor", 1, map[string]string{"k8s.v1.cni.cncf.io/networks": string(annot)})[0]
+	impostor := cp.CreateAnnotatedPods(t, e.ns, a.Node, "impostor", 1, map[string]string{multus.Annotation: string(annot)})[0]
 	res, err = a.Add(ctx, impostor, ifName, conf)
 	if err == nil {
 		t.Fatalf("a pod that is not the VM's launcher got the VM's claim and address %v", resultIPs(t, res))
@@ -162,7 +163,7 @@ func TestStandaloneVMIClaimOnlyForItsLauncher(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: e.ns, Name: "other-helper",
-			Annotations:     map[string]string{"k8s.v1.cni.cncf.io/networks": string(annot)},
+			Annotations:     map[string]string{multus.Annotation: string(annot)},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(other, kubevirtv1.VirtualMachineInstanceGroupVersionKind)},
 		},
 		Spec: corev1.PodSpec{NodeName: a.Node, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none"}}},
@@ -330,7 +331,7 @@ func TestPersistentIPsFlagOnBothNADShapes(t *testing.T) {
 	// agent refuses, naming the NAD and where the flag was found.
 	createClaim(t, e.ns, "by-hand.blue", "flag-nested")
 	annot, _ := json.Marshal([]map[string]any{{"name": "nested", "namespace": e.ns, "interface": "net1", "ipam-claim-reference": "by-hand.blue"}})
-	pod := cp.CreateAnnotatedPods(t, e.ns, a.Node, "nested", 1, map[string]string{"k8s.v1.cni.cncf.io/networks": string(annot)})[0]
+	pod := cp.CreateAnnotatedPods(t, e.ns, a.Node, "nested", 1, map[string]string{multus.Annotation: string(annot)})[0]
 	_, err = a.Add(ctx, pod, "net1", multusDelegate(t, nested, 0))
 	mustContain(t, err, "NetworkAttachmentDefinition "+e.ns+"/nested", "spec.config.plugins[0].allowPersistentIPs, where it is ignored")
 	if cniCode(err) != 7 {
@@ -353,7 +354,7 @@ func TestClaimReferenceWithMultusDefaultNetwork(t *testing.T) {
 		createClaim(t, ns, "vm1."+n, n)
 	}
 	annot := `[{"name":"def-a","ipam-claim-reference":"vm1.def-a"},{"name":"def-b","ipam-claim-reference":"vm1.def-b"}]`
-	pod := cp.CreateAnnotatedPods(t, ns, a.Node, "p", 1, map[string]string{"k8s.v1.cni.cncf.io/networks": annot})[0]
+	pod := cp.CreateAnnotatedPods(t, ns, a.Node, "p", 1, map[string]string{multus.Annotation: annot})[0]
 	// Multus: net0 cluster network, net1 the default network, net2 def-a, net3 def-b.
 	res, err := a.Add(ctx, pod, "net2", persistentConf("def-a", map[string]any{"range": "10.80.0.0/24"}))
 	if err != nil {
@@ -378,7 +379,7 @@ func TestClaimReferenceByPosition(t *testing.T) {
 	annot := `[{"name":"pos","ipam-claim-reference":"vm1.first"},{"name":"pos","ipam-claim-reference":"vm1.second"}]`
 
 	unknown := cp.StartAgent(t, "node-pos-unknown", func(o *agent.Options) { o.MultusDefaultNetworks = -1 })
-	pod := cp.CreateAnnotatedPods(t, ns, unknown.Node, "u", 1, map[string]string{"k8s.v1.cni.cncf.io/networks": annot})[0]
+	pod := cp.CreateAnnotatedPods(t, ns, unknown.Node, "u", 1, map[string]string{multus.Annotation: annot})[0]
 	_, err := unknown.Add(ctx, pod, "net2", conf)
 	mustContain(t, err, "--multus-default-networks", `"interface"`)
 	if cniCode(err) != 7 {
@@ -386,7 +387,7 @@ func TestClaimReferenceByPosition(t *testing.T) {
 	}
 
 	known := cp.StartAgent(t, "node-pos-known", func(o *agent.Options) { o.MultusDefaultNetworks = 1 })
-	pod = cp.CreateAnnotatedPods(t, ns, known.Node, "k", 1, map[string]string{"k8s.v1.cni.cncf.io/networks": annot})[0]
+	pod = cp.CreateAnnotatedPods(t, ns, known.Node, "k", 1, map[string]string{multus.Annotation: annot})[0]
 	for ifName, claim := range map[string]string{"net2": "vm1.first", "net3": "vm1.second"} {
 		res, err := known.Add(ctx, pod, ifName, conf)
 		if err != nil {
