@@ -26,11 +26,15 @@ import (
 // them, so tools reading claims work with either IPAM.
 const (
 	conditionIPsAllocated = "IPsAllocated"
-	condReasonAllocated   = "SuccessfulAllocation"
-	condReasonExhausted   = "SubnetExhausted"
-	condReasonConflict    = "IPAddressConflict"
-	condReasonInternal    = "InternalError"
+
+	condReasonAllocated conditionReason = "SuccessfulAllocation"
+	condReasonExhausted conditionReason = "SubnetExhausted"
+	condReasonConflict  conditionReason = "IPAddressConflict"
+	condReasonInternal  conditionReason = "InternalError"
 )
+
+// conditionReason is the reason of the claim's IPsAllocated condition.
+type conditionReason string
 
 // maxStatusRaces bounds the re-reads when another pod (the other side of a
 // live migration) writes the claim's status at the same time.
@@ -278,7 +282,7 @@ func (a *Agent) writeClaimAllocated(ctx context.Context, claim *ipamclaimsv1alph
 	}
 	updated.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: pod.Name}
 	changedCond := meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
-		Type: conditionIPsAllocated, Status: metav1.ConditionTrue, Reason: condReasonAllocated,
+		Type: conditionIPsAllocated, Status: metav1.ConditionTrue, Reason: string(condReasonAllocated),
 		Message: fmt.Sprintf("%s allocated on network %q", strings.Join(updated.Status.IPs, ", "), claim.Spec.Network), ObservedGeneration: claim.Generation,
 	})
 	if !changedCond && slices.Equal(updated.Status.IPs, claim.Status.IPs) &&
@@ -304,7 +308,7 @@ func (a *Agent) reportClaimFailure(ctx context.Context, claim *ipamclaimsv1alpha
 	}
 	updated := claim.DeepCopy()
 	if !meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
-		Type: conditionIPsAllocated, Status: metav1.ConditionFalse, Reason: reason, Message: cause.Error(), ObservedGeneration: claim.Generation,
+		Type: conditionIPsAllocated, Status: metav1.ConditionFalse, Reason: string(reason), Message: cause.Error(), ObservedGeneration: claim.Generation,
 	}) {
 		return
 	}

@@ -20,13 +20,16 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 )
 
-// Event reasons on the VM (or standalone VMI).
+// EventReason is the reason of an Event on the VM (or standalone VMI).
+type EventReason string
+
+// The Event reasons, listed in docs/troubleshooting.md.
 const (
-	ReasonClaimCreated  = "IPAMClaimCreated"
-	ReasonClaimDeleted  = "IPAMClaimDeleted"
-	ReasonClaimConflict = "IPAMClaimConflict"
-	ReasonClaimMismatch = "IPAMClaimSpecMismatch"
-	ReasonNADProblem    = "NetworkAttachmentDefinitionProblem"
+	ReasonClaimCreated  EventReason = "IPAMClaimCreated"
+	ReasonClaimDeleted  EventReason = "IPAMClaimDeleted"
+	ReasonClaimConflict EventReason = "IPAMClaimConflict"
+	ReasonClaimMismatch EventReason = "IPAMClaimSpecMismatch"
+	ReasonNADProblem    EventReason = "NetworkAttachmentDefinitionProblem"
 )
 
 // claimWriter creates an owner's missing claims; the VM and VMI reconcilers share it.
@@ -69,7 +72,7 @@ func (w *claimWriter) ensure(ctx context.Context, ownerObj client.Object, owner 
 			if ok {
 				who = held.String()
 			}
-			w.recorder.Eventf(ownerObj, corev1.EventTypeWarning, ReasonClaimConflict,
+			w.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonClaimConflict),
 				"IPAMClaim %s/%s for network %q belongs to %s; waiting for it to be released before this %s can have persistent IPs on that network",
 				claim.Namespace, claim.Name, d.LogicalNetwork, who, owner.Kind)
 			continue
@@ -81,7 +84,7 @@ func (w *claimWriter) ensure(ctx context.Context, ownerObj client.Object, owner 
 		if claim.Spec.Network != d.Network || claim.Spec.Interface != d.Interface {
 			// The claim spec is what the IPAM allocated for; rewriting it
 			// would not move the addresses, so it is reported, not changed.
-			w.recorder.Eventf(ownerObj, corev1.EventTypeWarning, ReasonClaimMismatch,
+			w.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonClaimMismatch),
 				"IPAMClaim %s/%s has network %q interface %q, but network %q now wants network %q interface %q; delete the claim to re-create it (the VM gets new addresses)",
 				claim.Namespace, claim.Name, claim.Spec.Network, claim.Spec.Interface, d.LogicalNetwork, d.Network, d.Interface)
 		}
@@ -113,7 +116,7 @@ func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner 
 	}
 	claimsCreated.Inc()
 	log.FromContext(ctx).Info("created IPAMClaim", "claim", claim.Name, "network", d.LogicalNetwork, "cniNetwork", d.Network, "interface", d.Interface)
-	w.recorder.Eventf(ownerObj, corev1.EventTypeNormal, ReasonClaimCreated,
+	w.recorder.Eventf(ownerObj, corev1.EventTypeNormal, string(ReasonClaimCreated),
 		"created IPAMClaim %s for network %q (CNI network %q, pod interface %s)", claim.Name, d.LogicalNetwork, d.Network, d.Interface)
 	return nil
 }

@@ -128,7 +128,7 @@ func (r *ClaimReleaser) release(ctx context.Context, claim *ipamclaimsv1alpha1.I
 	claimsReleased.Inc()
 	log.FromContext(ctx).Info("released IPAMClaim", "claim", claim.Name, "ips", claim.Status.IPs)
 	if ownerObj != nil {
-		r.Recorder.Eventf(ownerObj, corev1.EventTypeNormal, ReasonClaimDeleted,
+		r.Recorder.Eventf(ownerObj, corev1.EventTypeNormal, string(ReasonClaimDeleted),
 			"deleted IPAMClaim %s (network %q, addresses %v): no launcher pod uses it any more", claim.Name, claim.Annotations[NetworkAnnotation], claim.Status.IPs)
 	}
 	return nil

@@ -61,7 +61,7 @@ func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj cl
 	want, problems := desiredClaims(ctx, owner.Name, ownerObj.GetNamespace(), kubevirt.SecondaryNetworks(spec), s.readNAD)
 	for _, p := range problems {
 		nadProblems.Inc()
-		s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, ReasonNADProblem, "no persistent IPs for %v", p)
+		s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonNADProblem), "no persistent IPs for %v", p)
 	}
 	res, err := s.ensure(ctx, ownerObj, owner, want)
 	if err != nil {

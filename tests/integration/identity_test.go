@@ -323,7 +323,7 @@ func TestPersistentIPsFlagOnBothNADShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, vm, claims.ReasonNADProblem, `NetworkAttachmentDefinition `+e.ns+`/nested: "allowPersistentIPs" is set at spec.config.plugins[0].allowPersistentIPs, where it is ignored; set it at the top level`)
+	waitEvent(t, vm, string(claims.ReasonNADProblem), `NetworkAttachmentDefinition `+e.ns+`/nested: "allowPersistentIPs" is set at spec.config.plugins[0].allowPersistentIPs, where it is ignored; set it at the top level`)
 	if _, err := e.claim(ctx, "vm-nested.blue"); err == nil {
 		t.Fatal("a claim was made for a NAD whose flag is only inside a plugin")
 	}

@@ -41,7 +41,7 @@ func TestVMClaimsAcrossStartStopAndMigration(t *testing.T) {
 	if !slices.Contains(claim.Finalizers, claims.Finalizer) {
 		t.Errorf("claim finalizers = %v, want %s", claim.Finalizers, claims.Finalizer)
 	}
-	waitEvent(t, vm, claims.ReasonClaimCreated, "vm1.blue")
+	waitEvent(t, vm, string(claims.ReasonClaimCreated), "vm1.blue")
 	if _, err := e.claim(ctx, "vm1.red"); err == nil {
 		t.Error("a claim was made for red, whose NAD does not allow persistent IPs")
 	}
@@ -248,7 +248,7 @@ func TestSameNameVMRecreated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, recreated, claims.ReasonClaimConflict, "vm1.blue")
+	waitEvent(t, recreated, string(claims.ReasonClaimConflict), "vm1.blue")
 	if controllerCounter("ipkeeper_controller_claim_conflicts_total", "", "") <= conflictsBefore {
 		t.Error("conflict metric did not move")
 	}
@@ -410,7 +410,7 @@ func TestNADVariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, uses, claims.ReasonNADProblem, "spec.config.allowPersistentIPs")
+	waitEvent(t, uses, string(claims.ReasonNADProblem), "spec.config.allowPersistentIPs")
 	e.waitClaim(t, "vm2.a") // the healthy network is not held back
 	if _, _, err := e.sim.Start(ctx, uses, ""); err == nil || !strings.Contains(err.Error(), "NetworkAttachmentDefinition "+e.ns+"/broken: spec.config.allowPersistentIPs") {
 		t.Fatalf("launcher pod using a broken NAD: err = %v, want a denial naming the NAD and field", err)
