@@ -34,7 +34,8 @@ import (
 //	I3 at quiescence, after the GC grace period, no reservation without a
 //	   live owner (a pod attachment the harness holds, or an existing claim);
 //	I4 a claim's status.ips equals the addresses of its reservations, and
-//	   its pods get exactly those;
+//	   its pods get exactly those (a reservation the status does not record
+//	   is allowed only while the DEL of the sandbox that made it is owed);
 //	I5 no panic in any process log, and every failed request returned a
 //	   CNI error with a code (never a transport error while the agent is up).
 //
@@ -245,17 +246,25 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 			continue
 		}
 		r.counts.inc("check:I4")
+		status := claimIPs(claim.Status.IPs)
 		var held []netip.Addr
 		keys := []string{claim.Name}
 		for _, res := range ls.res {
 			if res.Spec.Owner.Kind == ipkv1alpha1.OwnerIPAMClaim && res.Spec.Owner.UID == claim.UID {
-				if ip, err := netip.ParseAddr(res.Spec.IP); err == nil {
-					held = append(held, ip)
+				ip, err := netip.ParseAddr(res.Spec.IP)
+				if err != nil {
+					continue
 				}
+				// A sandbox whose ADD failed half-way (its agent killed,
+				// say) may hold an address the claim does not record until
+				// its DEL reaches the agent; the runtime owes that DEL.
+				if !slices.Contains(status, ip) && r.model.owesDel(res.Spec.ContainerID) {
+					continue
+				}
+				held = append(held, ip)
 				keys = append(keys, res.Spec.ContainerID) // the sandbox whose ADD made it
 			}
 		}
-		status := claimIPs(claim.Status.IPs)
 		liveAtts := r.model.liveOfHolder(h)
 		// Reservations are made before the status is written; with no
 		// status yet and no pod attached, the next ADD adopts them.

@@ -119,6 +119,21 @@ func (m *model) setState(a *attachment, s attState) {
 	a.state, a.since = s, time.Now()
 }
 
+// owesDel reports whether the sandbox containerID has an attachment whose
+// DEL has not succeeded yet although no ADD of it succeeds any more: its
+// ADD is in flight or failed, or its DEL was sent (or its pod deleted)
+// without success so far.
+func (m *model) owesDel(containerID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range m.atts {
+		if a.containerID == containerID && (a.state == attAdding || a.state == attFailed || a.state == attReleasing) {
+			return true
+		}
+	}
+	return false
+}
+
 // stateOf returns a's state.
 func (m *model) stateOf(a *attachment) attState {
 	m.mu.Lock()
