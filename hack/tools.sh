@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, at pinned versions, the binaries the tests and the demo run:
 # etcd, kube-apiserver, kube-controller-manager, kubectl, the CNI reference
-# plugins, the Multus thin plugin, controller-gen and golangci-lint.
+# plugins, the Multus thin plugin, controller-gen and golangci-lint; and,
+# only for `make bench`, whereabouts (hack/tools.sh whereabouts).
 #
 # Nothing prebuilt can be downloaded here, but everything builds from the Go
 # module proxy. Each component is built in a throwaway module that pins its
@@ -20,6 +21,8 @@ CNI_PLUGINS_VERSION=v1.9.0
 MULTUS_VERSION=v4.2.3
 CONTROLLER_TOOLS_VERSION=v0.19.0
 GOLANGCI_LINT_VERSION=v2.6.2
+# Only for `make bench` (the side-by-side comparison); not built by default.
+WHEREABOUTS_VERSION=v0.9.4
 
 ROOT="${IPKEEPER_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ipkeeper/tools}"
 
@@ -39,6 +42,7 @@ IPKEEPER_CNI_PLUGINS_DIR=$ROOT/cni-plugins-${CNI_PLUGINS_VERSION}
 IPKEEPER_MULTUS=$ROOT/multus-${MULTUS_VERSION}/multus
 IPKEEPER_CONTROLLER_GEN=$ROOT/controller-gen-${CONTROLLER_TOOLS_VERSION}/controller-gen
 IPKEEPER_GOLANGCI_LINT=$ROOT/golangci-lint-${GOLANGCI_LINT_VERSION}/golangci-lint
+IPKEEPER_WHEREABOUTS_DIR=$ROOT/whereabouts-${WHEREABOUTS_VERSION}
 ENV
 	exit 0
 fi
@@ -169,6 +173,27 @@ require github.com/golangci/golangci-lint/v2 ${GOLANGCI_LINT_VERSION}"
 	touch "$dir/.complete"
 }
 
+# whereabouts, the IPAM plugin `make bench` compares against, with its CRDs
+# (copied from the module's doc/crds) next to the binary. Its go.mod pins
+# gogo/protobuf with a replace, which a requiring module must repeat.
+build_whereabouts() {
+	local dir="$ROOT/whereabouts-${WHEREABOUTS_VERSION}"
+	if built "$dir"; then log "whereabouts ${WHEREABOUTS_VERSION}: cached in $dir"; return; fi
+	log "whereabouts ${WHEREABOUTS_VERSION}: building the IPAM plugin"
+	mkdir -p "$dir/crds"
+	local gomod="module ipkeeper.tools/whereabouts
+go 1.25.5
+require github.com/k8snetworkplumbingwg/whereabouts ${WHEREABOUTS_VERSION}
+replace github.com/gogo/protobuf => github.com/gogo/protobuf v1.3.2"
+	build_in_module "$dir" "$gomod" whereabouts "github.com/k8snetworkplumbingwg/whereabouts/cmd"
+	local src
+	src=$(cd "$(mktemp -d)" && go mod download -json "github.com/k8snetworkplumbingwg/whereabouts@${WHEREABOUTS_VERSION}" |
+		sed -n 's/.*"Dir": "\(.*\)",*/\1/p')
+	[[ -d "$src/doc/crds" ]] || die "no doc/crds in github.com/k8snetworkplumbingwg/whereabouts@${WHEREABOUTS_VERSION}"
+	cp "$src"/doc/crds/whereabouts.cni.cncf.io_*.yaml "$dir/crds/"
+	touch "$dir/.complete"
+}
+
 components=("$@")
 [[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen)
 for c in "${components[@]}"; do
@@ -179,7 +204,8 @@ for c in "${components[@]}"; do
 	multus) build_multus ;;
 	controller-gen) build_controller_gen ;;
 	golangci-lint) build_golangci_lint ;;
-	*) die "unknown component '$c' (known: etcd kubernetes cni-plugins multus controller-gen golangci-lint)" ;;
+	whereabouts) build_whereabouts ;;
+	*) die "unknown component '$c' (known: etcd kubernetes cni-plugins multus controller-gen golangci-lint whereabouts)" ;;
 	esac
 done
 log "all requested tools are in $ROOT"

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -88,6 +90,11 @@ func run(args []string) int {
 	}
 	cfg.QPS, cfg.Burst = float32(o.apiQPS), o.apiBurst
 	cfg.UserAgent = "ipkeeper-agent/" + version.Version + " (" + o.agent.NodeName + ")"
+	// The Go runtime's and the process's own figures (heap, RSS, CPU) next
+	// to the agent's, as every Kubernetes component exports them.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	o.agent.Registry = reg
 	a, err := agent.New(cfg, o.agent)
 	if err != nil {
 		log.Error(err, "starting")

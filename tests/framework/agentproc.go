@@ -30,6 +30,10 @@ type AgentProcessOptions struct {
 	Dir string
 	// ExtraArgs are appended to the flags (a later flag wins).
 	ExtraArgs []string
+	// HealthAddr, when set, is the --health-probe-bind-address; by default
+	// a free loopback port. Many agents started at once need ports chosen
+	// outside the ephemeral range, which their own connections draw from.
+	HealthAddr string
 }
 
 // AgentProcess is a running ipkeeper-agent process.
@@ -57,15 +61,18 @@ type AgentProcess struct {
 //
 // It does not wait for readiness; see WaitReady.
 func StartAgentProcess(o AgentProcessOptions) (*AgentProcess, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	if o.HealthAddr == "" {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		o.HealthAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
 	a := &AgentProcess{
 		NodeName:   o.NodeName,
 		Socket:     filepath.Join(o.Dir, "run", "agent.sock"),
 		CNIBinDir:  filepath.Join(o.Dir, "cni-bin"),
-		HealthAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		HealthAddr: o.HealthAddr,
 		LogPath:    filepath.Join(o.Dir, "agent.log"),
 		done:       make(chan struct{}),
 	}
@@ -77,6 +84,7 @@ func StartAgentProcess(o AgentProcessOptions) (*AgentProcess, error) {
 		}
 	}
 	// Appended, so a restarted agent's log follows its predecessor's.
+	var err error
 	if a.log, err = os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 		return nil, fmt.Errorf("creating agent log: %w", err)
 	}
@@ -156,6 +164,9 @@ func (a *AgentProcess) WaitReady(ctx context.Context, timeout time.Duration) err
 	}
 	return nil
 }
+
+// PID is the agent's process ID, for reading its CPU time and memory from /proc.
+func (a *AgentProcess) PID() int { return a.cmd.Process.Pid }
 
 // Exited reports whether the process has exited, and how.
 func (a *AgentProcess) Exited() (bool, error) {

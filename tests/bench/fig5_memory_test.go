@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// BenchmarkMemory (figure 5): an agent process's RSS and Go heap with
+// 50,000 reservations cached, against the same process before they were
+// created (holding what earlier figures left, about 10,000). One
+// agent runs while the reservations are created (its cache fills from
+// watch events); a second starts afterwards (its cache fills from a list).
+// The reservations stay: figure 6, which runs after it, sees a cluster of
+// that size (files are named so that go test runs the figures in order).
+func BenchmarkMemory(b *testing.B) {
+	n := 50000
+	if testing.Short() {
+		n = 2000
+	}
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		ctx := context.Background()
+		// The heap the agent's /metrics reports holds garbage not yet
+		// collected (up to GOGC=100% more); the runtime's GC trace, in the
+		// agent's log, says what each collection found live.
+		b.Setenv("GODEBUG", "gctrace=1")
+		nodes, stop := startNodes(b, fmt.Sprintf("mem%d-node", i), 1)
+		watcher := nodes[0]
+		settle()
+		idle := memOf(b, watcher)
+		cached0 := sum(watcher.scrape(b), "ipkeeper_agent_reservations")
+
+		network := fmt.Sprintf("mem-%d", i)
+		b.StartTimer()
+		start := time.Now()
+		runConcurrently(n, 64, func(k int) {
+			ip := netip.AddrFrom4([4]byte{10, byte(64 + i), byte(k >> 8), byte(k)})
+			r := &ipkeeperv1alpha1.IPReservation{
+				ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(network, ip)},
+				Spec: ipkeeperv1alpha1.IPReservationSpec{Network: network, IP: ip.String(),
+					Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "bench",
+						Name: fmt.Sprintf("pod-%d", k), UID: types.UID(fmt.Sprintf("uid-%d", k))},
+					ContainerID: fmt.Sprintf("sandbox-%d", k), InterfaceName: "net1", Node: "mem-elsewhere"},
+			}
+			if err := cp.Client.Create(ctx, r); err != nil {
+				b.Errorf("creating reservation %d: %v", k, err)
+			}
+		})
+		b.StopTimer()
+		b.Logf("created %d reservations in %s (%.0f/s)", n, time.Since(start).Round(time.Second), float64(n)/time.Since(start).Seconds())
+		want := cached0 + float64(n)
+		if err := framework.Eventually(ctx, 2*time.Minute, 200*time.Millisecond, func(context.Context) (bool, error) {
+			return sum(watcher.scrape(b), "ipkeeper_agent_reservations") >= want, nil
+		}); err != nil {
+			b.Fatalf("the agent did not cache %.0f reservations: %v", want, err)
+		}
+		settle()
+		watched := memOf(b, watcher)
+		stop()
+
+		nodes, stop = startNodes(b, fmt.Sprintf("mem%d-late", i), 1)
+		settle()
+		listed := memOf(b, nodes[0])
+		stop()
+
+		per := func(m mem) float64 { return (m.live - idle.live) / float64(n) }
+		b.Logf("agent with %d reservations: filled by watch: RSS %.1f MiB, heap %.1f MiB (%.1f live at the last GC); filled by list: RSS %.1f MiB, heap %.1f MiB (%.1f live); "+
+			"before, with %.0f cached: RSS %.1f MiB, heap %.1f MiB (%.1f live); live heap per added reservation %.0f B (watch), %.0f B (list)",
+			n, mib(watched.rss), mib(watched.heap), mib(watched.live), mib(listed.rss), mib(listed.heap), mib(listed.live),
+			cached0, mib(idle.rss), mib(idle.heap), mib(idle.live), per(watched), per(listed))
+		worst := max(watched.rss, listed.rss)
+		record(row{fig: 5, what: fmt.Sprintf("agent RSS, %d reservations (watch / list)", n),
+			measured: fmt.Sprintf("%.1f / %.1f MiB", mib(watched.rss), mib(listed.rss)), baseline: fmt.Sprintf("%.1f MiB before (%.0f cached)", mib(idle.rss), cached0),
+			ratio: fmt.Sprintf("%.1fx", worst/idle.rss), target: "<= 64 MiB", verdict: verdict(mib(worst) <= 64)})
+		record(row{fig: 5, what: fmt.Sprintf("agent Go heap, %d reservations (watch / list)", n),
+			measured: fmt.Sprintf("%.1f / %.1f MiB", mib(watched.heap), mib(listed.heap)), baseline: fmt.Sprintf("%.1f MiB before (%.0f cached)", mib(idle.heap), cached0),
+			target: "(context)"})
+		record(row{fig: 5, what: fmt.Sprintf("agent live heap at last GC, %d reservations (watch / list)", n),
+			measured: fmt.Sprintf("%.1f / %.1f MiB", mib(watched.live), mib(listed.live)), baseline: fmt.Sprintf("%.1f MiB before", mib(idle.live)),
+			ratio: fmt.Sprintf("%.0f / %.0f B per reservation", per(watched), per(listed)), target: "(context)"})
+	}
+}
+
+type mem struct{ rss, heap, live float64 }
+
+func memOf(b *testing.B, n *node) mem {
+	b.Helper()
+	return mem{rss: n.stat(b).rss, heap: sum(n.scrape(b), "go_memstats_heap_alloc_bytes"), live: liveHeap(n.proc.LogPath)}
+}
+
+// gcLine matches the heap sizes of a gctrace line: "..., 10->11->5 MB, ...",
+// at the start, at the end and live after the collection.
+var gcLine = regexp.MustCompile(`(\d+)->(\d+)->(\d+) MB`)
+
+// liveHeap returns the live heap after the agent's last collection, in bytes
+// (0 when its log has none).
+func liveHeap(logPath string) float64 {
+	raw, err := os.ReadFile(logPath)
+	if err != nil {
+		return 0
+	}
+	m := gcLine.FindAllSubmatch(raw, -1)
+	if len(m) == 0 {
+		return 0
+	}
+	mb, _ := strconv.ParseFloat(string(m[len(m)-1][3]), 64)
+	return mb * 1e6 // gctrace's MB are 10^6 bytes
+}
+
+// settle lets an agent's start-up garbage be collected before its memory is read.
+func settle() { time.Sleep(5 * time.Second) }
