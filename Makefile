@@ -24,7 +24,7 @@ build: ## Build the three binaries into bin/.
 	for b in $(BINARIES); do CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/$$b ./cmd/$$b; done
 
 .PHONY: tools
-tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins, Multus and controller-gen (cached).
+tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins, Multus, controller-gen and KubeVirt virt-controller (cached).
 	bash hack/tools.sh
 
 .PHONY: generate

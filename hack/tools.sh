@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, at pinned versions, the binaries the tests and the demo run:
 # etcd, kube-apiserver, kube-controller-manager, kubectl, the CNI reference
-# plugins, the Multus thin plugin, controller-gen and golangci-lint; and,
+# plugins, the Multus thin plugin, controller-gen, golangci-lint, and KubeVirt's
+# virt-controller with the KubeVirt CRDs generated from the same module; and,
 # only for `make bench`, whereabouts (hack/tools.sh whereabouts).
 #
 # Nothing prebuilt can be downloaded here, but everything builds from the Go
@@ -23,6 +24,7 @@ CONTROLLER_TOOLS_VERSION=v0.19.0
 GOLANGCI_LINT_VERSION=v2.6.2
 # Only for `make bench` (the side-by-side comparison); not built by default.
 WHEREABOUTS_VERSION=v0.9.4
+KUBEVIRT_VERSION=v1.7.0
 
 ROOT="${IPKEEPER_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ipkeeper/tools}"
 
@@ -43,6 +45,8 @@ IPKEEPER_MULTUS=$ROOT/multus-${MULTUS_VERSION}/multus
 IPKEEPER_CONTROLLER_GEN=$ROOT/controller-gen-${CONTROLLER_TOOLS_VERSION}/controller-gen
 IPKEEPER_GOLANGCI_LINT=$ROOT/golangci-lint-${GOLANGCI_LINT_VERSION}/golangci-lint
 IPKEEPER_WHEREABOUTS_DIR=$ROOT/whereabouts-${WHEREABOUTS_VERSION}
+IPKEEPER_VIRT_CONTROLLER=$ROOT/kubevirt-${KUBEVIRT_VERSION}/virt-controller
+IPKEEPER_KUBEVIRT_CRDS_DIR=$ROOT/kubevirt-${KUBEVIRT_VERSION}/crds
 ENV
 	exit 0
 fi
@@ -194,8 +198,85 @@ replace github.com/gogo/protobuf => github.com/gogo/protobuf v1.3.2"
 	touch "$dir/.complete"
 }
 
+# kubevirt_gomod: a module requiring kubevirt.io/kubevirt with the module's
+# own replace block, except that its staging modules (kubevirt.io/api,
+# kubevirt.io/client-go, local paths there) come from the proxy at the same
+# version.
+kubevirt_gomod() {
+	local modfile
+	modfile=$(cd "$(mktemp -d)" && go mod download -json "kubevirt.io/kubevirt@${KUBEVIRT_VERSION}" |
+		sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
+	[[ -f "$modfile" ]] || die "could not download go.mod of kubevirt.io/kubevirt@${KUBEVIRT_VERSION}"
+	echo "module ipkeeper.tools/kubevirt"
+	echo "go 1.24.0"
+	echo "require kubevirt.io/kubevirt ${KUBEVIRT_VERSION}"
+	awk '/^replace \(/{in_block=1; next} in_block && /^\)/{in_block=0} in_block && NF' "$modfile" |
+		grep -v '=> \./staging' | sed 's/^[[:space:]]*/replace /'
+	echo "replace kubevirt.io/api => kubevirt.io/api ${KUBEVIRT_VERSION}"
+	echo "replace kubevirt.io/client-go => kubevirt.io/client-go ${KUBEVIRT_VERSION}"
+}
+
+# The CRDs virt-operator would install, written one file per CRD by the
+# module's own constructors, so the CRDs always match the binary.
+KUBEVIRT_CRDGEN_GO='package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	extv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
+	"kubevirt.io/kubevirt/pkg/virt-operator/resource/generate/components"
+)
+
+func main() {
+	dir := os.Args[1]
+	for _, f := range []func() (*extv1.CustomResourceDefinition, error){
+		components.NewVirtualMachineInstanceCrd, components.NewVirtualMachineCrd, components.NewPresetCrd,
+		components.NewReplicaSetCrd, components.NewVirtualMachineInstanceMigrationCrd, components.NewKubeVirtCrd,
+		components.NewVirtualMachinePoolCrd, components.NewVirtualMachineSnapshotCrd,
+		components.NewVirtualMachineSnapshotContentCrd, components.NewVirtualMachineRestoreCrd,
+		components.NewVirtualMachineExportCrd, components.NewVirtualMachineInstancetypeCrd,
+		components.NewVirtualMachineClusterInstancetypeCrd, components.NewVirtualMachinePreferenceCrd,
+		components.NewVirtualMachineClusterPreferenceCrd, components.NewMigrationPolicyCrd,
+		components.NewVirtualMachineCloneCrd,
+	} {
+		crd, err := f()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		crd.TypeMeta.APIVersion, crd.TypeMeta.Kind = "apiextensions.k8s.io/v1", "CustomResourceDefinition"
+		out, err := yaml.Marshal(crd)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, crd.Name+".yaml"), out, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+}'
+
+build_kubevirt() {
+	local dir="$ROOT/kubevirt-${KUBEVIRT_VERSION}"
+	if built "$dir"; then log "kubevirt ${KUBEVIRT_VERSION}: cached in $dir"; return; fi
+	log "KubeVirt ${KUBEVIRT_VERSION}: building virt-controller and generating its CRDs (first build takes several minutes)"
+	mkdir -p "$dir"
+	local gomod
+	gomod=$(kubevirt_gomod)
+	build_in_module "$dir" "$gomod" virt-controller "kubevirt.io/kubevirt/cmd/virt-controller"
+	MAIN_GO=$KUBEVIRT_CRDGEN_GO build_in_module "$dir" "$gomod" crdgen "./"
+	rm -rf "$dir/crds" && mkdir -p "$dir/crds"
+	"$dir/crdgen" "$dir/crds" || die "generating the KubeVirt CRDs failed"
+	rm -f "$dir/crdgen"
+	touch "$dir/.complete"
+}
+
 components=("$@")
-[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen)
+[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen kubevirt)
 for c in "${components[@]}"; do
 	case "$c" in
 	etcd) build_etcd ;;
@@ -205,7 +286,8 @@ for c in "${components[@]}"; do
 	controller-gen) build_controller_gen ;;
 	golangci-lint) build_golangci_lint ;;
 	whereabouts) build_whereabouts ;;
-	*) die "unknown component '$c' (known: etcd kubernetes cni-plugins multus controller-gen golangci-lint whereabouts)" ;;
+	kubevirt) build_kubevirt ;;
+	*) die "unknown component '$c' (known: etcd kubernetes cni-plugins multus controller-gen golangci-lint kubevirt whereabouts)" ;;
 	esac
 done
 log "all requested tools are in $ROOT"

@@ -44,6 +44,10 @@ type Options struct {
 	// WithoutKubeVirtCRDs leaves KubeVirt's CRDs out, as on a cluster
 	// without KubeVirt; InstallKubeVirtCRDs adds them later.
 	WithoutKubeVirtCRDs bool
+	// RealVirtController runs KubeVirt's own virt-controller (see
+	// virtcontroller.go) and installs the KubeVirt CRDs generated with it
+	// instead of the minimal ones in tests/crds/kubevirt.
+	RealVirtController bool
 }
 
 // ControlPlane is a running etcd + kube-apiserver (+ kube-controller-manager).
@@ -68,10 +72,13 @@ type ControlPlane struct {
 	env *envtest.Environment
 	// noKubeVirt is true while KubeVirt's CRDs are not installed.
 	noKubeVirt bool
-	logs       map[string]*logFile
-	logsMu     *sync.Mutex
-	kcm        *exec.Cmd
-	done       chan error
+	// kubeVirtCRDs is the directory of the KubeVirt CRDs in use.
+	kubeVirtCRDs   string
+	virtController *virtControllerProc
+	logs           map[string]*logFile
+	logsMu         *sync.Mutex
+	kcm            *exec.Cmd
+	done           chan error
 }
 
 // Start brings up the control plane and installs every CRD ipkeeper ships
@@ -90,6 +97,17 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 			return nil, err
 		}
 	}
+	if opts.RealVirtController {
+		if opts.WithoutKubeVirtCRDs {
+			return nil, errors.New("RealVirtController needs the KubeVirt CRDs: it cannot be combined with WithoutKubeVirtCRDs")
+		}
+		if err := requireExecutables(tools.VirtController); err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(tools.KubeVirtCRDsDir); err != nil {
+			return nil, fmt.Errorf("the generated KubeVirt CRDs are missing (%w): run `make tools`", err)
+		}
+	}
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -98,7 +116,10 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating control plane dir: %w", err)
 	}
-	cp := &ControlPlane{Tools: tools, Dir: dir, logs: map[string]*logFile{}, logsMu: &sync.Mutex{}}
+	cp := &ControlPlane{Tools: tools, Dir: dir, logs: map[string]*logFile{}, logsMu: &sync.Mutex{}, kubeVirtCRDs: kubeVirtCRDDir(root)}
+	if opts.RealVirtController {
+		cp.kubeVirtCRDs = tools.KubeVirtCRDsDir
+	}
 	defer func() {
 		if err != nil {
 			cp.DumpLogs(os.Stderr, 60)
@@ -123,7 +144,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 	crdDirs := append(shipped, filepath.Join(root, "tests", "crds", "cert-manager"))
 	if !opts.WithoutKubeVirtCRDs {
-		crdDirs = append(crdDirs, kubeVirtCRDDir(root))
+		crdDirs = append(crdDirs, cp.kubeVirtCRDs)
 	}
 	crdDirs = append(crdDirs, opts.ExtraCRDDirs...)
 	cp.noKubeVirt = opts.WithoutKubeVirtCRDs
@@ -173,6 +194,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 
 	if !opts.WithoutControllerManager {
 		if err := cp.startControllerManager(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if opts.RealVirtController {
+		if err := cp.startVirtController(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -308,6 +334,9 @@ func (cp *ControlPlane) EtcdURL() string { return cp.env.ControlPlane.Etcd.URL.S
 // Stop stops kube-controller-manager, kube-apiserver and etcd and removes Dir.
 func (cp *ControlPlane) Stop() error {
 	var errs []error
+	// virt-controller first: it would otherwise log every API error while
+	// the API server goes away.
+	cp.virtController.stop()
 	if cp.kcm != nil && cp.kcm.Process != nil {
 		_ = cp.kcm.Process.Signal(syscall.SIGTERM)
 		select {

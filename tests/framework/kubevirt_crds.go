@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
+// kubeVirtCRDDir holds the minimal KubeVirt CRDs the simulator works with
+// (a control plane with the real virt-controller uses the generated ones).
 func kubeVirtCRDDir(root string) string { return filepath.Join(root, "tests", "crds", "kubevirt") }
 
 // HasKubeVirt reports whether KubeVirt's CRDs are installed.
@@ -19,12 +21,8 @@ func (cp *ControlPlane) HasKubeVirt() bool { return !cp.noKubeVirt }
 // InstallKubeVirtCRDs installs KubeVirt's CRDs into a running control plane
 // (started WithoutKubeVirtCRDs) and returns once the API server serves them.
 func (cp *ControlPlane) InstallKubeVirtCRDs(ctx context.Context) error {
-	root, err := RepoRoot()
-	if err != nil {
-		return err
-	}
 	if _, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{
-		Paths: []string{kubeVirtCRDDir(root)}, ErrorIfPathMissing: true, MaxTime: time.Minute, PollInterval: 100 * time.Millisecond,
+		Paths: []string{cp.kubeVirtCRDs}, ErrorIfPathMissing: true, MaxTime: time.Minute, PollInterval: 100 * time.Millisecond,
 	}); err != nil {
 		return fmt.Errorf("installing the KubeVirt CRDs: %w", err)
 	}
@@ -35,12 +33,8 @@ func (cp *ControlPlane) InstallKubeVirtCRDs(ctx context.Context) error {
 // UninstallKubeVirtCRDs removes KubeVirt's CRDs (and so every KubeVirt
 // object) and returns once the API server no longer serves them.
 func (cp *ControlPlane) UninstallKubeVirtCRDs(ctx context.Context) error {
-	root, err := RepoRoot()
-	if err != nil {
-		return err
-	}
 	if err := envtest.UninstallCRDs(cp.Config, envtest.CRDInstallOptions{
-		Paths: []string{kubeVirtCRDDir(root)}, ErrorIfPathMissing: true, MaxTime: time.Minute, PollInterval: 100 * time.Millisecond,
+		Paths: []string{cp.kubeVirtCRDs}, ErrorIfPathMissing: true, MaxTime: time.Minute, PollInterval: 100 * time.Millisecond,
 	}); err != nil {
 		return fmt.Errorf("uninstalling the KubeVirt CRDs: %w", err)
 	}

@@ -20,6 +20,10 @@ type Tools struct {
 	Kubectl               string
 	CNIPluginsDir         string
 	Multus                string
+	// VirtController is KubeVirt's virt-controller; KubeVirtCRDsDir holds
+	// the CRDs generated from the same module.
+	VirtController  string
+	KubeVirtCRDsDir string
 }
 
 // RepoRoot returns the root of the ipkeeper checkout (the directory holding go.mod).
@@ -41,13 +45,14 @@ func RepoRoot() (string, error) {
 // error that says how to build them: integration tests must not silently skip.
 func FindTools() (*Tools, error) {
 	vars := map[string]string{}
-	for _, k := range []string{"IPKEEPER_ETCD", "IPKEEPER_KUBE_APISERVER", "IPKEEPER_KUBE_CONTROLLER_MANAGER",
-		"IPKEEPER_KUBECTL", "IPKEEPER_CNI_PLUGINS_DIR", "IPKEEPER_MULTUS"} {
+	keys := []string{"IPKEEPER_ETCD", "IPKEEPER_KUBE_APISERVER", "IPKEEPER_KUBE_CONTROLLER_MANAGER",
+		"IPKEEPER_KUBECTL", "IPKEEPER_CNI_PLUGINS_DIR", "IPKEEPER_MULTUS", "IPKEEPER_VIRT_CONTROLLER", "IPKEEPER_KUBEVIRT_CRDS_DIR"}
+	for _, k := range keys {
 		if v := os.Getenv(k); v != "" {
 			vars[k] = v
 		}
 	}
-	if len(vars) < 6 {
+	if len(vars) < len(keys) {
 		root, err := RepoRoot()
 		if err != nil {
 			return nil, err
@@ -72,6 +77,8 @@ func FindTools() (*Tools, error) {
 		Kubectl:               vars["IPKEEPER_KUBECTL"],
 		CNIPluginsDir:         vars["IPKEEPER_CNI_PLUGINS_DIR"],
 		Multus:                vars["IPKEEPER_MULTUS"],
+		VirtController:        vars["IPKEEPER_VIRT_CONTROLLER"],
+		KubeVirtCRDsDir:       vars["IPKEEPER_KUBEVIRT_CRDS_DIR"],
 	}
 	return t, nil
 }
