@@ -75,13 +75,20 @@ build_in_module() {
 		die "building $pkg failed (module in $work kept for inspection)"
 }
 
+# module_path FIELD MODULE@VERSION prints a field (GoMod: its go.mod file,
+# Dir: its source tree) of a module downloaded into the module cache.
+module_path() {
+	local field=$1 mod=$2 out
+	out=$(cd "$(mktemp -d)" && go mod download -json "$mod" | sed -n "s/.*\"$field\": \"\(.*\)\",*/\1/p")
+	[[ -e "$out" ]] || die "could not download $mod (no $field)"
+	echo "$out"
+}
+
 k8s_gomod() {
 	local minor=${K8S_VERSION#v1.}
 	local staging_version="v0.${minor}"
 	local modfile
-	modfile=$(cd "$(mktemp -d)" && go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" |
-		sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
-	[[ -f "$modfile" ]] || die "could not download go.mod of k8s.io/kubernetes@${K8S_VERSION}"
+	modfile=$(module_path GoMod "k8s.io/kubernetes@${K8S_VERSION}")
 	echo "module ipkeeper.tools/k8s"
 	echo "go 1.24.0"
 	echo "require k8s.io/kubernetes ${K8S_VERSION}"
@@ -191,8 +198,7 @@ require github.com/k8snetworkplumbingwg/whereabouts ${WHEREABOUTS_VERSION}
 replace github.com/gogo/protobuf => github.com/gogo/protobuf v1.3.2"
 	build_in_module "$dir" "$gomod" whereabouts "github.com/k8snetworkplumbingwg/whereabouts/cmd"
 	local src
-	src=$(cd "$(mktemp -d)" && go mod download -json "github.com/k8snetworkplumbingwg/whereabouts@${WHEREABOUTS_VERSION}" |
-		sed -n 's/.*"Dir": "\(.*\)",*/\1/p')
+	src=$(module_path Dir "github.com/k8snetworkplumbingwg/whereabouts@${WHEREABOUTS_VERSION}")
 	[[ -d "$src/doc/crds" ]] || die "no doc/crds in github.com/k8snetworkplumbingwg/whereabouts@${WHEREABOUTS_VERSION}"
 	cp "$src"/doc/crds/whereabouts.cni.cncf.io_*.yaml "$dir/crds/"
 	touch "$dir/.complete"
@@ -204,9 +210,7 @@ replace github.com/gogo/protobuf => github.com/gogo/protobuf v1.3.2"
 # version.
 kubevirt_gomod() {
 	local modfile
-	modfile=$(cd "$(mktemp -d)" && go mod download -json "kubevirt.io/kubevirt@${KUBEVIRT_VERSION}" |
-		sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
-	[[ -f "$modfile" ]] || die "could not download go.mod of kubevirt.io/kubevirt@${KUBEVIRT_VERSION}"
+	modfile=$(module_path GoMod "kubevirt.io/kubevirt@${KUBEVIRT_VERSION}")
 	echo "module ipkeeper.tools/kubevirt"
 	echo "go 1.24.0"
 	echo "require kubevirt.io/kubevirt ${KUBEVIRT_VERSION}"
