@@ -70,7 +70,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case ipkeeperv1alpha1.OwnerPod:
 		return r.reconcilePodOwned(ctx, &res)
 	case ipkeeperv1alpha1.OwnerIPAMClaim:
-		return reconcile.Result{}, r.reconcileClaimOwned(ctx, &res)
+		return r.reconcileClaimOwned(ctx, &res)
 	default:
 		log.FromContext(ctx).Info("IPReservation has an owner kind this version does not know; leaving it", "reservation", res.Name, "kind", owner.Kind)
 		return reconcile.Result{}, nil
@@ -89,7 +89,7 @@ func (r *Reconciler) reconcilePodOwned(ctx context.Context, res *ipkeeperv1alpha
 	liveChecks.Inc()
 	if exists, err = podExists(ctx, r.APIReader, key, owner.UID); err != nil || exists {
 		r.forget(res.Name)
-		return reconcile.Result{}, err
+		return cacheBehind(exists), err
 	}
 	now := r.now()
 	since := r.markMissing(res.Name, now)
@@ -102,18 +102,33 @@ func (r *Reconciler) reconcilePodOwned(ctx context.Context, res *ipkeeperv1alpha
 	return reconcile.Result{}, r.release(ctx, res, fmt.Sprintf("pod %s (uid %s) gone for %s", key, owner.UID, now.Sub(since).Round(time.Second)))
 }
 
-func (r *Reconciler) reconcileClaimOwned(ctx context.Context, res *ipkeeperv1alpha1.IPReservation) error {
+func (r *Reconciler) reconcileClaimOwned(ctx context.Context, res *ipkeeperv1alpha1.IPReservation) (reconcile.Result, error) {
 	owner := res.Spec.Owner
 	key := types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
 	exists, err := claimExists(ctx, r.Client, key, owner.UID)
 	if err != nil || exists {
-		return err
+		return reconcile.Result{}, err
 	}
 	liveChecks.Inc()
 	if exists, err = claimExists(ctx, r.APIReader, key, owner.UID); err != nil || exists {
-		return err
+		return cacheBehind(exists), err
 	}
-	return r.release(ctx, res, fmt.Sprintf("IPAMClaim %s (uid %s) gone", key, owner.UID))
+	return reconcile.Result{}, r.release(ctx, res, fmt.Sprintf("IPAMClaim %s (uid %s) gone", key, owner.UID))
+}
+
+// cacheBehindRecheck is how soon a reservation is looked at again when its
+// owner exists in the API server but not yet in the cache.
+const cacheBehindRecheck = 10 * time.Second
+
+// cacheBehind is the result for an owner found live but not in the cache:
+// look again soon. An owner created and deleted while the watch on its
+// kind was down never enters the cache, so its deletion sends no event;
+// only a later look finds it gone.
+func cacheBehind(liveOnly bool) reconcile.Result {
+	if liveOnly {
+		return reconcile.Result{RequeueAfter: cacheBehindRecheck}
+	}
+	return reconcile.Result{}
 }
 
 func (r *Reconciler) release(ctx context.Context, res *ipkeeperv1alpha1.IPReservation, why string) error {

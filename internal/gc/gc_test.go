@@ -7,8 +7,12 @@ import (
 	"testing"
 	"time"
 
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -50,5 +54,62 @@ func TestMissingSinceForgottenWithTheReservation(t *testing.T) {
 	}
 	if len(r.missingSince) != 0 {
 		t.Fatalf("missingSince = %v after the reservation is gone, want empty", r.missingSince)
+	}
+}
+
+// Found by the chaos checker: an owner created and deleted while the
+// collector's watch on its kind was down never enters the cache, so its
+// deletion sends no event. A reservation judged while the owner existed
+// only live (the cache behind) must be looked at again, or it outlives the
+// owner for good.
+func TestOwnerSeenOnlyLiveIsCheckedAgain(t *testing.T) {
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ipamclaimsv1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		kind  ipkeeperv1alpha1.OwnerKind
+		owner client.Object
+	}{
+		{ipkeeperv1alpha1.OwnerPod, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u1"}}},
+		{ipkeeperv1alpha1.OwnerIPAMClaim, &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u1"}}},
+	} {
+		t.Run(string(tt.kind), func(t *testing.T) {
+			res := &ipkeeperv1alpha1.IPReservation{
+				ObjectMeta: metav1.ObjectMeta{Name: "net.10-0-0-1", CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour))},
+				Spec: ipkeeperv1alpha1.IPReservationSpec{
+					Network: "net", IP: "10.0.0.1", InterfaceName: "net1",
+					Owner: ipkeeperv1alpha1.ReservationOwner{Kind: tt.kind, Namespace: "ns", Name: "p", UID: "u1"},
+				},
+			}
+			cache := fake.NewClientBuilder().WithScheme(s).WithObjects(res).Build() // has not seen the owner
+			api := fake.NewClientBuilder().WithScheme(s).WithObjects(tt.owner).Build()
+			now := time.Now()
+			r := &Reconciler{Client: cache, APIReader: api, GracePeriod: time.Minute, Now: func() time.Time { return now }}
+			ctx := context.Background()
+			req := reconcile.Request{NamespacedName: types.NamespacedName{Name: res.Name}}
+			out, err := r.Reconcile(ctx, req)
+			if err != nil || out.RequeueAfter <= 0 {
+				t.Fatalf("owner alive only in the API server: %+v, %v; want a requeue to look again", out, err)
+			}
+			if err := api.Delete(ctx, tt.owner); err != nil { // deleted while the watch is still down
+				t.Fatal(err)
+			}
+			for range 2 { // a pod's grace period runs from its first miss
+				if out, err = r.Reconcile(ctx, req); err != nil {
+					t.Fatal(err)
+				}
+				if out.RequeueAfter == 0 {
+					break
+				}
+				now = now.Add(out.RequeueAfter)
+			}
+			if err := cache.Get(ctx, client.ObjectKeyFromObject(res), &ipkeeperv1alpha1.IPReservation{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("reservation of the deleted owner still there (%v)", err)
+			}
+		})
 	}
 }
