@@ -133,9 +133,11 @@ func (r *runner) startClaimPods(ctx context.Context, op int, cs *claimSlot, node
 	for i, p := range started {
 		cs.pending = append(cs.pending, pendings[i]...)
 		if r.model.stateOf(p.att) != attLive {
-			if err := r.deletePod(ctx, op, p.pod); err == nil {
+			// The pod goes; a DEL that failed stays owed (the kubelet
+			// keeps tearing the sandbox down), so the attachment is dead
+			// only once its DEL got through.
+			if err := r.deletePod(ctx, op, p.pod); err == nil && !slices.Contains(cs.pending, p.att) {
 				r.model.setState(p.att, attDead)
-				cs.pending = slices.DeleteFunc(cs.pending, func(a *attachment) bool { return a == p.att })
 			}
 			continue
 		}
