@@ -8,6 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
 // Config is a parsed and validated ipkeeper network configuration.
@@ -18,14 +19,18 @@ type Config struct {
 	CNIVersion string
 	// IPAMType is ipam.type as given (normally "ipkeeper"); not checked here.
 	IPAMType string
+	// Pool is ipam.pool: the IPPool the network draws from. "" when the
+	// ranges are inline; the network's pool is then its inline pool.
+	Pool string
 	// ClaimReference is args.cni.ipam-claim-reference, the IPAMClaim an
 	// attachment uses in setups where no webhook writes it into the pod's
 	// networks annotation; "" when not given.
 	ClaimReference string
 	// AllowPersistentIPs is the top-level allowPersistentIPs flag.
 	AllowPersistentIPs bool
-	// Ranges holds one range per IP family (so at most two), in
-	// configuration order: ipam.range first, then ipam.ipRanges.
+	// Ranges holds the inline ranges, one per IP family (so at most two),
+	// in configuration order: ipam.range first, then ipam.ipRanges. Empty
+	// when Pool is set: the pool's ranges are read from the API.
 	Ranges []iprange.Range
 	// Routes are ipam.routes with masked destinations.
 	Routes []*types.Route
@@ -33,8 +38,18 @@ type Config struct {
 	DNS types.DNS
 	// StaticIPs are the addresses requested through runtimeConfig.ips and
 	// args.cni.ips, at most one per family. Addr is the requested address
-	// (not masked); Bits is the prefix length of the range that contains it.
+	// (not masked); Bits is the prefix length of the range that contains
+	// it, or, with a pool, as written (the address's length when bare).
 	StaticIPs []netip.Prefix
+}
+
+// PoolName returns the IPPool the network's addresses belong to: ipam.pool,
+// else the network's inline pool.
+func (c *Config) PoolName() string {
+	if c.Pool != "" {
+		return c.Pool
+	}
+	return naming.InlinePool(c.Name)
 }
 
 // RangeFor returns the configured range whose subnet contains ip.

@@ -81,6 +81,16 @@ func parseStaticIPs(ranges []iprange.Range, rc *rawConf) ([]netip.Prefix, error)
 				return nil, mappedErr(f, s, p)
 			}
 			ip := p.Addr()
+			if ranges == nil {
+				// A pool's ranges are checked by the agent, which reads them.
+				if !hadBits {
+					p = netip.PrefixFrom(ip, ip.BitLen())
+				}
+				if err := addStatic(&out, &from, f, s, p); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			r, found := rangeContaining(ranges, ip)
 			if !found {
 				return nil, fieldErr(f, " %q is outside every configured range (%s)", s, rangeList(ranges))
@@ -88,24 +98,29 @@ func parseStaticIPs(ranges []iprange.Range, rc *rawConf) ([]netip.Prefix, error)
 			if hadBits && p.Bits() != r.Subnet().Bits() {
 				return nil, fieldErr(f, " %q: prefix length /%d does not match range %q", s, p.Bits(), r.Subnet().String())
 			}
-			sp := netip.PrefixFrom(ip, r.Subnet().Bits())
-			dup := false
-			for j, prev := range out {
-				if prev.Addr() == ip {
-					dup = true // the same request through both channels
-					break
-				}
-				if sameFamily(prev.Addr(), ip) {
-					return nil, fieldErr(f, " %q: a second %s address (%s already requested by %s); one static IP per family", s, family(ip), prev.Addr(), from[j])
-				}
-			}
-			if !dup {
-				out = append(out, sp)
-				from = append(from, f)
+			if err := addStatic(&out, &from, f, s, netip.PrefixFrom(ip, r.Subnet().Bits())); err != nil {
+				return nil, err
 			}
 		}
 	}
 	return out, nil
+}
+
+// addStatic appends static address sp (written s at field f) unless the
+// other channel asked for it already; a second address of a family fails.
+func addStatic(out *[]netip.Prefix, from *[]string, f, s string, sp netip.Prefix) error {
+	ip := sp.Addr()
+	for j, prev := range *out {
+		if prev.Addr() == ip {
+			return nil // the same request through both channels
+		}
+		if sameFamily(prev.Addr(), ip) {
+			return fieldErr(f, " %q: a second %s address (%s already requested by %s); one static IP per family", s, family(ip), prev.Addr(), (*from)[j])
+		}
+	}
+	*out = append(*out, sp)
+	*from = append(*from, f)
+	return nil
 }
 
 func rangeContaining(ranges []iprange.Range, ip netip.Addr) (iprange.Range, bool) {

@@ -27,8 +27,12 @@ func Parse(data []byte) (*Config, error) {
 	}
 	ipam := rc.IPAM
 
-	ranges, err := parseRanges(ipam)
-	if err != nil {
+	var ranges []iprange.Range
+	if ipam.Pool != "" {
+		if err := checkPoolRef(ipam); err != nil {
+			return nil, err
+		}
+	} else if ranges, err = parseRanges(ipam); err != nil {
 		return nil, err
 	}
 	cfg := &Config{
@@ -36,6 +40,7 @@ func Parse(data []byte) (*Config, error) {
 		CNIVersion:         rc.CNIVersion,
 		ClaimReference:     rc.Args.CNI.ClaimReference,
 		IPAMType:           ipam.Type,
+		Pool:               ipam.Pool,
 		AllowPersistentIPs: rc.AllowPersistentIPs,
 		Ranges:             ranges,
 	}

@@ -37,6 +37,7 @@ type rawIPList struct {
 
 type rawIPAM struct {
 	Type       string     `json:"type"`
+	Pool       string     `json:"pool"`
 	Range      string     `json:"range"`
 	RangeStart string     `json:"range_start"`
 	RangeEnd   string     `json:"range_end"`

@@ -130,3 +130,25 @@ func FuzzName(f *testing.F) {
 		}
 	})
 }
+
+func TestInlinePool(t *testing.T) {
+	for _, tt := range []struct{ network, want string }{
+		{"blue", "blue"},
+		{"blue.net", "blue.net"},
+		{"Blue_Net", "blue-net."},
+	} {
+		got := InlinePool(tt.network)
+		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+			t.Errorf("InlinePool(%q) = %q is not an object name: %v", tt.network, got, errs)
+		}
+		if got != tt.want && !(tt.want[len(tt.want)-1] == '.' && len(got) == len(tt.want)+32 && got[:len(tt.want)] == tt.want) {
+			t.Errorf("InlinePool(%q) = %q, want %q", tt.network, got, tt.want)
+		}
+	}
+	if InlinePool("Blue_Net") == InlinePool("blue_net") {
+		t.Errorf("distinct networks share an inline pool")
+	}
+	if PoolOf("", "blue") != "blue" || PoolOf("red", "blue") != "red" {
+		t.Errorf("PoolOf: spec.pool wins, else the network's inline pool")
+	}
+}

@@ -8,7 +8,7 @@ import (
 )
 
 // OwnerKind says what holds a reservation.
-// +kubebuilder:validation:Enum=Pod;IPAMClaim
+// +kubebuilder:validation:Enum=Pod;IPAMClaim;IPAddressClaim
 type OwnerKind string
 
 const (
@@ -18,6 +18,9 @@ const (
 	// OwnerIPAMClaim is a persistent reservation: kept across pods and
 	// released only when the claim is gone.
 	OwnerIPAMClaim OwnerKind = "IPAMClaim"
+	// OwnerIPAddressClaim is a Cluster API machine's address: held until
+	// the IPAddressClaim (ipam.cluster.x-k8s.io) is deleted.
+	OwnerIPAddressClaim OwnerKind = "IPAddressClaim"
 )
 
 // ReservationOwner identifies the object a reservation belongs to. The UID
@@ -56,6 +59,8 @@ const (
 // by deleting it, never handed over. Only the attachment details (container
 // ID, node) follow a pod's new sandbox.
 // +kubebuilder:validation:XValidation:rule="self.owner.kind != 'Pod' || (has(self.interfaceName) && size(self.interfaceName) > 0)",message="interfaceName is required for reservations owned by a Pod"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.reuseAfter) || (has(self.reuseAfter) && self.reuseAfter == oldSelf.reuseAfter)",message="reuseAfter cannot change once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.pool) || (has(self.pool) && self.pool == oldSelf.pool)",message="pool is immutable"
 type IPReservationSpec struct {
 	// Network is the CNI network name (the `name` of the NetworkAttachmentDefinition's config).
 	// NADs in different namespaces with the same network name share one pool.
@@ -64,6 +69,13 @@ type IPReservationSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="network is immutable"
 	Network string `json:"network"`
+	// Pool is the IPPool the address belongs to; the reservation's name
+	// derives from (pool, ip), so one address of a pool has one holder
+	// whichever network asks. Empty on reservations made before pools
+	// existed: theirs is the inline pool of spec.network.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Pool string `json:"pool,omitempty"`
 	// IP is the reserved address, in canonical form (no prefix length).
 	// +required
 	// +kubebuilder:validation:MaxLength=45
@@ -86,14 +98,26 @@ type IPReservationSpec struct {
 	// Node is the node whose agent made the reservation; pods only.
 	// +optional
 	Node string `json:"node,omitempty"`
+	// ReuseAfter is set when the owner released the address in a pool with
+	// a reuseCooldown: the reservation then holds the address for nobody
+	// until this time and is deleted after it, so the delay survives
+	// restarts of every component.
+	// +optional
+	ReuseAfter *metav1.Time `json:"reuseAfter,omitempty"`
 }
+
+// Released reports whether the owner released the address and it only
+// waits out its pool's reuse cooldown.
+func (s *IPReservationSpec) Released() bool { return s.ReuseAfter != nil }
 
 // IPReservation reserves one IP address of one network for one owner.
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=ipr;iprs,categories=ipkeeper
 // +kubebuilder:selectablefield:JSONPath=`.spec.network`
 // +kubebuilder:selectablefield:JSONPath=`.spec.node`
-// +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.network`
+// +kubebuilder:selectablefield:JSONPath=`.spec.pool`
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.pool`
+// +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.network`,priority=1
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.spec.ip`
 // +kubebuilder:printcolumn:name="Owner-Kind",type=string,JSONPath=`.spec.owner.kind`
 // +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.owner.name`

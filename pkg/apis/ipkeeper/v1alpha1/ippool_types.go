@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PoolRange is one range of addresses of a pool. Its keys are those of a
+// NetworkAttachmentDefinition's ipam section (and of ipam.ipRanges[]
+// entries), so a range copies between the two unchanged.
+type PoolRange struct {
+	// Range is the subnet as a CIDR ("10.0.0.0/24") or whereabouts'
+	// "A-B/prefix" form ("10.0.0.10-10.0.0.50/24").
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	Range string `json:"range"`
+	// RangeStart is the first address handed out; default the subnet's first usable one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	RangeStart string `json:"range_start,omitempty"` //nolint:kubeapilinter // the NAD's key, so ranges copy unchanged
+	// RangeEnd is the last address handed out; default the subnet's last usable one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	RangeEnd string `json:"range_end,omitempty"` //nolint:kubeapilinter // the NAD's key, so ranges copy unchanged
+	// Exclude lists CIDRs (or single addresses) never handed out.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=100
+	Exclude []string `json:"exclude,omitempty"`
+	// Gateway is the range's gateway: returned with its addresses and never handed out.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	Gateway string `json:"gateway,omitempty"`
+}
+
+// IPPoolSpec defines a pool of addresses that networks, VMs and Cluster
+// API machines draw from.
+type IPPoolSpec struct {
+	// Ranges are the pool's address ranges, IPv4 and IPv6 alike. An
+	// allocation takes one address per IP family, from the first range of
+	// that family with a free address. Adding a range grows the pool at
+	// once; removing one (or adding an exclude) stops new allocations
+	// there, while addresses already held there stay held and are counted
+	// as out of range.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	Ranges []PoolRange `json:"ranges"`
+	// ReuseCooldown keeps a released address from being handed out again
+	// for this long. The release is recorded on the reservation, so it
+	// holds across agent and controller restarts. Unset or 0: no delay.
+	// +optional
+	ReuseCooldown *metav1.Duration `json:"reuseCooldown,omitempty"`
+	// WarningThresholdPercent is the usage, in percent of the pool's size
+	// in any IP family, at which the pool reports NearlyExhausted and
+	// records a Warning event. Default 90.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	WarningThresholdPercent *int32 `json:"warningThresholdPercent,omitempty"`
+}
+
+// DefaultWarningThresholdPercent is spec.warningThresholdPercent's default.
+const DefaultWarningThresholdPercent = 90
+
+// PoolUsage counts a set of addresses. Sizes are decimal strings because
+// an IPv6 range can hold more than 2^64 addresses.
+type PoolUsage struct {
+	// Size is how many addresses can be handed out.
+	Size string `json:"size"`
+	// Used is how many of them are held (including those cooling down).
+	Used int64 `json:"used"`
+	// Free is Size minus Used.
+	Free string `json:"free"`
+}
+
+// RangeUsage is the usage of one spec range.
+type RangeUsage struct {
+	// Range is the spec range this counts, as written there.
+	Range string `json:"range"`
+	PoolUsage `json:",inline"`
+}
+
+// IPPoolStatus is the pool's observed usage and health.
+type IPPoolStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Size is the number of addresses the ranges can hand out, over all families.
+	// +optional
+	Size string `json:"size,omitempty"`
+	// Used is the number of held addresses inside the ranges.
+	// +optional
+	Used int64 `json:"used"`
+	// Free is Size minus Used.
+	// +optional
+	Free string `json:"free,omitempty"`
+	// OutOfRange is the number of held addresses the ranges no longer
+	// cover (a range was removed or an address excluded while held).
+	// +optional
+	OutOfRange int64 `json:"outOfRange"`
+	// CoolingDown is the number of released addresses waiting out
+	// spec.reuseCooldown; they are counted in Used.
+	// +optional
+	CoolingDown int64 `json:"coolingDown,omitempty"`
+	// Ranges is the usage of each spec range, in spec order.
+	// +optional
+	// +listType=atomic
+	Ranges []RangeUsage `json:"ranges,omitempty"`
+	// Families is the usage per IP family ("IPv4", "IPv6"): an allocation
+	// needs a free address in each family the pool has.
+	// +optional
+	// +listType=map
+	// +listMapKey=family
+	Families []FamilyUsage `json:"families,omitempty"`
+	// Networks are the CNI network names seen using the pool.
+	// +optional
+	// +listType=set
+	Networks []string `json:"networks,omitempty"`
+	// Conditions: Ready (the spec is valid and allocations proceed),
+	// Exhausted (some family has no free address) and NearlyExhausted
+	// (usage at or above spec.warningThresholdPercent).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// FamilyUsage is the usage of one IP family.
+type FamilyUsage struct {
+	// Family is "IPv4" or "IPv6".
+	Family    string `json:"family"`
+	PoolUsage `json:",inline"`
+}
+
+// Pool condition types and reasons.
+const (
+	PoolReady           = "Ready"
+	PoolExhausted       = "Exhausted"
+	PoolNearlyExhausted = "NearlyExhausted"
+
+	PoolReasonValid        = "Valid"
+	PoolReasonInvalidSpec  = "InvalidSpec"
+	PoolReasonOverlaps     = "Overlaps"
+	PoolReasonFree         = "AddressesFree"
+	PoolReasonNoneFree     = "NoAddressFree"
+	PoolReasonAboveWarning = "AboveThreshold"
+	PoolReasonBelowWarning = "BelowThreshold"
+)
+
+// Labels and annotations of pools.
+const (
+	// InlineLabel marks a pool created from the ipam section of a NAD that
+	// names no pool: the network's one authoritative definition.
+	InlineLabel = "ipkeeper.io/inline"
+	// InlineDefinitionAnnotation holds, for an inline pool, the definition
+	// (ranges) it was created from, in canonical form. NADs of the network
+	// must carry the same definition; the spec may since have grown.
+	InlineDefinitionAnnotation = "ipkeeper.io/inline-definition"
+	// DefinedByAnnotation names the NAD (namespace/name) an inline pool was created from.
+	DefinedByAnnotation = "ipkeeper.io/defined-by"
+)
+
+// IPPool is a cluster-wide pool of addresses. A NAD uses it with
+// `"ipam": {"type": "ipkeeper", "pool": "<name>"}`; a Cluster API
+// IPAddressClaim with a poolRef to it. Every network whose NAD carries its
+// ranges inline gets an IPPool named after the network, created on first
+// use, so `kubectl get ippools` shows every network's usage.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=ipp,categories=ipkeeper
+// +kubebuilder:printcolumn:name="Size",type=string,JSONPath=`.status.size`
+// +kubebuilder:printcolumn:name="Used",type=integer,JSONPath=`.status.used`
+// +kubebuilder:printcolumn:name="Free",type=string,JSONPath=`.status.free`
+// +kubebuilder:printcolumn:name="Out-Of-Range",type=integer,JSONPath=`.status.outOfRange`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type IPPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec IPPoolSpec `json:"spec"`
+	// +optional
+	Status IPPoolStatus `json:"status,omitempty"`
+}
+
+// IPPoolList is a list of IPPools.
+// +kubebuilder:object:root=true
+type IPPoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []IPPool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&IPPool{}, &IPPoolList{})
+}
