@@ -26,6 +26,8 @@ type request struct {
 	args *cniproto.CNIArgs
 	// attach is what the pod says about the attachment (claim, NAD).
 	attach attachment
+	// pool is the network's pool, read for ADD and CHECK.
+	pool *poolView
 }
 
 func parseRequest(req *cniproto.Request) (*request, error) {
@@ -58,6 +60,10 @@ func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (_ *types100.Re
 	if err != nil {
 		return nil, err
 	}
+	if req.pool, err = a.resolvePool(ctx, req); err != nil {
+		a.log.Error(err, "ADD failed", "pod", pod.Namespace+"/"+pod.Name, "interface", req.IfName, "network", req.cfg.Name)
+		return nil, err
+	}
 	var ips []netip.Prefix
 	if req.attach.claim != "" {
 		ips, err = a.allocateForClaim(ctx, req, pod, req.attach.claim)
@@ -69,7 +75,7 @@ func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (_ *types100.Re
 		return nil, err
 	}
 	a.log.Info("ADD", "pod", pod.Namespace+"/"+pod.Name, "interface", req.IfName, "network", req.cfg.Name, "ips", formatIPs(ips))
-	return buildResult(req.cfg, ips), nil
+	return buildResult(req, ips), nil
 }
 
 // resolvePod returns the pod a request is for (bound to this node, with
@@ -108,7 +114,7 @@ func (a *Agent) allocateForPod(ctx context.Context, req *request, pod *corev1.Po
 		owner:  ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		ifName: req.IfName,
 	}
-	defer a.locks.lock(h.key(req.cfg.Name))()
+	defer a.locks.lock(h.key(req.pool.name))()
 	ips, _, err := a.reserve(ctx, req, h, func(ctx context.Context, e entry) (entry, error) { return a.takeOver(ctx, e, req, true) })
 	return ips, err
 }
@@ -142,11 +148,12 @@ func (a *Agent) takeOver(ctx context.Context, e entry, req *request, sandbox boo
 // buildResult renders the CNI 1.1.0 result the shim converts to the
 // network's cniVersion. IPAM results carry no interfaces: the main plugin
 // (bridge, macvlan ...) assigns them.
-func buildResult(cfg *ipamconfig.Config, ips []netip.Prefix) *types100.Result {
+func buildResult(req *request, ips []netip.Prefix) *types100.Result {
+	cfg := req.cfg
 	res := &types100.Result{CNIVersion: types100.ImplementedSpecVersion, DNS: cfg.DNS}
 	for _, p := range ips {
 		ipc := &types100.IPConfig{Address: net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-		if r, ok := cfg.RangeFor(p.Addr()); ok && r.Gateway().IsValid() {
+		if r, ok := req.pool.rangeFor(p.Addr()); ok && r.Gateway().IsValid() {
 			ipc.Gateway = r.Gateway().AsSlice()
 		}
 		res.IPs = append(res.IPs, ipc)

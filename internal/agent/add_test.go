@@ -92,7 +92,7 @@ func TestBuildResult(t *testing.T) {
 				ips = append(ips, netip.MustParsePrefix(s))
 			}
 
-			res := buildResult(cfg, ips)
+			res := buildResult(&request{cfg: cfg, pool: &poolView{name: cfg.PoolName(), ranges: cfg.Ranges}}, ips)
 
 			if res.CNIVersion != "1.1.0" {
 				t.Errorf("cniVersion = %q, want 1.1.0", res.CNIVersion)
@@ -178,11 +178,11 @@ func TestHeldIn(t *testing.T) {
 		{"IPv4 of dual-stack", []entry{e6, e4}, v4, e4, true},
 		{"IPv6 of dual-stack", []entry{e4, e6}, v6, e6, true},
 		{"only the other family", []entry{e4}, v6, entry{}, false},
-		{"address outside the range now", []entry{outside}, v4, entry{}, false},
+		{"address outside the ranges now is still held", []entry{outside}, v4, outside, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := heldIn(tt.held, tt.r)
+			got, ok := heldIn(tt.held, tt.r.Is4())
 			if ok != tt.wantOK || got != tt.want {
 				t.Errorf("heldIn(%v, %s) = %s, %v, want %s, %v", sortedNames(tt.held), tt.r, got.name, ok, tt.want.name, tt.wantOK)
 			}
@@ -212,7 +212,7 @@ func TestStaticFor(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := mustParse(t, tt.conf)
 			for i, r := range cfg.Ranges {
-				got, ok := staticFor(cfg, r)
+				got, ok := staticFor(cfg, r.Is4())
 				if ok != (tt.want[i] != "") || (ok && got.String() != tt.want[i]) {
 					t.Errorf("staticFor(range %s) = %s, %v, want %q", r, got, ok, tt.want[i])
 				}
@@ -255,7 +255,7 @@ func TestEntryOf(t *testing.T) {
 				return
 			}
 			want := entry{
-				name: "storage.x", uid: "r-uid", network: "storage", ip: netip.MustParseAddr(tt.wantIP),
+				name: "storage.x", uid: "r-uid", pool: "storage", network: "storage", ip: netip.MustParseAddr(tt.wantIP),
 				owner:  ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "ns", Name: "pod", UID: "pod-uid"},
 				ifName: "net1", containerID: "sandbox", node: "worker-1", created: created,
 			}

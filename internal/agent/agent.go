@@ -70,6 +70,10 @@ type Agent struct {
 	cache  cache.Cache
 	store  Store
 	claims ClaimStore
+	// poolStore reads IPPools and creates inline networks' pools; parsed
+	// caches their parsed ranges.
+	poolStore PoolStore
+	parsed    parsedPools
 	pods   *podLookup
 	idx    *index
 	locks  *keyLocks
@@ -146,6 +150,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	a.store = &apiStore{c: live, metrics: a.metrics}
 	a.pods.metrics = a.metrics
 	a.claims = &apiClaimStore{c: live, metrics: a.metrics}
+	a.poolStore = &apiPoolStore{cached: c, live: live, metrics: a.metrics}
 	return a, nil
 }
 
@@ -215,7 +220,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // start runs the informers and waits until the index holds every reservation.
 func (a *Agent) start(ctx context.Context) error {
-	resInf, err := a.reservationInformer(ctx)
+	resInf, err := a.informer(ctx, &ipkeeperv1alpha1.IPReservation{}, reservationCRD)
 	if err != nil {
 		return err
 	}
@@ -226,6 +231,9 @@ func (a *Agent) start(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("reservation informer handler: %w", err)
+	}
+	if _, err := a.informer(ctx, &ipkeeperv1alpha1.IPPool{}, poolCRD); err != nil {
+		return err
 	}
 	if _, err := a.cache.GetInformer(ctx, &corev1.Pod{}); err != nil {
 		return fmt.Errorf("pod informer: %w", err)
@@ -244,12 +252,21 @@ func (a *Agent) start(ctx context.Context) error {
 	return nil
 }
 
-// reservationCRD names the CRD the agent cannot work without.
-const reservationCRD = "ipreservations.ipkeeper.io"
+// The CRDs the agent cannot work without, by kind.
+var (
+	reservationCRD = crdName{"IPReservation", "ipreservations.ipkeeper.io"}
+	poolCRD        = crdName{"IPPool", "ippools.ipkeeper.io"}
+)
 
-// missingCRD is the not-ready reason while the IPReservation CRD is absent.
-const missingCRD = "the IPReservation CRD (" + reservationCRD + ") is not installed; " +
-	"install ipkeeper's CRDs (kubectl apply --server-side -k manifests/crds, see docs/install.md) and the agent becomes ready without a restart"
+type crdName struct{ kind, name string }
+
+func (c crdName) String() string { return "the " + c.kind + " CRD (" + c.name + ")" }
+
+// missingCRD is the not-ready reason while one of ipkeeper's CRDs is absent.
+func missingCRD(crd crdName) string {
+	return crd.String() + " is not installed; " +
+		"install ipkeeper's CRDs (kubectl apply --server-side -k manifests/crds, see docs/install.md) and the agent becomes ready without a restart"
+}
 
 // CRD polling backs off to crdPollMax: every agent of the cluster polls
 // discovery while the CRD is missing.
@@ -258,31 +275,32 @@ const (
 	crdPollMax = 10 * time.Second
 )
 
-// reservationInformer returns the IPReservation informer, waiting while the
-// CRD is not installed (an agent may start before it, e.g. when a
-// DaemonSet and the CRDs are applied together).
-func (a *Agent) reservationInformer(ctx context.Context) (cache.Informer, error) {
+// informer returns the informer of one of ipkeeper's kinds, waiting while
+// its CRD is not installed (an agent may start before it, e.g. when a
+// DaemonSet and the CRDs are applied together, or after an upgrade that
+// added a CRD the agent's DaemonSet was rolled before).
+func (a *Agent) informer(ctx context.Context, obj client.Object, crd crdName) (cache.Informer, error) {
 	var lastLog time.Time
 	delay := crdPollMin
 	for {
-		inf, err := a.cache.GetInformer(ctx, &ipkeeperv1alpha1.IPReservation{})
+		inf, err := a.cache.GetInformer(ctx, obj)
 		if err == nil {
 			if !lastLog.IsZero() {
-				a.log.Info("the IPReservation CRD is installed; starting", "crd", reservationCRD)
+				a.log.Info(crd.String()+" is installed; starting", "crd", crd.name)
 			}
 			return inf, nil
 		}
 		if !meta.IsNoMatchError(err) {
-			return nil, fmt.Errorf("reservation informer: %w", err)
+			return nil, fmt.Errorf("informer for %s: %w", crd, err)
 		}
-		a.setWaiting(missingCRD)
+		a.setWaiting(missingCRD(crd))
 		if time.Since(lastLog) >= time.Minute {
-			a.log.Info("waiting for the IPReservation CRD: "+missingCRD, "crd", reservationCRD)
+			a.log.Info("waiting for the "+crd.kind+" CRD: "+missingCRD(crd), "crd", crd.name)
 			lastLog = time.Now()
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for the IPReservation CRD %s: %w", reservationCRD, context.Cause(ctx))
+			return nil, fmt.Errorf("waiting for %s: %w", crd, context.Cause(ctx))
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, crdPollMax)

@@ -26,14 +26,17 @@ func (a *Agent) Check(ctx context.Context, creq *cniproto.Request) (err error) {
 	if err != nil {
 		return err
 	}
+	if req.pool, err = a.resolvePool(ctx, req); err != nil {
+		return err
+	}
 	if req.attach.claim != "" {
 		return a.checkClaim(ctx, req, pod, req.attach.claim)
 	}
-	held := a.idx.attachment(req.cfg.Name, pod.UID, req.IfName)
-	for _, r := range req.cfg.Ranges {
-		e, ok := heldIn(held, r)
+	held := a.idx.attachment(req.pool.name, pod.UID, req.IfName)
+	for _, family := range req.pool.families() {
+		e, ok := heldIn(held, family[0].Is4())
 		if !ok {
-			return cniError(codeInternal, fmt.Errorf("pod %s/%s interface %s holds no address in %s of network %q", pod.Namespace, pod.Name, req.IfName, r, req.cfg.Name))
+			return cniError(codeInternal, fmt.Errorf("pod %s/%s interface %s holds no address (%s) of network %q", pod.Namespace, pod.Name, req.IfName, familyName(family[0].Is4()), req.cfg.Name))
 		}
 		if e.containerID != req.ContainerID {
 			return cniError(codeInternal, fmt.Errorf("reservation %s of pod %s/%s belongs to sandbox %s, not %s", e.name, pod.Namespace, pod.Name, e.containerID, req.ContainerID))
@@ -42,28 +45,28 @@ func (a *Agent) Check(ctx context.Context, creq *cniproto.Request) (err error) {
 	return nil
 }
 
-// checkClaim verifies that the claim records an address in every range
-// and that each is reserved for the claim.
+// checkClaim verifies that the claim records an address of every family
+// of the pool and that each is reserved for the claim.
 func (a *Agent) checkClaim(ctx context.Context, req *request, pod *corev1.Pod, claimName string) error {
 	claim, err := a.claims.Get(ctx, pod.Namespace, claimName)
 	if err != nil {
 		return cniError(codeTryAgainLater, fmt.Errorf("pod %s/%s interface %s: %w", pod.Namespace, pod.Name, req.IfName, err))
 	}
-	for _, r := range req.cfg.Ranges {
+	for _, family := range req.pool.families() {
 		found := false
 		for _, s := range claim.Status.IPs {
 			ip, err := parseClaimIP(s)
-			if err != nil || !r.Contains(ip) {
+			if err != nil || ip.Is4() != family[0].Is4() {
 				continue
 			}
 			found = true
-			e, ok := a.idx.get(naming.Reservation(req.cfg.Name, ip))
+			e, ok := a.idx.get(naming.Reservation(req.pool.name, ip))
 			if !ok || e.owner.UID != claim.UID {
 				return cniError(codeInternal, fmt.Errorf("IPAMClaim %s/%s records %s, but it is not reserved for the claim on network %q", claim.Namespace, claim.Name, ip, req.cfg.Name))
 			}
 		}
 		if !found {
-			return cniError(codeInternal, fmt.Errorf("IPAMClaim %s/%s of pod %s/%s interface %s records no address in %s of network %q", claim.Namespace, claim.Name, pod.Namespace, pod.Name, req.IfName, r, req.cfg.Name))
+			return cniError(codeInternal, fmt.Errorf("IPAMClaim %s/%s of pod %s/%s interface %s records no address (%s) of network %q", claim.Namespace, claim.Name, pod.Namespace, pod.Name, req.IfName, familyName(family[0].Is4()), req.cfg.Name))
 		}
 	}
 	return nil
@@ -71,3 +74,10 @@ func (a *Agent) checkClaim(ctx context.Context, req *request, pod *corev1.Pod, c
 
 // Status reports whether the agent can serve, and if not, why.
 func (a *Agent) Status(_ context.Context) error { return a.notReady() }
+
+func familyName(is4 bool) string {
+	if is4 {
+		return "IPv4"
+	}
+	return "IPv6"
+}

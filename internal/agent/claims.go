@@ -31,6 +31,13 @@ const (
 	condReasonExhausted conditionReason = "SubnetExhausted"
 	condReasonConflict  conditionReason = "IPAddressConflict"
 	condReasonInternal  conditionReason = "InternalError"
+
+	// conditionInPool says whether the claim's addresses are still ones
+	// its pool hands out; False once a range was removed or an address
+	// excluded under it (the VM keeps the address all the same).
+	conditionInPool     = "AddressesInPool"
+	condReasonInPool    conditionReason = "InPool"
+	condReasonOutOfPool conditionReason = "OutOfPool"
 )
 
 // conditionReason is the reason of the claim's IPsAllocated condition.
@@ -46,7 +53,7 @@ const maxStatusRaces = 5
 // and are found by owner UID on a retry, so a crash in between neither
 // leaks nor changes the addresses.
 func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.Pod, claimName string) ([]netip.Prefix, error) {
-	network := req.cfg.Name
+	network, pool := req.cfg.Name, req.pool.name
 	if err := a.persistentIPsAllowed(ctx, req, pod, claimName); err != nil {
 		return nil, err
 	}
@@ -66,7 +73,7 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 		owner:  ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
 		ifName: req.IfName,
 	}
-	defer a.locks.lock(h.key(network))()
+	defer a.locks.lock(h.key(pool))()
 
 	for range maxStatusRaces {
 		var ips []netip.Prefix
@@ -90,7 +97,7 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 			for i, p := range ips {
 				written[i] = p.String()
 			}
-			if recorded || len(notRecorded(a.held(network, h), written)) > 0 {
+			if recorded || len(notRecorded(a.held(pool, h), written)) > 0 {
 				a.releaseSuperseded(ctx, req, claim, h)
 			}
 			return ips, nil
@@ -124,42 +131,56 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 	return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s: status kept changing under %d attempts; retry", claim.Namespace, claim.Name, maxStatusRaces))
 }
 
-// recordedAddresses returns the addresses in the claim's status, each
-// checked as usable on the network as it is configured now, making sure
-// each has a reservation owned by the claim. Reservations the claim holds
-// on the network for other addresses (its status was edited) are released.
+// recordedAddresses returns the addresses in the claim's status, making
+// sure each has a reservation owned by the claim. An address the pool
+// hands out is reserved if need be. One it no longer hands out (a range
+// removed, an exclude added) is kept while the claim's reservation holds
+// it: the VM keeps its address, and the claim gets a condition saying it
+// left the pool. Without such a reservation it is a configuration problem
+// (of the pool or of the claim), not a passing one.
 func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipamclaimsv1alpha1.IPAMClaim, h holder) ([]netip.Prefix, error) {
-	network := req.cfg.Name
+	network, pool := req.cfg.Name, req.pool.name
 	var ips []netip.Prefix
+	var outside []string
 	for i, s := range claim.Status.IPs {
 		ip, err := parseClaimIP(s)
 		if err != nil {
 			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("IPAMClaim %s/%s status.ips[%d] %q: %w", claim.Namespace, claim.Name, i, s, err))
 		}
-		// An address the network does not hand out is a configuration
-		// problem (of the network or of the claim), not a passing one.
-		r, ok := req.cfg.RangeFor(ip)
-		if !ok {
-			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
-				"IPAMClaim %s/%s holds %s (status.ips[%d]), which is outside every range of network %q; nothing was released: fix the network's ranges or delete the claim",
-				claim.Namespace, claim.Name, ip, i, network))
-		}
-		if err := r.Usable(ip); err != nil {
-			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
-				"IPAMClaim %s/%s holds %s (status.ips[%d]), which network %q does not hand out: %w; nothing was released: fix the network's configuration or delete the claim",
-				claim.Namespace, claim.Name, ip, i, network, err))
-		}
-		if e, ok := a.idx.get(naming.Reservation(network, ip)); !ok || e.owner.UID != claim.UID {
+		e, held := a.idx.get(naming.Reservation(pool, ip))
+		held = held && e.owner.UID == claim.UID && !e.released
+		if _, err := req.pool.usableIn(ip); err != nil {
+			if !held {
+				return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
+					"IPAMClaim %s/%s holds %s (status.ips[%d]), which network %q (IPPool %q) does not hand out: %w; nothing was released: fix the pool or delete the claim",
+					claim.Namespace, claim.Name, ip, i, network, pool, err))
+			}
+			outside = append(outside, fmt.Sprintf("%s (%v)", ip, err))
+		} else if !held {
 			if _, _, err := a.createOrAdopt(ctx, req, ip, h); errors.Is(err, ErrTaken) {
 				return nil, fail(reasonConflict, codeInternal, fmt.Errorf("IPAMClaim %s/%s: %w", claim.Namespace, claim.Name,
-					a.describeHolder(ctx, "address", network, ip, claim.Namespace)))
+					a.describeHolder(ctx, "address", req, ip, claim.Namespace)))
 			} else if err != nil {
 				return nil, err
 			}
 		}
-		ips = append(ips, netip.PrefixFrom(ip, r.Subnet().Bits()))
+		ips = append(ips, recordedPrefix(s, ip, req.pool))
 	}
+	a.reportOutOfPool(ctx, claim, pool, outside)
 	return ips, nil
+}
+
+// recordedPrefix returns a recorded address with the prefix length of the
+// pool's range containing it (the network as it is now), else, for one
+// whose range was removed, the length it was recorded with.
+func recordedPrefix(s string, ip netip.Addr, pool *poolView) netip.Prefix {
+	if r, ok := pool.rangeFor(ip); ok {
+		return netip.PrefixFrom(ip, r.Subnet().Bits())
+	}
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return netip.PrefixFrom(ip, p.Bits())
+	}
+	return netip.PrefixFrom(ip, ip.BitLen())
 }
 
 // releaseSuperseded releases the claim's reservations on the network of
@@ -169,8 +190,8 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 // node), as the node-bound admission policy lets an agent delete only its
 // own node's reservations. Failures are logged: the next ADD tries again.
 func (a *Agent) releaseSuperseded(ctx context.Context, req *request, claim *ipamclaimsv1alpha1.IPAMClaim, h holder) {
-	network := req.cfg.Name
-	if len(notRecorded(a.held(network, h), claim.Status.IPs)) == 0 {
+	pool := req.pool.name
+	if len(notRecorded(a.held(pool, h), claim.Status.IPs)) == 0 {
 		return
 	}
 	fresh, err := a.claims.Get(ctx, claim.Namespace, claim.Name)
@@ -179,7 +200,7 @@ func (a *Agent) releaseSuperseded(ctx context.Context, req *request, claim *ipam
 	}
 	ctx = context.WithoutCancel(ctx)
 	var stale []entry
-	for _, e := range notRecorded(a.held(network, h), fresh.Status.IPs) {
+	for _, e := range notRecorded(a.held(pool, h), fresh.Status.IPs) {
 		if e.node != a.opts.NodeName {
 			if e, err = a.takeOver(ctx, e, req, false); err != nil {
 				a.log.Error(err, "taking over a superseded claim reservation", "reservation", e.name)
@@ -233,7 +254,7 @@ func (a *Agent) releaseUnrecordedOfSandbox(ctx context.Context, entries []entry)
 		owner := es[0].owner
 		h := holder{owner: owner, ifName: es[0].ifName}
 		func() {
-			defer a.locks.lock(h.key(es[0].network))()
+			defer a.locks.lock(h.key(es[0].pool))()
 			fresh, err := a.claims.Get(ctx, owner.Namespace, owner.Name)
 			switch {
 			case errors.Is(err, errClaimMissing):
@@ -294,6 +315,31 @@ func (a *Agent) writeClaimAllocated(ctx context.Context, claim *ipamclaimsv1alph
 	}
 	*claim = *updated
 	return nil
+}
+
+// reportOutOfPool sets AddressesInPool on the claim: False naming the
+// addresses the pool no longer hands out, True once none is left. A claim
+// that never had an address outside is not written.
+func (a *Agent) reportOutOfPool(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool string, outside []string) {
+	cond := metav1.Condition{Type: conditionInPool, Status: metav1.ConditionTrue, Reason: string(condReasonInPool),
+		Message: fmt.Sprintf("every address is one IPPool %q hands out", pool), ObservedGeneration: claim.Generation}
+	if len(outside) > 0 {
+		cond.Status, cond.Reason = metav1.ConditionFalse, string(condReasonOutOfPool)
+		cond.Message = fmt.Sprintf("IPPool %q no longer hands out %s; the claim keeps the address while it exists, and it is not handed to anyone else", pool, strings.Join(outside, ", "))
+	} else if meta.FindStatusCondition(claim.Status.Conditions, conditionInPool) == nil {
+		return
+	}
+	updated := claim.DeepCopy()
+	if !meta.SetStatusCondition(&updated.Status.Conditions, cond) {
+		return
+	}
+	if err := a.claims.UpdateStatus(ctx, updated); err != nil {
+		// The status write that follows retries with a fresh claim; this
+		// condition is informational and the next ADD sets it again.
+		a.log.Error(err, "reporting addresses outside the pool on the claim", "claim", claim.Namespace+"/"+claim.Name)
+		return
+	}
+	*claim = *updated
 }
 
 // reportClaimFailure sets IPsAllocated=False with the reason OVN-Kubernetes

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -23,7 +24,7 @@ import (
 // is left alone.
 func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
 	defer a.metrics.observe(cniproto.CmdDel, time.Now(), &err)
-	network, err := networkName(creq.Config)
+	pool, err := poolName(creq.Config)
 	if err != nil {
 		return cniError(codeInvalidConfig, err)
 	}
@@ -32,12 +33,12 @@ func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
 	}
 	// A create of this sandbox whose response was lost may exist without
 	// the index showing it yet (the same fault often cuts the watch).
-	if err := a.resolveUncertainOfSandbox(ctx, sandboxKey{network, creq.ContainerID, creq.IfName}); err != nil {
+	if err := a.resolveUncertainOfSandbox(ctx, sandboxKey{pool, creq.ContainerID, creq.IfName}); err != nil {
 		return cniError(codeTryAgainLater, err)
 	}
 	var errs []error
 	var claimed []entry
-	for _, e := range a.idx.sandbox(network, creq.ContainerID, creq.IfName) {
+	for _, e := range a.idx.sandbox(pool, creq.ContainerID, creq.IfName) {
 		if e.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim {
 			claimed = append(claimed, e)
 			continue
@@ -79,7 +80,7 @@ func (a *Agent) resolveUncertainOfSandbox(ctx context.Context, sk sandboxKey) er
 // any change since, seen in the index or by the API server, keeps it.
 func (a *Agent) releaseAttachment(ctx context.Context, e entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool, exact bool) error {
 	h := holder{owner: e.owner, ifName: e.ifName}
-	defer a.locks.lock(h.key(e.network))()
+	defer a.locks.lock(h.key(e.pool))()
 	cur, ok := a.idx.get(e.name)
 	if !ok || cur.uid != e.uid || !still(reservationOf(cur)) || (exact && cur.rv != e.rv) {
 		return nil // released, or taken over, while we waited for the lock
@@ -90,21 +91,29 @@ func (a *Agent) releaseAttachment(ctx context.Context, e entry, verb string, sti
 	return a.release(ctx, []entry{cur}, verb, still)
 }
 
-// networkName reads the network name from a config, falling back to the
-// bare "name" key when the rest does not validate: an attachment made under
-// an older, valid config must still be releasable after the NAD changed.
-func networkName(config []byte) (string, error) {
+// poolName reads the network's pool from a config, falling back to the
+// bare "name" and "ipam.pool" keys when the rest does not validate: an
+// attachment made under an older, valid config must still be releasable
+// after the NAD changed.
+func poolName(config []byte) (string, error) {
 	if cfg, err := ipamconfig.Parse(config); err == nil {
-		return cfg.Name, nil
+		return cfg.PoolName(), nil
 	}
 	var bare struct {
-		Name string `json:"name"`
+		Name string          `json:"name"`
+		IPAM json.RawMessage `json:"ipam"`
 	}
 	if err := json.Unmarshal(config, &bare); err != nil {
 		return "", fmt.Errorf("network configuration is not valid JSON: %w", err)
 	}
+	var ipam struct {
+		Pool string `json:"pool"`
+	}
+	if json.Unmarshal(bare.IPAM, &ipam) == nil && ipam.Pool != "" {
+		return ipam.Pool, nil
+	}
 	if bare.Name == "" {
 		return "", fmt.Errorf("name: required (the network name identifies the address pool)")
 	}
-	return bare.Name, nil
+	return naming.InlinePool(bare.Name), nil
 }

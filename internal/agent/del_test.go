@@ -7,9 +7,10 @@ import (
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
-func TestNetworkName(t *testing.T) {
+func TestPoolName(t *testing.T) {
 	tests := []struct {
 		name    string
 		config  string
@@ -24,7 +25,18 @@ func TestNetworkName(t *testing.T) {
 		{
 			name:   "valid dual-stack config with a non-DNS network name",
 			config: `{"cniVersion":"1.0.0","name":"Tenant_A/storage","type":"bridge","ipam":{"type":"ipkeeper","ipRanges":[{"range":"10.1.0.0/24"},{"range":"fd00::/64"}]}}`,
-			want:   "Tenant_A/storage",
+			want:   naming.InlinePool("Tenant_A/storage"),
+		},
+		{
+			name:   "a pool named",
+			config: netconf(`{"type":"ipkeeper","pool":"blue"}`),
+			want:   "blue",
+		},
+		{
+			// Edited into an invalid combination after the ADD.
+			name:   "a pool named next to inline ranges",
+			config: netconf(`{"type":"ipkeeper","pool":"blue","range":"10.1.0.0/24"}`),
+			want:   "blue",
 		},
 		{
 			// The NAD was edited into something invalid after the pod's
@@ -81,19 +93,19 @@ func TestNetworkName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := networkName([]byte(tt.config))
+			got, err := poolName([]byte(tt.config))
 			if tt.wantErr == nil {
 				if err != nil || got != tt.want {
-					t.Fatalf("networkName = %q, %v, want %q", got, err, tt.want)
+					t.Fatalf("poolName = %q, %v, want %q", got, err, tt.want)
 				}
-				// A config that does parse must yield the very name ADD used.
-				if cfg, perr := ipamconfig.Parse([]byte(tt.config)); perr == nil && cfg.Name != got {
-					t.Errorf("networkName = %q but ADD would use %q", got, cfg.Name)
+				// A config that does parse must yield the very pool ADD used.
+				if cfg, perr := ipamconfig.Parse([]byte(tt.config)); perr == nil && cfg.PoolName() != got {
+					t.Errorf("poolName = %q but ADD would use %q", got, cfg.PoolName())
 				}
 				return
 			}
 			if err == nil {
-				t.Fatalf("networkName = %q, want an error mentioning %q", got, tt.wantErr)
+				t.Fatalf("poolName = %q, want an error mentioning %q", got, tt.wantErr)
 			}
 			for _, s := range tt.wantErr {
 				if !strings.Contains(err.Error(), s) {

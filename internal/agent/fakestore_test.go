@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -151,13 +152,13 @@ func (s *fakeStore) Update(_ context.Context, r *ipkeeperv1alpha1.IPReservation)
 	return nil
 }
 
-func (s *fakeStore) TakenIn(_ context.Context, network string) (map[netip.Addr]bool, error) {
+func (s *fakeStore) TakenIn(_ context.Context, pool, _ string) (map[netip.Addr]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls["list"]++
 	out := map[netip.Addr]bool{}
 	for _, o := range s.objs {
-		if o.Spec.Network == network {
+		if naming.PoolOf(o.Spec.Pool, o.Spec.Network) == pool {
 			out[netip.MustParseAddr(o.Spec.IP)] = true
 		}
 	}
@@ -287,8 +288,9 @@ func newTestAgent(t testing.TB, store Store, claims ClaimStore) *Agent {
 	a := &Agent{
 		opts:   Options{NodeName: "node-a", ClaimWaitTimeout: time.Second, CNIGCMinAge: time.Minute},
 		log:    logr.Discard(),
-		store:  store,
-		claims: claims,
+		store:     store,
+		claims:    claims,
+		poolStore: newFakePoolStore(),
 		idx:    newIndex(),
 		locks:  newKeyLocks(),
 
@@ -300,4 +302,70 @@ func newTestAgent(t testing.TB, store Store, claims ClaimStore) *Agent {
 	}
 	a.metrics = m
 	return a
+}
+
+// fakePoolStore keeps IPPools in memory; Create stamps what the API server
+// would (UID, generation, creation time).
+type fakePoolStore struct {
+	mu    sync.Mutex
+	pools map[string]*ipkeeperv1alpha1.IPPool
+	n     int
+}
+
+func newFakePoolStore() *fakePoolStore {
+	return &fakePoolStore{pools: map[string]*ipkeeperv1alpha1.IPPool{}}
+}
+
+func (s *fakePoolStore) Get(_ context.Context, name string) (*ipkeeperv1alpha1.IPPool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.pools[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrPoolMissing, name)
+	}
+	return p.DeepCopy(), nil
+}
+
+func (s *fakePoolStore) Create(_ context.Context, p *ipkeeperv1alpha1.IPPool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.pools[p.Name]; ok {
+		return fmt.Errorf("%w: IPPool %s", ErrTaken, p.Name)
+	}
+	s.n++
+	p.UID = types.UID(fmt.Sprintf("pool-uid-%d", s.n))
+	p.Generation = 1
+	p.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, s.n, 0, time.UTC))
+	s.pools[p.Name] = p.DeepCopy()
+	return nil
+}
+
+// put stores a pool as an admin would write it (or replaces its spec),
+// bumping the generation.
+func (s *fakePoolStore) put(p *ipkeeperv1alpha1.IPPool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.pools[p.Name]; ok {
+		c := old.DeepCopy()
+		c.Spec = p.Spec
+		c.Generation++
+		s.pools[p.Name] = c
+		return
+	}
+	s.n++
+	c := p.DeepCopy()
+	c.UID = types.UID(fmt.Sprintf("pool-uid-%d", s.n))
+	c.Generation = 1
+	c.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, s.n, 0, time.UTC))
+	s.pools[p.Name] = c
+}
+
+func (s *fakePoolStore) List(context.Context, bool) ([]ipkeeperv1alpha1.IPPool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ipkeeperv1alpha1.IPPool, 0, len(s.pools))
+	for _, p := range s.pools {
+		out = append(out, *p.DeepCopy())
+	}
+	return out, nil
 }

@@ -21,7 +21,7 @@ type gcConfig struct {
 	} `json:"cni.dev/valid-attachments"`
 }
 
-// GC releases this node's ephemeral reservations on the request's network
+// GC releases this node's ephemeral reservations in the request's network's pool
 // whose attachment (container ID, interface) is not in the runtime's list
 // of valid attachments. Claim-owned reservations and other nodes' are never
 // touched; each is released under its attachment's lock, at the version
@@ -30,7 +30,7 @@ type gcConfig struct {
 // it).
 func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
 	defer a.metrics.observe(cniproto.CmdGC, time.Now(), &err)
-	network, err := networkName(creq.Config)
+	pool, err := poolName(creq.Config)
 	if err != nil {
 		return cniError(codeInvalidConfig, err)
 	}
@@ -48,7 +48,7 @@ func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
 	}
 	start := time.Now()
 	var errs []error
-	for _, e := range a.idx.onNode(a.opts.NodeName, network) {
+	for _, e := range a.idx.onNode(a.opts.NodeName, pool) {
 		if a.opts.CNIGCMinAge > 0 && a.idx.writtenSince(e.name, start.Add(-a.opts.CNIGCMinAge)) {
 			// Written here since the runtime may have built its list: an
 			// ADD that finished just before this GC.

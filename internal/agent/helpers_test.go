@@ -31,7 +31,7 @@ func podEntry(t testing.TB, network, ip string, podUID types.UID, ifName, contai
 	a := netip.MustParseAddr(ip)
 	name := naming.Reservation(network, a)
 	return entry{
-		name: name, uid: types.UID("uid-" + name), network: network, ip: a,
+		name: name, uid: types.UID("uid-" + name), pool: network, network: network, ip: a,
 		owner: ipkeeperv1alpha1.ReservationOwner{
 			Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "default", Name: "pod-" + string(podUID), UID: podUID,
 		},
@@ -65,16 +65,16 @@ func checkIndex(t testing.TB, x *index) {
 		if e.name != name {
 			t.Errorf("byName[%q] holds an entry named %q", name, e.name)
 		}
-		if got := x.taken[e.network][e.ip]; got != name {
-			t.Errorf("taken[%q][%s] = %q, want %q", e.network, e.ip, got, name)
+		if got := x.taken[e.pool][e.ip]; got != name {
+			t.Errorf("taken[%q][%s] = %q, want %q", e.pool, e.ip, got, name)
 		}
-		k := attachmentKey{e.network, e.owner.UID, e.ifName}
+		k := attachmentKey{e.pool, e.owner.UID, e.ifName}
 		_, inPod := x.byPod[k][name]
 		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerPod; inPod != want {
 			t.Errorf("%s (owner kind %s) in byPod = %v, want %v", name, e.owner.Kind, inPod, want)
 		}
-		_, inSandbox := x.bySandbox[sandboxKey{e.network, e.containerID, e.ifName}][name]
-		_, inNode := x.byNode[nodeKey{e.node, e.network}][name]
+		_, inSandbox := x.bySandbox[sandboxKey{e.pool, e.containerID, e.ifName}][name]
+		_, inNode := x.byNode[nodeKey{e.node, e.pool}][name]
 		if !inSandbox {
 			t.Errorf("%s (owner kind %s) missing from bySandbox", name, e.owner.Kind)
 		}
@@ -102,14 +102,14 @@ func checkIndex(t testing.TB, x *index) {
 			t.Errorf("taken[%q] is an empty map (leak)", network)
 		}
 		for ip, name := range m {
-			if e, ok := x.byName[name]; !ok || e.network != network || e.ip != ip {
+			if e, ok := x.byName[name]; !ok || e.pool != network || e.ip != ip {
 				t.Errorf("taken[%q][%s] = %q, which the index holds as %+v (present: %v)", network, ip, name, e, ok)
 			}
 		}
 	}
 	for k, m := range x.bySandbox {
 		for name := range m {
-			if e, ok := x.byName[name]; !ok || (sandboxKey{e.network, e.containerID, e.ifName}) != k {
+			if e, ok := x.byName[name]; !ok || (sandboxKey{e.pool, e.containerID, e.ifName}) != k {
 				t.Errorf("bySandbox[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
 			}
 		}
@@ -119,7 +119,7 @@ func checkIndex(t testing.TB, x *index) {
 	}
 	for k, m := range x.byNode {
 		for name := range m {
-			if e, ok := x.byName[name]; !ok || (nodeKey{e.node, e.network}) != k {
+			if e, ok := x.byName[name]; !ok || (nodeKey{e.node, e.pool}) != k {
 				t.Errorf("byNode[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
 			}
 		}
@@ -133,7 +133,7 @@ func checkIndex(t testing.TB, x *index) {
 		}
 		for name := range m {
 			e, ok := x.byName[name]
-			if !ok || (attachmentKey{e.network, e.owner.UID, e.ifName}) != k || e.owner.Kind != ipkeeperv1alpha1.OwnerPod {
+			if !ok || (attachmentKey{e.pool, e.owner.UID, e.ifName}) != k || e.owner.Kind != ipkeeperv1alpha1.OwnerPod {
 				t.Errorf("byPod[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -19,13 +20,17 @@ type entry struct {
 	name        string
 	uid         types.UID
 	rv          string // resourceVersion: a release deletes exactly this version
-	network     string
+	pool        string // naming.PoolOf: the key the agent indexes and locks by
+	network     string // spec.network, as written
 	ip          netip.Addr
 	owner       ipkeeperv1alpha1.ReservationOwner
 	ifName      string
 	containerID string
 	node        string
 	created     time.Time
+	// released: the owner let it go and it only waits out its pool's
+	// reuse cooldown. It keeps the address taken but is nobody's.
+	released bool
 }
 
 func entryOf(r *ipkeeperv1alpha1.IPReservation) (entry, bool) {
@@ -34,9 +39,9 @@ func entryOf(r *ipkeeperv1alpha1.IPReservation) (entry, bool) {
 		return entry{}, false
 	}
 	return entry{
-		name: r.Name, uid: r.UID, rv: r.ResourceVersion, network: r.Spec.Network, ip: ip, owner: r.Spec.Owner,
+		name: r.Name, uid: r.UID, rv: r.ResourceVersion, pool: naming.PoolOf(r.Spec.Pool, r.Spec.Network), network: r.Spec.Network, ip: ip, owner: r.Spec.Owner,
 		ifName: r.Spec.InterfaceName, containerID: r.Spec.ContainerID, node: r.Spec.Node,
-		created: r.CreationTimestamp.Time,
+		created: r.CreationTimestamp.Time, released: r.Spec.Released(),
 	}, true
 }
 
@@ -52,29 +57,29 @@ func (e entry) olderThan(o entry) bool {
 	return errA == nil && errB == nil && a < b
 }
 
-// attachmentKey identifies one pod attachment to one network.
+// attachmentKey identifies one pod attachment to one pool.
 type attachmentKey struct {
-	network string
+	pool string
 	podUID  types.UID
 	ifName  string
 }
 
-// sandboxKey is what a DEL names: a sandbox's interface on a network.
+// sandboxKey is what a DEL names: a sandbox's interface on a pool.
 type sandboxKey struct {
-	network     string
+	pool     string
 	containerID string
 	ifName      string
 }
 
-// nodeKey is what a CNI GC covers: a node's pod reservations on a network.
+// nodeKey is what a CNI GC covers: a node's pod reservations on a pool.
 type nodeKey struct {
 	node    string
-	network string
+	pool string
 }
 
 // exhaustedMemo records a live confirmation that a range was full.
 type exhaustedMemo struct {
-	releases uint64 // the network's release count when the live list began
+	releases uint64 // the pool's release count when the live list began
 	at       time.Time
 }
 
@@ -88,7 +93,7 @@ type exhaustedMemo struct {
 type index struct {
 	mu        sync.RWMutex
 	byName    map[string]entry
-	taken     map[string]map[netip.Addr]string // network -> IP -> reservation name
+	taken     map[string]map[netip.Addr]string // pool -> IP -> reservation name
 	byPod     map[attachmentKey]set
 	bySandbox map[sandboxKey]set
 	byNode    map[nodeKey]set
@@ -107,10 +112,10 @@ type index struct {
 	// deleted holds reservations this agent deleted whose deletion the
 	// informer has not delivered yet; their lagging events are stale.
 	deleted map[string]tombstone
-	// releases counts, per network, reservations that went away; a change
+	// releases counts, per pool, reservations that went away; a change
 	// invalidates an exhaustion confirmation.
 	releases  map[string]uint64
-	exhausted map[string]exhaustedMemo // network + range -> confirmation
+	exhausted map[string]exhaustedMemo // pool + range -> confirmation
 }
 
 type set = map[string]struct{}
@@ -202,18 +207,21 @@ func (x *index) upsertLocked(e entry) {
 		x.unlinkLocked(old)
 	}
 	x.byName[e.name] = e
-	if x.taken[e.network] == nil {
-		x.taken[e.network] = map[netip.Addr]string{}
+	if x.taken[e.pool] == nil {
+		x.taken[e.pool] = map[netip.Addr]string{}
 	}
-	x.taken[e.network][e.ip] = e.name
-	if c := x.conflicts[e.network]; c != nil {
+	x.taken[e.pool][e.ip] = e.name
+	if c := x.conflicts[e.pool]; c != nil {
 		delete(c, e.ip)
 	}
-	link(x.bySandbox, sandboxKey{e.network, e.containerID, e.ifName}, e.name)
+	if e.released {
+		return // holds the address for nobody: no attachment or claim finds it
+	}
+	link(x.bySandbox, sandboxKey{e.pool, e.containerID, e.ifName}, e.name)
 	switch e.owner.Kind {
 	case ipkeeperv1alpha1.OwnerPod:
-		link(x.byPod, attachmentKey{e.network, e.owner.UID, e.ifName}, e.name)
-		link(x.byNode, nodeKey{e.node, e.network}, e.name)
+		link(x.byPod, attachmentKey{e.pool, e.owner.UID, e.ifName}, e.name)
+		link(x.byNode, nodeKey{e.node, e.pool}, e.name)
 	case ipkeeperv1alpha1.OwnerIPAMClaim:
 		link(x.byClaim, e.owner.UID, e.name)
 	}
@@ -256,22 +264,25 @@ func (x *index) released(name string, uid types.UID, now time.Time) {
 func (x *index) dropLocked(e entry) {
 	x.unlinkLocked(e)
 	delete(x.written, e.name)
-	x.releases[e.network]++
+	x.releases[e.pool]++
 }
 
 func (x *index) unlinkLocked(e entry) {
 	delete(x.byName, e.name)
-	if m := x.taken[e.network]; m != nil && m[e.ip] == e.name {
+	if m := x.taken[e.pool]; m != nil && m[e.ip] == e.name {
 		delete(m, e.ip)
 		if len(m) == 0 {
-			delete(x.taken, e.network)
+			delete(x.taken, e.pool)
 		}
 	}
-	unlink(x.bySandbox, sandboxKey{e.network, e.containerID, e.ifName}, e.name)
+	if e.released {
+		return
+	}
+	unlink(x.bySandbox, sandboxKey{e.pool, e.containerID, e.ifName}, e.name)
 	switch e.owner.Kind {
 	case ipkeeperv1alpha1.OwnerPod:
-		unlink(x.byPod, attachmentKey{e.network, e.owner.UID, e.ifName}, e.name)
-		unlink(x.byNode, nodeKey{e.node, e.network}, e.name)
+		unlink(x.byPod, attachmentKey{e.pool, e.owner.UID, e.ifName}, e.name)
+		unlink(x.byNode, nodeKey{e.node, e.pool}, e.name)
 	case ipkeeperv1alpha1.OwnerIPAMClaim:
 		unlink(x.byClaim, e.owner.UID, e.name)
 	}
@@ -294,13 +305,13 @@ func unlink[K comparable](m map[K]set, k K, name string) {
 }
 
 // markConflict records that a create found ip taken.
-func (x *index) markConflict(network string, ip netip.Addr, now time.Time) {
+func (x *index) markConflict(pool string, ip netip.Addr, now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	m := x.conflicts[network]
+	m := x.conflicts[pool]
 	if m == nil {
 		m = map[netip.Addr]time.Time{}
-		x.conflicts[network] = m
+		x.conflicts[pool] = m
 	}
 	m[ip] = now
 	if len(m) > 1024 {
@@ -313,55 +324,55 @@ func (x *index) markConflict(network string, ip netip.Addr, now time.Time) {
 }
 
 // takenFunc returns the predicate the allocator scans with.
-func (x *index) takenFunc(network string, now time.Time) func(netip.Addr) bool {
+func (x *index) takenFunc(pool string, now time.Time) func(netip.Addr) bool {
 	return func(ip netip.Addr) bool {
 		x.mu.RLock()
 		defer x.mu.RUnlock()
-		if _, ok := x.taken[network][ip]; ok {
+		if _, ok := x.taken[pool][ip]; ok {
 			return true
 		}
-		t, ok := x.conflicts[network][ip]
+		t, ok := x.conflicts[pool][ip]
 		return ok && now.Sub(t) < conflictTTL
 	}
 }
 
 // conflictSince reports whether a create found ip taken at or after since.
-func (x *index) conflictSince(network string, ip netip.Addr, since time.Time) bool {
+func (x *index) conflictSince(pool string, ip netip.Addr, since time.Time) bool {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	t, ok := x.conflicts[network][ip]
+	t, ok := x.conflicts[pool][ip]
 	return ok && !t.Before(since)
 }
 
-// releaseCount is the network's release counter, read before a live list
+// releaseCount is the pool's release counter, read before a live list
 // that may confirm exhaustion.
-func (x *index) releaseCount(network string) uint64 {
+func (x *index) releaseCount(pool string) uint64 {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return x.releases[network]
+	return x.releases[pool]
 }
 
-func exhaustedKey(network string, r iprange.Range) string { return network + "\x00" + r.String() }
+func exhaustedKey(pool string, r iprange.Range) string { return pool + "\x00" + r.String() }
 
 // confirmExhausted records that a live list begun at release count n found
 // r full.
-func (x *index) confirmExhausted(network string, r iprange.Range, n uint64, now time.Time) {
+func (x *index) confirmExhausted(pool string, r iprange.Range, n uint64, now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.exhausted[exhaustedKey(network, r)] = exhaustedMemo{releases: n, at: now}
+	x.exhausted[exhaustedKey(pool, r)] = exhaustedMemo{releases: n, at: now}
 }
 
 // exhaustionConfirmed reports whether r was confirmed full by a live list
-// with no release on the network seen since, within exhaustedTTL.
-func (x *index) exhaustionConfirmed(network string, r iprange.Range, now time.Time) bool {
+// with no release on the pool seen since, within exhaustedTTL.
+func (x *index) exhaustionConfirmed(pool string, r iprange.Range, now time.Time) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	k := exhaustedKey(network, r)
+	k := exhaustedKey(pool, r)
 	m, ok := x.exhausted[k]
 	if !ok {
 		return false
 	}
-	if m.releases != x.releases[network] || now.Sub(m.at) >= exhaustedTTL {
+	if m.releases != x.releases[pool] || now.Sub(m.at) >= exhaustedTTL {
 		delete(x.exhausted, k)
 		return false
 	}
@@ -377,33 +388,33 @@ func (x *index) entries(s set) []entry {
 }
 
 // attachment returns the reservations a pod attachment holds.
-func (x *index) attachment(network string, podUID types.UID, ifName string) []entry {
+func (x *index) attachment(pool string, podUID types.UID, ifName string) []entry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return x.entries(x.byPod[attachmentKey{network, podUID, ifName}])
+	return x.entries(x.byPod[attachmentKey{pool, podUID, ifName}])
 }
 
 // sandbox returns the reservations (of pods and claims) a sandbox's interface made or holds.
-func (x *index) sandbox(network, containerID, ifName string) []entry {
+func (x *index) sandbox(pool, containerID, ifName string) []entry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return x.entries(x.bySandbox[sandboxKey{network, containerID, ifName}])
+	return x.entries(x.bySandbox[sandboxKey{pool, containerID, ifName}])
 }
 
-// onNode returns a node's pod reservations on a network.
-func (x *index) onNode(node, network string) []entry {
+// onNode returns a node's pod reservations on a pool.
+func (x *index) onNode(node, pool string) []entry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return x.entries(x.byNode[nodeKey{node, network}])
+	return x.entries(x.byNode[nodeKey{node, pool}])
 }
 
-// claim returns the reservations of a network an IPAMClaim holds.
-func (x *index) claim(network string, claimUID types.UID) []entry {
+// claim returns the reservations of a pool an IPAMClaim holds.
+func (x *index) claim(pool string, claimUID types.UID) []entry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	var out []entry
 	for name := range x.byClaim[claimUID] {
-		if e := x.byName[name]; e.network == network {
+		if e := x.byName[name]; e.pool == pool {
 			out = append(out, e)
 		}
 	}
@@ -439,7 +450,7 @@ func reservationOf(e entry) *ipkeeperv1alpha1.IPReservation {
 	r := &ipkeeperv1alpha1.IPReservation{}
 	r.Name, r.UID, r.ResourceVersion = e.name, e.uid, e.rv
 	r.Spec = ipkeeperv1alpha1.IPReservationSpec{
-		Network: e.network, IP: e.ip.String(), Owner: e.owner,
+		Pool: e.pool, Network: e.network, IP: e.ip.String(), Owner: e.owner,
 		InterfaceName: e.ifName, ContainerID: e.containerID, Node: e.node,
 	}
 	return r

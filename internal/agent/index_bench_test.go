@@ -188,7 +188,7 @@ func BenchmarkIndex50k(b *testing.B) {
 		for k := range own {
 			s := benchSpecOf(k)
 			own[k] = entry{
-				name: s.name, uid: types.UID(s.uid), network: s.network, ip: netip.MustParseAddr(s.ip),
+				name: s.name, uid: types.UID(s.uid), pool: s.network, network: s.network, ip: netip.MustParseAddr(s.ip),
 				owner:  ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerKind(strings.Clone(string(s.kind))), Namespace: s.namespace, Name: s.owner, UID: types.UID(s.ownerUID)},
 				ifName: strings.Clone(s.ifName), containerID: s.containerID, node: s.node,
 				created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),

@@ -158,7 +158,7 @@ func TestIndexUpsertRemove(t *testing.T) {
 				}
 			}
 			for k, want := range tt.attach {
-				got := x.attachment(k.network, k.podUID, k.ifName)
+				got := x.attachment(k.pool, k.podUID, k.ifName)
 				if names := sortedNames(got); !slices.Equal(names, want) {
 					t.Errorf("attachment(%+v) = %v, want %v", k, names, want)
 				}

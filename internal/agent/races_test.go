@@ -49,6 +49,8 @@ func testRequest(t testing.TB, command, conf, containerID string, pod *corev1.Po
 	if err != nil {
 		t.Fatalf("parseRequest: %v", err)
 	}
+	// The inline network's pool, as resolvePool finds it on a first use.
+	req.pool = &poolView{name: req.cfg.PoolName(), ranges: req.cfg.Ranges}
 	return req
 }
 

@@ -34,31 +34,31 @@ type holder struct {
 
 func (h holder) isClaim() bool { return h.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim }
 
-// key names the holder's allocation on a network: the unit that is locked
+// key names the holder's allocation in a pool: the unit that is locked
 // and whose uncertain creates are remembered.
-func (h holder) key(network string) string {
+func (h holder) key(pool string) string {
 	if h.isClaim() {
-		return "claim/" + string(h.owner.UID) + "/" + network
+		return "claim/" + string(h.owner.UID) + "/" + pool
 	}
-	return "pod/" + string(h.owner.UID) + "/" + h.ifName + "/" + network
+	return "pod/" + string(h.owner.UID) + "/" + h.ifName + "/" + pool
 }
 
 // owns reports whether a reservation read from the API server is this
 // holder's: the same claim, or the same pod and interface.
 func (h holder) owns(r *ipkeeperv1alpha1.IPReservation) bool {
 	o := r.Spec.Owner
-	if o.Kind != h.owner.Kind || o.UID != h.owner.UID {
+	if o.Kind != h.owner.Kind || o.UID != h.owner.UID || r.Spec.Released() {
 		return false
 	}
 	return h.isClaim() || r.Spec.InterfaceName == h.ifName
 }
 
-// held returns the reservations the index shows for the holder.
-func (a *Agent) held(network string, h holder) []entry {
+// held returns the reservations the index shows for the holder in a pool.
+func (a *Agent) held(pool string, h holder) []entry {
 	if h.isClaim() {
-		return a.idx.claim(network, h.owner.UID)
+		return a.idx.claim(pool, h.owner.UID)
 	}
-	return a.idx.attachment(network, h.owner.UID, h.ifName)
+	return a.idx.attachment(pool, h.owner.UID, h.ifName)
 }
 
 // reserve is the one allocation path, for pods and claims alike: one
@@ -69,8 +69,7 @@ func (a *Agent) held(network string, h holder) []entry {
 // reused or adopted from another node), for the claim path to release if
 // it loses the status race. The caller holds the holder's lock.
 func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(context.Context, entry) (entry, error)) (ips []netip.Prefix, created []entry, err error) {
-	network := req.cfg.Name
-	held, err := a.resolveUncertain(ctx, network, h)
+	held, err := a.resolveUncertain(ctx, req.pool.name, h)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -80,11 +79,11 @@ func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(c
 			ips, created = nil, nil
 		}
 	}()
-	for _, r := range req.cfg.Ranges {
-		e, ok := heldIn(held, r)
+	for _, family := range req.pool.families() {
+		e, ok := heldIn(held, family[0].Is4())
 		isNew := false
 		if !ok {
-			if e, isNew, err = a.reserveInRange(ctx, req, r, h); err != nil {
+			if e, isNew, err = a.reserveInFamily(ctx, req, family, h); err != nil {
 				return nil, created, err
 			}
 		}
@@ -95,7 +94,7 @@ func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(c
 				return nil, created, err
 			}
 		}
-		ips = append(ips, netip.PrefixFrom(e.ip, r.Subnet().Bits()))
+		ips = append(ips, req.pool.prefixOf(e.ip, family))
 	}
 	return ips, created, nil
 }
@@ -113,14 +112,17 @@ func (a *Agent) rollback(ctx context.Context, h holder, created []entry) {
 	_ = a.release(ctx, created, "rollback", nil) // logged by release
 }
 
-// heldIn returns the holder's reservation in r. Should it hold two (a
-// create applied after its outcome was judged unknown and gone), the
-// oldest wins, so every ADD and CHECK names the same one.
-func heldIn(held []entry, r iprange.Range) (entry, bool) {
+// heldIn returns the holder's reservation of an IP family, in a current
+// range or not: an address held where the pool no longer hands out (a
+// range removed, an exclude added) is kept, never released behind the
+// workload's back. Should it hold two (a create applied after its outcome
+// was judged unknown and gone), the oldest wins, so every ADD and CHECK
+// names the same one.
+func heldIn(held []entry, is4 bool) (entry, bool) {
 	var best entry
 	found := false
 	for _, e := range held {
-		if !r.Contains(e.ip) {
+		if e.ip.Is4() != is4 {
 			continue
 		}
 		if !found || e.created.Before(best.created) || (e.created.Equal(best.created) && e.name < best.name) {
@@ -130,43 +132,55 @@ func heldIn(held []entry, r iprange.Range) (entry, bool) {
 	return best, found
 }
 
-// reserveInRange reserves the static address requested for r's family, or
-// a free candidate of r. isNew is false when the reservation existed
-// already and is the holder's (a create whose response was lost, or the
-// other node of a migration a moment earlier).
-func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Range, h holder) (e entry, isNew bool, err error) {
-	network := req.cfg.Name
-	if static, ok := staticFor(req.cfg, r); ok {
-		if err := r.Usable(static); err != nil {
-			return entry{}, false, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("static IP %s requested for network %q: %w", static, network, err))
+// reserveInFamily reserves the static address requested for the family,
+// else a free address of the first range of the family that has one.
+func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []iprange.Range, h holder) (entry, bool, error) {
+	if static, ok := staticFor(req.cfg, family[0].Is4()); ok {
+		if _, err := req.pool.usableIn(static); err != nil {
+			return entry{}, false, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("static IP %s requested for network %q: %w", static, req.cfg.Name, err))
 		}
 		e, isNew, err := a.createOrAdopt(ctx, req, static, h)
 		if errors.Is(err, ErrTaken) {
-			return entry{}, false, fail(reasonConflict, codeInternal, a.describeHolder(ctx, "static IP", network, static, h.owner.Namespace))
+			return entry{}, false, fail(reasonConflict, codeInternal, a.describeHolder(ctx, "static IP", req, static, h.owner.Namespace))
 		}
 		return e, isNew, err
 	}
+	var err error
+	for _, r := range family {
+		var e entry
+		var isNew bool
+		if e, isNew, err = a.reserveInRange(ctx, req, r, h); reasonOf(err) != reasonExhausted {
+			return e, isNew, err
+		}
+	}
+	return entry{}, false, err
+}
 
+// reserveInRange reserves a free candidate of r. isNew is false when the
+// reservation existed already and is the holder's (a create whose
+// response was lost, or the other node of a migration a moment earlier).
+func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Range, h holder) (e entry, isNew bool, err error) {
+	pool, network := req.pool.name, req.cfg.Name
 	seed := string(h.owner.UID) + "/" + req.IfName
-	taken := a.idx.takenFunc(network, time.Now())
+	taken := a.idx.takenFunc(pool, time.Now())
 	verified := false
 	for attempt := 0; attempt < maxConflicts; attempt++ {
 		ip, err := allocator.Candidate(r, taken, seed)
 		if errors.Is(err, allocator.ErrExhausted) {
-			if verified || a.idx.exhaustionConfirmed(network, r, time.Now()) {
-				return entry{}, false, fail(reasonExhausted, codeInternal, fmt.Errorf("network %q is exhausted: %w", network, err))
+			if verified || a.idx.exhaustionConfirmed(pool, r, time.Now()) {
+				return entry{}, false, fail(reasonExhausted, codeInternal, fmt.Errorf("network %q (IPPool %q) is exhausted: %w", network, pool, err))
 			}
 			// The index errs towards "taken" (an informer event for a
 			// reservation already released may arrive late), so confirm
 			// exhaustion against a live list before refusing the pod, and
 			// remember it until the next release on the network.
-			releases := a.idx.releaseCount(network)
-			if taken, err = a.liveTaken(ctx, network); err != nil {
+			releases := a.idx.releaseCount(pool)
+			if taken, err = a.liveTaken(ctx, req); err != nil {
 				return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
 			}
 			verified = true
 			if _, err := allocator.Candidate(r, taken, seed); errors.Is(err, allocator.ErrExhausted) {
-				a.idx.confirmExhausted(network, r, releases, time.Now())
+				a.idx.confirmExhausted(pool, r, releases, time.Now())
 			}
 			attempt--
 			continue
@@ -177,7 +191,7 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 		e, isNew, err := a.createOrAdopt(ctx, req, ip, h)
 		if errors.Is(err, ErrTaken) {
 			a.metrics.conflicts.Inc()
-			a.idx.markConflict(network, ip, time.Now())
+			a.idx.markConflict(pool, ip, time.Now())
 			continue
 		}
 		return e, isNew, err
@@ -186,14 +200,19 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 }
 
 // liveTaken returns a taken predicate built from a live list of the
-// network's reservations plus the conflicts seen since.
-func (a *Agent) liveTaken(ctx context.Context, network string) (func(netip.Addr) bool, error) {
+// pool's reservations plus the conflicts seen since.
+func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) bool, error) {
+	pool := req.pool.name
 	since := time.Now()
-	live, err := a.store.TakenIn(ctx, network)
+	legacy := ""
+	if req.cfg.Pool == "" {
+		legacy = req.cfg.Name
+	}
+	live, err := a.store.TakenIn(ctx, pool, legacy)
 	if err != nil {
 		return nil, err
 	}
-	return func(ip netip.Addr) bool { return live[ip] || a.idx.conflictSince(network, ip, since) }, nil
+	return func(ip netip.Addr) bool { return live[ip] || a.idx.conflictSince(pool, ip, since) }, nil
 }
 
 // createOrAdopt creates the reservation of ip for the holder. When the
@@ -203,17 +222,17 @@ func (a *Agent) liveTaken(ctx context.Context, network string) (func(netip.Addr)
 // else's. A create whose outcome is unknown is remembered, so the retry
 // finds it even before the informer shows it.
 func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, h holder) (e entry, isNew bool, err error) {
-	network := req.cfg.Name
+	pool, network := req.pool.name, req.cfg.Name
 	obj := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: naming.Reservation(network, ip),
+			Name: naming.Reservation(pool, ip),
 			Labels: map[string]string{
 				naming.NetworkLabel:   naming.NetworkLabelValue(network),
 				naming.OwnerKindLabel: string(h.owner.Kind),
 			},
 		},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
-			Network: network, IP: ip.String(), Owner: h.owner,
+			Pool: pool, Network: network, IP: ip.String(), Owner: h.owner,
 			InterfaceName: req.IfName, ContainerID: req.ContainerID, Node: a.opts.NodeName,
 		},
 	}
@@ -233,7 +252,7 @@ func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, 
 		a.idx.upsert(e)
 		return e, false, nil
 	default:
-		a.uncertain.add(h.key(network), obj.Name, sandboxKey{network, req.ContainerID, req.IfName})
+		a.uncertain.add(h.key(pool), obj.Name, sandboxKey{pool, req.ContainerID, req.IfName})
 		return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
 	}
 }
@@ -241,8 +260,8 @@ func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, 
 // resolveUncertain returns what the index shows the holder holds, plus
 // the reservations of earlier creates whose outcome was unknown that turn
 // out to exist and be the holder's.
-func (a *Agent) resolveUncertain(ctx context.Context, network string, h holder) ([]entry, error) {
-	key := h.key(network)
+func (a *Agent) resolveUncertain(ctx context.Context, pool string, h holder) ([]entry, error) {
+	key := h.key(pool)
 	for _, name := range a.uncertain.names(key) {
 		cur, err := a.store.Get(ctx, name)
 		switch {
@@ -256,7 +275,7 @@ func (a *Agent) resolveUncertain(ctx context.Context, network string, h holder) 
 		}
 		a.uncertain.forget(key, name)
 	}
-	return a.held(network, h), nil
+	return a.held(pool, h), nil
 }
 
 // uncertainCreates remembers, per holder, creates whose response never
@@ -341,8 +360,9 @@ func (u *uncertainCreates) forget(key, name string) {
 // name: what says how ("static IP", or "address" for a claim's). The
 // holder is named only when it is in the requester's namespace: another
 // tenant's objects are none of the requester's business.
-func (a *Agent) describeHolder(ctx context.Context, what, network string, ip netip.Addr, namespace string) error {
-	name := naming.Reservation(network, ip)
+func (a *Agent) describeHolder(ctx context.Context, what string, req *request, ip netip.Addr, namespace string) error {
+	network := req.cfg.Name
+	name := naming.Reservation(req.pool.name, ip)
 	r, err := a.store.Get(ctx, name)
 	if err != nil || r.Spec.Owner.Namespace != namespace {
 		return fmt.Errorf("%s %s on network %q is already reserved by a workload in another namespace (reservation %s)", what, ip, network, name)
@@ -351,9 +371,9 @@ func (a *Agent) describeHolder(ctx context.Context, what, network string, ip net
 	return fmt.Errorf("%s %s on network %q is already reserved by %s %s/%s (reservation %s)", what, ip, network, o.Kind, o.Namespace, o.Name, name)
 }
 
-func staticFor(cfg *ipamconfig.Config, r iprange.Range) (netip.Addr, bool) {
+func staticFor(cfg *ipamconfig.Config, is4 bool) (netip.Addr, bool) {
 	for _, p := range cfg.StaticIPs {
-		if r.Contains(p.Addr()) {
+		if p.Addr().Is4() == is4 {
 			return p.Addr(), true
 		}
 	}

@@ -11,9 +11,12 @@ import (
 // trimReservation keeps what the index needs; managed fields are most of an
 // object's size, and the agent caches every reservation of the cluster.
 func trimReservation(obj any) (any, error) {
-	if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
-		r.ManagedFields = nil
-		r.Annotations = nil
+	switch o := obj.(type) {
+	case *ipkeeperv1alpha1.IPReservation:
+		o.ManagedFields = nil
+		o.Annotations = nil
+	case *ipkeeperv1alpha1.IPPool:
+		o.ManagedFields = nil // its annotations hold an inline network's definition
 	}
 	return obj, nil
 }

@@ -22,6 +22,10 @@ type Config struct {
 	// Pool is ipam.pool: the IPPool the network draws from. "" when the
 	// ranges are inline; the network's pool is then its inline pool.
 	Pool string
+	// NetworkName is ipam.network_name (whereabouts' key): inline networks
+	// overlap only if they declare different ones, saying they are
+	// separate L2 networks that may reuse addresses.
+	NetworkName string
 	// ClaimReference is args.cni.ipam-claim-reference, the IPAMClaim an
 	// attachment uses in setups where no webhook writes it into the pod's
 	// networks annotation; "" when not given.

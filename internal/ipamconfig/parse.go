@@ -41,6 +41,7 @@ func Parse(data []byte) (*Config, error) {
 		ClaimReference:     rc.Args.CNI.ClaimReference,
 		IPAMType:           ipam.Type,
 		Pool:               ipam.Pool,
+		NetworkName:        ipam.NetworkName,
 		AllowPersistentIPs: rc.AllowPersistentIPs,
 		Ranges:             ranges,
 	}

@@ -38,6 +38,9 @@ type rawIPList struct {
 type rawIPAM struct {
 	Type       string     `json:"type"`
 	Pool       string     `json:"pool"`
+	// NetworkName is whereabouts' network_name, which keeps apart pools
+	// of overlapping ranges; ipkeeper reads it for the same purpose.
+	NetworkName string `json:"network_name"`
 	Range      string     `json:"range"`
 	RangeStart string     `json:"range_start"`
 	RangeEnd   string     `json:"range_end"`

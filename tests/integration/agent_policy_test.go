@@ -10,6 +10,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -106,6 +107,24 @@ func TestAgentWritesBoundToItsNode(t *testing.T) {
 		expectRefusedBy(t, "node-b changes it once it moved away", onB.Update(ctx, held), "may only write reservations with spec.node node-b")
 		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, theirs))
 		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, held))
+	})
+
+	t.Run("pools", func(t *testing.T) {
+		inline := &ipkeeperv1alpha1.IPPool{
+			ObjectMeta: metav1.ObjectMeta{Name: "bound-inline", Labels: map[string]string{ipkeeperv1alpha1.InlineLabel: "true"}},
+			Spec:       ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.99.4.0/24"}}},
+		}
+		expectAllowed(t, "create an inline network's pool", onA.Create(ctx, inline))
+		t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), inline) })
+		admins := &ipkeeperv1alpha1.IPPool{
+			ObjectMeta: metav1.ObjectMeta{Name: "bound-admins"},
+			Spec:       ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.99.5.0/24"}}},
+		}
+		expectRefusedBy(t, "create a pool that is not an inline network's", onA.Create(ctx, admins), "only create the pool of an inline network")
+		inline.Spec.Ranges = append(inline.Spec.Ranges, ipkeeperv1alpha1.PoolRange{Range: "10.99.6.0/24"})
+		if err := onA.Update(ctx, inline); !apierrors.IsForbidden(err) {
+			t.Errorf("an agent updated a pool: %v, want forbidden by RBAC", err)
+		}
 	})
 
 	t.Run("claim status", func(t *testing.T) {

@@ -290,7 +290,7 @@ func TestClaimFailuresSetConditions(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "claimfail")
 	const network = "claimfail-net"
-	conf := persistentConf(network, map[string]any{"range": "10.74.0.0/30"}) // 2 usable
+	conf := persistentConf(network, map[string]any{"range": "10.174.0.0/30"}) // 2 usable
 	a := cp.StartAgent(t, "node-f")
 	plain := cp.CreatePods(t, ns, a.Node, "plain", 2)
 	for _, p := range plain {
@@ -441,7 +441,7 @@ func TestClaimReferenceFromCNIArgs(t *testing.T) {
 	a := cp.StartAgent(t, "node-ca")
 	claim := createClaim(t, ns, "vm1.blue", network)
 	var m map[string]any
-	if err := json.Unmarshal(persistentConf(network, map[string]any{"range": "10.77.0.0/24"}), &m); err != nil {
+	if err := json.Unmarshal(persistentConf(network, map[string]any{"range": "10.177.0.0/24"}), &m); err != nil {
 		t.Fatal(err)
 	}
 	m["args"] = map[string]any{"cni": map[string]any{"ipam-claim-reference": claim.Name}}

@@ -270,7 +270,7 @@ func TestPrinterColumns(t *testing.T) {
 	}{
 		{
 			path:        "/apis/ipkeeper.io/v1alpha1/ipreservations/" + r.Name,
-			wantColumns: []string{"Name", "Network", "IP", "Owner-Kind", "Owner", "Node", "Age"},
+			wantColumns: []string{"Name", "Pool", "Network", "IP", "Owner-Kind", "Owner", "Node", "Age"},
 			wantCells:   []string{"columns-test", "10.30.0.1", "Pod", "pod-a", "node-1"},
 		},
 		{

@@ -37,7 +37,7 @@ func TestAgentRefusesPodsOfOtherNodes(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "nodes")
 	const network = "nodes-net"
-	conf := framework.NetConf(network, map[string]any{"range": "10.66.0.0/24"})
+	conf := framework.NetConf(network, map[string]any{"range": "10.166.0.0/24"})
 	a := cp.StartAgent(t, "node-n1")
 	elsewhere := cp.CreatePods(t, ns, "node-n2", "elsewhere", 1)[0]
 	unbound := cp.CreatePods(t, ns, "", "unbound", 1)[0]

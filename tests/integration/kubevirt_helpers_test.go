@@ -55,9 +55,10 @@ func (e *kvEnv) nad(t testing.TB, name, config string) {
 }
 
 // bridgeNAD is a bridge network delegating to ipkeeper; persistent sets
-// allowPersistentIPs.
+// allowPersistentIPs. Each test's network is a separate L2 network reusing
+// one range, which ipam.network_name declares.
 func bridgeNAD(network string, persistent bool) string {
-	return fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","bridge":"br-%s","allowPersistentIPs":%t,"ipam":{"type":"ipkeeper","range":"10.77.0.0/24"}}`, network, network, persistent)
+	return fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","bridge":"br-%s","allowPersistentIPs":%t,"ipam":{"type":"ipkeeper","range":"10.77.0.0/24","network_name":%q}}`, network, network, persistent, network)
 }
 
 func (e *kvEnv) claim(ctx context.Context, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {

@@ -163,6 +163,10 @@ const (
 	InlineDefinitionAnnotation = "ipkeeper.io/inline-definition"
 	// DefinedByAnnotation names the NAD (namespace/name) an inline pool was created from.
 	DefinedByAnnotation = "ipkeeper.io/defined-by"
+	// NetworkNameAnnotation holds the ipam.network_name (whereabouts' key)
+	// of an inline pool's NAD: inline pools whose ranges overlap must
+	// declare different ones.
+	NetworkNameAnnotation = "ipkeeper.io/network-name"
 )
 
 // IPPool is a cluster-wide pool of addresses. A NAD uses it with

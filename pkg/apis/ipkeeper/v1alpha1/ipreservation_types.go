@@ -117,7 +117,7 @@ func (s *IPReservationSpec) Released() bool { return s.ReuseAfter != nil }
 // +kubebuilder:selectablefield:JSONPath=`.spec.node`
 // +kubebuilder:selectablefield:JSONPath=`.spec.pool`
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.pool`
-// +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.network`,priority=1
+// +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.network`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.spec.ip`
 // +kubebuilder:printcolumn:name="Owner-Kind",type=string,JSONPath=`.spec.owner.kind`
 // +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.owner.name`

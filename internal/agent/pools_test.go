@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	types2 "k8s.io/apimachinery/pkg/types"
+
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// addVia runs what Add does after resolving the pod: resolve the pool and
+// allocate for the pod.
+func addVia(t *testing.T, a *Agent, conf, containerID string, podUID types2.UID) (string, error) {
+	t.Helper()
+	pod := testPod("pod-"+string(podUID), podUID)
+	req := testRequest(t, cniproto.CmdAdd, conf, containerID, pod)
+	pool, err := a.resolvePool(context.Background(), req)
+	if err != nil {
+		return "", err
+	}
+	req.pool = pool
+	ips, err := a.allocateForPod(context.Background(), req, pod)
+	return formatIPs(ips), err
+}
+
+func codeIs(err error, code uint) bool {
+	var ce *types.Error
+	return errors.As(err, &ce) && ce.Code == code
+}
+
+func mustContainAll(t *testing.T, err error, subs ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error, want one mentioning %q", subs)
+	}
+	for _, s := range subs {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not mention %q", err, s)
+		}
+	}
+}
+
+func TestInlineNetworkGetsOnePoolAndDisagreeingNADsAreRefused(t *testing.T) {
+	a := newTestAgent(t, newFakeStore(), newFakeClaims())
+	ps := a.poolStore.(*fakePoolStore)
+	first := `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.5.0.0/24","gateway":"10.5.0.1"}}`
+	sameWrittenOtherwise := `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.5.0.1-10.5.0.254/24","gateway":"10.5.0.1"}}`
+	otherGateway := `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.5.0.0/24","gateway":"10.5.0.254"}}`
+
+	if _, err := addVia(t, a, first, "c1", "p1"); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := ps.Get(context.Background(), "blue")
+	if err != nil {
+		t.Fatalf("the inline network's pool was not created: %v", err)
+	}
+	if pool.Labels[ipkeeperv1alpha1.InlineLabel] != "true" || pool.Annotations[ipkeeperv1alpha1.InlineDefinitionAnnotation] == "" ||
+		len(pool.Spec.Ranges) != 1 || pool.Spec.Ranges[0].Gateway != "10.5.0.1" {
+		t.Errorf("inline pool = %+v %+v, want labelled, with its definition and the NAD's range", pool.ObjectMeta, pool.Spec)
+	}
+	if _, err := addVia(t, a, sameWrittenOtherwise, "c2", "p2"); err != nil {
+		t.Errorf("a NAD writing the same range differently was refused: %v", err)
+	}
+	_, err = addVia(t, a, otherGateway, "c3", "p3")
+	if !codeIs(err, codeInvalidConfig) {
+		t.Fatalf("disagreeing NAD: %v, want CNI code 7", err)
+	}
+	mustContainAll(t, err, `network "blue"`, `IPPool "blue"`, "gateway 10.5.0.1", "gateway 10.5.0.254")
+}
+
+func TestOverlappingInlineNetworksAreRefused(t *testing.T) {
+	a := newTestAgent(t, newFakeStore(), newFakeClaims())
+	netA := `{"cniVersion":"1.0.0","name":"net-a","type":"bridge","ipam":{"type":"ipkeeper","range":"10.6.0.0/24"}}`
+	netB := `{"cniVersion":"1.0.0","name":"net-b","type":"bridge","ipam":{"type":"ipkeeper","range":"10.6.0.128/25"}}`
+	netC := `{"cniVersion":"1.0.0","name":"net-c","type":"bridge","ipam":{"type":"ipkeeper","range":"10.6.0.0/24","network_name":"tenant-c"}}`
+	if _, err := addVia(t, a, netA, "c1", "p1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := addVia(t, a, netB, "c2", "p2")
+	if !codeIs(err, codeInvalidConfig) {
+		t.Fatalf("overlapping network: %v, want CNI code 7", err)
+	}
+	mustContainAll(t, err, `network "net-b"`, `"net-a"`, "network_name", "migrating-from-whereabouts")
+	if _, err := addVia(t, a, netA, "c3", "p3"); err != nil {
+		t.Errorf("the older network must keep allocating: %v", err)
+	}
+	if _, err := addVia(t, a, netC, "c4", "p4"); err != nil {
+		t.Errorf("a network declaring its own network_name may reuse the range: %v", err)
+	}
+}
+
+func TestExplicitPoolGrowsAndShrinksLive(t *testing.T) {
+	a := newTestAgent(t, newFakeStore(), newFakeClaims())
+	ps := a.poolStore.(*fakePoolStore)
+	conf := `{"cniVersion":"1.0.0","name":"green","type":"bridge","ipam":{"type":"ipkeeper","pool":"green-pool"}}`
+	if _, err := addVia(t, a, conf, "c0", "p0"); !codeIs(err, codeInvalidConfig) || !strings.Contains(err.Error(), `IPPool "green-pool" does not exist`) {
+		t.Fatalf("missing pool: %v, want code 7 naming it", err)
+	}
+	ps.put(&ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "green-pool"},
+		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.7.0.0/30"}}}}) // 2 usable
+	for i, p := range []types2.UID{"p1", "p2"} {
+		if _, err := addVia(t, a, conf, "c-"+string(p), p); err != nil {
+			t.Fatalf("ADD %d: %v", i, err)
+		}
+	}
+	if _, err := addVia(t, a, conf, "c3", "p3"); reasonOf(err) != reasonExhausted {
+		t.Fatalf("third ADD on 2 addresses: %v, want exhausted", err)
+	}
+	// Grow: a second IPv4 range is used at once.
+	ps.put(&ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "green-pool"},
+		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.7.0.0/30"}, {Range: "10.7.1.0/30"}}}})
+	got, err := addVia(t, a, conf, "c3", "p3")
+	if err != nil || !strings.HasPrefix(got, "10.7.1.") {
+		t.Fatalf("ADD after growth = %q, %v; want an address of the new range", got, err)
+	}
+	// Shrink: remove the first range. p1 keeps its address on a re-ADD,
+	// and nobody new gets one there.
+	held, _ := addVia(t, a, conf, "c-p1", "p1")
+	ps.put(&ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "green-pool"},
+		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.7.1.0/30"}}}})
+	again, err := addVia(t, a, conf, "c-p1", "p1")
+	if err != nil || again != held {
+		t.Errorf("re-ADD after the range was removed = %q, %v; want the held %q", again, err, held)
+	}
+	got, err = addVia(t, a, conf, "c4", "p4")
+	if err != nil || !strings.HasPrefix(got, "10.7.1.") {
+		t.Errorf("ADD after shrink = %q, %v; want the remaining range", got, err)
+	}
+	// An invalid spec is a configuration error naming the field.
+	ps.put(&ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "green-pool"},
+		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.7.1.0/33"}}}})
+	_, err = addVia(t, a, conf, "c5", "p5")
+	if !codeIs(err, codeInvalidConfig) {
+		t.Fatalf("invalid pool: %v, want code 7", err)
+	}
+	mustContainAll(t, err, `IPPool "green-pool"`, "spec.ranges[0].range", "10.7.1.0/33")
+}
+
+// A released reservation waiting out its pool's cooldown keeps the address
+// from everyone, its former owner included.
+func TestReleasedReservationIsNobodys(t *testing.T) {
+	store := newFakeStore()
+	a := newTestAgent(t, store, newFakeClaims())
+	conf := `{"cniVersion":"1.0.0","name":"tiny","type":"bridge","ipam":{"type":"ipkeeper","range":"10.8.0.0/30"}}`
+	first, err := addVia(t, a, conf, "c1", "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := store.all()[0]
+	r.Spec.ReuseAfter = &metav1.Time{Time: time.Now().Add(time.Hour)}
+	if err := store.Update(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	a.observeLive(r)
+	again, err := addVia(t, a, conf, "c2", "p1")
+	if err != nil || again == first {
+		t.Fatalf("the former owner's next ADD = %q, %v; want the other address, not the released %s", again, err, first)
+	}
+	if _, err := addVia(t, a, conf, "c3", "p3"); reasonOf(err) != reasonExhausted {
+		t.Errorf("ADD with one address held and one cooling down: %v, want exhausted", err)
+	}
+}
+
+func TestPoolReservationNames(t *testing.T) {
+	store := newFakeStore()
+	a := newTestAgent(t, store, newFakeClaims())
+	a.poolStore.(*fakePoolStore).put(&ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "shared"},
+		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.10.0.0/30"}}}})
+	// Two networks on one pool: one address each, then the pool is full.
+	x := `{"cniVersion":"1.0.0","name":"x","type":"bridge","ipam":{"type":"ipkeeper","pool":"shared"}}`
+	y := `{"cniVersion":"1.0.0","name":"y","type":"bridge","ipam":{"type":"ipkeeper","pool":"shared"}}`
+	ipX, err := addVia(t, a, x, "c1", "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipY, err := addVia(t, a, y, "c2", "p2")
+	if err != nil || ipY == ipX {
+		t.Fatalf("second network on the pool = %q, %v; want the other address than %s", ipY, err, ipX)
+	}
+	if _, err := addVia(t, a, x, "c3", "p3"); reasonOf(err) != reasonExhausted {
+		t.Errorf("third ADD across two networks of a 2-address pool: %v, want exhausted", err)
+	}
+	for _, r := range store.all() {
+		if r.Spec.Pool != "shared" || r.Name != naming.Reservation("shared", netip.MustParseAddr(r.Spec.IP)) {
+			t.Errorf("reservation %s: pool %q; want pool shared and a name from (pool, ip)", r.Name, r.Spec.Pool)
+		}
+	}
+}
