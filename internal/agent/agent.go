@@ -74,9 +74,9 @@ type Agent struct {
 	// caches their parsed ranges.
 	poolStore PoolStore
 	parsed    parsedPools
-	pods   *podLookup
-	idx    *index
-	locks  *keyLocks
+	pods      *podLookup
+	idx       *index
+	locks     *keyLocks
 	// uncertain remembers creates whose response was lost.
 	uncertain *uncertainCreates
 	metrics   *metrics

@@ -35,7 +35,7 @@ const (
 	// conditionInPool says whether the claim's addresses are still ones
 	// its pool hands out; False once a range was removed or an address
 	// excluded under it (the VM keeps the address all the same).
-	conditionInPool     = "AddressesInPool"
+	conditionInPool                     = "AddressesInPool"
 	condReasonInPool    conditionReason = "InPool"
 	condReasonOutOfPool conditionReason = "OutOfPool"
 )

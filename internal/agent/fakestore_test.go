@@ -286,13 +286,13 @@ func (f *fakeClaims) UpdateStatus(_ context.Context, c *ipamclaimsv1alpha1.IPAMC
 func newTestAgent(t testing.TB, store Store, claims ClaimStore) *Agent {
 	t.Helper()
 	a := &Agent{
-		opts:   Options{NodeName: "node-a", ClaimWaitTimeout: time.Second, CNIGCMinAge: time.Minute},
-		log:    logr.Discard(),
+		opts:      Options{NodeName: "node-a", ClaimWaitTimeout: time.Second, CNIGCMinAge: time.Minute},
+		log:       logr.Discard(),
 		store:     store,
 		claims:    claims,
 		poolStore: newFakePoolStore(),
-		idx:    newIndex(),
-		locks:  newKeyLocks(),
+		idx:       newIndex(),
+		locks:     newKeyLocks(),
 
 		uncertain: newUncertainCreates(),
 	}

@@ -59,21 +59,21 @@ func (e entry) olderThan(o entry) bool {
 
 // attachmentKey identifies one pod attachment to one pool.
 type attachmentKey struct {
-	pool string
-	podUID  types.UID
-	ifName  string
+	pool   string
+	podUID types.UID
+	ifName string
 }
 
 // sandboxKey is what a DEL names: a sandbox's interface on a pool.
 type sandboxKey struct {
-	pool     string
+	pool        string
 	containerID string
 	ifName      string
 }
 
 // nodeKey is what a CNI GC covers: a node's pod reservations on a pool.
 type nodeKey struct {
-	node    string
+	node string
 	pool string
 }
 

@@ -36,19 +36,19 @@ type rawIPList struct {
 }
 
 type rawIPAM struct {
-	Type       string     `json:"type"`
-	Pool       string     `json:"pool"`
+	Type string `json:"type"`
+	Pool string `json:"pool"`
 	// NetworkName is whereabouts' network_name, which keeps apart pools
 	// of overlapping ranges; ipkeeper reads it for the same purpose.
-	NetworkName string `json:"network_name"`
-	Range      string     `json:"range"`
-	RangeStart string     `json:"range_start"`
-	RangeEnd   string     `json:"range_end"`
-	Exclude    []string   `json:"exclude"`
-	Gateway    string     `json:"gateway"`
-	IPRanges   []rawRange `json:"ipRanges"`
-	Routes     []rawRoute `json:"routes"`
-	DNS        types.DNS  `json:"dns"`
+	NetworkName string     `json:"network_name"`
+	Range       string     `json:"range"`
+	RangeStart  string     `json:"range_start"`
+	RangeEnd    string     `json:"range_end"`
+	Exclude     []string   `json:"exclude"`
+	Gateway     string     `json:"gateway"`
+	IPRanges    []rawRange `json:"ipRanges"`
+	Routes      []rawRoute `json:"routes"`
+	DNS         types.DNS  `json:"dns"`
 }
 
 // rawRange is one ipam.ipRanges entry. Gateway is an ipkeeper extension so

@@ -81,7 +81,7 @@ type PoolUsage struct {
 // RangeUsage is the usage of one spec range.
 type RangeUsage struct {
 	// Range is the spec range this counts, as written there.
-	Range string `json:"range"`
+	Range     string `json:"range"`
 	PoolUsage `json:",inline"`
 }
 
