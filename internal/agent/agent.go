@@ -286,7 +286,7 @@ func (a *Agent) informer(ctx context.Context, obj client.Object, crd crdName) (c
 		inf, err := a.cache.GetInformer(ctx, obj)
 		if err == nil {
 			if !lastLog.IsZero() {
-				a.log.Info(crd.String()+" is installed; starting", "crd", crd.name)
+				a.log.Info("the "+crd.kind+" CRD is installed; starting", "crd", crd.name)
 			}
 			return inf, nil
 		}

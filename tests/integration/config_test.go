@@ -171,7 +171,7 @@ func TestAgentWaitsForTheReservationCRD(t *testing.T) {
 		o.Logger = logging.Text(out)
 		o.ProbeAddr = probeAddr
 	})
-	conf := framework.NetConf("early-net", map[string]any{"range": "10.165.0.0/24"})
+	conf := framework.NetConf("early-net", map[string]any{"range": "10.65.0.0/24"})
 	status := func() error {
 		_, err := a.Client.Do(ctx, cniproto.Request{Command: cniproto.CmdStatus, Config: conf})
 		return err

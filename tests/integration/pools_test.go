@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package integration
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// createPool creates an IPPool as an administrator would and removes it
+// when the test ends.
+func createPool(t testing.TB, name string, ranges ...ipkeeperv1alpha1.PoolRange) *ipkeeperv1alpha1.IPPool {
+	t.Helper()
+	p := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: ranges}}
+	if err := cp.Client.Create(context.Background(), p); err != nil {
+		t.Fatalf("creating IPPool %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), p) })
+	return p
+}
+
+// setPoolRanges replaces a pool's ranges, as `kubectl edit ippool` would.
+func setPoolRanges(t testing.TB, name string, ranges ...ipkeeperv1alpha1.PoolRange) {
+	t.Helper()
+	ctx := context.Background()
+	p := &ipkeeperv1alpha1.IPPool{}
+	if err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Ranges = ranges
+	if err := cp.Client.Update(ctx, p); err != nil {
+		t.Fatalf("updating IPPool %s: %v", name, err)
+	}
+}
+
+func poolConf(network, pool string) []byte {
+	return framework.NetConf(network, map[string]any{"pool": pool})
+}
+
+// addUntil retries an ADD until it returns what ok accepts: the agent sees
+// a pool edit through its informer, a moment after the API server has it.
+func addUntil(t testing.TB, a *framework.Agent, ns, prefix string, conf []byte, ok func([]netip.Addr, error) bool) []netip.Addr {
+	t.Helper()
+	ctx := context.Background()
+	var got []netip.Addr
+	var last error
+	n := 0
+	if err := framework.Eventually(ctx, 15*time.Second, 50*time.Millisecond, func(context.Context) (bool, error) {
+		n++
+		pod := cp.CreatePods(t, ns, a.Node, prefix+"-"+string(rune('a'+n%26))+strings.Repeat("x", n/26), 1)[0]
+		res, err := a.Add(ctx, pod, "net1", conf)
+		got, last = nil, err
+		if err == nil {
+			for _, ip := range res.IPs {
+				a, _ := netip.AddrFromSlice(ip.Address.IP)
+				got = append(got, a.Unmap())
+			}
+		}
+		return ok(got, err), nil
+	}); err != nil {
+		t.Fatalf("ADD never gave what the test waits for: last %v, %v", got, last)
+	}
+	return got
+}
+
+// TestPoolGrowsAndShrinksLive: a range added to an IPPool is handed out at
+// once by a running agent; a range removed stops new allocations there,
+// while the addresses held there stay held (a re-ADD of their attachment
+// gets them back), and no one else gets them.
+func TestPoolGrowsAndShrinksLive(t *testing.T) {
+	ctx := context.Background()
+	ns := cp.NewNamespace(t, "poolgrow")
+	const pool = "grow-pool"
+	createPool(t, pool, ipkeeperv1alpha1.PoolRange{Range: "10.91.0.0/30"}) // 2 usable
+	conf := poolConf("grow-net", pool)
+	a := cp.StartAgent(t, "node-grow")
+	held := cp.CreatePods(t, ns, a.Node, "held", 2)
+	var first []netip.Addr
+	for _, p := range held {
+		res, err := a.Add(ctx, p, "net1", conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, resultIPs(t, res)...)
+	}
+	late := cp.CreatePods(t, ns, a.Node, "late", 1)[0]
+	if _, err := a.Add(ctx, late, "net1", conf); err == nil || !strings.Contains(err.Error(), "exhausted") {
+		t.Fatalf("third ADD on a 2-address pool: %v, want exhausted", err)
+	}
+
+	setPoolRanges(t, pool, ipkeeperv1alpha1.PoolRange{Range: "10.91.0.0/30"}, ipkeeperv1alpha1.PoolRange{Range: "10.91.1.0/30", Gateway: "10.91.1.1"})
+	grown := addUntil(t, a, ns, "grown", conf, func(ips []netip.Addr, err error) bool { return err == nil })
+	if got := grown[0].String(); got != "10.91.1.2" {
+		t.Fatalf("ADD after growth = %s, want 10.91.1.2 (the new range, its gateway skipped)", got)
+	}
+
+	// Shrink: drop the first range.
+	setPoolRanges(t, pool, ipkeeperv1alpha1.PoolRange{Range: "10.91.1.0/29", Gateway: "10.91.1.1"})
+	after := addUntil(t, a, ns, "shrunk", conf, func(ips []netip.Addr, err error) bool {
+		return err == nil && strings.HasPrefix(ips[0].String(), "10.91.1.")
+	})
+	for _, ip := range after {
+		for _, f := range first {
+			if ip == f {
+				t.Fatalf("%s was handed out again while held", ip)
+			}
+		}
+	}
+	// The held attachments keep their addresses.
+	for i, p := range held {
+		res, err := a.Add(ctx, p, "net1", conf)
+		if err != nil {
+			t.Fatalf("re-ADD of a held attachment after its range was removed: %v", err)
+		}
+		if got := resultIPs(t, res)[0]; got != first[i] {
+			t.Errorf("re-ADD of %s got %s, want its held %s", p.Name, got, first[i])
+		}
+		r := &ipkeeperv1alpha1.IPReservation{}
+		if err := cp.Client.Get(ctx, client.ObjectKey{Name: naming.Reservation(pool, first[i])}, r); err != nil {
+			t.Errorf("the reservation of %s is gone after the shrink: %v", first[i], err)
+		}
+	}
+}
+
+// TestDisagreeingNADsOfOneNetwork: the first NAD of an inline network
+// defines its pool; a second NAD of the same network name whose ranges
+// differ (another gateway here) is refused with a configuration error that
+// names both definitions, and allocates nothing.
+func TestDisagreeingNADsOfOneNetwork(t *testing.T) {
+	ctx := context.Background()
+	ns := cp.NewNamespace(t, "disagree")
+	const network = "disagree-net"
+	first := framework.NetConf(network, map[string]any{"range": "10.92.0.0/24", "gateway": "10.92.0.1"})
+	second := framework.NetConf(network, map[string]any{"range": "10.92.0.0/24", "gateway": "10.92.0.254"})
+	a := cp.StartAgent(t, "node-disagree")
+	pods := cp.CreatePods(t, ns, a.Node, "p", 2)
+	if _, err := a.Add(ctx, pods[0], "net1", first); err != nil {
+		t.Fatal(err)
+	}
+	pool := &ipkeeperv1alpha1.IPPool{}
+	if err := cp.Client.Get(ctx, client.ObjectKey{Name: network}, pool); err != nil {
+		t.Fatalf("the inline network has no IPPool: %v", err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), pool) })
+	if pool.Labels[ipkeeperv1alpha1.InlineLabel] != "true" || len(pool.Spec.Ranges) != 1 || pool.Spec.Ranges[0].Gateway != "10.92.0.1" {
+		t.Errorf("inline pool %+v %+v, want the first NAD's definition", pool.Labels, pool.Spec)
+	}
+	before := len(reservationsOf(t, network))
+	_, err := a.Add(ctx, pods[1], "net1", second)
+	if cniCode(err) != types.ErrInvalidNetworkConfig {
+		t.Fatalf("ADD through the disagreeing NAD = %v (code %d), want code 7", err, cniCode(err))
+	}
+	mustContain(t, err, `network "disagree-net"`, `IPPool "disagree-net"`, "gateway 10.92.0.1", "gateway 10.92.0.254")
+	if n := len(reservationsOf(t, network)); n != before {
+		t.Errorf("%d reservations after the refused ADD, want %d", n, before)
+	}
+}
+
+// TestReservationsOfThePreviousVersionAreHonoured: reservations written
+// before pools existed (no spec.pool, named from the network) keep their
+// addresses: a new agent hands none of them out, a re-ADD of their
+// attachment and a claim's ADD get them back, and DEL releases them.
+func TestReservationsOfThePreviousVersionAreHonoured(t *testing.T) {
+	ctx := context.Background()
+	ns := cp.NewNamespace(t, "upgrade")
+	const network = "upgrade-net"
+	conf := persistentConf(network, map[string]any{"range": "10.93.0.0/29"}) // .1-.6
+	claim := createClaim(t, ns, "vm1.blue", network)
+	launcher := createLaunchers(t, ns, "node-upgrade", "launcher", claim.Name, 1)[0]
+	oldPod := cp.CreatePods(t, ns, "node-upgrade", "old", 1)[0]
+
+	// As the previous version wrote them: no spec.pool.
+	legacy := func(ip string, owner ipkeeperv1alpha1.ReservationOwner, ifName, containerID string) {
+		r := newReservation(network, ip)
+		r.Spec.Owner, r.Spec.InterfaceName, r.Spec.ContainerID, r.Spec.Node = owner, ifName, containerID, "node-upgrade"
+		if err := cp.Client.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	legacy("10.93.0.1", ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: ns, Name: oldPod.Name, UID: oldPod.UID}, "net1", framework.SandboxID(oldPod))
+	legacy("10.93.0.2", ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: claim.Name, UID: claim.UID}, "", "")
+	claim.Status.IPs = []string{"10.93.0.2/29"}
+	if err := cp.Client.Status().Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+
+	a := cp.StartAgent(t, "node-upgrade")
+	// New pods fill the rest, never the legacy addresses.
+	fresh := cp.CreatePods(t, ns, a.Node, "new", 5)
+	for i, p := range fresh {
+		res, err := a.Add(ctx, p, "net1", conf)
+		if i == 4 {
+			if err == nil || !strings.Contains(err.Error(), "exhausted") {
+				t.Fatalf("ADD with 2 legacy + 4 new on 6 addresses = %v, want exhausted", err)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ip := resultIPs(t, res)[0].String(); ip == "10.93.0.1" || ip == "10.93.0.2" {
+			t.Fatalf("a new pod got %s, held by a reservation of the previous version", ip)
+		}
+	}
+	// Their holders get them back.
+	res, err := a.Add(ctx, oldPod, "net1", conf)
+	if err != nil || resultIPs(t, res)[0].String() != "10.93.0.1" {
+		t.Fatalf("re-ADD of the old pod = %v, %v; want its 10.93.0.1", res, err)
+	}
+	res, err = a.Add(ctx, launcher, launcherIf, conf)
+	if err != nil || resultIPs(t, res)[0].String() != "10.93.0.2" {
+		t.Fatalf("ADD of the claim's launcher = %v, %v; want the claim's 10.93.0.2", res, err)
+	}
+	// DEL releases the old pod's legacy reservation.
+	if err := a.Del(ctx, oldPod, framework.SandboxID(oldPod), "net1", conf); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reservationsOf(t, network) {
+		if r.Spec.IP == "10.93.0.1" {
+			t.Errorf("the old pod's reservation survived its DEL: %+v", r.Spec)
+		}
+	}
+}
