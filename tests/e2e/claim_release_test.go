@@ -48,7 +48,7 @@ func TestClaimReleaseSurvivesFailureAndCrashBetweenSteps(t *testing.T) {
 	for _, n := range []string{"blue", "red"} {
 		nad := &nadv1.NetworkAttachmentDefinition{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n},
-			Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: fmt.Sprintf(`{"cniVersion":"1.0.0","name":"release-%s","type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.77.9.0/24"}}`, n)},
+			Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: fmt.Sprintf(`{"cniVersion":"1.0.0","name":"release-%s","type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.77.9.0/24","network_name":"release-%s"}}`, n, n)},
 		}
 		if err := c.Create(ctx, nad); err != nil {
 			t.Fatal(err)
