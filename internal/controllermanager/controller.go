@@ -11,14 +11,15 @@ package controllermanager
 // matter and answers within bounds.
 //
 // One manager (manager.go) runs what every cluster needs: the reservation
-// garbage collector (leader), the webhook server and certificates (every
-// replica) and the probes. The KubeVirt part (kubevirt.go) is not wired
-// into that manager: it watches discovery for KubeVirt's CRDs and runs a
-// manager of its own (claims controllers on the leader, the webhook's cache
-// on every replica) while they are installed, stopping it cleanly when they
-// are removed. Controllers cannot be removed from a running manager, and
-// informers for a kind the API server does not serve fail forever; a
-// separate manager is what can be started and stopped.
+// garbage collector and the IPPool status controller (leader), the webhook
+// server and certificates (every replica) and the probes. The KubeVirt
+// part (kubevirt.go) is not wired into that manager: it watches discovery
+// for KubeVirt's CRDs and runs a manager of its own (claims controllers on
+// the leader, the webhook's cache on every replica) while they are
+// installed, stopping it cleanly when they are removed. Controllers cannot
+// be removed from a running manager, and informers for a kind the API
+// server does not serve fail forever; a separate manager is what can be
+// started and stopped.
 
 import (
 	"context"
@@ -28,6 +29,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/ipkeeper/ipkeeper/internal/gc"
+	"github.com/ipkeeper/ipkeeper/internal/poolstatus"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
 )
 
@@ -50,6 +52,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	collector := &gc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), GracePeriod: o.GCGracePeriod}
 	if err := collector.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("setting up the reservation garbage collector: %w", err)
+	}
+	pools := &poolstatus.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("ipkeeper-controller")}
+	if err := pools.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the IPPool status controller: %w", err)
 	}
 	hook, err := addWebhook(mgr, o, certServer)
 	if err != nil {

@@ -17,6 +17,11 @@ package controllermanager
 // Reservation garbage collector: read and delete reservations.
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=get;list;watch;delete
 //
+// IPPool status: read pools (and count their reservations, above), write
+// their status, and record threshold Events on them (events, above).
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools/status,verbs=get;update;patch
+//
 // Webhook scope (its rules follow KubeVirt and the feature gate) and
 // self-managed webhook certificates: only the named webhook configuration,
 // and only the named Secret and Lease in the controller's own namespace

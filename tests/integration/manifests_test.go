@@ -172,6 +172,20 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		expectForbidden(t, "create pods", ctrl.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}))
 		var res ipkeeperv1alpha1.IPReservationList
 		expectAllowed(t, "list IPReservations", ctrl.List(ctx, &res))
+		pool := &ipkeeperv1alpha1.IPPool{
+			ObjectMeta: metav1.ObjectMeta{Name: ns},
+			Spec:       ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.99.1.0/24"}}},
+		}
+		if err := cp.Client.Create(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), pool) })
+		expectAllowed(t, "list IPPools", ctrl.List(ctx, &ipkeeperv1alpha1.IPPoolList{}))
+		pool.Status.Size = "254"
+		expectAllowed(t, "update IPPool status", ctrl.Status().Update(ctx, pool))
+		pool.Spec.Ranges[0].Exclude = []string{"10.99.1.1"}
+		expectForbidden(t, "update IPPool spec", ctrl.Update(ctx, pool))
+		expectForbidden(t, "delete IPPool", ctrl.Delete(ctx, pool))
 	})
 }
 
@@ -212,4 +226,17 @@ func TestControllerRunsWithItsOwnRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitNoClaims(t)
+
+	// The IPPool status controller: reads pools and reservations, writes status.
+	pool := &ipkeeperv1alpha1.IPPool{
+		ObjectMeta: metav1.ObjectMeta{Name: ns},
+		Spec:       ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.99.2.0/24"}}},
+	}
+	if err := cp.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), pool) })
+	waitPool(t, pool, "Ready with its size", func(st *ipkeeperv1alpha1.IPPoolStatus) bool {
+		return condIs(st, ipkeeperv1alpha1.PoolReady, metav1.ConditionTrue) && st.Size == "254"
+	})
 }

@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package poolstatus
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// entry is what the Index keeps of one reservation: only what counting needs.
+type entry struct {
+	pool, network string
+	ip            netip.Addr
+	cooling       bool
+}
+
+// holders counts the reservations of one pool that hold one address.
+// Names derive from (pool, ip), so there is normally one; the count keeps
+// the set right even if an old reservation named another way duplicates it.
+type holders struct {
+	n, cooling int32
+}
+
+// poolSet is the part of the Index for one pool.
+type poolSet struct {
+	addrs    map[netip.Addr]holders
+	networks map[string]int // network -> reservations of it in the pool
+}
+
+// Index holds, per pool, the distinct addresses its reservations hold and
+// the networks they came from. It is fed by the reservation informer's
+// events (Set, Delete) and read by the reconciler (Count); it is safe for
+// concurrent use.
+type Index struct {
+	mu     sync.RWMutex
+	byName map[string]entry
+	pools  map[string]*poolSet
+}
+
+// NewIndex returns an empty Index.
+func NewIndex() *Index {
+	return &Index{byName: map[string]entry{}, pools: map[string]*poolSet{}}
+}
+
+func entryOf(r *v1alpha1.IPReservation) entry {
+	// The CRD only admits canonical addresses; anything else stays the
+	// zero Addr, which no range can hand out: it counts as out of range.
+	ip, _ := netip.ParseAddr(r.Spec.IP)
+	return entry{
+		pool:    naming.PoolOf(r.Spec.Pool, r.Spec.Network),
+		network: r.Spec.Network,
+		ip:      ip,
+		cooling: r.Spec.Released(),
+	}
+}
+
+// Set records r, added or updated. It returns the pools whose counts
+// changed (none when only, say, the container ID moved): old is the pool
+// r was counted in before when that differs from its pool now.
+func (x *Index) Set(r *v1alpha1.IPReservation) (pool, old string, changed bool) {
+	e := entryOf(r)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	prev, had := x.byName[r.Name]
+	if had && prev == e {
+		return e.pool, "", false
+	}
+	if had {
+		x.remove(prev)
+		if prev.pool != e.pool {
+			old = prev.pool
+		}
+	}
+	x.byName[r.Name] = e
+	ps := x.pools[e.pool]
+	if ps == nil {
+		ps = &poolSet{addrs: map[netip.Addr]holders{}, networks: map[string]int{}}
+		x.pools[e.pool] = ps
+	}
+	h := ps.addrs[e.ip]
+	h.n++
+	if e.cooling {
+		h.cooling++
+	}
+	ps.addrs[e.ip] = h
+	ps.networks[e.network]++
+	return e.pool, old, true
+}
+
+// Delete forgets the reservation called name and returns its pool.
+func (x *Index) Delete(name string) (pool string, changed bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	prev, had := x.byName[name]
+	if !had {
+		return "", false
+	}
+	delete(x.byName, name)
+	x.remove(prev)
+	return prev.pool, true
+}
+
+// remove takes e's contribution out of its pool; x.mu is held.
+func (x *Index) remove(e entry) {
+	ps := x.pools[e.pool]
+	h := ps.addrs[e.ip]
+	h.n--
+	if e.cooling {
+		h.cooling--
+	}
+	if h.n == 0 {
+		delete(ps.addrs, e.ip)
+	} else {
+		ps.addrs[e.ip] = h
+	}
+	if ps.networks[e.network]--; ps.networks[e.network] == 0 {
+		delete(ps.networks, e.network)
+	}
+	if len(ps.addrs) == 0 {
+		delete(x.pools, e.pool)
+	}
+}
+
+// Count is the usage of one pool against its current ranges.
+type Count struct {
+	// Used is the number of held addresses per range, in range order: an
+	// address counts in the first range that can hand it out.
+	Used []int64
+	// OutOfRange is the number of held addresses no range can hand out.
+	OutOfRange int64
+	// CoolingDown is the number of held addresses all of whose holders
+	// released them and wait out the pool's reuse cooldown.
+	CoolingDown int64
+	// Networks are the networks of the pool's reservations, sorted.
+	Networks []string
+}
+
+// Count counts pool's held addresses against ranges (nil when the spec is
+// invalid: then every held address is out of range).
+func (x *Index) Count(pool string, ranges []iprange.Range) Count {
+	c := Count{Used: make([]int64, len(ranges))}
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	ps := x.pools[pool]
+	if ps == nil {
+		return c
+	}
+	for ip, h := range ps.addrs {
+		if h.cooling == h.n {
+			c.CoolingDown++
+		}
+		if i := usableIn(ranges, ip); i >= 0 {
+			c.Used[i]++
+		} else {
+			c.OutOfRange++
+		}
+	}
+	c.Networks = make([]string, 0, len(ps.networks))
+	for n := range ps.networks {
+		c.Networks = append(c.Networks, n)
+	}
+	slices.Sort(c.Networks)
+	return c
+}
+
+// usableIn returns the index of the first range that can hand ip out, or -1.
+func usableIn(ranges []iprange.Range, ip netip.Addr) int {
+	for i, r := range ranges {
+		// Contains first: it is what rules out most ranges, and Usable
+		// builds an error for every range it refuses.
+		if r.Contains(ip) && r.Usable(ip) == nil {
+			return i
+		}
+	}
+	return -1
+}

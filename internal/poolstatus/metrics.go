@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package poolstatus
+
+import (
+	"math/big"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// Values of the state label of ipkeeper_pool_addresses.
+const (
+	stateTotal       = "total"
+	stateUsed        = "used"
+	stateFree        = "free"
+	stateOutOfRange  = "out_of_range"
+	stateCoolingDown = "cooling_down"
+)
+
+var poolAddresses = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "ipkeeper_pool_addresses",
+	Help: "Addresses of an IPPool by state: total (what the ranges can hand out), used (held inside the ranges, " +
+		"cooling down included), free (total minus used), out_of_range (held where no range hands out any more) " +
+		"and cooling_down (released, waiting out spec.reuseCooldown). total and free of large IPv6 ranges exceed " +
+		"float64 precision (53 bits) and are approximate; the IPPool status has them exactly.",
+}, []string{"pool", "state"})
+
+func init() {
+	metrics.Registry.MustRegister(poolAddresses)
+}
+
+// setMetrics publishes st as pool's ipkeeper_pool_addresses series.
+func setMetrics(pool string, st *v1alpha1.IPPoolStatus) {
+	poolAddresses.WithLabelValues(pool, stateTotal).Set(decimal(st.Size))
+	poolAddresses.WithLabelValues(pool, stateUsed).Set(float64(st.Used))
+	poolAddresses.WithLabelValues(pool, stateFree).Set(decimal(st.Free))
+	poolAddresses.WithLabelValues(pool, stateOutOfRange).Set(float64(st.OutOfRange))
+	poolAddresses.WithLabelValues(pool, stateCoolingDown).Set(float64(st.CoolingDown))
+}
+
+// deleteMetrics drops a deleted pool's series.
+func deleteMetrics(pool string) {
+	poolAddresses.DeletePartialMatch(prometheus.Labels{"pool": pool})
+}
+
+// decimal converts a status count (a decimal string, possibly above 2^64)
+// to the nearest float64.
+func decimal(s string) float64 {
+	n, ok := new(big.Int).SetString(s, 10)
+	if !ok {
+		return 0
+	}
+	f, _ := new(big.Float).SetInt(n).Float64()
+	return f
+}

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package poolstatus
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/retry"
+	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// DefaultWriteInterval is the least time between two status writes of one pool.
+const DefaultWriteInterval = time.Second
+
+// conflictRetry is how soon a pool is looked at again after its status
+// write lost to a newer version (whose own event queues it too).
+const conflictRetry = 100 * time.Millisecond
+
+// Reconciler keeps IPPool status, Events and metrics.
+type Reconciler struct {
+	// Client reads pools from the manager's cache and writes their status.
+	Client client.Client
+	// Recorder records the threshold crossing Events on pools.
+	Recorder record.EventRecorder
+	// Index holds the reservation counts; SetupWithManager feeds it. A
+	// new one is made when nil.
+	Index *Index
+	// WriteInterval is the least time between two status writes of one
+	// pool; DefaultWriteInterval when 0.
+	WriteInterval time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+
+	mu        sync.Mutex
+	lastWrite map[string]time.Time
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Reconcile recounts one pool and writes its status when it changed.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if wait := r.untilWritable(req.Name); wait > 0 {
+		// Coalesce: whatever changes meanwhile is written in one go.
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	var pool v1alpha1.IPPool
+	if err := r.Client.Get(ctx, req.NamespacedName, &pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.Name)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("reading IPPool %s: %w", req.Name, err)
+	}
+	ranges, specErr := ipamconfig.PoolRanges(&pool.Spec)
+	st := desiredStatus(&pool, ranges, specErr, r.Index.Count(pool.Name, ranges))
+	setMetrics(pool.Name, &st)
+	if equality.Semantic.DeepEqual(pool.Status, st) {
+		return reconcile.Result{}, nil
+	}
+	updated := pool.DeepCopy()
+	updated.Status = st
+	// An update, not a patch: it succeeds only on the version we read,
+	// so the conditions compared below are the ones it replaced, and
+	// each crossing is recorded once.
+	if err := r.Client.Status().Update(ctx, updated); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			r.forget(pool.Name)
+			return reconcile.Result{}, nil
+		case apierrors.IsConflict(err):
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("updating the status of IPPool %s: %w", pool.Name, err)
+	}
+	r.wrote(pool.Name)
+	for _, c := range crossings(pool.Status.Conditions, st.Conditions) {
+		typ := corev1.EventTypeNormal
+		if c.warning {
+			typ = corev1.EventTypeWarning
+		}
+		r.Recorder.Event(updated, typ, c.reason, c.message)
+	}
+	log.FromContext(ctx).V(1).Info("updated IPPool status", "pool", pool.Name, "size", st.Size, "used", st.Used, "outOfRange", st.OutOfRange)
+	return reconcile.Result{}, nil
+}
+
+// untilWritable returns how long pool's next status write must wait.
+func (r *Reconciler) untilWritable(pool string) time.Duration {
+	interval := r.WriteInterval
+	if interval <= 0 {
+		interval = DefaultWriteInterval
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.lastWrite[pool]
+	if !ok {
+		return 0
+	}
+	return interval - r.now().Sub(last)
+}
+
+func (r *Reconciler) wrote(pool string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lastWrite == nil {
+		r.lastWrite = map[string]time.Time{}
+	}
+	r.lastWrite[pool] = r.now()
+}
+
+// forget drops what is kept about a deleted pool.
+func (r *Reconciler) forget(pool string) {
+	r.mu.Lock()
+	delete(r.lastWrite, pool)
+	r.mu.Unlock()
+	deleteMetrics(pool)
+}
+
+// SetupWithManager registers the controller (leader only, like every
+// controller): a pool is recounted when its spec changes and when the
+// count of its reservations does.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Index == nil {
+		r.Index = NewIndex()
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("pool-status").
+		WithOptions(retry.Options()).
+		// Our own status writes change no generation: they need no recount.
+		For(&v1alpha1.IPPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(&reservationSource{informers: mgr.GetCache(), index: r.Index}).
+		Complete(r)
+}
