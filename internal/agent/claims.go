@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -321,12 +322,8 @@ func (a *Agent) writeClaimAllocated(ctx context.Context, claim *ipamclaimsv1alph
 // addresses the pool no longer hands out, True once none is left. A claim
 // that never had an address outside is not written.
 func (a *Agent) reportOutOfPool(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool string, outside []string) {
-	cond := metav1.Condition{Type: conditionInPool, Status: metav1.ConditionTrue, Reason: string(condReasonInPool),
-		Message: fmt.Sprintf("every address is one IPPool %q hands out", pool), ObservedGeneration: claim.Generation}
-	if len(outside) > 0 {
-		cond.Status, cond.Reason = metav1.ConditionFalse, string(condReasonOutOfPool)
-		cond.Message = fmt.Sprintf("IPPool %q no longer hands out %s; the claim keeps the address while it exists, and it is not handed to anyone else", pool, strings.Join(outside, ", "))
-	} else if meta.FindStatusCondition(claim.Status.Conditions, conditionInPool) == nil {
+	cond := claimstatus.InPool([]string{pool}, outside, claim.Generation)
+	if len(outside) == 0 && meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionInPool) == nil {
 		return
 	}
 	updated := claim.DeepCopy()

@@ -57,6 +57,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the IPPool status controller: %w", err)
 	}
+	inPool := &poolstatus.ClaimReconciler{Client: mgr.GetClient()}
+	if err := inPool.SetupWithManager(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("setting up the claims' AddressesInPool controller: %w", err)
+	}
 	hook, err := addWebhook(mgr, o, certServer)
 	if err != nil {
 		return nil, err

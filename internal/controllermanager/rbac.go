@@ -22,6 +22,10 @@ package controllermanager
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools/status,verbs=get;update;patch
 //
+// Claims' AddressesInPool: set the condition when a pool changes under a
+// claim's address (claims and reservations are read as above).
+// +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=ipamclaims/status,verbs=get;update;patch
+//
 // Webhook scope (its rules follow KubeVirt and the feature gate) and
 // self-managed webhook certificates: only the named webhook configuration,
 // and only the named Secret and Lease in the controller's own namespace

@@ -25,9 +25,9 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// indexOwnerUID maps reservations to their owner's UID, so a pod or claim
+// IndexOwnerUID maps reservations to their owner's UID, so a pod or claim
 // deletion re-queues exactly its reservations.
-const indexOwnerUID = "ipkeeper.ownerUID"
+const IndexOwnerUID = "ipkeeper.ownerUID"
 
 // Reconciler releases reservations whose owner no longer exists.
 type Reconciler struct {
@@ -200,14 +200,14 @@ func claimExists(ctx context.Context, reader client.Reader, key types.Namespaced
 // when it appears (so a restart sweeps them all), and again when its pod or
 // claim is deleted.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &ipkeeperv1alpha1.IPReservation{}, indexOwnerUID, func(o client.Object) []string {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &ipkeeperv1alpha1.IPReservation{}, IndexOwnerUID, func(o client.Object) []string {
 		return []string{string(o.(*ipkeeperv1alpha1.IPReservation).Spec.Owner.UID)}
 	}); err != nil {
 		return fmt.Errorf("indexing IPReservations by owner UID: %w", err)
 	}
 	byOwnerUID := func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list ipkeeperv1alpha1.IPReservationList
-		if err := r.Client.List(ctx, &list, client.MatchingFields{indexOwnerUID: string(o.GetUID())}); err != nil {
+		if err := r.Client.List(ctx, &list, client.MatchingFields{IndexOwnerUID: string(o.GetUID())}); err != nil {
 			log.FromContext(ctx).Error(err, "listing reservations by owner", "uid", o.GetUID())
 			return nil
 		}

@@ -90,6 +90,9 @@ launcher pod's interface for the VM network, which KubeVirt's bridge binding han
 	fmt.Fprintf(out, "$ ip netns exec %s ping -c1 %s\n", plain.NetNS.Name, strings.Split(vmAddr, "/")[0])
 	mustPing(t, plain, launcher.MustAddr(t, iface).Addr())
 	fmt.Fprintln(out, "reply received")
+	say("The network's pool: created from the NAD on first use, its usage kept by the controller")
+	c.WaitPoolUsage(t, "tenant-blue", "254", 2)
+	show("get", "ippools")
 
 	say("2. Stop the VM and start it again; the new launcher pod lands on node-b")
 	if err := c.Sim.Stop(ctx, &vm); err != nil {
@@ -134,7 +137,9 @@ launcher pod's interface for the VM network, which KubeVirt's bridge binding han
 		t.Fatalf("claims left in %s: %v", ns, err)
 	}
 	c.WaitReservations(t, "tenant-blue", 1)
+	c.WaitPoolUsage(t, "tenant-blue", "254", 1)
 	show("get", "vm,ipamclaims,ipreservations", "-n", ns)
+	show("get", "ippools")
 	fmt.Fprintf(out, "Only the plain pod's address (%s) is still reserved.\n", plainAddr)
 	say("Done; cleaning up")
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -88,6 +90,7 @@ func (c *Cluster) ExpectReservations(t testing.TB, network string, atts ...*Atta
 func (a *Attachment) wantSpec(network string, ip netip.Addr, ifname string) ipkv1alpha1.IPReservationSpec {
 	return ipkv1alpha1.IPReservationSpec{
 		Network: network,
+		Pool:    naming.InlinePool(network), // the tests' networks carry their ranges inline
 		IP:      ip.String(),
 		Owner: ipkv1alpha1.ReservationOwner{
 			Kind:      ipkv1alpha1.OwnerPod,
@@ -123,5 +126,20 @@ func CheckUsableIP(t testing.TB, what string, got netip.Prefix, subnet netip.Pre
 	}
 	if ip == subnet.Masked().Addr() || ip == gateway || (ip.Is4() && ip == iprange.LastAddr(subnet)) {
 		t.Errorf("%s: got %s, which must never be handed out in %s (gateway %s)", what, ip, subnet, gateway)
+	}
+}
+
+// WaitPoolUsage polls until the pool's status, kept by ipkeeper-controller,
+// shows used addresses out of a ready pool of the given size.
+func (c *Cluster) WaitPoolUsage(t testing.TB, pool string, size string, used int64) {
+	t.Helper()
+	p := &ipkv1alpha1.IPPool{}
+	if err := framework.Eventually(context.Background(), 60*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		if err := c.CP.Client.Get(ctx, client.ObjectKey{Name: pool}, p); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return p.Status.Size == size && p.Status.Used == used, nil
+	}); err != nil {
+		t.Fatalf("IPPool %s status: size %q used %d, want size %s used %d: %v", pool, p.Status.Size, p.Status.Used, size, used, err)
 	}
 }

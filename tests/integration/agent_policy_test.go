@@ -10,6 +10,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,13 +55,7 @@ func expectRefusedBy(t *testing.T, what string, err error, want string) {
 // set, cannot be changed by an agent.
 func TestAgentWritesBoundToItsNode(t *testing.T) {
 	ctx := context.Background()
-	applyRBAC(t)
-	if _, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", repoPath(t, "manifests", "policy")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = cp.Kubectl(context.Background(), nil, "delete", "--ignore-not-found", "-k", repoPath(t, "manifests", "policy"))
-	})
+	applyPolicies(t)
 	ns := cp.NewNamespace(t, "node-bound")
 	onA, onB, noNode := agentOn(t, "node-a"), agentOn(t, "node-b"), agentOn(t, "")
 
@@ -141,5 +136,66 @@ func TestAgentWritesBoundToItsNode(t *testing.T) {
 		expectRefusedBy(t, "change a claim's addresses", onB.Status().Update(ctx, &c), "only while it has none")
 		c.Status.IPs = []string{}
 		expectRefusedBy(t, "clear a claim's addresses", onA.Status().Update(ctx, &c), "only while it has none")
+	})
+}
+
+// TestControllerMayOnlySetClaimConditions applies the shipped policies and
+// writes claim status as ipkeeper-controller's ServiceAccount: conditions
+// may change, the addresses and the owner pod may not.
+func TestControllerMayOnlySetClaimConditions(t *testing.T) {
+	ctx := context.Background()
+	applyPolicies(t)
+	ns := cp.NewNamespace(t, "ctrl-claims")
+	ctrl := clientAs(t, "ipkeeper-controller")
+	claim := createClaim(t, ns, "vm1.ctrl", "ctrl-net")
+	claim.Status.IPs = []string{"10.99.7.5/24"}
+	if err := cp.Client.Status().Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	var c ipamclaimsv1alpha1.IPAMClaim
+	if err := ctrl.Get(ctx, client.ObjectKeyFromObject(claim), &c); err != nil {
+		t.Fatal(err)
+	}
+	changed := c.DeepCopy()
+	changed.Status.IPs = []string{"10.99.7.6/24"}
+	var last error
+	if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		last = ctrl.Status().Update(ctx, changed, client.DryRunAll)
+		return apierrors.IsForbidden(last) || apierrors.IsInvalid(last), nil
+	}); err != nil {
+		out, _ := cp.Kubectl(ctx, nil, "get", "validatingadmissionpolicies,validatingadmissionpolicybindings", "-o", "yaml")
+		t.Fatalf("the controller's claim-status policy never refused an address change (last: %v)\n%s", last, out)
+	}
+	expectRefusedBy(t, "the controller changes a claim's addresses", last, "may only set IPAMClaim conditions")
+	owner := c.DeepCopy()
+	owner.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "someone"}
+	expectRefusedBy(t, "the controller sets a claim's owner pod", ctrl.Status().Update(ctx, owner), "may only set IPAMClaim conditions")
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: "AddressesInPool", Status: metav1.ConditionFalse, Reason: "OutOfPool", Message: "10.99.7.5 left"})
+	expectAllowed(t, "the controller sets a condition", ctrl.Status().Update(ctx, &c))
+}
+
+// applyPolicies applies the shipped RBAC and admission policies
+// (manifests/policy) for one test. Removing them at the end waits until
+// the API server no longer enforces them: its policy informer lags the
+// deletion, and the tests that follow write as the same ServiceAccounts.
+func applyPolicies(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	applyRBAC(t)
+	if _, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", repoPath(t, "manifests", "policy")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := cp.Kubectl(ctx, nil, "delete", "--ignore-not-found", "-k", repoPath(t, "manifests", "policy")); err != nil {
+			t.Errorf("removing the policies: %v", err)
+			return
+		}
+		noNode := agentOn(t, "")
+		probe := newReservation("policy-gone-net", "10.99.9.1")
+		if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+			return noNode.Create(ctx, probe, client.DryRunAll) == nil, nil
+		}); err != nil {
+			t.Errorf("the agent's policy is still enforced after its removal: %v", err)
+		}
 	})
 }

@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -231,4 +234,45 @@ func TestReservationsOfThePreviousVersionAreHonoured(t *testing.T) {
 			t.Errorf("the old pod's reservation survived its DEL: %+v", r.Spec)
 		}
 	}
+}
+
+// TestClaimAddressLeavingItsPoolIsReported: a VM runs on (no CNI ADD) while
+// its claim's address leaves the pool; the controller sets
+// AddressesInPool=False naming the address, the reservation stays, and the
+// condition turns True when the range comes back.
+func TestClaimAddressLeavingItsPoolIsReported(t *testing.T) {
+	ctx := context.Background()
+	ns := cp.NewNamespace(t, "inpool")
+	const pool = "inpool-pool"
+	createPool(t, pool, ipkeeperv1alpha1.PoolRange{Range: "10.94.0.0/24"})
+	cp.StartController(t, ns, func(o *controllermanager.Options) { o.EnableWebhook = false })
+	claim := createClaim(t, ns, "vm1.inpool", "inpool-net")
+	r := newReservation("inpool-net", "10.94.0.7")
+	r.Name = naming.Reservation(pool, netip.MustParseAddr("10.94.0.7"))
+	r.Spec.Pool, r.Spec.InterfaceName, r.Spec.ContainerID, r.Spec.Node = pool, "", "", ""
+	r.Spec.Owner = ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: claim.Name, UID: claim.UID}
+	if err := cp.Client.Create(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	claim.Status.IPs = []string{"10.94.0.7/24"}
+	if err := cp.Client.Status().Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	waitInPool := func(want metav1.ConditionStatus, msg string) {
+		t.Helper()
+		var got *metav1.Condition
+		if err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, func(context.Context) (bool, error) {
+			got = meta.FindStatusCondition(getClaim(t, ns, claim.Name).Status.Conditions, claimstatus.ConditionInPool)
+			return got != nil && got.Status == want && strings.Contains(got.Message, msg), nil
+		}); err != nil {
+			t.Fatalf("AddressesInPool = %+v, want %s mentioning %q", got, want, msg)
+		}
+	}
+	setPoolRanges(t, pool, ipkeeperv1alpha1.PoolRange{Range: "10.94.0.0/24", Exclude: []string{"10.94.0.0/28"}})
+	waitInPool(metav1.ConditionFalse, "10.94.0.7")
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(r), &ipkeeperv1alpha1.IPReservation{}); err != nil {
+		t.Fatalf("the claim's reservation went when its address left the pool: %v", err)
+	}
+	setPoolRanges(t, pool, ipkeeperv1alpha1.PoolRange{Range: "10.94.0.0/24"})
+	waitInPool(metav1.ConditionTrue, pool)
 }
