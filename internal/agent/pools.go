@@ -30,7 +30,8 @@ type PoolStore interface {
 	// Create creates an inline network's pool; ErrTaken (wrapped) when a
 	// pool of that name exists.
 	Create(ctx context.Context, p *ipkeeperv1alpha1.IPPool) error
-	// List returns every pool, from the cache or, with live, from the API server.
+	// List returns every pool, from the cache or, with live, from the API
+	// server. Callers must not modify what it returns.
 	List(ctx context.Context, live bool) ([]ipkeeperv1alpha1.IPPool, error)
 }
 
@@ -343,12 +344,16 @@ func (s *apiPoolStore) Create(ctx context.Context, p *ipkeeperv1alpha1.IPPool) e
 
 func (s *apiPoolStore) List(ctx context.Context, live bool) ([]ipkeeperv1alpha1.IPPool, error) {
 	var list ipkeeperv1alpha1.IPPoolList
-	r := s.cached
 	if live {
 		s.metrics.apiReads.WithLabelValues("list").Inc()
-		r = s.live
+		if err := s.live.List(ctx, &list); err != nil {
+			return nil, fmt.Errorf("listing IPPools: %w", err)
+		}
+		return list.Items, nil
 	}
-	if err := r.List(ctx, &list); err != nil {
+	// Every ADD of an inline network checks it against every pool: the
+	// cache's objects are read, never changed, so they need no copy.
+	if err := s.cached.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing IPPools: %w", err)
 	}
 	return list.Items, nil
