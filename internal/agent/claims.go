@@ -119,13 +119,13 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 		}
 		if fresh.UID != claim.UID {
 			// Owned by the old claim, which no new claim can adopt.
-			_ = a.release(context.WithoutCancel(ctx), created, "rollback", nil)
+			_ = a.discard(context.WithoutCancel(ctx), created, "rollback")
 			return nil, fail(reasonClaim, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s was recreated during the ADD; retry", claim.Namespace, claim.Name))
 		}
 		if len(fresh.Status.IPs) > 0 && !sameAddresses(fresh.Status.IPs, ips) {
 			// The other writer's addresses win. Drop only what this call
 			// created, and never an address the winner recorded.
-			_ = a.release(context.WithoutCancel(ctx), notRecorded(created, fresh.Status.IPs), "claim-race", nil)
+			_ = a.discard(context.WithoutCancel(ctx), notRecorded(created, fresh.Status.IPs), "claim-race")
 		}
 		claim = fresh
 	}
@@ -149,7 +149,7 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("IPAMClaim %s/%s status.ips[%d] %q: %w", claim.Namespace, claim.Name, i, s, err))
 		}
 		e, held := a.idx.get(naming.Reservation(pool, ip))
-		held = held && e.owner.UID == claim.UID && !e.released
+		held = held && e.owner.UID == claim.UID && !e.released()
 		if _, err := req.pool.usableIn(ip); err != nil {
 			if !held {
 				return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
@@ -230,7 +230,7 @@ func (a *Agent) dropUnrecorded(ctx context.Context, claim ipkeeperv1alpha1.Reser
 	if err != nil || fresh.UID != claim.UID || len(fresh.Status.IPs) == 0 {
 		return
 	}
-	_ = a.release(ctx, notRecorded(created, fresh.Status.IPs), "claim-race", nil) // logged by release
+	_ = a.discard(ctx, notRecorded(created, fresh.Status.IPs), "claim-race") // logged by discard
 }
 
 // releaseUnrecordedOfSandbox is the DEL of a claim-backed attachment: the

@@ -82,7 +82,7 @@ func (a *Agent) releaseAttachment(ctx context.Context, e entry, verb string, sti
 	h := holder{owner: e.owner, ifName: e.ifName}
 	defer a.locks.lock(h.key(e.pool))()
 	cur, ok := a.idx.get(e.name)
-	if !ok || cur.uid != e.uid || !still(reservationOf(cur)) || (exact && cur.rv != e.rv) {
+	if !ok || cur.uid != e.uid || cur.released() || !still(reservationOf(cur)) || (exact && cur.rv != e.rv) {
 		return nil // released, or taken over, while we waited for the lock
 	}
 	if exact {

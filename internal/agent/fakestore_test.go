@@ -185,6 +185,26 @@ func (s *fakeStore) Delete(_ context.Context, name string, uid types.UID, rv str
 	return nil
 }
 
+func (s *fakeStore) Retire(_ context.Context, name string, uid types.UID, rv string, reuseAfter time.Time) (*ipkeeperv1alpha1.IPReservation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls["retire"]++
+	o, ok := s.objs[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrGone, name)
+	}
+	if o.UID != uid || o.ResourceVersion != rv {
+		return nil, fmt.Errorf("%w: %s", ErrChanged, name)
+	}
+	if o.Spec.Released() {
+		// The CRD's rule: reuseAfter cannot change once set.
+		return nil, fmt.Errorf("reservation %s: spec: Invalid value: reuseAfter cannot change once set", name)
+	}
+	o.Spec.ReuseAfter = &metav1.Time{Time: reuseAfter}
+	o.ResourceVersion = s.nextRV()
+	return o.DeepCopy(), nil
+}
+
 // fakeClaims is an in-memory ClaimStore with resourceVersion semantics.
 type fakeClaims struct {
 	mu     sync.Mutex
@@ -310,6 +330,8 @@ type fakePoolStore struct {
 	mu    sync.Mutex
 	pools map[string]*ipkeeperv1alpha1.IPPool
 	n     int
+	// failGet, while set, is returned instead of reading a pool.
+	failGet error
 }
 
 func newFakePoolStore() *fakePoolStore {
@@ -319,6 +341,9 @@ func newFakePoolStore() *fakePoolStore {
 func (s *fakePoolStore) Get(_ context.Context, name string) (*ipkeeperv1alpha1.IPPool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.failGet != nil {
+		return nil, fmt.Errorf("reading IPPool %s: %w", name, s.failGet)
+	}
 	p, ok := s.pools[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrPoolMissing, name)
@@ -358,6 +383,13 @@ func (s *fakePoolStore) put(p *ipkeeperv1alpha1.IPPool) {
 	c.Generation = 1
 	c.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, s.n, 0, time.UTC))
 	s.pools[p.Name] = c
+}
+
+// remove deletes a pool, as an admin would.
+func (s *fakePoolStore) remove(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pools, name)
 }
 
 func (s *fakePoolStore) List(context.Context, bool) ([]ipkeeperv1alpha1.IPPool, error) {

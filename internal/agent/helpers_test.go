@@ -70,20 +70,41 @@ func checkIndex(t testing.TB, x *index) {
 		}
 		k := attachmentKey{e.pool, e.owner.UID, e.ifName}
 		_, inPod := x.byPod[k][name]
+		_, inSandbox := x.bySandbox[sandboxKey{e.pool, e.containerID, e.ifName}][name]
+		_, inNode := x.byNode[nodeKey{e.node, e.pool}][name]
+		_, inClaim := x.byClaim[e.owner.UID][name]
+		_, inRetired := x.retired[nodeKey{e.node, e.pool}][name]
+		if inRetired != e.released() {
+			t.Errorf("%s (released %v) in retired = %v", name, e.released(), inRetired)
+		}
+		if e.released() {
+			// Nobody's: no attachment, sandbox, node or claim finds it.
+			if inPod || inSandbox || inNode || inClaim {
+				t.Errorf("released %s is still found by byPod %v, bySandbox %v, byNode %v, byClaim %v", name, inPod, inSandbox, inNode, inClaim)
+			}
+			continue
+		}
 		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerPod; inPod != want {
 			t.Errorf("%s (owner kind %s) in byPod = %v, want %v", name, e.owner.Kind, inPod, want)
 		}
-		_, inSandbox := x.bySandbox[sandboxKey{e.pool, e.containerID, e.ifName}][name]
-		_, inNode := x.byNode[nodeKey{e.node, e.pool}][name]
 		if !inSandbox {
 			t.Errorf("%s (owner kind %s) missing from bySandbox", name, e.owner.Kind)
 		}
 		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerPod; inNode != want {
 			t.Errorf("%s (owner kind %s) in byNode = %v, want %v", name, e.owner.Kind, inNode, want)
 		}
-		_, inClaim := x.byClaim[e.owner.UID][name]
 		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim; inClaim != want {
 			t.Errorf("%s (owner kind %s) in byClaim = %v, want %v", name, e.owner.Kind, inClaim, want)
+		}
+	}
+	for k, m := range x.retired {
+		if len(m) == 0 {
+			t.Errorf("retired[%+v] is an empty map (leak)", k)
+		}
+		for name := range m {
+			if e, ok := x.byName[name]; !ok || !e.released() || (nodeKey{e.node, e.pool}) != k {
+				t.Errorf("retired[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
+			}
 		}
 	}
 	for uid, m := range x.byClaim {

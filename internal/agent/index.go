@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
@@ -28,20 +29,29 @@ type entry struct {
 	containerID string
 	node        string
 	created     time.Time
-	// released: the owner let it go and it only waits out its pool's
-	// reuse cooldown. It keeps the address taken but is nobody's.
-	released bool
+	// reuseAfter is set once the owner let it go and it only waits out its
+	// pool's reuse cooldown (spec.reuseAfter): it keeps the address taken
+	// but is nobody's, and may be deleted from then on.
+	reuseAfter time.Time
 }
+
+// released reports whether the owner let the reservation go (it waits out
+// its pool's cooldown).
+func (e entry) released() bool { return !e.reuseAfter.IsZero() }
 
 func entryOf(r *ipkeeperv1alpha1.IPReservation) (entry, bool) {
 	ip, err := netip.ParseAddr(r.Spec.IP)
 	if err != nil {
 		return entry{}, false
 	}
+	var reuseAfter time.Time
+	if r.Spec.Released() {
+		reuseAfter = r.Spec.ReuseAfter.Time
+	}
 	return entry{
 		name: r.Name, uid: r.UID, rv: r.ResourceVersion, pool: naming.PoolOf(r.Spec.Pool, r.Spec.Network), network: r.Spec.Network, ip: ip, owner: r.Spec.Owner,
 		ifName: r.Spec.InterfaceName, containerID: r.Spec.ContainerID, node: r.Spec.Node,
-		created: r.CreationTimestamp.Time, released: r.Spec.Released(),
+		created: r.CreationTimestamp.Time, reuseAfter: reuseAfter,
 	}, true
 }
 
@@ -99,6 +109,9 @@ type index struct {
 	byNode    map[nodeKey]set
 	// byClaim finds the reservations an IPAMClaim (by UID) holds.
 	byClaim map[types.UID]set
+	// retired finds the released reservations a node made on a pool,
+	// waiting out the cooldown: the ones its agent may delete once expired.
+	retired map[nodeKey]set
 	// conflicts are addresses a create found taken before the informer
 	// showed them; they expire in case the holder is gone by then.
 	conflicts map[string]map[netip.Addr]time.Time
@@ -152,6 +165,7 @@ func newIndex() *index {
 		bySandbox:  map[sandboxKey]set{},
 		byNode:     map[nodeKey]set{},
 		byClaim:    map[types.UID]set{},
+		retired:    map[nodeKey]set{},
 		conflicts:  map[string]map[netip.Addr]time.Time{},
 		unobserved: map[string]unobservedWrite{},
 		written:    map[string]time.Time{},
@@ -214,8 +228,10 @@ func (x *index) upsertLocked(e entry) {
 	if c := x.conflicts[e.pool]; c != nil {
 		delete(c, e.ip)
 	}
-	if e.released {
-		return // holds the address for nobody: no attachment or claim finds it
+	if e.released() {
+		// Holds the address for nobody: no attachment or claim finds it.
+		link(x.retired, nodeKey{e.node, e.pool}, e.name)
+		return
 	}
 	link(x.bySandbox, sandboxKey{e.pool, e.containerID, e.ifName}, e.name)
 	switch e.owner.Kind {
@@ -275,7 +291,8 @@ func (x *index) unlinkLocked(e entry) {
 			delete(x.taken, e.pool)
 		}
 	}
-	if e.released {
+	if e.released() {
+		unlink(x.retired, nodeKey{e.node, e.pool}, e.name)
 		return
 	}
 	unlink(x.bySandbox, sandboxKey{e.pool, e.containerID, e.ifName}, e.name)
@@ -408,6 +425,20 @@ func (x *index) onNode(node, pool string) []entry {
 	return x.entries(x.byNode[nodeKey{node, pool}])
 }
 
+// expired returns a node's released reservations on a pool whose
+// cooldown is over at now.
+func (x *index) expired(node, pool string, now time.Time) []entry {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []entry
+	for name := range x.retired[nodeKey{node, pool}] {
+		if e := x.byName[name]; !now.Before(e.reuseAfter) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // claim returns the reservations of a pool an IPAMClaim holds.
 func (x *index) claim(pool string, claimUID types.UID) []entry {
 	x.mu.RLock()
@@ -452,6 +483,9 @@ func reservationOf(e entry) *ipkeeperv1alpha1.IPReservation {
 	r.Spec = ipkeeperv1alpha1.IPReservationSpec{
 		Pool: e.pool, Network: e.network, IP: e.ip.String(), Owner: e.owner,
 		InterfaceName: e.ifName, ContainerID: e.containerID, Node: e.node,
+	}
+	if e.released() {
+		r.Spec.ReuseAfter = &metav1.Time{Time: e.reuseAfter}
 	}
 	return r
 }

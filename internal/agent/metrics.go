@@ -43,7 +43,7 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int) (*metrics, error
 			Name: "ipkeeper_agent_allocation_conflicts_total", Help: "Candidate addresses found already reserved at create time (another agent won).",
 		}),
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ipkeeper_agent_releases_total", Help: "Reservations released, by CNI verb (DEL, GC, rollback).",
+			Name: "ipkeeper_agent_releases_total", Help: "Reservations released (deleted, or retired in a pool with a reuse cooldown), by verb (DEL, GC, rollback, ...; expired: a released one deleted once its cooldown was over).",
 		}, []string{"verb"}),
 		apiWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_api_writes_total", Help: "Writes to the API server, by verb.",

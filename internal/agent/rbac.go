@@ -10,7 +10,7 @@ package agent
 // network's allowPersistentIPs flag and CNI name) and VirtualMachineInstance
 // metadata (which VM a launcher pod's VMI belongs to). Nothing else: the
 // agent never writes claim specs, pods, NADs or VMs.
-// +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=ipamclaims,verbs=get;list;watch

@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/reuse"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -15,17 +17,32 @@ import (
 // while it is being released.
 const maxReleaseRaces = 3
 
-// release deletes reservations, each only at the version the caller
+// release lets reservations go, each only at the version the caller
 // decided on, continuing past failures; each failure is logged, and they
 // are returned together (callers that cannot act on them ignore them: the
-// next ADD, DEL or the controller's GC tries again). When
-// a reservation changed since, it is re-read and deleted only if still
-// reports the new version should still go (nil: never; the caller's
-// decision was about a version that no longer exists).
+// next ADD, DEL or the controller's GC tries again). In a pool with a
+// reuse cooldown a reservation is retired (spec.reuseAfter set, see
+// package reuse) instead of deleted; a pool that cannot be read fails the
+// release (retried later) rather than guess. When a reservation changed
+// since, it is re-read and released only if still reports the new version
+// should still go (nil: never; the caller's decision was about a version
+// that no longer exists).
 func (a *Agent) release(ctx context.Context, entries []entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool) error {
+	return a.releaseAll(ctx, entries, verb, still, true)
+}
+
+// discard deletes, at once and whatever the pool's cooldown, reservations
+// this very ADD created and that no workload ever got (its rollback, or a
+// lost claim race): their addresses were never handed out, so there is
+// nothing to cool down.
+func (a *Agent) discard(ctx context.Context, entries []entry, verb string) error {
+	return a.releaseAll(ctx, entries, verb, nil, false)
+}
+
+func (a *Agent) releaseAll(ctx context.Context, entries []entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool, cool bool) error {
 	var errs []error
 	for _, e := range entries {
-		if err := a.releaseOne(ctx, e, verb, still); err != nil {
+		if err := a.releaseOne(ctx, e, verb, still, cool); err != nil {
 			a.log.Error(err, "releasing a reservation", "verb", verb, "reservation", e.name)
 			errs = append(errs, err)
 		}
@@ -36,15 +53,36 @@ func (a *Agent) release(ctx context.Context, entries []entry, verb string, still
 	return nil
 }
 
-func (a *Agent) releaseOne(ctx context.Context, e entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool) error {
+func (a *Agent) releaseOne(ctx context.Context, e entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool, cool bool) error {
+	var how reuse.Decision // delete
+	if cool {
+		cooldown, err := a.cooldown(ctx, e.pool)
+		if err != nil {
+			return err
+		}
+		how = reuse.Decide(cooldown, time.Now())
+	}
 	for range maxReleaseRaces {
-		err := a.store.Delete(ctx, e.name, e.uid, e.rv)
-		switch {
-		case err == nil:
+		if e.released() {
+			return nil // released already (by another writer): it waits out its cooldown
+		}
+		var err error
+		if how.Retire {
+			var cur *ipkeeperv1alpha1.IPReservation
+			if cur, err = a.store.Retire(ctx, e.name, e.uid, e.rv, how.ReuseAfter); err == nil {
+				a.observeLive(cur)
+				a.metrics.releases.WithLabelValues(verb).Inc()
+				a.log.V(1).Info("released; the address cools down", "verb", verb, "reservation", e.name, "ip", e.ip,
+					"owner", e.owner.Namespace+"/"+e.owner.Name, "reuseAfter", how.ReuseAfter)
+				return nil
+			}
+		} else if err = a.store.Delete(ctx, e.name, e.uid, e.rv); err == nil {
 			a.idx.released(e.name, e.uid, time.Now())
 			a.metrics.releases.WithLabelValues(verb).Inc()
 			a.log.V(1).Info("released", "verb", verb, "reservation", e.name, "ip", e.ip, "owner", e.owner.Namespace+"/"+e.owner.Name)
 			return nil
+		}
+		switch {
 		case errors.Is(err, ErrGone):
 			a.idx.released(e.name, e.uid, time.Now())
 			return nil
@@ -72,6 +110,52 @@ func (a *Agent) releaseOne(ctx context.Context, e entry, verb string, still func
 		e, _ = entryOf(cur)
 	}
 	return fmt.Errorf("reservation %s kept changing while being released; retry", e.name)
+}
+
+// cooldown reads a pool's reuse cooldown (from the cache). A pool that no
+// longer exists has none: its reservations are deleted as before pools
+// had cooldowns. One that cannot be read is an error: guessing "none"
+// would hand a cooling address out early, and the caller's retry (the
+// runtime repeats a failed DEL) decides once it can be read.
+func (a *Agent) cooldown(ctx context.Context, pool string) (time.Duration, error) {
+	p, err := a.poolStore.Get(ctx, pool)
+	switch {
+	case errors.Is(err, ErrPoolMissing):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("reading the reuse cooldown of IPPool %q: %w", pool, err)
+	}
+	return reuse.Cooldown(p), nil
+}
+
+// reclaimExpired deletes one of this node's released reservations of the
+// pool in range r whose cooldown is over, each at the version the index
+// holds, and returns its address, free now: the agent's own expiry, for
+// allocations that find the pool exhausted, so addresses do not stay held
+// where the controller's garbage collector does not run. Other nodes'
+// are left to them and to the garbage collector: the node-bound admission
+// policy lets an agent delete only its own node's reservations.
+func (a *Agent) reclaimExpired(ctx context.Context, pool string, usable func(ip netip.Addr) bool) (netip.Addr, bool) {
+	for _, e := range a.idx.expired(a.opts.NodeName, pool, time.Now()) {
+		if !usable(e.ip) {
+			continue
+		}
+		err := a.store.Delete(ctx, e.name, e.uid, e.rv)
+		switch {
+		case err == nil:
+			a.idx.released(e.name, e.uid, time.Now())
+			a.metrics.releases.WithLabelValues("expired").Inc()
+			a.log.V(1).Info("deleted a released reservation whose cooldown is over", "reservation", e.name, "ip", e.ip, "reuseAfter", e.reuseAfter)
+			return e.ip, true
+		case errors.Is(err, ErrGone):
+			a.idx.released(e.name, e.uid, time.Now())
+			return e.ip, true
+		default:
+			// Changed (or refused): the index catches up; try another.
+			a.log.V(1).Info("could not delete an expired released reservation", "reservation", e.name, "error", err.Error())
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // observeLive puts a reservation just read live into the index.

@@ -109,7 +109,7 @@ func (a *Agent) rollback(ctx context.Context, h holder, created []entry) {
 		a.dropUnrecorded(ctx, h.owner, created)
 		return
 	}
-	_ = a.release(ctx, created, "rollback", nil) // logged by release
+	_ = a.discard(ctx, created, "rollback") // logged by discard
 }
 
 // heldIn returns the holder's reservation of an IP family, in a current
@@ -167,25 +167,29 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 	for attempt := 0; attempt < maxConflicts; attempt++ {
 		ip, err := allocator.Candidate(r, taken, seed)
 		if errors.Is(err, allocator.ErrExhausted) {
-			if verified || a.idx.exhaustionConfirmed(pool, r, time.Now()) {
+			if !verified && !a.idx.exhaustionConfirmed(pool, r, time.Now()) {
+				// The index errs towards "taken" (an informer event for a
+				// reservation already released may arrive late), so confirm
+				// exhaustion against a live list before refusing the pod, and
+				// remember it until the next release on the network.
+				releases := a.idx.releaseCount(pool)
+				if taken, err = a.liveTaken(ctx, req); err != nil {
+					return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
+				}
+				verified = true
+				if _, err := allocator.Candidate(r, taken, seed); errors.Is(err, allocator.ErrExhausted) {
+					a.idx.confirmExhausted(pool, r, releases, time.Now())
+				}
+				attempt--
+				continue
+			}
+			// Full: an address of this node whose cooldown is over is
+			// free for the taking.
+			var ok bool
+			if ip, ok = a.reclaimExpired(ctx, pool, func(ip netip.Addr) bool { return r.Usable(ip) == nil }); !ok {
 				return entry{}, false, fail(reasonExhausted, codeInternal, fmt.Errorf("network %q (IPPool %q) is exhausted: %w", network, pool, err))
 			}
-			// The index errs towards "taken" (an informer event for a
-			// reservation already released may arrive late), so confirm
-			// exhaustion against a live list before refusing the pod, and
-			// remember it until the next release on the network.
-			releases := a.idx.releaseCount(pool)
-			if taken, err = a.liveTaken(ctx, req); err != nil {
-				return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
-			}
-			verified = true
-			if _, err := allocator.Candidate(r, taken, seed); errors.Is(err, allocator.ErrExhausted) {
-				a.idx.confirmExhausted(pool, r, releases, time.Now())
-			}
-			attempt--
-			continue
-		}
-		if err != nil {
+		} else if err != nil {
 			return entry{}, false, fail(reasonInternal, codeInternal, fmt.Errorf("network %q: %w", network, err))
 		}
 		e, isNew, err := a.createOrAdopt(ctx, req, ip, h)

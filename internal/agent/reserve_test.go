@@ -236,7 +236,7 @@ func TestReleaseOne(t *testing.T) {
 			if tt.change != nil {
 				tt.change(store)
 			}
-			err := a.releaseOne(context.Background(), e, "DEL", sandboxS1)
+			err := a.releaseOne(context.Background(), e, "DEL", sandboxS1, true)
 			if (err != nil) != (tt.wantErr != "") || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Fatalf("releaseOne() = %v, want error %q", err, tt.wantErr)
 			}

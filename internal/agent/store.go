@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reuse"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -45,6 +47,10 @@ type Store interface {
 	// that object (uid) at that version (resourceVersion): ErrGone when it
 	// does not exist, ErrChanged when it is another object or version.
 	Delete(ctx context.Context, name string, uid types.UID, resourceVersion string) error
+	// Retire sets spec.reuseAfter on the reservation with that name, with
+	// Delete's preconditions and errors, and returns it as written: the
+	// release of an address in a pool with a reuse cooldown.
+	Retire(ctx context.Context, name string, uid types.UID, resourceVersion string, reuseAfter time.Time) (*ipkeeperv1alpha1.IPReservation, error)
 }
 
 // listPageSize bounds one page of a live list of a network's reservations.
@@ -126,6 +132,27 @@ func (s *apiStore) Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation
 		return fmt.Errorf("updating reservation %s: %w", r.Name, err)
 	}
 	return nil
+}
+
+func (s *apiStore) Retire(ctx context.Context, name string, uid types.UID, resourceVersion string, reuseAfter time.Time) (*ipkeeperv1alpha1.IPReservation, error) {
+	patch, err := reuse.RetirePatch(uid, resourceVersion, reuseAfter)
+	if err != nil {
+		return nil, fmt.Errorf("retiring reservation %s: %w", name, err)
+	}
+	s.metrics.apiWrites.WithLabelValues("patch").Inc()
+	r := &ipkeeperv1alpha1.IPReservation{}
+	r.Name = name
+	err = s.c.Patch(ctx, r, patch)
+	switch {
+	case err == nil:
+		return r, nil
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("%w: %s", ErrGone, name)
+	case apierrors.IsConflict(err):
+		return nil, fmt.Errorf("%w: retiring reservation %s: %w", ErrChanged, name, err)
+	default:
+		return nil, fmt.Errorf("retiring reservation %s: %w", name, err)
+	}
 }
 
 func (s *apiStore) Delete(ctx context.Context, name string, uid types.UID, resourceVersion string) error {

@@ -14,8 +14,10 @@ package controllermanager
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
 //
-// Reservation garbage collector: read and delete reservations.
-// +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=get;list;watch;delete
+// Reservation garbage collector: read, retire (patch spec.reuseAfter) and
+// delete reservations; read pools (their reuse cooldown).
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools,verbs=get;list;watch
 //
 // IPPool status: read pools (and count their reservations, above), write
 // their status, and record threshold Events on them (events, above).

@@ -21,7 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
+	"github.com/ipkeeper/ipkeeper/internal/reuse"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -29,7 +31,9 @@ import (
 // deletion re-queues exactly its reservations.
 const IndexOwnerUID = "ipkeeper.ownerUID"
 
-// Reconciler releases reservations whose owner no longer exists.
+// Reconciler releases reservations whose owner no longer exists (in a
+// pool with a reuse cooldown by retiring them, see package reuse), and
+// deletes released reservations once their cooldown is over.
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
 	Client client.Client
@@ -65,6 +69,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, fmt.Errorf("reading IPReservation %s: %w", req.Name, err)
 	}
+	if left, released := reuse.Left(&res.Spec, r.now()); released {
+		// Nobody's any more, whoever released it (a CNI DEL, this
+		// collector, before a restart or not): only its cooldown is left.
+		return r.expire(ctx, &res, left)
+	}
 	owner := res.Spec.Owner
 	switch owner.Kind {
 	case ipkeeperv1alpha1.OwnerPod:
@@ -99,7 +108,7 @@ func (r *Reconciler) reconcilePodOwned(ctx context.Context, res *ipkeeperv1alpha
 	if wait := r.GracePeriod - now.Sub(res.CreationTimestamp.Time); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	return reconcile.Result{}, r.release(ctx, res, fmt.Sprintf("pod %s (uid %s) gone for %s", key, owner.UID, now.Sub(since).Round(time.Second)))
+	return r.release(ctx, res, fmt.Sprintf("pod %s (uid %s) gone for %s", key, owner.UID, now.Sub(since).Round(time.Second)))
 }
 
 func (r *Reconciler) reconcileClaimOwned(ctx context.Context, res *ipkeeperv1alpha1.IPReservation) (reconcile.Result, error) {
@@ -113,7 +122,7 @@ func (r *Reconciler) reconcileClaimOwned(ctx context.Context, res *ipkeeperv1alp
 	if exists, err = claimExists(ctx, r.APIReader, key, owner.UID); err != nil || exists {
 		return cacheBehind(exists), err
 	}
-	return reconcile.Result{}, r.release(ctx, res, fmt.Sprintf("IPAMClaim %s (uid %s) gone", key, owner.UID))
+	return r.release(ctx, res, fmt.Sprintf("IPAMClaim %s (uid %s) gone", key, owner.UID))
 }
 
 // cacheBehindRecheck is how soon a reservation is looked at again when its
@@ -131,22 +140,95 @@ func cacheBehind(liveOnly bool) reconcile.Result {
 	return reconcile.Result{}
 }
 
-func (r *Reconciler) release(ctx context.Context, res *ipkeeperv1alpha1.IPReservation, why string) error {
+// release lets a reservation go: deleted, or, in a pool with a reuse
+// cooldown, retired until the cooldown is over (and looked at again
+// then). Both writes carry the reservation's UID and resourceVersion.
+func (r *Reconciler) release(ctx context.Context, res *ipkeeperv1alpha1.IPReservation, why string) (reconcile.Result, error) {
+	cooldown, err := r.cooldown(ctx, naming.PoolOf(res.Spec.Pool, res.Spec.Network))
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	how := reuse.Decide(cooldown, r.now())
+	if !how.Retire {
+		if err := r.delete(ctx, res); err != nil {
+			return reconcile.Result{}, err
+		}
+		r.forget(res.Name)
+		released.WithLabelValues(string(res.Spec.Owner.Kind)).Inc()
+		log.FromContext(ctx).Info("released IPReservation", "reservation", res.Name, "network", res.Spec.Network, "ip", res.Spec.IP, "reason", why)
+		return reconcile.Result{}, nil
+	}
+	patch, err := reuse.RetirePatch(res.UID, res.ResourceVersion, how.ReuseAfter)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	switch err := r.Client.Patch(ctx, res, patch); {
+	case apierrors.IsNotFound(err):
+		r.forget(res.Name)
+		return reconcile.Result{}, nil
+	case apierrors.IsConflict(err):
+		// Changed since we looked (a new sandbox took it over): look again.
+		return reconcile.Result{}, fmt.Errorf("IPReservation %s changed while releasing it; rechecking: %w", res.Name, err)
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("releasing IPReservation %s: %w", res.Name, err)
+	}
+	r.forget(res.Name)
+	released.WithLabelValues(string(res.Spec.Owner.Kind)).Inc()
+	log.FromContext(ctx).Info("released IPReservation; its address cools down", "reservation", res.Name, "network", res.Spec.Network,
+		"ip", res.Spec.IP, "reason", why, "reuseAfter", how.ReuseAfter)
+	return reconcile.Result{RequeueAfter: how.ReuseAfter.Sub(r.now())}, nil
+}
+
+// expire deletes a released reservation once its cooldown is over (left
+// <= 0), else looks at it again then.
+func (r *Reconciler) expire(ctx context.Context, res *ipkeeperv1alpha1.IPReservation, left time.Duration) (reconcile.Result, error) {
+	r.forget(res.Name)
+	if left > 0 {
+		return reconcile.Result{RequeueAfter: left}, nil
+	}
+	if err := r.delete(ctx, res); err != nil {
+		return reconcile.Result{}, err
+	}
+	expired.Inc()
+	log.FromContext(ctx).Info("deleted released IPReservation: its cooldown is over", "reservation", res.Name, "network", res.Spec.Network,
+		"ip", res.Spec.IP, "reuseAfter", res.Spec.ReuseAfter)
+	return reconcile.Result{}, nil
+}
+
+// delete deletes the reservation if it is still that object at that
+// version; one already gone is done.
+func (r *Reconciler) delete(ctx context.Context, res *ipkeeperv1alpha1.IPReservation) error {
 	uid, rv := res.UID, res.ResourceVersion
 	err := r.Client.Delete(ctx, res, client.Preconditions{UID: &uid, ResourceVersion: &rv})
 	switch {
-	case apierrors.IsNotFound(err):
+	case err == nil, apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsConflict(err):
 		// Changed since we looked (a new sandbox took it over): look again.
 		return fmt.Errorf("IPReservation %s changed while releasing it; rechecking: %w", res.Name, err)
-	case err != nil:
+	default:
 		return fmt.Errorf("releasing IPReservation %s: %w", res.Name, err)
 	}
-	r.forget(res.Name)
-	released.WithLabelValues(string(res.Spec.Owner.Kind)).Inc()
-	log.FromContext(ctx).Info("released IPReservation", "reservation", res.Name, "network", res.Spec.Network, "ip", res.Spec.IP, "reason", why)
-	return nil
+}
+
+// cooldown reads a pool's reuse cooldown, from the cache and, when the
+// cache does not have the pool, live (it may be behind a pool created a
+// moment ago). A pool that no longer exists has none. One that cannot be
+// read fails the release, retried with backoff: guessing "none" would
+// hand a cooling address out early.
+func (r *Reconciler) cooldown(ctx context.Context, pool string) (time.Duration, error) {
+	var p ipkeeperv1alpha1.IPPool
+	err := r.Client.Get(ctx, client.ObjectKey{Name: pool}, &p)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, client.ObjectKey{Name: pool}, &p)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("reading the reuse cooldown of IPPool %q: %w", pool, err)
+	}
+	return reuse.Cooldown(&p), nil
 }
 
 func (r *Reconciler) markMissing(name string, now time.Time) time.Time {

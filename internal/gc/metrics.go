@@ -10,8 +10,12 @@ import (
 var (
 	released = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ipkeeper_gc_released_reservations_total",
-		Help: "IPReservations the garbage collector released, by owner kind (Pod or IPAMClaim).",
+		Help: "IPReservations the garbage collector released (deleted, or retired in a pool with a reuse cooldown), by owner kind (Pod or IPAMClaim).",
 	}, []string{"owner_kind"})
+	expired = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipkeeper_gc_expired_reservations_total",
+		Help: "Released IPReservations the garbage collector deleted once their pool's reuse cooldown was over.",
+	})
 	liveChecks = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ipkeeper_gc_live_checks_total",
 		Help: "Live API reads made to confirm that a reservation's owner is gone.",
@@ -23,5 +27,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(released, liveChecks, pending)
+	metrics.Registry.MustRegister(released, expired, liveChecks, pending)
 }

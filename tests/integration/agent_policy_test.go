@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/reuse"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -102,6 +103,39 @@ func TestAgentWritesBoundToItsNode(t *testing.T) {
 		expectRefusedBy(t, "node-b changes it once it moved away", onB.Update(ctx, held), "may only write reservations with spec.node node-b")
 		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, theirs))
 		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, held))
+	})
+
+	// A release in a pool with a reuse cooldown is an update of the
+	// agent's own node's reservation (spec.reuseAfter), which the policy
+	// allows; deleting it once expired is allowed on its own node only:
+	// admission CEL has no clock to tell "expired", so another node's
+	// expired release is left to the controller's garbage collector.
+	t.Run("released reservations", func(t *testing.T) {
+		retire := func(c client.Client, r *ipkeeperv1alpha1.IPReservation, at time.Time) error {
+			patch, err := reuse.RetirePatch(r.UID, r.ResourceVersion, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.Patch(ctx, r, patch)
+		}
+		past := time.Now().Add(-time.Minute).Truncate(time.Second)
+		own := podRes("10.99.3.30", "node-a")
+		expectAllowed(t, "create a reservation of its node", onA.Create(ctx, own))
+		stale := own.DeepCopy()
+		expectAllowed(t, "retire a reservation of its node", retire(onA, own, past))
+		if err := retire(cp.Client, stale, past.Add(time.Hour)); !apierrors.IsConflict(err) {
+			t.Errorf("retire at a stale resourceVersion: %v, want a conflict (the precondition)", err)
+		}
+		if err := retire(cp.Client, own, past.Add(time.Hour)); err == nil {
+			t.Errorf("a second retire changed reuseAfter; want it refused (set once)")
+		}
+		theirs := podRes("10.99.3.31", "node-b")
+		expectAllowed(t, "node-b creates its own", onB.Create(ctx, theirs))
+		expectRefusedBy(t, "retire another node's reservation", retire(onA, theirs.DeepCopy(), past), "may only")
+		expectAllowed(t, "node-b retires it", retire(onB, theirs, past))
+		expectRefusedBy(t, "delete another node's expired release", onA.Delete(ctx, theirs), "may only change or delete reservations of node node-a")
+		expectAllowed(t, "delete its node's expired release", onA.Delete(ctx, own))
+		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, theirs))
 	})
 
 	t.Run("pools", func(t *testing.T) {

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package reuse
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// Cooldown is a pool's reuse cooldown; 0 for no pool (it was deleted: no
+// pool, no cooldown) or none set.
+func Cooldown(pool *ipkeeperv1alpha1.IPPool) time.Duration {
+	if pool == nil || pool.Spec.ReuseCooldown == nil || pool.Spec.ReuseCooldown.Duration < 0 {
+		return 0
+	}
+	return pool.Spec.ReuseCooldown.Duration
+}
+
+// Decision is how a release lets an address go.
+type Decision struct {
+	// Retire keeps the reservation, setting spec.reuseAfter to ReuseAfter,
+	// instead of deleting it.
+	Retire     bool
+	ReuseAfter time.Time
+}
+
+// Decide says how to release an address whose pool has cooldown, at now:
+// delete it (no cooldown), or retire it until now+cooldown, rounded up to
+// the whole second (spec.reuseAfter is stored with second precision; the
+// cooldown is never cut short by the rounding).
+func Decide(cooldown time.Duration, now time.Time) Decision {
+	if cooldown <= 0 {
+		return Decision{}
+	}
+	want := now.Add(cooldown)
+	at := want.Truncate(time.Second)
+	if at.Before(want) {
+		at = at.Add(time.Second)
+	}
+	return Decision{Retire: true, ReuseAfter: at}
+}
+
+// Left is how long a released reservation still holds its address: 0 or
+// less means its cooldown is over and it may be deleted. A reservation
+// not released is never due (ok false).
+func Left(spec *ipkeeperv1alpha1.IPReservationSpec, now time.Time) (left time.Duration, ok bool) {
+	if !spec.Released() {
+		return 0, false
+	}
+	return spec.ReuseAfter.Sub(now), true
+}
+
+// RetirePatch sets spec.reuseAfter on the reservation that is still that
+// object (uid) at that version (resourceVersion): a merge patch carrying
+// the resourceVersion fails with Conflict when the reservation changed
+// since it was judged, exactly as a delete with both preconditions does,
+// and NotFound when it is gone.
+func RetirePatch(uid types.UID, resourceVersion string, reuseAfter time.Time) (client.Patch, error) {
+	if uid == "" || resourceVersion == "" {
+		return nil, fmt.Errorf("retiring a reservation needs its uid and resourceVersion (got %q, %q)", uid, resourceVersion)
+	}
+	at := metav1.NewTime(reuseAfter)
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": uid, "resourceVersion": resourceVersion},
+		"spec":     map[string]any{"reuseAfter": &at},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the retire patch: %w", err)
+	}
+	return client.RawPatch(types.MergePatchType, body), nil
+}
