@@ -32,13 +32,6 @@ const (
 	condReasonExhausted conditionReason = "SubnetExhausted"
 	condReasonConflict  conditionReason = "IPAddressConflict"
 	condReasonInternal  conditionReason = "InternalError"
-
-	// conditionInPool says whether the claim's addresses are still ones
-	// its pool hands out; False once a range was removed or an address
-	// excluded under it (the VM keeps the address all the same).
-	conditionInPool                     = "AddressesInPool"
-	condReasonInPool    conditionReason = "InPool"
-	condReasonOutOfPool conditionReason = "OutOfPool"
 )
 
 // conditionReason is the reason of the claim's IPsAllocated condition.
@@ -150,7 +143,7 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 		}
 		e, held := a.idx.get(naming.Reservation(pool, ip))
 		held = held && e.owner.UID == claim.UID && !e.released()
-		if _, err := req.pool.usableIn(ip); err != nil {
+		if err := req.pool.usable(ip); err != nil {
 			if !held {
 				return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
 					"IPAMClaim %s/%s holds %s (status.ips[%d]), which network %q (IPPool %q) does not hand out: %w; nothing was released: fix the pool or delete the claim",

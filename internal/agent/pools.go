@@ -79,8 +79,8 @@ func (p *poolView) rangeFor(ip netip.Addr) (iprange.Range, bool) {
 	return iprange.Range{}, false
 }
 
-// usableIn returns the range that may hand out ip now, or why none does.
-func (p *poolView) usableIn(ip netip.Addr) (iprange.Range, error) {
+// usable reports why no range of the pool may hand out ip now, or nil.
+func (p *poolView) usable(ip netip.Addr) error {
 	var why error
 	for _, r := range p.ranges {
 		if !r.Contains(ip) {
@@ -90,12 +90,12 @@ func (p *poolView) usableIn(ip netip.Addr) (iprange.Range, error) {
 			why = err
 			continue
 		}
-		return r, nil
+		return nil
 	}
 	if why == nil {
 		why = fmt.Errorf("%s is outside every range of IPPool %q", ip, p.name)
 	}
-	return iprange.Range{}, why
+	return why
 }
 
 // parsedPools caches the parsed ranges of each pool by UID and generation,

@@ -136,7 +136,7 @@ func heldIn(held []entry, is4 bool) (entry, bool) {
 // else a free address of the first range of the family that has one.
 func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []iprange.Range, h holder) (entry, bool, error) {
 	if static, ok := staticFor(req.cfg, family[0].Is4()); ok {
-		if _, err := req.pool.usableIn(static); err != nil {
+		if err := req.pool.usable(static); err != nil {
 			return entry{}, false, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("static IP %s requested for network %q: %w", static, req.cfg.Name, err))
 		}
 		e, isNew, err := a.createOrAdopt(ctx, req, static, h)

@@ -74,7 +74,7 @@ func overlap(a, b iprange.Range) bool {
 	if a.Is4() != b.Is4() {
 		return false
 	}
-	return !(a.End().Less(b.Start()) || b.End().Less(a.Start()))
+	return !a.End().Less(b.Start()) && !b.End().Less(a.Start())
 }
 
 // Overlapping returns the first pair of ranges, one from each list, that

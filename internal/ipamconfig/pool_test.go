@@ -3,6 +3,7 @@
 package ipamconfig
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -43,9 +44,7 @@ func TestPoolReference(t *testing.T) {
 }
 
 func asField(err error, fe **FieldError) bool {
-	f, ok := err.(*FieldError)
-	*fe = f
-	return ok
+	return errors.As(err, fe)
 }
 
 func TestPoolRanges(t *testing.T) {
