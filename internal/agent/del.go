@@ -91,29 +91,35 @@ func (a *Agent) releaseAttachment(ctx context.Context, e entry, verb string, sti
 	return a.release(ctx, []entry{cur}, verb, still)
 }
 
-// poolName reads the network's pool from a config, falling back to the
-// bare "name" and "ipam.pool" keys when the rest does not validate: an
-// attachment made under an older, valid config must still be releasable
-// after the NAD changed.
+// poolName reads the network's pool from a config; see networkOf.
 func poolName(config []byte) (string, error) {
+	pool, _, err := networkOf(config)
+	return pool, err
+}
+
+// networkOf reads the network's pool and name from a config, falling back
+// to the bare "name" and "ipam.pool" keys when the rest does not
+// validate: an attachment made under an older, valid config must still be
+// releasable after the NAD changed.
+func networkOf(config []byte) (pool, network string, err error) {
 	if cfg, err := ipamconfig.Parse(config); err == nil {
-		return cfg.PoolName(), nil
+		return cfg.PoolName(), cfg.Name, nil
 	}
 	var bare struct {
 		Name string          `json:"name"`
 		IPAM json.RawMessage `json:"ipam"`
 	}
 	if err := json.Unmarshal(config, &bare); err != nil {
-		return "", fmt.Errorf("network configuration is not valid JSON: %w", err)
+		return "", "", fmt.Errorf("network configuration is not valid JSON: %w", err)
+	}
+	if bare.Name == "" {
+		return "", "", fmt.Errorf("name: required (the network name identifies the address pool)")
 	}
 	var ipam struct {
 		Pool string `json:"pool"`
 	}
 	if json.Unmarshal(bare.IPAM, &ipam) == nil && ipam.Pool != "" {
-		return ipam.Pool, nil
+		return ipam.Pool, bare.Name, nil
 	}
-	if bare.Name == "" {
-		return "", fmt.Errorf("name: required (the network name identifies the address pool)")
-	}
-	return naming.InlinePool(bare.Name), nil
+	return naming.InlinePool(bare.Name), bare.Name, nil
 }

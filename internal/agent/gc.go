@@ -21,7 +21,7 @@ type gcConfig struct {
 	} `json:"cni.dev/valid-attachments"`
 }
 
-// GC releases this node's ephemeral reservations in the request's network's pool
+// GC releases this node's ephemeral reservations of the request's network
 // whose attachment (container ID, interface) is not in the runtime's list
 // of valid attachments. Claim-owned reservations and other nodes' are never
 // touched; each is released under its attachment's lock, at the version
@@ -30,7 +30,7 @@ type gcConfig struct {
 // it).
 func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
 	defer a.metrics.observe(cniproto.CmdGC, time.Now(), &err)
-	pool, err := poolName(creq.Config)
+	pool, network, err := networkOf(creq.Config)
 	if err != nil {
 		return cniError(codeInvalidConfig, err)
 	}
@@ -42,8 +42,10 @@ func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
 	for _, v := range gc.ValidAttachments {
 		valid[[2]string{v.ContainerID, v.IfName}] = true
 	}
+	// The runtime lists the valid attachments of this network only:
+	// another network drawing from the same pool is not its to judge.
 	stale := func(r *ipkeeperv1alpha1.IPReservation) bool {
-		return r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerPod && r.Spec.Node == a.opts.NodeName &&
+		return r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerPod && r.Spec.Node == a.opts.NodeName && r.Spec.Network == network &&
 			!valid[[2]string{r.Spec.ContainerID, r.Spec.InterfaceName}]
 	}
 	start := time.Now()

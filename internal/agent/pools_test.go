@@ -197,3 +197,32 @@ func TestPoolReservationNames(t *testing.T) {
 		}
 	}
 }
+
+// The runtime's CNI GC lists the valid attachments of one network: another
+// network drawing from the same pool is not its to judge.
+func TestCNIGCOfOneNetworkSparesTheOtherNetworksOfItsPool(t *testing.T) {
+	store := newFakeStore()
+	a := newTestAgent(t, store, newFakeClaims())
+	a.opts.CNIGCMinAge = -1
+	a.poolStore.(*fakePoolStore).put(&ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "shared"},
+		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.11.0.0/29"}}}})
+	x := `{"cniVersion":"1.1.0","name":"x","type":"bridge","ipam":{"type":"ipkeeper","pool":"shared"}}`
+	y := `{"cniVersion":"1.1.0","name":"y","type":"bridge","ipam":{"type":"ipkeeper","pool":"shared"}}`
+	if _, err := addVia(t, a, x, "cx", "px"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := addVia(t, a, y, "cy", "py"); err != nil {
+		t.Fatal(err)
+	}
+	gc := `{"cniVersion":"1.1.0","name":"x","type":"bridge","ipam":{"type":"ipkeeper","pool":"shared"},"cni.dev/valid-attachments":[]}`
+	if err := a.GC(context.Background(), &cniproto.Request{Command: cniproto.CmdGC, Config: []byte(gc)}); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, r := range store.all() {
+		left = append(left, r.Spec.Network)
+	}
+	if len(left) != 1 || left[0] != "y" {
+		t.Fatalf("after a GC of network x with no valid attachment, reservations of networks %v are left; want only y's", left)
+	}
+}
