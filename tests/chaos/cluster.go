@@ -22,6 +22,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -39,7 +40,8 @@ const (
 // network is one NAD and its CNI config, as Multus would pass it.
 type network struct {
 	nad    string // NetworkAttachmentDefinition name in namespace
-	name   string // CNI network name (the address pool)
+	name   string // CNI network name
+	pool   string // the IPPool its addresses belong to
 	config map[string]any
 }
 
@@ -60,19 +62,25 @@ func (n *network) netConf(static string) json.RawMessage {
 	return b
 }
 
-// The three networks: a /24 for ordinary and static-IP pods, a /28 that
-// the schedule drives past capacity, and a dual-stack network with
-// persistent IPs for claim-backed pods.
+// The networks: a /24 for ordinary and static-IP pods (its inline pool is
+// made by the agents); two networks drawing from one explicit pool, a /28
+// the schedule drives past capacity, which the pool-resize operation grows
+// and shrinks under them and whose released addresses cool down; and a
+// dual-stack network with persistent IPs for claim-backed pods.
 var networks = map[string]*network{
-	"pods": {nad: "pods", name: "chaos-pods", config: map[string]any{
+	"pods": {nad: "pods", name: "chaos-pods", pool: "chaos-pods", config: map[string]any{
 		"cniVersion": "1.0.0", "name": "chaos-pods", "type": "bridge",
 		"ipam": map[string]any{"type": "ipkeeper", "range": "10.60.0.0/24", "gateway": "10.60.0.1"},
 	}},
-	"small": {nad: "small", name: "chaos-small", config: map[string]any{
+	"small": {nad: "small", name: "chaos-small", pool: smallPool, config: map[string]any{
 		"cniVersion": "1.0.0", "name": "chaos-small", "type": "bridge",
-		"ipam": map[string]any{"type": "ipkeeper", "range": "10.61.0.0/28", "gateway": "10.61.0.1"},
+		"ipam": map[string]any{"type": "ipkeeper", "pool": smallPool},
 	}},
-	"vm": {nad: "vm", name: "chaos-vm", config: map[string]any{
+	"small-b": {nad: "small-b", name: "chaos-small-b", pool: smallPool, config: map[string]any{
+		"cniVersion": "1.0.0", "name": "chaos-small-b", "type": "bridge",
+		"ipam": map[string]any{"type": "ipkeeper", "pool": smallPool},
+	}},
+	"vm": {nad: "vm", name: "chaos-vm", pool: "chaos-vm", config: map[string]any{
 		"cniVersion": "1.0.0", "name": "chaos-vm", "type": "bridge", "allowPersistentIPs": true,
 		"ipam": map[string]any{"type": "ipkeeper", "ipRanges": []any{
 			map[string]any{"range": "10.62.0.0/24"}, map[string]any{"range": "fd62::/120"},
@@ -160,6 +168,11 @@ func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err 
 		if err := c.cp.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
+	}
+	small := &ipkv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: smallPool},
+		Spec: ipkv1alpha1.IPPoolSpec{Ranges: smallRanges(false), ReuseCooldown: &metav1.Duration{Duration: smallCooldown}}}
+	if err := c.cp.Client.Create(ctx, small); err != nil {
+		return nil, fmt.Errorf("creating IPPool %s: %w", smallPool, err)
 	}
 	for _, n := range networks {
 		raw, err := json.Marshal(n.config)
@@ -353,4 +366,29 @@ func (c *cluster) stop() {
 	if err := errors.Join(errs...); err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: stopping the cluster: %v\n", err)
 	}
+}
+
+// The shared pool of the small networks.
+const (
+	smallPool     = "chaos-small"
+	smallCooldown = 2 * time.Second
+)
+
+// smallRanges are the shared pool's ranges: a /28 (13 addresses besides
+// the gateway), grown by a /29 that the pool-resize operation adds and
+// removes while addresses there are held.
+func smallRanges(grown bool) []ipkv1alpha1.PoolRange {
+	rs := []ipkv1alpha1.PoolRange{{Range: "10.61.0.0/28", Gateway: "10.61.0.1"}}
+	if grown {
+		rs = append(rs, ipkv1alpha1.PoolRange{Range: "10.61.1.0/29", Gateway: "10.61.1.1"})
+	}
+	return rs
+}
+
+// cooldownOf is the reuse cooldown of a pool of the run.
+func cooldownOf(pool string) time.Duration {
+	if pool == smallPool {
+		return smallCooldown
+	}
+	return 0
 }

@@ -20,7 +20,10 @@
 // racing the new one's ADD, DEL, CHECK, CNI GC, pod deletion with or
 // without its DEL, claim-backed pods starting on one or two nodes at once,
 // live migration, VM restart, claim deletion and re-creation, static-IP
-// requests, and a /28 network hammered past capacity.
+// requests, and two networks drawing from one explicit IPPool (a /28,
+// hammered past capacity, with a 2s reuse cooldown) that the pool-resize
+// operation grows by a range and shrinks again while addresses there are
+// held.
 //
 // Faults (faults.go): SIGKILL and restart of an agent or of the
 // controller, kube-apiserver restart with etcd kept, etcd compaction with
@@ -31,7 +34,11 @@
 //
 // Invariants (invariants.go) I1-I5 are checked continuously, from the
 // harness's record of attachments (model.go) and live reads, and again at
-// quiescence. A continuous check only judges attachments whose holder no
+// quiescence. I1 covers the pool, not the network (two networks of one
+// pool never share an address), and no address released in the cooldown
+// pool goes to another holder before its cooldown ends; I3 also wants
+// every released reservation gone once its cooldown is over.
+// A continuous check only judges attachments whose holder no
 // operation touched between the snapshot and the re-check, so an
 // operation's intermediate state is never taken for a violation.
 //

@@ -148,7 +148,7 @@ func mustJSON(v any) string {
 // belongs reports whether reservation res is the one attachment a holds.
 func belongs(res *ipkv1alpha1.IPReservation, a *attachment) bool {
 	o := res.Spec.Owner
-	if res.Spec.Network != a.network {
+	if res.Spec.Network != a.network || res.Spec.Released() {
 		return false
 	}
 	if a.claimName != "" {
@@ -220,7 +220,7 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 		a := q.att
 		for _, ip := range r.model.ipsOf(a) {
 			r.counts.inc("check:I2")
-			name := naming.Reservation(a.network, ip)
+			name := naming.Reservation(a.pool, ip)
 			res, ok := ls.res[name]
 			if ok && belongs(res, a) {
 				continue
@@ -299,8 +299,10 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 // orphans returns the reservations whose owner (the pod or the claim, by
 // UID) no longer exists: after the GC grace period there must be none
 // (I3). leaked lists reservations of live pods that none of the pod's
-// live attachments holds.
-func (r *runner) orphans(ls *liveState) (gone, leaked []*ipkv1alpha1.IPReservation) {
+// live attachments holds; overdue, released reservations whose owner is
+// alive but whose cooldown ended more than a GC round ago (the controller
+// deletes them at spec.reuseAfter).
+func (r *runner) orphans(ls *liveState) (gone, leaked, overdue []*ipkv1alpha1.IPReservation) {
 	claims := map[types.UID]bool{}
 	for _, c := range ls.claims {
 		claims[c.UID] = true
@@ -308,7 +310,7 @@ func (r *runner) orphans(ls *liveState) (gone, leaked []*ipkv1alpha1.IPReservati
 	held := map[string]bool{} // reservation names live attachments hold
 	for _, a := range r.model.live() {
 		for _, ip := range r.model.ipsOf(a) {
-			held[naming.Reservation(a.network, ip)] = true
+			held[naming.Reservation(a.pool, ip)] = true
 		}
 	}
 	names := make([]string, 0, len(ls.res))
@@ -318,6 +320,10 @@ func (r *runner) orphans(ls *liveState) (gone, leaked []*ipkv1alpha1.IPReservati
 	sort.Strings(names)
 	for _, n := range names {
 		res := ls.res[n]
+		if res.Spec.Released() && time.Since(res.Spec.ReuseAfter.Time) > cooldownGrace {
+			overdue = append(overdue, res)
+			continue
+		}
 		switch res.Spec.Owner.Kind {
 		case ipkv1alpha1.OwnerIPAMClaim:
 			if !claims[res.Spec.Owner.UID] {
@@ -327,18 +333,28 @@ func (r *runner) orphans(ls *liveState) (gone, leaked []*ipkv1alpha1.IPReservati
 			switch {
 			case !ls.pods[res.Spec.Owner.UID]:
 				gone = append(gone, res)
-			case !held[n]:
+			case !held[n] && !res.Spec.Released():
 				leaked = append(leaked, res)
 			}
 		}
 	}
-	return gone, leaked
+	return gone, leaked, overdue
 }
+
+// cooldownGrace is how long past its spec.reuseAfter a released
+// reservation may still exist at quiescence: the controller deletes it
+// then, retrying with backoff after the faults of the run.
+const cooldownGrace = 45 * time.Second
 
 // checkOwners reports I3 violations (at quiescence only).
 func (r *runner) checkOwners(ls *liveState) {
-	gone, leaked := r.orphans(ls)
+	gone, leaked, overdue := r.orphans(ls)
 	r.counts.add("check:I3", len(ls.res))
+	for _, res := range overdue {
+		r.violate("I3", "cooldown-over-still-held", fmt.Sprintf("released reservation %s (%s %s) still holds the address %s after its cooldown ended (reuseAfter %s)",
+			res.Name, res.Spec.Network, res.Spec.IP, time.Since(res.Spec.ReuseAfter.Time).Round(time.Second), res.Spec.ReuseAfter.Format("15:04:05")),
+			res.Spec.Owner.Name, res.Spec.ContainerID)
+	}
 	for _, res := range gone {
 		r.violate("I3", "owner-gone", fmt.Sprintf("reservation %s (%s %s) outlived its owner %s %s/%s (uid %s) past the GC grace period",
 			res.Name, res.Spec.Network, res.Spec.IP, res.Spec.Owner.Kind, res.Spec.Owner.Namespace, res.Spec.Owner.Name, res.Spec.Owner.UID),
@@ -361,8 +377,8 @@ func (r *runner) waitGC(ctx context.Context, timeout time.Duration) {
 		if err != nil {
 			return false, err
 		}
-		gone, _ := r.orphans(ls)
-		return len(gone) == 0, nil
+		gone, _, overdue := r.orphans(ls)
+		return len(gone) == 0 && len(overdue) == 0, nil
 	})
 }
 

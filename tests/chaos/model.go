@@ -35,6 +35,7 @@ func (s attState) String() string {
 // attachment is one sandbox's interface on one network.
 type attachment struct {
 	network     string
+	pool        string
 	node        string
 	podNS       string
 	podName     string
@@ -77,10 +78,20 @@ type model struct {
 	// holder's reservations; gen changes whenever one starts or ends.
 	busy map[string]int
 	gen  map[string]uint64
+	// released says when a holder let an address of a pool with a reuse
+	// cooldown go (its DEL sent or pod deleted), so that no other holder
+	// gets it within the cooldown (I1).
+	released map[string]release
+}
+
+// release is the earliest moment an address can have been released, and by whom.
+type release struct {
+	at     time.Time
+	holder string
 }
 
 func newModel() *model {
-	return &model{busy: map[string]int{}, gen: map[string]uint64{}}
+	return &model{busy: map[string]int{}, gen: map[string]uint64{}, released: map[string]release{}}
 }
 
 // touch marks holders busy until the returned function is called.
@@ -117,6 +128,11 @@ func (m *model) setState(a *attachment, s attState) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a.state, a.since = s, time.Now()
+	if s == attReleasing && cooldownOf(a.pool) > 0 {
+		for _, ip := range a.ips {
+			m.released[a.pool+"/"+ip.String()] = release{at: a.since, holder: a.holder()}
+		}
+	}
 }
 
 // owesDel reports whether the sandbox containerID has an attachment whose
@@ -149,14 +165,22 @@ func (m *model) ipsOf(a *attachment) []netip.Addr {
 }
 
 // succeeded records a successful ADD and returns the live attachments of
-// other holders that hold one of its addresses (I1).
-func (m *model) succeeded(a *attachment, ips []netip.Addr) []*attachment {
+// other holders that hold one of its addresses, and those of its
+// addresses another holder released less than the pool's cooldown ago (I1).
+func (m *model) succeeded(a *attachment, ips []netip.Addr) (clash []*attachment, early []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a.ips, a.state, a.since = ips, attLive, time.Now()
-	var clash []*attachment
+	if cd := cooldownOf(a.pool); cd > 0 {
+		for _, ip := range ips {
+			if rel, ok := m.released[a.pool+"/"+ip.String()]; ok && rel.holder != a.holder() && a.since.Before(rel.at.Add(cd)) {
+				early = append(early, fmt.Sprintf("%s released by %s at %s, handed out again %s later (cooldown %s)",
+					ip, rel.holder, rel.at.Format("15:04:05.000"), a.since.Sub(rel.at).Round(time.Millisecond), cd))
+			}
+		}
+	}
 	for _, o := range m.atts {
-		if o == a || o.state != attLive || o.network != a.network || o.holder() == a.holder() {
+		if o == a || o.state != attLive || o.pool != a.pool || o.holder() == a.holder() {
 			continue
 		}
 		for _, ip := range ips {
@@ -166,7 +190,7 @@ func (m *model) succeeded(a *attachment, ips []netip.Addr) []*attachment {
 			}
 		}
 	}
-	return clash
+	return clash, early
 }
 
 // quietLive is a live attachment whose holder no operation is changing,

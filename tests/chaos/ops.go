@@ -8,12 +8,16 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
 // slot is a place for one pod at a time, on a fixed node and network. A
@@ -79,12 +83,8 @@ func newRunner(c *cluster, v *violations) *runner {
 	r := &runner{c: c, model: newModel(), hist: v.hist, counts: &counters{}, viol: v,
 		slots: map[string][]*slot{}, gcLocks: map[string]*sync.RWMutex{}}
 	for _, pool := range []string{poolPods, poolStatic, poolSmall} {
-		net := networks[pool]
-		if pool == poolStatic {
-			net = networks[poolPods]
-		}
 		for i := range poolSizes[pool] {
-			s := &slot{pool: pool, idx: i, node: c.nodes[i%numNodes], net: net}
+			s := &slot{pool: pool, idx: i, node: c.nodes[i%numNodes], net: slotNetwork(pool, i)}
 			if pool == poolStatic {
 				s.static = fmt.Sprintf("10.60.0.%d/24", 240+i)
 			}
@@ -113,6 +113,9 @@ func (r *runner) id() int {
 func (r *runner) run(ctx context.Context, st step) {
 	r.counts.inc("op:" + st.kind.String())
 	switch st.kind {
+	case opPoolResize:
+		r.resizePool(ctx, st)
+		return
 	case opGC:
 		r.gc(ctx, st)
 		return
@@ -182,7 +185,7 @@ func (r *runner) ensurePod(ctx context.Context, op int, s *slot) bool {
 }
 
 func (r *runner) newAttachment(pod *corev1.Pod, n *node, net *network) *attachment {
-	return &attachment{network: net.name, node: n.name, podNS: pod.Namespace, podName: pod.Name, podUID: pod.UID,
+	return &attachment{network: net.name, pool: net.pool, node: n.name, podNS: pod.Namespace, podName: pod.Name, podUID: pod.UID,
 		ifName: ifName, containerID: fmt.Sprintf("sb-%s-%d", pod.Name, r.id())}
 }
 
@@ -259,12 +262,16 @@ func (r *runner) addSucceeded(a *attachment, ips []netip.Addr, static string) {
 		r.counts.inc("claim-ok")
 	}
 	r.counts.inc("check:I1")
-	for _, o := range r.model.succeeded(a, ips) {
+	clash, early := r.model.succeeded(a, ips)
+	for _, o := range clash {
 		keys := []string{a.podName, o.podName, a.containerID, o.containerID}
 		for _, ip := range ips {
-			keys = append(keys, naming.Reservation(a.network, ip))
+			keys = append(keys, naming.Reservation(a.pool, ip))
 		}
 		r.violate("I1", "double-allocation", fmt.Sprintf("address in two live attachments: %s and %s", r.model.describe(a), r.model.describe(o)), keys...)
+	}
+	for _, e := range early {
+		r.violate("I1", "reused-in-cooldown", fmt.Sprintf("ADD of %s: %s", r.model.describe(a), e), a.podName, a.containerID)
 	}
 }
 
@@ -380,10 +387,7 @@ func (r *runner) podDelete(ctx context.Context, st step, s *slot) {
 // gc sends a CNI GC to one node for one network, listing every sandbox
 // the runtime still knows there.
 func (r *runner) gc(ctx context.Context, st step) {
-	net := networks[st.pool]
-	if st.pool == poolStatic {
-		net = networks[poolPods]
-	}
+	net := slotNetwork(st.pool, st.slot)
 	n := r.c.nodes[st.node]
 	lock := r.gcLocks[n.name+"/"+net.name]
 	lock.Lock()
@@ -402,7 +406,7 @@ func (r *runner) gc(ctx context.Context, st step) {
 	}
 	conf["cni.dev/valid-attachments"] = valid
 	raw := (&network{config: conf}).netConf("")
-	gcAtt := &attachment{podNS: "-", podName: "-", containerID: "-", network: net.name}
+	gcAtt := &attachment{podNS: "-", podName: "-", containerID: "-", network: net.name, pool: net.pool}
 	seq := r.hist.begin(st.seq, "GC", fmt.Sprintf("%s net=%s valid=%d", n.name, net.name, len(valid)))
 	upBefore, epoch := n.state()
 	_, err := n.client.Do(ctx, cniproto.Request{Command: cniproto.CmdGC, Config: raw})
@@ -426,6 +430,41 @@ func (r *runner) node(name string) *node {
 		}
 	}
 	panic("chaos: unknown node " + name) // attachments are only made for the cluster's nodes
+}
+
+// slotNetwork is the network of slot i of a slot pool.
+func slotNetwork(pool string, i int) *network {
+	switch pool {
+	case poolStatic:
+		return networks[poolPods]
+	case poolSmall:
+		if i%2 == 1 {
+			return networks["small-b"]
+		}
+	}
+	return networks[pool]
+}
+
+// resizePool grows the shared pool by a range or takes that range away
+// again, while addresses there may be held: what is held stays held (I2),
+// nothing is handed out twice (I1), new allocations follow the ranges.
+func (r *runner) resizePool(ctx context.Context, st step) {
+	grow := st.flag
+	seq := r.hist.begin(st.seq, "POOL", fmt.Sprintf("%s grow=%v", smallPool, grow))
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := framework.Eventually(ctx, 10*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		var p ipkv1alpha1.IPPool
+		if err := r.c.cp.Client.Get(ctx, client.ObjectKey{Name: smallPool}, &p); err != nil {
+			return false, nil // the API server may be down: a fault of the run
+		}
+		p.Spec.Ranges = smallRanges(grow)
+		return r.c.cp.Client.Update(ctx, &p) == nil, nil
+	})
+	r.hist.end(seq, errString(err))
+	if err != nil {
+		r.counts.inc("pool-resize-failed")
+	}
 }
 
 // netOf returns the network of an attachment.

@@ -22,22 +22,24 @@ const (
 	opClaimMigrate               // a second pod of the claim on another node, then the first goes
 	opClaimRestart               // the claim's pods go and a new one starts: same addresses
 	opClaimDelete                // the claim's pods go, the claim is deleted and made again
+	opPoolResize                 // the shared pool grows by a range, or loses it while addresses there are held
 	numOpKinds
 )
 
 var opNames = [...]string{"add", "new-sandbox", "del", "stale-del", "check", "gc", "pod-delete",
-	"claim-start", "claim-migrate", "claim-restart", "claim-delete"}
+	"claim-start", "claim-migrate", "claim-restart", "claim-delete", "pool-resize"}
 
 func (k opKind) String() string { return opNames[k] }
 
 // opWeights give the mix.
 var opWeights = [numOpKinds]int{
 	opAdd: 30, opNewSandbox: 10, opDel: 12, opStaleDel: 6, opCheck: 8, opGC: 3, opPodDelete: 8,
-	opClaimStart: 8, opClaimMigrate: 6, opClaimRestart: 4, opClaimDelete: 3,
+	opClaimStart: 8, opClaimMigrate: 6, opClaimRestart: 4, opClaimDelete: 3, opPoolResize: 1,
 }
 
 // Slot pools. Ordinary pods on a /24, static-IP pods on the same
-// network, pods of a /28 with more slots than addresses, claim slots.
+// network, pods of two networks sharing a /28 pool (more slots than
+// addresses; even slots on one network, odd on the other), claim slots.
 const (
 	poolPods   = "pods"
 	poolStatic = "static"
