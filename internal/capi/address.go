@@ -36,7 +36,7 @@ func (r *ClaimReconciler) ensureAddress(ctx context.Context, claim *ipamv1.IPAdd
 			ClaimRef: ipamv1.IPAddressClaimReference{Name: claim.Name},
 			PoolRef:  claim.Spec.PoolRef,
 			Address:  ip.String(),
-			Prefix:   ptr.To(int32(rng.Subnet().Bits())),
+			Prefix:   ptr.To(int32(rng.Subnet().Bits())), //nolint:gosec // a prefix length, 0..128
 		},
 	}
 	if gw := rng.Gateway(); gw.IsValid() {
