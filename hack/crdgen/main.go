@@ -14,7 +14,11 @@
 //     status preserve unknown fields, status subresource) and simulate what
 //     virt-controller writes;
 //   - cert-manager's Certificate and Issuer, for tests only, in the same
-//     minimal form, so the cert-manager overlay applies with a dry run.
+//     minimal form, so the cert-manager overlay applies with a dry run;
+//   - Cluster API's IPAddressClaim, IPAddress and Cluster, for tests only:
+//     the real manifests of the pinned cluster-api module, unchanged, so
+//     the IPAM provider is tested against the schema it serves (ipkeeper
+//     does not ship them: Cluster API installs its own).
 //
 // Run through `make generate`; the output is checked in and `make verify-generated`
 // fails when it is stale.
@@ -37,7 +41,15 @@ import (
 const (
 	ipamClaimsModule = "github.com/k8snetworkplumbingwg/ipamclaims"
 	nadModule        = "github.com/k8snetworkplumbingwg/network-attachment-definition-client"
+	clusterAPIModule = "sigs.k8s.io/cluster-api"
 )
+
+// clusterAPICRDs are the Cluster API manifests the IPAM provider's tests use.
+var clusterAPICRDs = []string{
+	"ipam.cluster.x-k8s.io_ipaddressclaims.yaml",
+	"ipam.cluster.x-k8s.io_ipaddresses.yaml",
+	"cluster.x-k8s.io_clusters.yaml",
+}
 
 func main() {
 	crdDir := flag.String("crd-dir", "manifests/crds", "directory for shipped CRDs")
@@ -74,6 +86,15 @@ func run(crdDir, testCRDDir string) error {
 	for _, k := range certManagerKinds {
 		crd := openCRD("cert-manager.io", k, "minimal structural stand-in for cert-manager's CRD, so the cert-manager overlay can be applied with a server-side dry run")
 		if err := writeCRD(filepath.Join(testCRDDir, "cert-manager", "cert-manager.io_"+k.plural+".yaml"), crd); err != nil {
+			return err
+		}
+	}
+	for _, f := range clusterAPICRDs {
+		crd, err := readUpstreamCRD(clusterAPIModule, filepath.Join("config", "crd", "bases", f))
+		if err != nil {
+			return err
+		}
+		if err := writeCRD(filepath.Join(testCRDDir, "cluster-api", f), crd); err != nil {
 			return err
 		}
 	}

@@ -11,15 +11,18 @@ package controllermanager
 // matter and answers within bounds.
 //
 // One manager (manager.go) runs what every cluster needs: the reservation
-// garbage collector and the IPPool status controller (leader), the webhook
-// server and certificates (every replica) and the probes. The KubeVirt
-// part (kubevirt.go) is not wired into that manager: it watches discovery
-// for KubeVirt's CRDs and runs a manager of its own (claims controllers on
-// the leader, the webhook's cache on every replica) while they are
-// installed, stopping it cleanly when they are removed. Controllers cannot
-// be removed from a running manager, and informers for a kind the API
-// server does not serve fail forever; a separate manager is what can be
-// started and stopped.
+// garbage collector and the IPPool status controllers (leader), the
+// webhook server and certificates (every replica) and the probes. The
+// parts for optional APIs, KubeVirt
+// (kubevirt.go) and Cluster API (clusterapi.go), are not wired into that
+// manager: each follows discovery for its CRDs (optional.go) and runs a
+// manager of its own (controllers on the leader; for KubeVirt also the
+// webhook's cache on every replica) while they are installed, stopping it
+// cleanly when they are removed. Controllers cannot be removed from a
+// running manager, and informers for a kind the API server does not serve
+// fail forever; a separate manager is what can be started and stopped.
+// The reservation cache and its indexes (package reservationindex) stay in
+// the main manager, shared by all.
 
 import (
 	"context"
@@ -28,8 +31,10 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/ipkeeper/ipkeeper/internal/capi"
 	"github.com/ipkeeper/ipkeeper/internal/gc"
 	"github.com/ipkeeper/ipkeeper/internal/poolstatus"
+	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
 )
 
@@ -45,8 +50,14 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	if err != nil {
 		return nil, err
 	}
+	if err := capi.AddToScheme(s); err != nil {
+		return nil, err
+	}
 	mgr, certServer, err := newManager(cfg, s, o)
 	if err != nil {
+		return nil, err
+	}
+	if err := reservationindex.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
 	collector := &gc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), GracePeriod: o.GCGracePeriod}
@@ -58,7 +69,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		return nil, fmt.Errorf("setting up the IPPool status controller: %w", err)
 	}
 	inPool := &poolstatus.ClaimReconciler{Client: mgr.GetClient()}
-	if err := inPool.SetupWithManager(ctx, mgr); err != nil {
+	if err := inPool.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the claims' AddressesInPool controller: %w", err)
 	}
 	hook, err := addWebhook(mgr, o, certServer)
@@ -69,11 +80,15 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(kv); err != nil {
-		return nil, fmt.Errorf("adding KubeVirt support: %w", err)
+	if err := kv.add("kubevirt-support"); err != nil {
+		return nil, err
 	}
-	if err := mgr.AddReadyzCheck("kubevirt-support", kv.ready); err != nil {
-		return nil, fmt.Errorf("adding readyz: %w", err)
+	capiSupport, err := newClusterAPISupport(cfg, s, mgr, o, collector)
+	if err != nil {
+		return nil, err
+	}
+	if err := capiSupport.add("cluster-api-support"); err != nil {
+		return nil, err
 	}
 	return mgr, nil
 }

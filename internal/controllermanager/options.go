@@ -49,8 +49,9 @@ type Options struct {
 	CertValidity  time.Duration
 	CAValidity    time.Duration
 
-	KubeVirtDiscoveryInterval time.Duration
-	WebhookLiveReadQPS        float64
+	KubeVirtDiscoveryInterval   time.Duration
+	ClusterAPIDiscoveryInterval time.Duration
+	WebhookLiveReadQPS          float64
 }
 
 // AddFlags registers the controller's flags.
@@ -70,6 +71,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", 2*time.Minute, "how long a pod must stay gone before the garbage collector releases its reservations")
 	fs.DurationVar(&o.ClaimResync, "claim-resync-period", 10*time.Minute, "how often every IPAMClaim ipkeeper manages is checked again without an event (a release interrupted by a crash is also resumed at start-up); 0 disables")
 	fs.DurationVar(&o.KubeVirtDiscoveryInterval, "kubevirt-discovery-interval", 30*time.Second, "how often the controller checks whether KubeVirt's CRDs are installed (KubeVirt support starts and stops with them)")
+	fs.DurationVar(&o.ClusterAPIDiscoveryInterval, "cluster-api-discovery-interval", 30*time.Second, "how often the controller checks whether Cluster API's IPAM CRDs are installed (the Cluster API IPAM provider starts and stops with them)")
 	fs.Float64Var(&o.WebhookLiveReadQPS, "webhook-live-read-qps", 20, "API reads per second the webhook may make for objects its cache has not seen yet (bursts of twice that)")
 	fs.BoolVar(&o.EnableWebhook, "enable-webhook", true, "serve the virt-launcher pod webhook")
 	fs.StringVar(&o.WebhookHost, "webhook-host", "", "address the webhook listens on (all when empty)")
@@ -96,6 +98,9 @@ func (o Options) Validate() error {
 	}
 	if o.KubeVirtDiscoveryInterval <= 0 {
 		return fmt.Errorf("--kubevirt-discovery-interval %s: must be positive", o.KubeVirtDiscoveryInterval)
+	}
+	if o.ClusterAPIDiscoveryInterval <= 0 {
+		return fmt.Errorf("--cluster-api-discovery-interval %s: must be positive", o.ClusterAPIDiscoveryInterval)
 	}
 	if o.ClaimResync < 0 {
 		return fmt.Errorf("--claim-resync-period %s: must not be negative", o.ClaimResync)

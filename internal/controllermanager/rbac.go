@@ -15,7 +15,8 @@ package controllermanager
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
 //
 // Reservation garbage collector: read, retire (patch spec.reuseAfter) and
-// delete reservations; read pools (their reuse cooldown).
+// delete reservations; read pools (their reuse cooldown) and the
+// IPAddressClaims (metadata) that own some.
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools,verbs=get;list;watch
 //
@@ -27,6 +28,19 @@ package controllermanager
 // Claims' AddressesInPool: set the condition when a pool changes under a
 // claim's address (claims and reservations are read as above).
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=ipamclaims/status,verbs=get;update;patch
+//
+// Cluster API IPAM provider: serve IPAddressClaims (finalizer, status);
+// create, protect and delete their IPAddresses (owned by the claim and the
+// IPPool, blocking their deletion); read Clusters (pause) and IPPools;
+// create reservations and release them (update: a cooldown's reuseAfter).
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims/finalizers,verbs=update
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddresses,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools/finalizers,verbs=update
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=create;update
 //
 // Webhook scope (its rules follow KubeVirt and the feature gate) and
 // self-managed webhook certificates: only the named webhook configuration,

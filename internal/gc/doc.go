@@ -2,7 +2,8 @@
 
 // Package gc is the reservation garbage collector: it releases
 // IPReservations whose owner is gone, so nothing leaks after a node crash,
-// a lost CNI DEL or a deleted IPAMClaim, and no cron job is needed.
+// a lost CNI DEL, a deleted IPAMClaim or a Cluster API IPAddressClaim
+// deleted past its finalizer, and no cron job is needed.
 //
 // It never releases on cache evidence alone (the way other IPAMs have lost
 // live addresses): an owner missing from the cache is confirmed missing by a

@@ -11,7 +11,9 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,16 +22,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
 	"github.com/ipkeeper/ipkeeper/internal/reuse"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
-
-// IndexOwnerUID maps reservations to their owner's UID, so a pod or claim
-// deletion re-queues exactly its reservations.
-const IndexOwnerUID = "ipkeeper.ownerUID"
 
 // Reconciler releases reservations whose owner no longer exists (in a
 // pool with a reuse cooldown by retiring them, see package reuse), and
@@ -44,6 +44,10 @@ type Reconciler struct {
 	GracePeriod time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+
+	// ownersGone carries owners deleted in other managers' watches (kinds
+	// of optional APIs, which this manager cannot watch); see OwnerGone.
+	ownersGone chan event.GenericEvent
 
 	mu sync.Mutex
 	// missingSince records, per reservation, when its pod was first
@@ -80,6 +84,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.reconcilePodOwned(ctx, &res)
 	case ipkeeperv1alpha1.OwnerIPAMClaim:
 		return r.reconcileClaimOwned(ctx, &res)
+	case ipkeeperv1alpha1.OwnerIPAddressClaim:
+		return r.reconcileAddressClaimOwned(ctx, &res)
 	default:
 		log.FromContext(ctx).Info("IPReservation has an owner kind this version does not know; leaving it", "reservation", res.Name, "kind", owner.Kind)
 		return reconcile.Result{}, nil
@@ -125,6 +131,50 @@ func (r *Reconciler) reconcileClaimOwned(ctx context.Context, res *ipkeeperv1alp
 	return r.release(ctx, res, fmt.Sprintf("IPAMClaim %s (uid %s) gone", key, owner.UID))
 }
 
+// notServedRecheck is how often a reservation of a Cluster API
+// IPAddressClaim is looked at while the API server does not serve that
+// kind (Cluster API's CRDs removed, or not yet back).
+const notServedRecheck = 5 * time.Minute
+
+// reconcileAddressClaimOwned checks a Cluster API IPAddressClaim. Its CRDs
+// may come and go, so this manager has no cache of them: the owner is read
+// live (metadata only), on the reservation's first sight and when the
+// Cluster API support reports a claim deleted (OwnerGone). While the kind
+// is not served the owner's fate is unknown and the reservation is kept.
+func (r *Reconciler) reconcileAddressClaimOwned(ctx context.Context, res *ipkeeperv1alpha1.IPReservation) (reconcile.Result, error) {
+	owner := res.Spec.Owner
+	key := types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
+	liveChecks.Inc()
+	claim := &metav1.PartialObjectMetadata{}
+	claim.SetGroupVersionKind(IPAddressClaimGVK)
+	err := r.APIReader.Get(ctx, key, claim)
+	switch {
+	case meta.IsNoMatchError(err):
+		log.FromContext(ctx).V(1).Info("IPAddressClaims are not served; keeping the reservation of one for now", "reservation", res.Name, "claim", key)
+		return reconcile.Result{RequeueAfter: notServedRecheck}, nil
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("reading IPAddressClaim %s: %w", key, err)
+	case claim.UID == owner.UID:
+		return reconcile.Result{}, nil
+	}
+	return r.release(ctx, res, fmt.Sprintf("IPAddressClaim %s (uid %s) gone", key, owner.UID))
+}
+
+// IPAddressClaimGVK is the Cluster API kind the collector reads: the
+// version the pinned cluster-api module stores.
+var IPAddressClaimGVK = schema.GroupVersionKind{Group: "ipam.cluster.x-k8s.io", Version: "v1beta2", Kind: "IPAddressClaim"}
+
+// OwnerGone makes the collector look at the reservations of owner, just
+// deleted, again. Watches of optional APIs (running in managers of their
+// own) call it from their delete handlers; it gives up when ctx ends.
+func (r *Reconciler) OwnerGone(ctx context.Context, owner client.Object) {
+	select {
+	case r.ownersGone <- event.GenericEvent{Object: owner}:
+	case <-ctx.Done():
+	}
+}
+
 // cacheBehindRecheck is how soon a reservation is looked at again when its
 // owner exists in the API server but not yet in the cache.
 const cacheBehindRecheck = 10 * time.Second
@@ -144,36 +194,24 @@ func cacheBehind(liveOnly bool) reconcile.Result {
 // cooldown, retired until the cooldown is over (and looked at again
 // then). Both writes carry the reservation's UID and resourceVersion.
 func (r *Reconciler) release(ctx context.Context, res *ipkeeperv1alpha1.IPReservation, why string) (reconcile.Result, error) {
-	cooldown, err := r.cooldown(ctx, naming.PoolOf(res.Spec.Pool, res.Spec.Network))
+	cooldown, err := reuse.PoolCooldown(ctx, r.Client, r.APIReader, naming.PoolOf(res.Spec.Pool, res.Spec.Network))
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	how := reuse.Decide(cooldown, r.now())
-	if !how.Retire {
-		if err := r.delete(ctx, res); err != nil {
-			return reconcile.Result{}, err
-		}
-		r.forget(res.Name)
-		released.WithLabelValues(string(res.Spec.Owner.Kind)).Inc()
-		log.FromContext(ctx).Info("released IPReservation", "reservation", res.Name, "network", res.Spec.Network, "ip", res.Spec.IP, "reason", why)
-		return reconcile.Result{}, nil
-	}
-	patch, err := reuse.RetirePatch(res.UID, res.ResourceVersion, how.ReuseAfter)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	switch err := r.Client.Patch(ctx, res, patch); {
-	case apierrors.IsNotFound(err):
-		r.forget(res.Name)
-		return reconcile.Result{}, nil
-	case apierrors.IsConflict(err):
+	how, err := reuse.Release(ctx, r.Client, res, cooldown, r.now())
+	if apierrors.IsConflict(err) {
 		// Changed since we looked (a new sandbox took it over): look again.
 		return reconcile.Result{}, fmt.Errorf("IPReservation %s changed while releasing it; rechecking: %w", res.Name, err)
-	case err != nil:
-		return reconcile.Result{}, fmt.Errorf("releasing IPReservation %s: %w", res.Name, err)
+	}
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	r.forget(res.Name)
 	released.WithLabelValues(string(res.Spec.Owner.Kind)).Inc()
+	if !how.Retire {
+		log.FromContext(ctx).Info("released IPReservation", "reservation", res.Name, "network", res.Spec.Network, "ip", res.Spec.IP, "reason", why)
+		return reconcile.Result{}, nil
+	}
 	log.FromContext(ctx).Info("released IPReservation; its address cools down", "reservation", res.Name, "network", res.Spec.Network,
 		"ip", res.Spec.IP, "reason", why, "reuseAfter", how.ReuseAfter)
 	return reconcile.Result{RequeueAfter: how.ReuseAfter.Sub(r.now())}, nil
@@ -209,26 +247,6 @@ func (r *Reconciler) delete(ctx context.Context, res *ipkeeperv1alpha1.IPReserva
 	default:
 		return fmt.Errorf("releasing IPReservation %s: %w", res.Name, err)
 	}
-}
-
-// cooldown reads a pool's reuse cooldown, from the cache and, when the
-// cache does not have the pool, live (it may be behind a pool created a
-// moment ago). A pool that no longer exists has none. One that cannot be
-// read fails the release, retried with backoff: guessing "none" would
-// hand a cooling address out early.
-func (r *Reconciler) cooldown(ctx context.Context, pool string) (time.Duration, error) {
-	var p ipkeeperv1alpha1.IPPool
-	err := r.Client.Get(ctx, client.ObjectKey{Name: pool}, &p)
-	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, client.ObjectKey{Name: pool}, &p)
-	}
-	switch {
-	case apierrors.IsNotFound(err):
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("reading the reuse cooldown of IPPool %q: %w", pool, err)
-	}
-	return reuse.Cooldown(&p), nil
 }
 
 func (r *Reconciler) markMissing(name string, now time.Time) time.Time {
@@ -280,22 +298,19 @@ func claimExists(ctx context.Context, reader client.Reader, key types.Namespaced
 
 // SetupWithManager registers the collector: every reservation is checked
 // when it appears (so a restart sweeps them all), and again when its pod or
-// claim is deleted.
+// claim is deleted. The reservation indexes (package reservationindex) must
+// be registered on mgr.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &ipkeeperv1alpha1.IPReservation{}, IndexOwnerUID, func(o client.Object) []string {
-		return []string{string(o.(*ipkeeperv1alpha1.IPReservation).Spec.Owner.UID)}
-	}); err != nil {
-		return fmt.Errorf("indexing IPReservations by owner UID: %w", err)
-	}
+	r.ownersGone = make(chan event.GenericEvent, 256)
 	byOwnerUID := func(ctx context.Context, o client.Object) []reconcile.Request {
-		var list ipkeeperv1alpha1.IPReservationList
-		if err := r.Client.List(ctx, &list, client.MatchingFields{IndexOwnerUID: string(o.GetUID())}); err != nil {
+		held, err := reservationindex.ByOwner(ctx, r.Client, o.GetUID())
+		if err != nil {
 			log.FromContext(ctx).Error(err, "listing reservations by owner", "uid", o.GetUID())
 			return nil
 		}
-		reqs := make([]reconcile.Request, 0, len(list.Items))
-		for i := range list.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+		reqs := make([]reconcile.Request, 0, len(held))
+		for i := range held {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: held[i].Name}})
 		}
 		return reqs
 	}
@@ -325,5 +340,6 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		For(&ipkeeperv1alpha1.IPReservation{}).
 		WatchesMetadata(pod, onDelete).
 		Watches(&ipamclaimsv1alpha1.IPAMClaim{}, onDelete).
+		WatchesRawSource(source.Channel(r.ownersGone, handler.EnqueueRequestsFromMapFunc(byOwnerUID))).
 		Complete(r)
 }

@@ -10,7 +10,9 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -109,6 +111,68 @@ func TestOwnerSeenOnlyLiveIsCheckedAgain(t *testing.T) {
 			}
 			if err := cache.Get(ctx, client.ObjectKeyFromObject(res), &ipkeeperv1alpha1.IPReservation{}); !apierrors.IsNotFound(err) {
 				t.Fatalf("reservation of the deleted owner still there (%v)", err)
+			}
+		})
+	}
+}
+
+// stubReader answers every Get with err, or with an object of uid.
+type stubReader struct {
+	client.Reader
+	uid types.UID
+	err error
+}
+
+func (s stubReader) Get(_ context.Context, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	if s.err != nil {
+		return s.err
+	}
+	obj.SetUID(s.uid)
+	return nil
+}
+
+// A Cluster API IPAddressClaim is read live (its CRDs come and go, so the
+// collector has no cache of them): released when gone or replaced, kept
+// while it exists, and kept (looked at again later) while the API server
+// does not serve the kind at all.
+func TestIPAddressClaimOwner(t *testing.T) {
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	notFound := apierrors.NewNotFound(schema.GroupResource{Group: IPAddressClaimGVK.Group, Resource: "ipaddressclaims"}, "m1")
+	for _, tt := range []struct {
+		name        string
+		live        stubReader
+		wantGone    bool
+		wantRequeue bool
+	}{
+		{"exists", stubReader{uid: "u1"}, false, false},
+		{"gone", stubReader{err: notFound}, true, false},
+		{"recreated under its name", stubReader{uid: "u2"}, true, false},
+		{"kind not served", stubReader{err: &meta.NoKindMatchError{GroupKind: IPAddressClaimGVK.GroupKind()}}, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			res := &ipkeeperv1alpha1.IPReservation{
+				ObjectMeta: metav1.ObjectMeta{Name: "pool.10-0-0-1"},
+				Spec: ipkeeperv1alpha1.IPReservationSpec{
+					Network: "pool", Pool: "pool", IP: "10.0.0.1",
+					Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAddressClaim, Namespace: "ns", Name: "m1", UID: "u1"},
+				},
+			}
+			c := fake.NewClientBuilder().WithScheme(s).WithObjects(res).Build()
+			r := &Reconciler{Client: c, APIReader: tt.live}
+			ctx := context.Background()
+			out, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: res.Name}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := out.RequeueAfter > 0; got != tt.wantRequeue {
+				t.Errorf("requeue after %s, want a requeue: %v", out.RequeueAfter, tt.wantRequeue)
+			}
+			err = c.Get(ctx, client.ObjectKeyFromObject(res), &ipkeeperv1alpha1.IPReservation{})
+			if gone := apierrors.IsNotFound(err); gone != tt.wantGone {
+				t.Errorf("reservation released: %v (%v), want %v", gone, err, tt.wantGone)
 			}
 		})
 	}

@@ -10,7 +10,7 @@ import (
 var (
 	released = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ipkeeper_gc_released_reservations_total",
-		Help: "IPReservations the garbage collector released (deleted, or retired in a pool with a reuse cooldown), by owner kind (Pod or IPAMClaim).",
+		Help: "IPReservations the garbage collector released (deleted, or retired in a pool with a reuse cooldown), by owner kind (Pod, IPAMClaim or IPAddressClaim).",
 	}, []string{"owner_kind"})
 	expired = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ipkeeper_gc_expired_reservations_total",

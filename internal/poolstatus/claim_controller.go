@@ -21,22 +21,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
-	"github.com/ipkeeper/ipkeeper/internal/gc"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// indexPoolClaims maps an IPAMClaim's reservations to their pool, so a
-// pool change finds the claims holding addresses in it.
-const indexPoolClaims = "ipkeeper.poolOfClaimReservation"
-
 // ClaimReconciler sets AddressesInPool on IPAMClaims when their pool
 // changes under them: a VM that runs on keeps its address and makes no
 // CNI ADD, so the agent (which sets it at ADD) would not say so until the
-// VM restarts. It needs the garbage collector's owner-UID index.
+// VM restarts. It needs the reservation indexes (package reservationindex).
 type ClaimReconciler struct {
 	// Client reads claims, reservations and pools from the manager's
 	// cache and writes claim status.
@@ -50,7 +46,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	var list v1alpha1.IPReservationList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{gc.IndexOwnerUID: string(claim.UID)}); err != nil {
+	if err := r.Client.List(ctx, &list, client.MatchingFields{reservationindex.OwnerUID: string(claim.UID)}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing the reservations of IPAMClaim %s: %w", req, err)
 	}
 	var pools, outside []string
@@ -121,16 +117,7 @@ func outsideWhy(ip netip.Addr, pool string, ranges []iprange.Range) string {
 // SetupWithManager registers the controller: a claim is judged when it or
 // one of its reservations changes, and every claim holding an address in
 // a pool when the pool's spec changes.
-func (r *ClaimReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.IPReservation{}, indexPoolClaims, func(o client.Object) []string {
-		res := o.(*v1alpha1.IPReservation)
-		if res.Spec.Owner.Kind != v1alpha1.OwnerIPAMClaim {
-			return nil
-		}
-		return []string{naming.PoolOf(res.Spec.Pool, res.Spec.Network)}
-	}); err != nil {
-		return fmt.Errorf("indexing claim reservations by pool: %w", err)
-	}
+func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	claimOf := func(_ context.Context, o client.Object) []reconcile.Request {
 		res := o.(*v1alpha1.IPReservation)
 		if res.Spec.Owner.Kind != v1alpha1.OwnerIPAMClaim {
@@ -140,7 +127,7 @@ func (r *ClaimReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager
 	}
 	claimsInPool := func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list v1alpha1.IPReservationList
-		if err := r.Client.List(ctx, &list, client.MatchingFields{indexPoolClaims: o.GetName()}); err != nil {
+		if err := r.Client.List(ctx, &list, client.MatchingFields{reservationindex.Pool: o.GetName()}); err != nil {
 			log.FromContext(ctx).Error(err, "listing the claim reservations of a pool", "pool", o.GetName())
 			return nil
 		}

@@ -3,10 +3,12 @@
 package reuse
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,4 +77,51 @@ func RetirePatch(uid types.UID, resourceVersion string, reuseAfter time.Time) (c
 		return nil, fmt.Errorf("encoding the retire patch: %w", err)
 	}
 	return client.RawPatch(types.MergePatchType, body), nil
+}
+
+// PoolCooldown reads a pool's reuse cooldown for a controller: from its
+// cache, else live (a pool created a moment ago). A pool that no longer
+// exists has none; one that cannot be read is an error, as guessing "none"
+// would hand a cooling address out early.
+func PoolCooldown(ctx context.Context, cached, live client.Reader, pool string) (time.Duration, error) {
+	var p ipkeeperv1alpha1.IPPool
+	err := cached.Get(ctx, client.ObjectKey{Name: pool}, &p)
+	if apierrors.IsNotFound(err) && live != nil {
+		err = live.Get(ctx, client.ObjectKey{Name: pool}, &p)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("reading the reuse cooldown of IPPool %q: %w", pool, err)
+	}
+	return Cooldown(&p), nil
+}
+
+// Release lets a controller give an address back: it deletes res, or, with
+// a cooldown, retires it (spec.reuseAfter). Both hold only for res's UID
+// and resourceVersion as read, so a reservation that changed since is not
+// released by mistake: the error then wraps a Conflict (read it again).
+// One already gone, or already released by another writer, is done.
+func Release(ctx context.Context, c client.Writer, res *ipkeeperv1alpha1.IPReservation, cooldown time.Duration, now time.Time) (Decision, error) {
+	how := Decide(cooldown, now)
+	if res.Spec.Released() {
+		return how, nil
+	}
+	uid, rv := res.UID, res.ResourceVersion
+	if !how.Retire {
+		err := c.Delete(ctx, res, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return how, fmt.Errorf("releasing IPReservation %s: %w", res.Name, err)
+		}
+		return how, nil
+	}
+	patch, err := RetirePatch(uid, rv, how.ReuseAfter)
+	if err != nil {
+		return how, err
+	}
+	if err := c.Patch(ctx, res, patch); err != nil && !apierrors.IsNotFound(err) {
+		return how, fmt.Errorf("releasing IPReservation %s (reuse after %s): %w", res.Name, how.ReuseAfter.UTC().Format(time.RFC3339), err)
+	}
+	return how, nil
 }

@@ -88,6 +88,7 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 	o.ExtraSANs = "127.0.0.1"
 	o.GCGracePeriod = time.Second
 	o.KubeVirtDiscoveryInterval = time.Second
+	o.ClusterAPIDiscoveryInterval = time.Second
 	for _, tweak := range tweaks {
 		tweak(&o)
 	}

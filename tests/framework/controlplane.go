@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/ipkeeper/ipkeeper/internal/capi"
 	ipkscheme "github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
 )
 
@@ -44,6 +45,9 @@ type Options struct {
 	// WithoutKubeVirtCRDs leaves KubeVirt's CRDs out, as on a cluster
 	// without KubeVirt; InstallKubeVirtCRDs adds them later.
 	WithoutKubeVirtCRDs bool
+	// WithoutClusterAPICRDs leaves Cluster API's IPAddressClaim, IPAddress
+	// and Cluster CRDs out; InstallClusterAPICRDs adds them later.
+	WithoutClusterAPICRDs bool
 	// RealVirtController runs KubeVirt's own virt-controller (see
 	// virtcontroller.go) and installs the KubeVirt CRDs generated with it
 	// instead of the minimal ones in tests/crds/kubevirt.
@@ -146,6 +150,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if !opts.WithoutKubeVirtCRDs {
 		crdDirs = append(crdDirs, cp.kubeVirtCRDs)
 	}
+	if !opts.WithoutClusterAPICRDs {
+		crdDirs = append(crdDirs, clusterAPICRDDir(root))
+	}
 	crdDirs = append(crdDirs, opts.ExtraCRDDirs...)
 	cp.noKubeVirt = opts.WithoutKubeVirtCRDs
 	cp.env = &envtest.Environment{
@@ -180,6 +187,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 
 	if cp.Scheme, err = ipkscheme.New(); err != nil {
+		return nil, err
+	}
+	if err := capi.AddToScheme(cp.Scheme); err != nil {
 		return nil, err
 	}
 	if cp.Client, err = client.New(cp.Config, client.Options{Scheme: cp.Scheme}); err != nil {

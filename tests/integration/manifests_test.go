@@ -15,7 +15,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
@@ -167,7 +170,14 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		expectAllowed(t, "delete IPAMClaim", ctrl.Delete(ctx, own))
 		expectAllowed(t, "list VirtualMachines", ctrl.List(ctx, &kubevirtv1.VirtualMachineList{}))
 		expectForbidden(t, "delete VirtualMachine", ctrl.Delete(ctx, vm))
-		expectForbidden(t, "create IPReservation", ctrl.Create(ctx, newReservation("rbac-net", "10.99.0.4")))
+		// The Cluster API provider reserves addresses for IPAddressClaims
+		// (RBAC cannot tell owner kinds apart) and releases them.
+		capiRes := newReservation("rbac-net", "10.99.0.4")
+		expectAllowed(t, "create IPReservation (Cluster API provider)", ctrl.Create(ctx, capiRes))
+		expectAllowed(t, "delete IPReservation", ctrl.Delete(ctx, capiRes))
+		expectAllowed(t, "list IPAddressClaims", ctrl.List(ctx, &ipamv1.IPAddressClaimList{}, client.InNamespace(ns)))
+		expectForbidden(t, "delete IPAddressClaim", ctrl.Delete(ctx, &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m"}}))
+		expectForbidden(t, "update Cluster", ctrl.Update(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c"}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(true)}}))
 		expectForbidden(t, "read a Secret in another namespace", ctrl.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}))
 		expectForbidden(t, "list Secrets in its own namespace", ctrl.List(ctx, &corev1.SecretList{}, client.InNamespace(installNS)))
 		expectForbidden(t, "read another Secret in its own namespace", ctrl.Get(ctx, client.ObjectKey{Namespace: installNS, Name: "other"}, &corev1.Secret{}))
