@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -394,5 +395,102 @@ func TestClusterAPIWithoutCRDs(t *testing.T) {
 	claim := e.waitReady("m1", metav1.ConditionTrue, clusterv1.ReadyReason)
 	if a := e.address(claim); a.Spec.Gateway != "10.85.1.1" || ptr.Deref(a.Spec.Prefix, 0) != 24 {
 		t.Fatalf("IPAddress %+v, want prefix 24 and gateway 10.85.1.1", a.Spec)
+	}
+}
+
+// TestMixedStormOnOnePool: pods of two networks (plain ones, and a VM
+// network's launcher pods whose addresses belong to IPAMClaims) through
+// two agents, and Cluster API IPAddressClaims through the controller, all
+// draw at once from one IPPool with exactly as many addresses as holders:
+// every holder gets one, no address is held twice, and the pool's
+// reservations are exactly theirs.
+func TestMixedStormOnOnePool(t *testing.T) {
+	ctx := context.Background()
+	e := newCAPIEnv(t, cp, "mixed")
+	const pods, vms, machines = 10, 5, 10
+	pool := e.pool("p", ipkeeperv1alpha1.PoolRange{Range: "10.95.0.0/24", RangeStart: "10.95.0.10", RangeEnd: "10.95.0.34"}) // 25
+	podConf := framework.NetConf("mixed-pods", map[string]any{"pool": pool.Name})
+	vmConf := persistentConf("mixed-vms", map[string]any{"pool": pool.Name})
+	agents := []*framework.Agent{cp.StartAgent(t, "node-mixed-a"), cp.StartAgent(t, "node-mixed-b")}
+
+	type holder struct{ who, ip string }
+	got := make(chan holder, pods+vms+machines)
+	errs := make(chan error, pods+vms+machines)
+	var wg sync.WaitGroup
+	// add retries as the kubelet does: a conflict or a lagging cache may
+	// fail an ADD while others allocate.
+	add := func(who string, a *framework.Agent, pod *corev1.Pod, ifName string, conf []byte) {
+		defer wg.Done()
+		var last error
+		if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+			res, err := a.Add(ctx, pod, ifName, conf)
+			if last = err; err != nil {
+				return false, nil
+			}
+			got <- holder{who, resultIPs(t, res)[0].String()}
+			return true, nil
+		}); err != nil {
+			errs <- fmt.Errorf("%s never got an address: %v (last: %v)", who, err, last)
+		}
+	}
+	for i, p := range cp.CreatePods(t, e.ns, agents[0].Node, "pod-a", pods/2) {
+		wg.Add(1)
+		go add(fmt.Sprintf("pod-a%d", i), agents[0], p, "net1", podConf)
+	}
+	for i, p := range cp.CreatePods(t, e.ns, agents[1].Node, "pod-b", pods/2) {
+		wg.Add(1)
+		go add(fmt.Sprintf("pod-b%d", i), agents[1], p, "net1", podConf)
+	}
+	for i := range vms {
+		claim := createClaim(t, e.ns, fmt.Sprintf("vm%d.mixed", i), "mixed-vms")
+		a := agents[i%2]
+		launcher := createLaunchers(t, e.ns, a.Node, fmt.Sprintf("launcher-vm%d", i), claim.Name, 1)[0]
+		wg.Add(1)
+		go add("vm"+fmt.Sprint(i), a, launcher, launcherIf, vmConf)
+	}
+	for i := range machines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := cp.Client.Create(ctx, newClaim(e.ns, fmt.Sprintf("machine%d", i), pool.Name)); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(got)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	owner := map[string]string{}
+	for h := range got {
+		if o, dup := owner[h.ip]; dup {
+			t.Errorf("%s and %s both got %s", o, h.who, h.ip)
+		}
+		owner[h.ip] = h.who
+	}
+	for i := range machines {
+		claim := e.waitReady(fmt.Sprintf("machine%d", i), metav1.ConditionTrue, clusterv1.ReadyReason)
+		a := e.address(claim).Spec.Address
+		if o, dup := owner[a]; dup {
+			t.Errorf("%s and IPAddressClaim %s both got %s", o, claim.Name, a)
+		}
+		owner[a] = claim.Name
+	}
+	if len(owner) != pods+vms+machines {
+		t.Fatalf("%d distinct addresses for %d holders", len(owner), pods+vms+machines)
+	}
+	held, err := poolReservations(ctx, cp.Client, pool.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held) != len(owner) {
+		t.Fatalf("pool %s has %d reservations, want %d (one per holder)", pool.Name, len(held), len(owner))
+	}
+	for _, r := range held {
+		if _, ok := owner[r.Spec.IP]; !ok {
+			t.Errorf("reservation %s holds %s, which no holder got", r.Name, r.Spec.IP)
+		}
 	}
 }
