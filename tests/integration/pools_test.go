@@ -276,3 +276,38 @@ func TestClaimAddressLeavingItsPoolIsReported(t *testing.T) {
 	setPoolRanges(t, pool, ipkeeperv1alpha1.PoolRange{Range: "10.94.0.0/24"})
 	waitInPool(metav1.ConditionTrue, pool)
 }
+
+// TestOverlappingInlineNetworksRefused: whereabouts shares addresses
+// between NADs of different names and one range; here each inline network
+// has its own pool, so the second network whose range overlaps is refused
+// with a configuration error naming the first network's pool, allocating
+// nothing; a network that declares its own ipam.network_name (a separate
+// L2 network reusing the range) is not.
+func TestOverlappingInlineNetworksRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := cp.NewNamespace(t, "overlap")
+	a := cp.StartAgent(t, "node-overlap")
+	pods := cp.CreatePods(t, ns, a.Node, "p", 3)
+	first := framework.NetConf("overlap-a", map[string]any{"range": "10.96.0.0/24"})
+	second := framework.NetConf("overlap-b", map[string]any{"range": "10.96.0.0/25"})
+	separate := framework.NetConf("overlap-c", map[string]any{"range": "10.96.0.0/24", "network_name": "tenant-c"})
+	if _, err := a.Add(ctx, pods[0], "net1", first); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.Add(ctx, pods[1], "net1", second)
+	if cniCode(err) != types.ErrInvalidNetworkConfig {
+		t.Fatalf("ADD on an overlapping network = %v (code %d), want code 7", err, cniCode(err))
+	}
+	mustContain(t, err, `network "overlap-b"`, `IPPool "overlap-a"`, "network_name", "docs/migrating-from-whereabouts.md")
+	if n := len(reservationsOf(t, "overlap-b")); n != 0 {
+		t.Errorf("the refused network holds %d reservations", n)
+	}
+	if _, err := a.Add(ctx, pods[2], "net1", separate); err != nil {
+		t.Errorf("a network with its own network_name: %v", err)
+	}
+	for _, name := range []string{"overlap-a", "overlap-b", "overlap-c"} {
+		p := &ipkeeperv1alpha1.IPPool{}
+		p.Name = name
+		t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), p) })
+	}
+}
