@@ -39,6 +39,7 @@ func TestDemo(t *testing.T) {
 	t.Cleanup(func() { _ = c.CP.Client.Delete(context.Background(), nsObj) })
 	c.DumpOnFailure(t, ns)
 	DeleteHostLinkOnCleanup(t, "br-blue")
+	DeleteHostLinkOnCleanup(t, "br-red")
 	say := func(format string, args ...any) { fmt.Fprintf(out, "\n\033[1m==> "+format+"\033[0m\n", args...) }
 	show := func(args ...string) {
 		fmt.Fprintf(out, "$ kubectl %s\n", strings.Join(args, " "))
@@ -92,6 +93,16 @@ launcher pod's interface for the VM network, which KubeVirt's bridge binding han
 	fmt.Fprintln(out, "reply received")
 	say("The network's pool: created from the NAD on first use, its usage kept by the controller")
 	c.WaitPoolUsage(t, "tenant-blue", "254", 2)
+	show("get", "ippools")
+	say("A network defined by an IPPool (docs/examples): the NAD names the pool; a pod on node-c")
+	show("apply", "-f", repoFile(t, "docs/examples/ippool-red.yaml"))
+	t.Cleanup(func() { _, _ = c.CP.Kubectl(context.Background(), nil, "delete", "--ignore-not-found", "-f", repoFile(t, "docs/examples/ippool-red.yaml")) })
+	show("apply", "-n", ns, "-f", repoFile(t, "docs/examples/nad-red.yaml"))
+	red := c.MustRun(t, c.PlainPod(t, ns, "plain-red", "node-c", "red"))
+	if got := guest(red, "net1"); !strings.HasPrefix(got, "10.201.0.") {
+		t.Fatalf("the pod on the red pool got %s, want an address of 10.201.0.10-59", got)
+	}
+	c.WaitPoolUsage(t, "red", "50", 1)
 	show("get", "ippools")
 
 	say("2. Stop the VM and start it again; the new launcher pod lands on node-b")

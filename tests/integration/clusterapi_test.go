@@ -430,7 +430,7 @@ func TestMixedStormOnOnePool(t *testing.T) {
 			got <- holder{who, resultIPs(t, res)[0].String()}
 			return true, nil
 		}); err != nil {
-			errs <- fmt.Errorf("%s never got an address: %v (last: %v)", who, err, last)
+			errs <- fmt.Errorf("%s never got an address: %w (last: %w)", who, err, last)
 		}
 	}
 	for i, p := range cp.CreatePods(t, e.ns, agents[0].Node, "pod-a", pods/2) {
