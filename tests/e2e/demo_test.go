@@ -96,7 +96,9 @@ launcher pod's interface for the VM network, which KubeVirt's bridge binding han
 	show("get", "ippools")
 	say("A network defined by an IPPool (docs/examples): the NAD names the pool; a pod on node-c")
 	show("apply", "-f", repoFile(t, "docs/examples/ippool-red.yaml"))
-	t.Cleanup(func() { _, _ = c.CP.Kubectl(context.Background(), nil, "delete", "--ignore-not-found", "-f", repoFile(t, "docs/examples/ippool-red.yaml")) })
+	t.Cleanup(func() {
+		_, _ = c.CP.Kubectl(context.Background(), nil, "delete", "--ignore-not-found", "-f", repoFile(t, "docs/examples/ippool-red.yaml"))
+	})
 	show("apply", "-n", ns, "-f", repoFile(t, "docs/examples/nad-red.yaml"))
 	red := c.MustRun(t, c.PlainPod(t, ns, "plain-red", "node-c", "red"))
 	if got := guest(red, "net1"); !strings.HasPrefix(got, "10.201.0.") {
