@@ -54,7 +54,7 @@ test-unit: ## Unit tests (no control plane).
 
 .PHONY: test-integration
 test-integration: tools ## Integration tests on a real etcd + kube-apiserver + kube-controller-manager.
-	go test $(GO_TEST_FLAGS) -v ./tests/integration/...
+	go test $(GO_TEST_FLAGS) -timeout 30m -v ./tests/integration/...
 
 .PHONY: test-e2e
 test-e2e: tools ## End-to-end tests as root: controller and agent processes, real Multus/bridge/macvlan plugins, network namespaces (skipped when not root).
