@@ -133,6 +133,12 @@ func (a *Agent) takeOver(ctx context.Context, e entry, req *request, sandbox boo
 	if r.UID != e.uid {
 		return entry{}, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reservation %s changed while in use; retry", e.name))
 	}
+	if r.Spec.Released() {
+		// Released since the index was read (a DEL of this attachment):
+		// it cools down for nobody; the retry allocates anew.
+		a.observeLive(r)
+		return entry{}, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reservation %s was released while this ADD ran; retry", e.name))
+	}
 	r.Spec.Node = a.opts.NodeName
 	if sandbox {
 		r.Spec.ContainerID = req.ContainerID

@@ -60,8 +60,8 @@ func (a *Agent) checkClaim(ctx context.Context, req *request, pod *corev1.Pod, c
 				continue
 			}
 			found = true
-			e, ok := a.idx.get(naming.Reservation(req.pool.name, ip))
-			if !ok || e.owner.UID != claim.UID {
+			e, ok := a.idx.get(naming.Reservation(req.pool.key, ip))
+			if !ok || e.owner.UID != claim.UID || e.released() {
 				return cniError(codeInternal, fmt.Errorf("IPAMClaim %s/%s records %s, but it is not reserved for the claim on network %q", claim.Namespace, claim.Name, ip, req.cfg.Name))
 			}
 		}

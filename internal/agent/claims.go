@@ -141,7 +141,7 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 		if err != nil {
 			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("IPAMClaim %s/%s status.ips[%d] %q: %w", claim.Namespace, claim.Name, i, s, err))
 		}
-		e, held := a.idx.get(naming.Reservation(pool, ip))
+		e, held := a.idx.get(naming.Reservation(req.pool.key, ip))
 		held = held && e.owner.UID == claim.UID && !e.released()
 		if err := req.pool.usable(ip); err != nil {
 			if !held {
@@ -152,8 +152,12 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 			outside = append(outside, fmt.Sprintf("%s (%v)", ip, err))
 		} else if !held {
 			if _, _, err := a.createOrAdopt(ctx, req, ip, h); errors.Is(err, ErrTaken) {
-				return nil, fail(reasonConflict, codeInternal, fmt.Errorf("IPAMClaim %s/%s: %w", claim.Namespace, claim.Name,
-					a.describeHolder(ctx, "address", req, ip, claim.Namespace)))
+				why := a.describeHolder(ctx, "address", req, ip, claim.Namespace)
+				var f *failure
+				if errors.As(why, &f) {
+					return nil, fail(f.reason, uint(f.cni.Code), fmt.Errorf("IPAMClaim %s/%s: %s", claim.Namespace, claim.Name, f.cni.Msg))
+				}
+				return nil, why
 			} else if err != nil {
 				return nil, err
 			}

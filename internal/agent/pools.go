@@ -19,6 +19,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -43,8 +44,22 @@ var ErrPoolMissing = errors.New("IPPool not found")
 // ago is used at once, one removed is not), and its reuse cooldown.
 type poolView struct {
 	name     string
+	key      string          // what its reservations are named from (naming.PoolLockKey)
 	ranges   []iprange.Range // spec order
 	cooldown time.Duration
+	// blocked are ranges of younger inline networks that overlap this
+	// one's: theirs, never handed out here.
+	blocked []iprange.Range
+}
+
+// isBlocked reports whether ip lies in a younger overlapping network's range.
+func (p *poolView) isBlocked(ip netip.Addr) bool {
+	for _, r := range p.blocked {
+		if !ip.Less(r.Start()) && !r.End().Less(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // families groups the ranges by IP family, in order of first appearance:
@@ -81,6 +96,9 @@ func (p *poolView) rangeFor(ip netip.Addr) (iprange.Range, bool) {
 
 // usable reports why no range of the pool may hand out ip now, or nil.
 func (p *poolView) usable(ip netip.Addr) error {
+	if p.isBlocked(ip) {
+		return fmt.Errorf("%s is in the range of a younger inline network that overlaps IPPool %q", ip, p.name)
+	}
 	var why error
 	for _, r := range p.ranges {
 		if !r.Contains(ip) {
@@ -150,6 +168,7 @@ func (a *Agent) resolvePool(ctx context.Context, req *request) (*poolView, error
 	case err != nil:
 		return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reading IPPool %q: %w", name, err))
 	}
+	var blocked []iprange.Range
 	ranges, err := a.parsed.ranges(pool)
 	if err != nil {
 		return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("IPPool %q of network %q is invalid: %w; fix the pool (kubectl describe ippool %s)", name, cfg.Name, err, name))
@@ -158,11 +177,11 @@ func (a *Agent) resolvePool(ctx context.Context, req *request) (*poolView, error
 		if err := a.checkInlineDefinition(req, pool, ranges); err != nil {
 			return nil, err
 		}
-		if err := a.checkInlineOverlap(ctx, req, pool, ranges, created); err != nil {
+		if blocked, err = a.checkInlineOverlap(ctx, req, pool, ranges, created); err != nil {
 			return nil, err
 		}
 	}
-	v := &poolView{name: name, ranges: ranges}
+	v := &poolView{name: name, key: naming.PoolLockKey(name, pool.Annotations[ipkeeperv1alpha1.InlineNetworkAnnotation]), ranges: ranges, blocked: blocked}
 	if pool.Spec.ReuseCooldown != nil {
 		v.cooldown = pool.Spec.ReuseCooldown.Duration
 	}
@@ -174,9 +193,10 @@ func (a *Agent) resolvePool(ctx context.Context, req *request) (*poolView, error
 // from. The name is the lock: of two NADs racing, one creates it and the
 // other must agree with it.
 func (a *Agent) createInlinePool(ctx context.Context, req *request, name string) (*ipkeeperv1alpha1.IPPool, error) {
-	definedBy := "args.cni of pod " + req.args.PodNamespace + "/" + req.args.PodName
+	// "NAD ns/name", or the pod whose args.cni carried the config.
+	definedBy := "pod " + req.args.PodNamespace + "/" + req.args.PodName + " (args.cni)"
 	if nad := req.attach.nad; nad != nil {
-		definedBy = nad.String()
+		definedBy = "NAD " + nad.String()
 	}
 	p := &ipkeeperv1alpha1.IPPool{
 		ObjectMeta: metav1.ObjectMeta{
@@ -185,6 +205,7 @@ func (a *Agent) createInlinePool(ctx context.Context, req *request, name string)
 			Annotations: map[string]string{
 				ipkeeperv1alpha1.InlineDefinitionAnnotation: ipamconfig.Definition(req.cfg.Ranges),
 				ipkeeperv1alpha1.DefinedByAnnotation:        definedBy,
+				ipkeeperv1alpha1.InlineNetworkAnnotation:    req.cfg.Name,
 			},
 		},
 		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: ipamconfig.SpecRanges(req.cfg.Ranges)},
@@ -203,6 +224,10 @@ func (a *Agent) createInlinePool(ctx context.Context, req *request, name string)
 			return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reading IPPool %q: %w", name, gerr))
 		}
 		return cur, nil
+	case apierrors.IsInvalid(err):
+		// The API server's checks of a pool are stricter than none at all
+		// (e.g. its limits on excludes): a configuration the pool cannot hold.
+		return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("network %q: its ranges cannot be stored as IPPool %q: %w", req.cfg.Name, name, err))
 	default:
 		return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("creating the IPPool %q of network %q: %w", name, req.cfg.Name, err))
 	}
@@ -231,14 +256,19 @@ func (a *Agent) checkInlineDefinition(req *request, pool *ipkeeperv1alpha1.IPPoo
 // declare different ipam.network_name values (whereabouts' way of saying
 // "separate L2 networks that may reuse addresses"). whereabouts shares
 // addresses between such NADs; here each network has its own pool, so
-// both would hand out the same addresses. Pools created within the
-// same second refuse each other (neither can tell which came first). Right
-// after creating its pool, the agent lists pools live, so two networks
-// used for the first time at once on two nodes cannot both miss the other.
-func (a *Agent) checkInlineOverlap(ctx context.Context, req *request, pool *ipkeeperv1alpha1.IPPool, ranges []iprange.Range, live bool) error {
+// both would hand out the same addresses. Pools created within the same
+// second refuse each other (neither can tell which came first). It returns
+// the ranges of younger overlapping pools, which this network must not
+// hand out either: its pool may have grown into theirs since, or been
+// deleted and re-created. While a pool is young (just created, maybe
+// not in every agent's cache yet) the check lists pools live, so two
+// networks used for the first time at once on two nodes cannot both miss
+// the other.
+func (a *Agent) checkInlineOverlap(ctx context.Context, req *request, pool *ipkeeperv1alpha1.IPPool, ranges []iprange.Range, created bool) (blocked []iprange.Range, err error) {
+	live := created || time.Since(pool.CreationTimestamp.Time) < overlapLiveWindow
 	pools, err := a.poolStore.List(ctx, live)
 	if err != nil {
-		return fail(reasonInternal, codeTryAgainLater, fmt.Errorf("listing IPPools to check network %q for overlap: %w", req.cfg.Name, err))
+		return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("listing IPPools to check network %q for overlap: %w", req.cfg.Name, err))
 	}
 	for i := range pools {
 		other := &pools[i]
@@ -246,22 +276,29 @@ func (a *Agent) checkInlineOverlap(ctx context.Context, req *request, pool *ipke
 			other.Annotations[ipkeeperv1alpha1.NetworkNameAnnotation] != pool.Annotations[ipkeeperv1alpha1.NetworkNameAnnotation] {
 			continue
 		}
-		if pool.CreationTimestamp.Time.Before(other.CreationTimestamp.Time) && !pool.CreationTimestamp.IsZero() {
-			continue
-		}
 		otherRanges, err := a.parsed.ranges(other)
 		if err != nil {
 			continue
 		}
-		if x, y, ok := ipamconfig.Overlapping(ranges, otherRanges); ok {
-			return fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
-				"network %q (%s): range %s overlaps range %s of IPPool %q (an inline network as old or older%s), so both would hand out the same addresses; "+
-					"give the NADs of one L2 network the same \"name\" or set \"pool\" to one IPPool in each, and give separate L2 networks that reuse addresses each its own ipam.network_name (see docs/migrating-from-whereabouts.md)",
-				req.cfg.Name, a.thisNAD(req), x.Subnet(), y.Subnet(), other.Name, a.definedBy(req, other)))
+		x, y, ok := ipamconfig.Overlapping(ranges, otherRanges)
+		if !ok {
+			continue
 		}
+		if pool.CreationTimestamp.Time.Before(other.CreationTimestamp.Time) && !pool.CreationTimestamp.IsZero() {
+			blocked = append(blocked, otherRanges...)
+			continue
+		}
+		return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
+			"network %q (%s): range %s overlaps range %s of IPPool %q (an inline network as old or older%s), so both would hand out the same addresses; "+
+				"give the NADs of one L2 network the same \"name\" or set \"pool\" to one IPPool in each, and give separate L2 networks that reuse addresses each its own ipam.network_name (see docs/migrating-from-whereabouts.md)",
+			req.cfg.Name, a.thisNAD(req), x.Subnet(), y.Subnet(), other.Name, a.definedBy(req, other)))
 	}
-	return nil
+	return blocked, nil
 }
+
+// overlapLiveWindow is how long after its creation an inline pool's
+// overlap check lists pools live rather than from the cache.
+const overlapLiveWindow = 2 * time.Minute
 
 // thisNAD names the requester's NAD, which the requester may know.
 func (a *Agent) thisNAD(req *request) string {
@@ -279,10 +316,11 @@ func (a *Agent) definedBy(req *request, pool *ipkeeperv1alpha1.IPPool) string {
 	if by == "" {
 		return ""
 	}
-	if ns, _, ok := strings.Cut(by, "/"); ok && ns == req.args.PodNamespace {
-		return ", created from NAD " + by
+	_, obj, _ := strings.Cut(by, " ") // "NAD ns/name" or "pod ns/name (args.cni)"
+	if ns, _, ok := strings.Cut(obj, "/"); ok && ns == req.args.PodNamespace {
+		return ", created from " + by
 	}
-	return ", created from a NAD in another namespace"
+	return ", created from a configuration in another namespace"
 }
 
 // describeDefinition renders a canonical definition for people:

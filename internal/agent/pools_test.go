@@ -5,6 +5,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -225,4 +226,114 @@ func TestCNIGCOfOneNetworkSparesTheOtherNetworksOfItsPool(t *testing.T) {
 	if len(left) != 1 || left[0] != "y" {
 		t.Fatalf("after a GC of network x with no valid attachment, reservations of networks %v are left; want only y's", left)
 	}
+}
+
+// A network whose name is not a valid object name gets a hashed pool name;
+// its reservations made before pools existed are named from the network,
+// and new ones must be too, or the name lock would not cover them.
+func TestLegacyReservationOfHashedPoolKeepsItsLock(t *testing.T) {
+	store := newFakeStore()
+	a := newTestAgent(t, store, newFakeClaims())
+	legacy := &ipkeeperv1alpha1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("My_Net", netip.MustParseAddr("10.12.0.3"))},
+		Spec: ipkeeperv1alpha1.IPReservationSpec{Network: "My_Net", IP: "10.12.0.3", InterfaceName: "net1", Node: "node-a",
+			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "vms", Name: "old", UID: "old-uid"}},
+	}
+	if err := store.Create(context.Background(), legacy); err != nil {
+		t.Fatal(err)
+	}
+	static := `{"cniVersion":"1.0.0","name":"My_Net","type":"bridge","runtimeConfig":{"ips":["10.12.0.3"]},"ipam":{"type":"ipkeeper","range":"10.12.0.0/24"}}`
+	got, err := addVia(t, a, static, "c1", "p1")
+	if err == nil || reasonOf(err) != reasonConflict {
+		t.Fatalf("static ADD of an address held by a reservation of the previous version = %q, %v; want a conflict", got, err)
+	}
+	if n := len(store.all()); n != 1 {
+		t.Errorf("%d reservations, want only the old one", n)
+	}
+}
+
+// A reservation released after the index was read is not taken over: it
+// cools down for nobody, its former holder included.
+func TestTakeOverRefusesAReservationReleasedMeanwhile(t *testing.T) {
+	store := newFakeStore()
+	a := newTestAgent(t, store, newFakeClaims())
+	conf := `{"cniVersion":"1.0.0","name":"tk","type":"bridge","ipam":{"type":"ipkeeper","range":"10.13.0.0/29"}}`
+	first, err := addVia(t, a, conf, "c1", "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := store.all()[0]
+	r.Spec.Node = "node-b" // the pod moved: its next ADD takes the reservation over
+	if err := store.Update(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	a.observeLive(r)
+	r = store.all()[0]
+	r.Spec.ReuseAfter = &metav1.Time{Time: time.Now().Add(time.Hour)}
+	if err := store.Update(context.Background(), r); err != nil { // released; the index does not know yet
+		t.Fatal(err)
+	}
+	if got, err := addVia(t, a, conf, "c2", "p1"); err == nil {
+		t.Fatalf("ADD took over a released reservation and returned %s", got)
+	}
+	again, err := addVia(t, a, conf, "c2", "p1")
+	if err != nil || again == first {
+		t.Fatalf("the retried ADD = %q, %v; want a new address, not the released %s", again, err, first)
+	}
+}
+
+// An older inline network's pool grown (by an admin) into a younger inline
+// network's range does not hand out the younger one's addresses.
+func TestOlderInlinePoolGrownIntoAYoungerOneSkipsItsRange(t *testing.T) {
+	a := newTestAgent(t, newFakeStore(), newFakeClaims())
+	ps := a.poolStore.(*fakePoolStore)
+	older := `{"cniVersion":"1.0.0","name":"older","type":"bridge","ipam":{"type":"ipkeeper","range":"10.14.0.0/29"}}`
+	younger := `{"cniVersion":"1.0.0","name":"younger","type":"bridge","ipam":{"type":"ipkeeper","range":"10.14.0.8/29"}}`
+	if _, err := addVia(t, a, older, "c0", "p0"); err != nil {
+		t.Fatal(err)
+	}
+	held, err := addVia(t, a, younger, "cy", "py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := ps.Get(context.Background(), "older")
+	p.Spec.Ranges = []ipkeeperv1alpha1.PoolRange{{Range: "10.14.0.0/28"}}
+	ps.put(p)
+	for i := 1; ; i++ {
+		got, err := addVia(t, a, older, fmt.Sprintf("c%d", i), types2.UID(fmt.Sprintf("p%d", i)))
+		if err != nil {
+			if reasonOf(err) != reasonExhausted {
+				t.Fatalf("ADD %d: %v, want an address or exhausted", i, err)
+			}
+			break
+		}
+		// The younger network hands out .9-.14 (.8 and .15 are its
+		// network and broadcast addresses).
+		if ip := netip.MustParsePrefix(got).Addr(); !ip.Less(netip.MustParseAddr("10.14.0.9")) && !netip.MustParseAddr("10.14.0.14").Less(ip) {
+			t.Fatalf("the grown older network handed out %s, in the younger network's range (which holds %s)", got, held)
+		}
+		if i > 20 {
+			t.Fatal("no exhaustion after 20 ADDs")
+		}
+	}
+}
+
+// A static address still cooling down after its release is a passing
+// state: "try again later", saying until when, not "reserved by" the pod
+// that let it go.
+func TestStaticAddressCoolingDownIsTryAgainLater(t *testing.T) {
+	a := newTestAgent(t, newFakeStore(), newFakeClaims())
+	a.poolStore.(*fakePoolStore).put(coolPool(time.Hour, "10.15.0.0/29"))
+	static := `{"cniVersion":"1.0.0","name":"coolnet","type":"bridge","runtimeConfig":{"ips":["10.15.0.5"]},"ipam":{"type":"ipkeeper","pool":"cool"}}`
+	if _, err := addVia(t, a, static, "c1", "p1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := delVia(t, a, static, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := addVia(t, a, static, "c2", "p2")
+	if !codeIs(err, codeTryAgainLater) {
+		t.Fatalf("static ADD of a cooling address: %v, want code 11", err)
+	}
+	mustContainAll(t, err, "10.15.0.5", "cools down until", `IPPool "cool"`)
 }

@@ -50,7 +50,11 @@ func testRequest(t testing.TB, command, conf, containerID string, pod *corev1.Po
 		t.Fatalf("parseRequest: %v", err)
 	}
 	// The inline network's pool, as resolvePool finds it on a first use.
-	req.pool = &poolView{name: req.cfg.PoolName(), ranges: req.cfg.Ranges}
+	inline := ""
+	if req.cfg.Pool == "" {
+		inline = req.cfg.Name
+	}
+	req.pool = &poolView{name: req.cfg.PoolName(), key: naming.PoolLockKey(req.cfg.PoolName(), inline), ranges: req.cfg.Ranges}
 	return req
 }
 

@@ -141,7 +141,7 @@ func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []ipra
 		}
 		e, isNew, err := a.createOrAdopt(ctx, req, static, h)
 		if errors.Is(err, ErrTaken) {
-			return entry{}, false, fail(reasonConflict, codeInternal, a.describeHolder(ctx, "static IP", req, static, h.owner.Namespace))
+			return entry{}, false, a.describeHolder(ctx, "static IP", req, static, h.owner.Namespace)
 		}
 		return e, isNew, err
 	}
@@ -163,6 +163,10 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 	pool, network := req.pool.name, req.cfg.Name
 	seed := string(h.owner.UID) + "/" + req.IfName
 	taken := a.idx.takenFunc(pool, time.Now())
+	if len(req.pool.blocked) > 0 {
+		inIndex := taken
+		taken = func(ip netip.Addr) bool { return inIndex(ip) || req.pool.isBlocked(ip) }
+	}
 	verified := false
 	for attempt := 0; attempt < maxConflicts; attempt++ {
 		ip, err := allocator.Candidate(r, taken, seed)
@@ -208,7 +212,10 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) bool, error) {
 	pool := req.pool.name
 	since := time.Now()
-	legacy := ""
+	// Reservations made before pools existed name only their network: the
+	// inline network's, or, for a pool named like a network (the way to
+	// turn an inline network into a pool), that network's.
+	legacy := pool
 	if req.cfg.Pool == "" {
 		legacy = req.cfg.Name
 	}
@@ -216,7 +223,9 @@ func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) b
 	if err != nil {
 		return nil, err
 	}
-	return func(ip netip.Addr) bool { return live[ip] || a.idx.conflictSince(pool, ip, since) }, nil
+	return func(ip netip.Addr) bool {
+		return live[ip] || a.idx.conflictSince(pool, ip, since) || req.pool.isBlocked(ip)
+	}, nil
 }
 
 // createOrAdopt creates the reservation of ip for the holder. When the
@@ -229,7 +238,7 @@ func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, 
 	pool, network := req.pool.name, req.cfg.Name
 	obj := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: naming.Reservation(pool, ip),
+			Name: naming.Reservation(req.pool.key, ip),
 			Labels: map[string]string{
 				naming.NetworkLabel:   naming.NetworkLabelValue(network),
 				naming.OwnerKindLabel: string(h.owner.Kind),
@@ -364,15 +373,22 @@ func (u *uncertainCreates) forget(key, name string) {
 // name: what says how ("static IP", or "address" for a claim's). The
 // holder is named only when it is in the requester's namespace: another
 // tenant's objects are none of the requester's business.
+//
+// An address released by its holder and cooling down (its pool's
+// reuseCooldown) is a passing state: "try again later" says when.
 func (a *Agent) describeHolder(ctx context.Context, what string, req *request, ip netip.Addr, namespace string) error {
 	network := req.cfg.Name
-	name := naming.Reservation(req.pool.name, ip)
+	name := naming.Reservation(req.pool.key, ip)
 	r, err := a.store.Get(ctx, name)
-	if err != nil || r.Spec.Owner.Namespace != namespace {
-		return fmt.Errorf("%s %s on network %q is already reserved by a workload in another namespace (reservation %s)", what, ip, network, name)
+	switch {
+	case err == nil && r.Spec.Released():
+		return fail(reasonConflict, codeTryAgainLater, fmt.Errorf("%s %s on network %q was released by its previous holder and cools down until %s (IPPool %q reuseCooldown); retry after that",
+			what, ip, network, r.Spec.ReuseAfter.UTC().Format(time.RFC3339), req.pool.name))
+	case err != nil || r.Spec.Owner.Namespace != namespace:
+		return fail(reasonConflict, codeInternal, fmt.Errorf("%s %s on network %q is already reserved by a workload in another namespace (reservation %s)", what, ip, network, name))
 	}
 	o := r.Spec.Owner
-	return fmt.Errorf("%s %s on network %q is already reserved by %s %s/%s (reservation %s)", what, ip, network, o.Kind, o.Namespace, o.Name, name)
+	return fail(reasonConflict, codeInternal, fmt.Errorf("%s %s on network %q is already reserved by %s %s/%s (reservation %s)", what, ip, network, o.Kind, o.Namespace, o.Name, name))
 }
 
 func staticFor(cfg *ipamconfig.Config, is4 bool) (netip.Addr, bool) {

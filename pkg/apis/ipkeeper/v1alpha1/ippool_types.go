@@ -161,7 +161,14 @@ const (
 	// (ranges) it was created from, in canonical form. NADs of the network
 	// must carry the same definition; the spec may since have grown.
 	InlineDefinitionAnnotation = "ipkeeper.io/inline-definition"
-	// DefinedByAnnotation names the NAD (namespace/name) an inline pool was created from.
+	// InlineNetworkAnnotation holds the CNI network name an inline pool is
+	// the definition of. Its reservations are named from it rather than
+	// from the pool (naming.PoolLockKey): for a network name that is not a
+	// valid object name the pool's name is a hash, and reservations made
+	// before pools existed are named from the network.
+	InlineNetworkAnnotation = "ipkeeper.io/inline-network"
+	// DefinedByAnnotation says what an inline pool was created from: "NAD
+	// namespace/name", or "pod namespace/name (args.cni)".
 	DefinedByAnnotation = "ipkeeper.io/defined-by"
 	// NetworkNameAnnotation holds the ipam.network_name (whereabouts' key)
 	// of an inline pool's NAD: inline pools whose ranges overlap must
