@@ -109,6 +109,13 @@ func (r *ClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPAddressC
 	if err != nil {
 		return r.notReady(ctx, claim, ipamv1.IPAddressClaimReadyPoolNotReadyReason, fmt.Sprintf("IPPool %s is invalid: %v", poolName, err))
 	}
+	// This provider names reservations from the pool; the pool of an
+	// inline network whose name is not a valid object name has them named
+	// from the network (naming.PoolLockKey), which only its agents know.
+	if naming.PoolLockKey(pool.Name, pool.Annotations[v1alpha1.InlineNetworkAnnotation]) != pool.Name {
+		return r.notReady(ctx, claim, ipamv1.IPAddressClaimReadyPoolNotReadyReason,
+			fmt.Sprintf("IPPool %s is the inline definition of a network whose name is not a valid object name; give Cluster API claims an IPPool of their own", poolName))
+	}
 	res, err := r.held(ctx, claim, poolName)
 	if err != nil {
 		return reconcile.Result{}, err
