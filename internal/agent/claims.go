@@ -149,7 +149,7 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 					"IPAMClaim %s/%s holds %s (status.ips[%d]), which network %q (IPPool %q) does not hand out: %w; nothing was released: fix the pool or delete the claim",
 					claim.Namespace, claim.Name, ip, i, network, pool, err))
 			}
-			outside = append(outside, fmt.Sprintf("%s (%v)", ip, err))
+			outside = append(outside, claimstatus.Outside(ip, err))
 		} else if !held {
 			if _, _, err := a.createOrAdopt(ctx, req, ip, h); errors.Is(err, ErrTaken) {
 				why := a.describeHolder(ctx, "address", req, ip, claim.Namespace)

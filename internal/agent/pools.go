@@ -99,21 +99,7 @@ func (p *poolView) usable(ip netip.Addr) error {
 	if p.isBlocked(ip) {
 		return fmt.Errorf("%s is in the range of a younger inline network that overlaps IPPool %q", ip, p.name)
 	}
-	var why error
-	for _, r := range p.ranges {
-		if !r.Contains(ip) {
-			continue
-		}
-		if err := r.Usable(ip); err != nil {
-			why = err
-			continue
-		}
-		return nil
-	}
-	if why == nil {
-		why = fmt.Errorf("%s is outside every range of IPPool %q", ip, p.name)
-	}
-	return why
+	return iprange.UsableIn(p.ranges, ip, p.name)
 }
 
 // parsedPools caches the parsed ranges of each pool by UID and generation,

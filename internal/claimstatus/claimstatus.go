@@ -8,6 +8,7 @@ package claimstatus
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,12 @@ func InPool(pools []string, outside []string, generation int64) metav1.Condition
 			strings.Join(quote(pools), ", "), strings.Join(outside, ", "))
 	}
 	return c
+}
+
+// Outside renders an address the pool no longer hands out, and why, for
+// InPool's list; agent and controller alike, so they agree on the message.
+func Outside(ip netip.Addr, why error) string {
+	return fmt.Sprintf("%s (%v)", ip, why)
 }
 
 func quote(ss []string) []string {

@@ -49,3 +49,23 @@ func (r Range) Usable(ip netip.Addr) error {
 	}
 	return nil
 }
+
+// UsableIn reports whether some range of a pool may hand out ip: nil, or
+// why not — the reason of the range whose subnet contains ip, else that it
+// is outside every range (pool names the pool in that message).
+func UsableIn(ranges []Range, ip netip.Addr, pool string) error {
+	var why error
+	for _, r := range ranges {
+		err := r.Usable(ip)
+		if err == nil {
+			return nil
+		}
+		if r.Contains(ip) {
+			why = err
+		}
+	}
+	if why == nil {
+		why = fmt.Errorf("%w: %s is outside every range of IPPool %q", ErrNotUsable, ip, pool)
+	}
+	return why
+}

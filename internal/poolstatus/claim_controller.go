@@ -74,8 +74,8 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		if err != nil {
 			continue
 		}
-		if why := outsideWhy(ip, name, ranges); why != "" {
-			outside = append(outside, why)
+		if err := iprange.UsableIn(ranges, ip, name); err != nil {
+			outside = append(outside, claimstatus.Outside(ip, err))
 		}
 	}
 	if len(pools) == 0 || (len(outside) == 0 && meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionInPool) == nil) {
@@ -94,24 +94,6 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 	log.FromContext(ctx).Info("set AddressesInPool on an IPAMClaim", "claim", req.String(), "outside", outside)
 	return reconcile.Result{}, nil
-}
-
-// outsideWhy returns "IP (why)" when no range of the pool hands out ip.
-func outsideWhy(ip netip.Addr, pool string, ranges []iprange.Range) string {
-	var why error
-	for _, rg := range ranges {
-		err := rg.Usable(ip)
-		if err == nil {
-			return ""
-		}
-		if rg.Contains(ip) {
-			why = err
-		}
-	}
-	if why == nil {
-		return fmt.Sprintf("%s (outside every range of IPPool %q)", ip, pool)
-	}
-	return fmt.Sprintf("%s (%v)", ip, why)
 }
 
 // SetupWithManager registers the controller: a claim is judged when it or
