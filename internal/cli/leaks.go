@@ -72,7 +72,7 @@ func runLeaks(ctx context.Context, s *session, args []string) error {
 			if left > 0 {
 				l.State, l.Detail = stateCooling, fmt.Sprintf("released; reusable in %s", left.Round(time.Second))
 			} else {
-				l.State, l.Detail = stateLeaked, fmt.Sprintf("released; cooldown over %s ago and not deleted: the GC deletes it once its cooldown is over, is ipkeeper-controller running?", age(now, t))
+				l.State, l.Detail = stateLeaked, fmt.Sprintf("released; cooldown over %s ago but not deleted: the GC deletes it when the cooldown ends; is ipkeeper-controller running?", age(now, t))
 			}
 			leaks = append(leaks, l)
 			continue

@@ -59,7 +59,8 @@ func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) erro
 	if o.network != "" && o.pool != "" {
 		return usageErrorf("--network and --pool exclude each other")
 	}
-	all, err := listReservations(ctx, s.client, s.ownerNamespace())
+	// All of them: the address held outside the filters is worth saying.
+	all, err := listReservations(ctx, s.client, "")
 	if err != nil {
 		return err
 	}
@@ -69,13 +70,16 @@ func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) erro
 	}
 	now := s.now()
 	var holders []Holder
+	elsewhere := 0
 	for i := range all {
 		r := &all[i]
 		got, err := netip.ParseAddr(r.Spec.IP)
 		if err != nil || got.Unmap() != ip {
 			continue
 		}
-		if (o.network != "" && r.Spec.Network != o.network) || (o.pool != "" && poolOf(r) != o.pool) {
+		if (o.network != "" && r.Spec.Network != o.network) || (o.pool != "" && poolOf(r) != o.pool) ||
+			(s.namespaceSet && r.Spec.Owner.Namespace != s.namespace) {
+			elsewhere++
 			continue
 		}
 		h := Holder{
@@ -101,7 +105,7 @@ func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) erro
 		holders = append(holders, h)
 	}
 	if len(holders) == 0 {
-		return o.notHeld(ctx, s, ip)
+		return o.notHeld(ctx, s, ip, elsewhere)
 	}
 	switch s.output {
 	case outputJSON, outputYAML:
@@ -124,7 +128,7 @@ func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) erro
 
 // notHeld explains an address nobody holds: free in the pool that covers
 // it, not handed out there (and why), or in no pool at all.
-func (o *whoHasOptions) notHeld(ctx context.Context, s *session, ip netip.Addr) error {
+func (o *whoHasOptions) notHeld(ctx context.Context, s *session, ip netip.Addr, elsewhere int) error {
 	var pools ipkeeperv1alpha1.IPPoolList
 	if err := s.client.List(ctx, &pools); err != nil {
 		return fmt.Errorf("no reservation holds %s; listing IPPools to find one that covers it: %w", ip, err)
@@ -138,6 +142,9 @@ func (o *whoHasOptions) notHeld(ctx context.Context, s *session, ip netip.Addr) 
 	}
 	if s.namespaceSet {
 		scope += fmt.Sprintf(" for an owner in namespace %s", s.namespace)
+	}
+	if elsewhere > 0 {
+		return &notFoundError{fmt.Sprintf("no reservation holds %s%s; %d reservation(s) of it exist elsewhere: drop -n, --network or --pool to see them", ip, scope, elsewhere)}
 	}
 	for i := range pools.Items {
 		p := &pools.Items[i]
@@ -158,7 +165,7 @@ func (o *whoHasOptions) notHeld(ctx context.Context, s *session, ip netip.Addr) 
 			if err := r.Usable(ip); err != nil {
 				return &notFoundError{fmt.Sprintf("no reservation holds %s%s; IPPool %s covers it but does not hand it out: %v", ip, scope, p.Name, err)}
 			}
-			return &notFoundError{fmt.Sprintf("no reservation holds %s%s: it is free in IPPool %s (range %s)", ip, scope, p.Name, r)}
+			return &notFoundError{fmt.Sprintf("no reservation holds %s%s: it is free in IPPool %s, range %s", ip, scope, p.Name, r)}
 		}
 	}
 	return &notFoundError{fmt.Sprintf("no reservation holds %s%s, and no IPPool covers it", ip, scope)}

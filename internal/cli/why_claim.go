@@ -129,7 +129,11 @@ func claimLines(claim *ipamclaimsv1alpha1.IPAMClaim) []string {
 }
 
 func conditionLine(c metav1.Condition) string {
-	return fmt.Sprintf("condition %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
+	line := fmt.Sprintf("condition %s=%s %s", c.Type, c.Status, c.Reason)
+	if c.Message != "" {
+		line += ": " + c.Message
+	}
+	return line
 }
 
 // claimNext adds what to do for the documented states of a claim

@@ -90,7 +90,7 @@ func whyPod(ctx context.Context, s *session, key types.NamespacedName) (*Report,
 			return nil, err
 		}
 		if claim == nil {
-			claimFacts = append(claimFacts, fmt.Sprintf("IPAMClaim %s/%s: not found", key.Namespace, e.ClaimRef))
+			claimFacts = append(claimFacts, fmt.Sprintf("IPAMClaim %s: not found", e.ClaimRef))
 			rep.next("IPAMClaim %s/%s does not exist: ipkeeper-controller creates it for a VM while the PersistentIPs feature gate is on; check that the controller runs (kubectl ipkeeper why vm/NAME)", key.Namespace, e.ClaimRef)
 			continue
 		}

@@ -147,10 +147,10 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 				continue
 			}
 			ref := refFor(elems, vn.nad)
-			switch {
-			case ref == vn.claim:
+			switch ref {
+			case vn.claim:
 				refs = append(refs, fmt.Sprintf("network %s: webhook reference %q present", vn.net.Name, ref))
-			case ref == "":
+			case "":
 				refs = append(refs, fmt.Sprintf("network %s: webhook reference missing", vn.net.Name))
 				rep.next("launcher pod %s has no %s for network %s: it was created while the webhook was down or not registered, so its addresses change on restart; restart the VM once the webhook runs", pod.Name, multus.ClaimRefKey, vn.net.Name)
 			default:
