@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -142,7 +143,7 @@ func Main(ctx context.Context, args []string, streams Streams) int {
 		fmt.Fprintf(streams.Err, "error: %v\nSee 'kubectl ipkeeper %s --help'.\n", err, cmd.name)
 		return ExitUsage
 	}
-	if g.output != outputTable && !contains(cmd.formats, g.output) {
+	if g.output != outputTable && !slices.Contains(cmd.formats, g.output) {
 		fmt.Fprintf(streams.Err, "error: -o %q: %s accepts %s\n", g.output, cmd.name, strings.Join(cmd.formats, ", "))
 		return ExitUsage
 	}
@@ -223,13 +224,4 @@ func (s *session) ownerNamespace() string {
 		return s.namespace
 	}
 	return ""
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

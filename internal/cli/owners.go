@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
@@ -117,6 +118,27 @@ func (o *owners) exists(owner ipkeeperv1alpha1.ReservationOwner) (exists, known 
 		return false, false // a kind this version does not know
 	}
 	return uids[owner.UID], true
+}
+
+// ownerExists reads one owner (metadata only): whether it exists with
+// that UID; known is false when its kind is not served or not known.
+func ownerExists(ctx context.Context, c client.Reader, owner ipkeeperv1alpha1.ReservationOwner) (exists, known bool, err error) {
+	gvk, ok := ownerGVKs[owner.Kind]
+	if !ok {
+		return false, false, nil
+	}
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(gvk.GroupVersion().WithKind(strings.TrimSuffix(gvk.Kind, "List")))
+	err = c.Get(ctx, types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}, obj)
+	switch {
+	case meta.IsNoMatchError(err):
+		return false, false, nil
+	case apierrors.IsNotFound(err):
+		return false, true, nil
+	case err != nil:
+		return false, false, fmt.Errorf("reading %s %s/%s: %w", owner.Kind, owner.Namespace, owner.Name, err)
+	}
+	return obj.UID == owner.UID, true, nil
 }
 
 // vmBehindClaim names the VM or VMI that owns an IPAMClaim (claimowner's

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -64,10 +65,6 @@ func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) erro
 	if err != nil {
 		return err
 	}
-	owners, err := loadOwners(ctx, s.client, s.ownerNamespace())
-	if err != nil {
-		return err
-	}
 	now := s.now()
 	var holders []Holder
 	elsewhere := 0
@@ -91,7 +88,11 @@ func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) erro
 			t := r.Spec.ReuseAfter.Time
 			h.ReuseAfter = &t
 		}
-		if exists, known := owners.exists(r.Spec.Owner); known {
+		exists, known, err := ownerExists(ctx, s.client, r.Spec.Owner)
+		if err != nil {
+			return err
+		}
+		if known {
 			h.OwnerExists = &exists
 			if !exists && !r.Spec.Released() {
 				h.State = "held, but the owner is gone (see kubectl ipkeeper leaks)"
@@ -151,7 +152,7 @@ func (o *whoHasOptions) notHeld(ctx context.Context, s *session, ip netip.Addr, 
 		if o.pool != "" && p.Name != o.pool {
 			continue
 		}
-		if o.network != "" && !contains(p.Status.Networks, o.network) && p.Name != o.network {
+		if o.network != "" && !slices.Contains(p.Status.Networks, o.network) && p.Name != o.network {
 			continue
 		}
 		ranges, err := ipamconfig.PoolRanges(&p.Spec)
