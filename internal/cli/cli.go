@@ -131,13 +131,12 @@ func Main(ctx context.Context, args []string, streams Streams) int {
 	var g globalOptions
 	g.addFlags(fs, cmd.formats)
 	run := cmd.setup(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "%s\n\nUsage:\n  kubectl ipkeeper %s %s\n\nFlags:\n%s", cmd.summary, cmd.name, cmd.synopsis, fs.FlagUsages())
-	}
+	// pflag prints the usage itself on every parse error; the help goes
+	// to stdout on --help only, errors get one line and a pointer to it.
+	fs.Usage = func() {}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			fs.SetOutput(streams.Out)
-			fs.Usage()
+			fmt.Fprintf(streams.Out, "%s\n\nUsage:\n  kubectl ipkeeper %s %s\n\nFlags:\n%s", cmd.summary, cmd.name, cmd.synopsis, fs.FlagUsages())
 			return ExitOK
 		}
 		fmt.Fprintf(streams.Err, "error: %v\nSee 'kubectl ipkeeper %s --help'.\n", err, cmd.name)

@@ -20,12 +20,14 @@ func TestMainCommandLine(t *testing.T) {
 		args     []string
 		code     int
 		out, err string
+		// errEmpty: nothing on stderr (pflag prints the usage there itself).
+		errEmpty bool
 	}{
 		{name: "no command", args: nil, code: ExitUsage, err: "Commands:"},
 		{name: "help", args: []string{"--help"}, code: ExitOK, out: "who-has"},
 		{name: "version", args: []string{"--version"}, code: ExitOK, out: "dev"},
 		{name: "unknown command", args: []string{"frobnicate"}, code: ExitUsage, err: `unknown command "frobnicate"`},
-		{name: "command help", args: []string{"who-has", "--help"}, code: ExitOK, out: "--network"},
+		{name: "command help", args: []string{"who-has", "--help"}, code: ExitOK, out: "--network", errEmpty: true},
 		{name: "unknown flag", args: []string{"pools", "--nope"}, code: ExitUsage, err: "unknown flag: --nope"},
 		{name: "bad output", args: []string{"pools", "-o", "xml"}, code: ExitUsage, err: `-o "xml": pools accepts wide, json, yaml`},
 		{name: "why has no wide", args: []string{"why", "pod/x", "-o", "wide"}, code: ExitUsage, err: "why accepts json, yaml"},
@@ -41,6 +43,9 @@ func TestMainCommandLine(t *testing.T) {
 			}
 			if !strings.Contains(out.String(), tt.out) {
 				t.Errorf("stdout %q lacks %q", out.String(), tt.out)
+			}
+			if tt.errEmpty && errOut.Len() > 0 {
+				t.Errorf("stderr %q, want nothing", errOut.String())
 			}
 			if !strings.Contains(errOut.String(), tt.err) {
 				t.Errorf("stderr %q lacks %q", errOut.String(), tt.err)
