@@ -203,7 +203,7 @@ func TestCLIWhyVM(t *testing.T) {
 	norefVM := newVM("vm-noref", "blue")
 	norefClaim := e.claim(t, "vm-noref.blue", "blue", norefVM, ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{"10.199.6.31/24"}, Conditions: allocated(metav1.ConditionTrue, "SuccessfulAllocation", "")})
 	e.claimReservation(t, norefClaim, "10.199.6.31")
-	start(norefVM)
+	norefPod := start(norefVM)
 	newVM("vm-noclaim", "blue")
 	newVM("vm-plain", "plain")
 	newVM("vm-misplaced", "misplaced")
@@ -227,6 +227,9 @@ func TestCLIWhyVM(t *testing.T) {
 			stdout: []string{"Next: NetworkAttachmentDefinition " + ns + "/nowhere does not exist"}},
 		{name: "launcher pod", args: []string{"why", "pod/" + okPod.Name, "-n", ns}, code: cli.ExitOK,
 			stdout: []string{"virt-launcher of VirtualMachineInstance vm-ok", `ipam-claim-reference "vm-ok.blue"`, "Next: nothing to do: ipkeeper holds the pod's addresses"}},
+		{name: "launcher pod without the reference", args: []string{"why", "pod/" + norefPod.Name, "-n", ns}, code: cli.ExitOK,
+			stdout:    []string{"virt-launcher of VirtualMachineInstance vm-noref", "Next: the pod's element for " + ns + "/blue has no ipam-claim-reference although the network keeps addresses"},
+			notStdout: []string{"nothing to do"}},
 		{name: "not found", args: []string{"why", "vm/nope", "-n", ns}, code: cli.ExitError,
 			stderr: []string{"VirtualMachine " + ns + "/nope not found"}},
 	})
