@@ -12,14 +12,14 @@ GO_TEST_FLAGS ?= -race -count=1
 TOOLS_ENV := $(shell bash hack/tools.sh --env)
 $(foreach kv,$(TOOLS_ENV),$(eval export $(kv)))
 
-BINARIES := ipkeeper ipkeeper-agent ipkeeper-controller
+BINARIES := ipkeeper ipkeeper-agent ipkeeper-controller kubectl-ipkeeper
 
 .PHONY: help
 help: ## List targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build the three binaries into bin/.
+build: ## Build the binaries (CNI plugin, agent, controller, kubectl plugin) into bin/.
 	@mkdir -p $(BIN_DIR)
 	for b in $(BINARIES); do CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/$$b ./cmd/$$b; done
 

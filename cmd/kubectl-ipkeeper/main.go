@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Command kubectl-ipkeeper is the kubectl plugin (`kubectl ipkeeper ...`):
+// who-has, why, pools and leaks. The commands live in package cli.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/ipkeeper/ipkeeper/internal/cli"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return cli.Main(ctx, os.Args[1:], cli.Streams{Out: os.Stdout, Err: os.Stderr})
+}

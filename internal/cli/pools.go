@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/spf13/pflag"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+var poolsCommand = command{
+	name:     "pools",
+	synopsis: "[POOL...] [-o wide|json|yaml]",
+	summary:  "Show each IPPool's usage (size, used, free, out of range, cooling down) from its status.",
+	formats:  []string{outputWide, outputJSON, outputYAML},
+	setup:    func(*pflag.FlagSet) runFunc { return runPools },
+}
+
+// PoolUsage is one pool's row.
+type PoolUsage struct {
+	Name        string                         `json:"name"`
+	Size        string                         `json:"size"`
+	Used        int64                          `json:"used"`
+	Free        string                         `json:"free"`
+	OutOfRange  int64                          `json:"outOfRange"`
+	CoolingDown int64                          `json:"coolingDown"`
+	Ready       string                         `json:"ready"`
+	Networks    []string                       `json:"networks,omitempty"`
+	Families    []ipkeeperv1alpha1.FamilyUsage `json:"families,omitempty"`
+	Ranges      []ipkeeperv1alpha1.RangeUsage  `json:"ranges,omitempty"`
+	Conditions  []string                       `json:"conditions,omitempty"`
+}
+
+func runPools(ctx context.Context, s *session, args []string) error {
+	var pools []ipkeeperv1alpha1.IPPool
+	if len(args) == 0 {
+		var list ipkeeperv1alpha1.IPPoolList
+		if err := s.client.List(ctx, &list); err != nil {
+			return fmt.Errorf("listing IPPools: %w", err)
+		}
+		pools = list.Items
+		sort.Slice(pools, func(i, j int) bool { return pools[i].Name < pools[j].Name })
+	}
+	for _, name := range args {
+		var p ipkeeperv1alpha1.IPPool
+		if err := s.client.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			if apierrors.IsNotFound(err) {
+				return &notFoundError{fmt.Sprintf("IPPool %q not found", name)}
+			}
+			return fmt.Errorf("reading IPPool %s: %w", name, err)
+		}
+		pools = append(pools, p)
+	}
+	rows := make([]PoolUsage, 0, len(pools))
+	for i := range pools {
+		rows = append(rows, poolUsage(&pools[i]))
+	}
+	switch s.output {
+	case outputJSON, outputYAML:
+		return printStructured(s.out, s.output, rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(s.errOut, "No IPPools found.")
+		return nil
+	}
+	header := []string{"NAME", "SIZE", "USED", "FREE", "OUT-OF-RANGE", "COOLING", "READY", "NETWORKS"}
+	if s.output == outputWide {
+		header = append(header, "FAMILIES", "RANGES", "CONDITIONS")
+	}
+	t := newTable(s.out, header...)
+	for _, r := range rows {
+		row := []string{r.Name, r.Size, fmt.Sprint(r.Used), r.Free, fmt.Sprint(r.OutOfRange), fmt.Sprint(r.CoolingDown), r.Ready, strings.Join(r.Networks, ",")}
+		if s.output == outputWide {
+			var fams, ranges []string
+			for _, f := range r.Families {
+				fams = append(fams, fmt.Sprintf("%s %d/%s", f.Family, f.Used, f.Size))
+			}
+			for _, rg := range r.Ranges {
+				ranges = append(ranges, fmt.Sprintf("%s %d/%s", rg.Range, rg.Used, rg.Size))
+			}
+			row = append(row, strings.Join(fams, ","), strings.Join(ranges, ","), strings.Join(r.Conditions, ","))
+		}
+		t.row(row...)
+	}
+	return t.flush()
+}
+
+func poolUsage(p *ipkeeperv1alpha1.IPPool) PoolUsage {
+	st := &p.Status
+	u := PoolUsage{
+		Name: p.Name, Size: st.Size, Used: st.Used, Free: st.Free, OutOfRange: st.OutOfRange, CoolingDown: st.CoolingDown,
+		Networks: st.Networks, Families: st.Families, Ranges: st.Ranges, Ready: "Unknown",
+	}
+	if c := meta.FindStatusCondition(st.Conditions, ipkeeperv1alpha1.PoolReady); c != nil {
+		u.Ready = string(c.Status)
+	}
+	for _, c := range st.Conditions {
+		if c.Type != ipkeeperv1alpha1.PoolReady && c.Status == "True" {
+			u.Conditions = append(u.Conditions, c.Type)
+		}
+	}
+	return u
+}

@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+var whoHasCommand = command{
+	name:     "who-has",
+	synopsis: "IP [--network NETWORK | --pool POOL] [-n NAMESPACE] [-o wide|json|yaml]",
+	summary:  "Show which pod or claim (and the VM behind it) holds an address. Exits 1 when nobody does.",
+	formats:  []string{outputWide, outputJSON, outputYAML},
+	setup: func(fs *pflag.FlagSet) runFunc {
+		o := &whoHasOptions{}
+		fs.StringVar(&o.network, "network", "", "only reservations of this CNI network")
+		fs.StringVar(&o.pool, "pool", "", "only reservations of this IPPool")
+		return o.run
+	},
+}
+
+type whoHasOptions struct{ network, pool string }
+
+// Holder is one reservation of the address, joined with its owner.
+type Holder struct {
+	Reservation string                            `json:"reservation"`
+	Pool        string                            `json:"pool"`
+	Network     string                            `json:"network"`
+	IP          string                            `json:"ip"`
+	Owner       ipkeeperv1alpha1.ReservationOwner `json:"owner"`
+	// VM is the VirtualMachine (or VMI) behind an IPAMClaim owner.
+	VM          string     `json:"vm,omitempty"`
+	OwnerExists *bool      `json:"ownerExists,omitempty"`
+	Node        string     `json:"node,omitempty"`
+	Interface   string     `json:"interface,omitempty"`
+	ContainerID string     `json:"containerID,omitempty"`
+	Created     time.Time  `json:"created"`
+	ReuseAfter  *time.Time `json:"reuseAfter,omitempty"`
+	State       string     `json:"state"`
+}
+
+func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) error {
+	if len(args) != 1 {
+		return usageErrorf("who-has takes one IP address, got %d arguments", len(args))
+	}
+	ip, err := netip.ParseAddr(args[0])
+	if err != nil || ip.Zone() != "" {
+		return usageErrorf("IP %q: not an IP address without zone", args[0])
+	}
+	ip = ip.Unmap()
+	if o.network != "" && o.pool != "" {
+		return usageErrorf("--network and --pool exclude each other")
+	}
+	// All of them: the address held outside the filters is worth saying.
+	all, err := listReservations(ctx, s.client, "")
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	var holders []Holder
+	elsewhere := 0
+	for i := range all {
+		r := &all[i]
+		got, err := netip.ParseAddr(r.Spec.IP)
+		if err != nil || got.Unmap() != ip {
+			continue
+		}
+		if (o.network != "" && r.Spec.Network != o.network) || (o.pool != "" && poolOf(r) != o.pool) ||
+			(s.namespaceSet && r.Spec.Owner.Namespace != s.namespace) {
+			elsewhere++
+			continue
+		}
+		h := Holder{
+			Reservation: r.Name, Pool: poolOf(r), Network: r.Spec.Network, IP: r.Spec.IP, Owner: r.Spec.Owner,
+			Node: r.Spec.Node, Interface: r.Spec.InterfaceName, ContainerID: r.Spec.ContainerID,
+			Created: r.CreationTimestamp.Time, State: reservationState(&r.Spec, now),
+		}
+		if r.Spec.ReuseAfter != nil {
+			t := r.Spec.ReuseAfter.Time
+			h.ReuseAfter = &t
+		}
+		exists, known, err := ownerExists(ctx, s.client, r.Spec.Owner)
+		if err != nil {
+			return err
+		}
+		if known {
+			h.OwnerExists = &exists
+			if !exists && !r.Spec.Released() {
+				h.State = "held, but the owner is gone (see kubectl ipkeeper leaks)"
+			}
+		}
+		if r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim {
+			if h.VM, err = vmBehindClaim(ctx, s.client, r.Spec.Owner); err != nil {
+				return err
+			}
+		}
+		holders = append(holders, h)
+	}
+	if len(holders) == 0 {
+		return o.notHeld(ctx, s, ip, elsewhere)
+	}
+	switch s.output {
+	case outputJSON, outputYAML:
+		return printStructured(s.out, s.output, holders)
+	}
+	header := []string{"IP", "POOL", "NETWORK", "OWNER", "VM", "NODE", "INTERFACE", "AGE", "STATE"}
+	if s.output == outputWide {
+		header = append(header, "RESERVATION", "OWNER-UID", "CONTAINER-ID")
+	}
+	t := newTable(s.out, header...)
+	for _, h := range holders {
+		row := []string{h.IP, h.Pool, h.Network, ownerString(h.Owner), h.VM, h.Node, h.Interface, age(now, h.Created), h.State}
+		if s.output == outputWide {
+			row = append(row, h.Reservation, string(h.Owner.UID), h.ContainerID)
+		}
+		t.row(row...)
+	}
+	return t.flush()
+}
+
+// notHeld explains an address nobody holds: free in the pool that covers
+// it, not handed out there (and why), or in no pool at all.
+func (o *whoHasOptions) notHeld(ctx context.Context, s *session, ip netip.Addr, elsewhere int) error {
+	var pools ipkeeperv1alpha1.IPPoolList
+	if err := s.client.List(ctx, &pools); err != nil {
+		return fmt.Errorf("no reservation holds %s; listing IPPools to find one that covers it: %w", ip, err)
+	}
+	scope := ""
+	if o.network != "" {
+		scope = fmt.Sprintf(" on network %q", o.network)
+	}
+	if o.pool != "" {
+		scope = fmt.Sprintf(" in IPPool %q", o.pool)
+	}
+	if s.namespaceSet {
+		scope += fmt.Sprintf(" for an owner in namespace %s", s.namespace)
+	}
+	if elsewhere > 0 {
+		return &notFoundError{fmt.Sprintf("no reservation holds %s%s; %d reservation(s) of it exist elsewhere: drop -n, --network or --pool to see them", ip, scope, elsewhere)}
+	}
+	for i := range pools.Items {
+		p := &pools.Items[i]
+		if o.pool != "" && p.Name != o.pool {
+			continue
+		}
+		if o.network != "" && !slices.Contains(p.Status.Networks, o.network) && p.Name != o.network {
+			continue
+		}
+		ranges, err := ipamconfig.PoolRanges(&p.Spec)
+		if err != nil {
+			continue // an invalid pool hands out nothing; its status says why
+		}
+		for _, r := range ranges {
+			if !r.Contains(ip) {
+				continue
+			}
+			if err := r.Usable(ip); err != nil {
+				return &notFoundError{fmt.Sprintf("no reservation holds %s%s; IPPool %s covers it but does not hand it out: %v", ip, scope, p.Name, err)}
+			}
+			return &notFoundError{fmt.Sprintf("no reservation holds %s%s: it is free in IPPool %s, range %s", ip, scope, p.Name, r)}
+		}
+	}
+	return &notFoundError{fmt.Sprintf("no reservation holds %s%s, and no IPPool covers it", ip, scope)}
+}
+
+// notFoundError is an object (here: a holder) that is not there: exit 1,
+// as kubectl get exits on NotFound.
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string { return e.msg }

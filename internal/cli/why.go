@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+var whyCommand = command{
+	name:     "why",
+	synopsis: "pod/NAME | ipamclaim/NAME | vm/NAME [-n NAMESPACE] [-o json|yaml]",
+	summary:  "Explain what ipkeeper sees for a pod, an IPAMClaim or a VM, and what to do next.",
+	formats:  []string{outputJSON, outputYAML},
+	setup:    func(*pflag.FlagSet) runFunc { return runWhy },
+}
+
+// Report is what why found: facts by section, then what to do.
+type Report struct {
+	Object   string    `json:"object"`
+	Sections []Section `json:"sections"`
+	Next     []string  `json:"next"`
+}
+
+// Section is a titled list of facts.
+type Section struct {
+	Title string   `json:"title"`
+	Lines []string `json:"lines"`
+}
+
+func (r *Report) add(title string, lines ...string) {
+	if len(lines) == 0 {
+		lines = []string{"none"}
+	}
+	r.Sections = append(r.Sections, Section{Title: title, Lines: lines})
+}
+
+func (r *Report) next(format string, args ...any) {
+	r.Next = append(r.Next, fmt.Sprintf(format, args...))
+}
+
+// whyKinds maps the accepted resource names to their explainers.
+var whyKinds = map[string]func(ctx context.Context, s *session, key types.NamespacedName) (*Report, error){
+	"pod": whyPod, "pods": whyPod, "po": whyPod,
+	"ipamclaim": whyClaim, "ipamclaims": whyClaim,
+	"vm": whyVM, "vms": whyVM, "virtualmachine": whyVM, "virtualmachines": whyVM,
+}
+
+func runWhy(ctx context.Context, s *session, args []string) error {
+	var kind, name string
+	switch len(args) {
+	case 1:
+		var ok bool
+		if kind, name, ok = strings.Cut(args[0], "/"); !ok {
+			return usageErrorf("%q: name the object as pod/NAME, ipamclaim/NAME or vm/NAME", args[0])
+		}
+	case 2:
+		kind, name = args[0], args[1]
+	default:
+		return usageErrorf("why takes one object (pod/NAME, ipamclaim/NAME or vm/NAME), got %d arguments", len(args))
+	}
+	explain, ok := whyKinds[strings.ToLower(kind)]
+	if !ok || name == "" {
+		return usageErrorf("%q: name the object as pod/NAME, ipamclaim/NAME or vm/NAME", strings.Join(args, " "))
+	}
+	if s.allNamespaces {
+		return usageErrorf("why looks at one object: use -n, not -A")
+	}
+	rep, err := explain(ctx, s, types.NamespacedName{Namespace: s.namespace, Name: name})
+	if err != nil {
+		return err
+	}
+	if s.output != outputTable {
+		return printStructured(s.out, s.output, rep)
+	}
+	fmt.Fprintln(s.out, rep.Object)
+	for _, sec := range rep.Sections {
+		fmt.Fprintf(s.out, "%s:\n", sec.Title)
+		for _, l := range sec.Lines {
+			fmt.Fprintf(s.out, "  %s\n", l)
+		}
+	}
+	for _, n := range rep.Next {
+		fmt.Fprintf(s.out, "Next: %s\n", n)
+	}
+	return nil
+}
+
+// eventsOf returns the events about one object (that UID), oldest first.
+func eventsOf(ctx context.Context, c client.Reader, namespace, kind, name string, uid types.UID) ([]corev1.Event, error) {
+	var list corev1.EventList
+	if err := c.List(ctx, &list, client.InNamespace(namespace),
+		client.MatchingFields{"involvedObject.kind": kind, "involvedObject.name": name}); err != nil {
+		return nil, fmt.Errorf("listing the events of %s %s/%s: %w", kind, namespace, name, err)
+	}
+	out := list.Items[:0]
+	for _, e := range list.Items {
+		if uid == "" || e.InvolvedObject.UID == "" || e.InvolvedObject.UID == uid {
+			out = append(out, e)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return eventTime(&out[i]).Before(eventTime(&out[j])) })
+	return out, nil
+}
+
+// eventTime is when an event last happened.
+func eventTime(e *corev1.Event) time.Time {
+	switch {
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	case e.Series != nil && !e.Series.LastObservedTime.IsZero():
+		return e.Series.LastObservedTime.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+// eventLines renders the last n events, oldest first.
+func eventLines(events []corev1.Event, n int, now time.Time) []string {
+	if len(events) > n {
+		events = events[len(events)-n:]
+	}
+	var out []string
+	for i := range events {
+		e := &events[i]
+		count := ""
+		if e.Count > 1 {
+			count = fmt.Sprintf(" (x%d)", e.Count)
+		}
+		out = append(out, fmt.Sprintf("%s ago %s %s%s: %s", age(now, eventTime(e)), e.Type, e.Reason, count, e.Message))
+	}
+	return out
+}
+
+// reservationLines renders reservations for a report.
+func reservationLines(list []ipkeeperv1alpha1.IPReservation, now time.Time) []string {
+	var out []string
+	for i := range list {
+		r := &list[i]
+		line := fmt.Sprintf("%s in pool %s (network %s", r.Spec.IP, poolOf(r), r.Spec.Network)
+		if r.Spec.InterfaceName != "" {
+			line += ", interface " + r.Spec.InterfaceName
+		}
+		if r.Spec.Node != "" {
+			line += ", node " + r.Spec.Node
+		}
+		line += fmt.Sprintf("), reservation %s, age %s, %s", r.Name, age(now, r.CreationTimestamp.Time), reservationState(&r.Spec, now))
+		out = append(out, line)
+	}
+	return out
+}

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
+	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// The IPsAllocated condition the agent writes on claims (internal/agent,
+// OVN-Kubernetes' type and reasons).
+const (
+	conditionIPsAllocated = "IPsAllocated"
+	reasonExhausted       = "SubnetExhausted"
+	reasonConflict        = "IPAddressConflict"
+)
+
+func whyClaim(ctx context.Context, s *session, key types.NamespacedName) (*Report, error) {
+	claim, err := getClaim(ctx, s.client, key)
+	if err != nil {
+		return nil, err
+	}
+	if claim == nil {
+		return nil, &notFoundError{fmt.Sprintf("IPAMClaim %s not found", key)}
+	}
+	now := s.now()
+	rep := &Report{Object: fmt.Sprintf("IPAMClaim %s (uid %s)", key, claim.UID)}
+	rep.add("Claim", claimLines(claim)...)
+	owner, owned := claimowner.Of(claim)
+	if owned {
+		line := owner.String()
+		if owner.Orphaned {
+			line += " (recorded in the claim's labels: the owner reference is gone)"
+		}
+		exists, err := ownerVMExists(ctx, s.client, key.Namespace, owner)
+		if err != nil {
+			return nil, err
+		}
+		if !exists {
+			line += "; it no longer exists"
+		}
+		rep.add("Owner", line)
+	} else {
+		rep.add("Owner", "no VirtualMachine or VirtualMachineInstance owns it (a claim made by another tool: any pod of the namespace may use it)")
+	}
+	all, err := listReservations(ctx, s.client, key.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	held := ownedBy(all, ipkeeperv1alpha1.OwnerIPAMClaim, claim.UID)
+	rep.add("Reservations", reservationLines(held, now)...)
+	events, err := eventsOf(ctx, s.client, key.Namespace, "IPAMClaim", key.Name, claim.UID)
+	if err != nil {
+		return nil, err
+	}
+	rep.add("Events", eventLines(events, 5, now)...)
+	claimNext(rep, claim, held)
+	if len(rep.Next) == 0 {
+		rep.next("nothing to do: the claim holds %s", strings.Join(claim.Status.IPs, ", "))
+	}
+	return rep, nil
+}
+
+// getClaim reads a claim; nil when it does not exist (or the IPAMClaim
+// CRD is not installed).
+func getClaim(ctx context.Context, c client.Reader, key types.NamespacedName) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	err := c.Get(ctx, key, &claim)
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading IPAMClaim %s: %w", key, err)
+	}
+	return &claim, nil
+}
+
+// ownerVMExists reports whether the claim's VM or VMI (that UID) exists.
+func ownerVMExists(ctx context.Context, c client.Reader, namespace string, owner claimowner.Owner) (bool, error) {
+	var obj client.Object = &kubevirtv1.VirtualMachine{}
+	if owner.Kind == claimowner.KindVMI {
+		obj = &kubevirtv1.VirtualMachineInstance{}
+	}
+	err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: owner.Name}, obj)
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading %s %s/%s: %w", owner.Kind, namespace, owner.Name, err)
+	}
+	return obj.GetUID() == owner.UID, nil
+}
+
+// claimLines are the facts of a claim's spec and status.
+func claimLines(claim *ipamclaimsv1alpha1.IPAMClaim) []string {
+	lines := []string{fmt.Sprintf("network %q, interface %s", claim.Spec.Network, claim.Spec.Interface)}
+	if ln := claim.Annotations[claims.NetworkAnnotation]; ln != "" {
+		lines = append(lines, fmt.Sprintf("VM network %q", ln))
+	}
+	ips := "none"
+	if len(claim.Status.IPs) > 0 {
+		ips = strings.Join(claim.Status.IPs, ", ")
+	}
+	lines = append(lines, "status.ips: "+ips)
+	if claim.Status.OwnerPod != nil && claim.Status.OwnerPod.Name != "" {
+		lines = append(lines, "status.ownerPod: "+claim.Status.OwnerPod.Name)
+	}
+	for _, c := range claim.Status.Conditions {
+		lines = append(lines, conditionLine(c))
+	}
+	if claim.DeletionTimestamp != nil {
+		lines = append(lines, fmt.Sprintf("being deleted since %s, finalizers %s", claim.DeletionTimestamp.UTC().Format("2006-01-02T15:04:05Z"), strings.Join(claim.Finalizers, ",")))
+	}
+	return lines
+}
+
+func conditionLine(c metav1.Condition) string {
+	line := fmt.Sprintf("condition %s=%s %s", c.Type, c.Status, c.Reason)
+	if c.Message != "" {
+		line += ": " + c.Message
+	}
+	return line
+}
+
+// claimNext adds what to do for the documented states of a claim
+// (docs/troubleshooting.md, docs/kubevirt.md).
+func claimNext(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, held []ipkeeperv1alpha1.IPReservation) {
+	name := claim.Namespace + "/" + claim.Name
+	if claim.DeletionTimestamp != nil {
+		rep.next("IPAMClaim %s is being released: it keeps its addresses until no VMI or launcher pod uses it (finalizer %s)", name, claims.Finalizer)
+		return
+	}
+	if c := meta.FindStatusCondition(claim.Status.Conditions, conditionIPsAllocated); c != nil && c.Status == metav1.ConditionFalse {
+		switch c.Reason {
+		case reasonExhausted:
+			rep.next("the pool of network %q is exhausted: grow it (add a range, widen range_start/range_end, drop excludes) or free leaked reservations (kubectl ipkeeper leaks); see kubectl ipkeeper pools", claim.Spec.Network)
+		case reasonConflict:
+			rep.next("an address of IPAMClaim %s is held by someone else (see the condition): free that address (kubectl ipkeeper who-has IP), or delete the claim so the VM gets new addresses", name)
+		default:
+			rep.next("the last allocation for IPAMClaim %s failed (%s): the condition says why; the next ADD of a launcher pod retries", name, c.Reason)
+		}
+	}
+	if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionInPool); c != nil && c.Status == metav1.ConditionFalse {
+		rep.next("IPAMClaim %s holds addresses its pool no longer hands out: put the range back, or delete the claim (the VM then gets new addresses)", name)
+	}
+	if len(claim.Status.IPs) == 0 && len(rep.Next) == 0 {
+		rep.next("IPAMClaim %s has no addresses yet: they are allocated at the first ADD of a launcher pod that references it; start the VM", name)
+		return
+	}
+	have := map[string]bool{}
+	for _, r := range held {
+		have[r.Spec.IP] = true
+	}
+	for _, ipnet := range claim.Status.IPs {
+		ip, _, _ := strings.Cut(ipnet, "/")
+		if !have[ip] {
+			rep.next("status.ips lists %s but no reservation of the claim holds it: the next ADD of a launcher pod re-creates it (and fails with IPAddressConflict if someone else took it)", ip)
+		}
+	}
+}
