@@ -90,6 +90,22 @@ func (r *ClaimReconciler) claimAddress(ctx context.Context, claim *ipamv1.IPAddr
 	return addr, nil
 }
 
+// cachedClaimAddress is the IPAddress of claim from the cache, else read
+// live (the cache may not show one just made); nil when there is none or
+// it is not the claim's. Its spec.address never changes, so a cached copy
+// is as good as a live one.
+func (r *ClaimReconciler) cachedClaimAddress(ctx context.Context, claim *ipamv1.IPAddressClaim) (*ipamv1.IPAddress, error) {
+	addr := &ipamv1.IPAddress{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Name}, addr)
+	switch {
+	case err == nil && metav1.IsControlledBy(addr, claim):
+		return addr, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading IPAddress %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	return r.claimAddress(ctx, claim)
+}
+
 // deleteAddress takes the protect finalizer off the claim's IPAddress and
 // deletes it.
 func (r *ClaimReconciler) deleteAddress(ctx context.Context, addr *ipamv1.IPAddress) error {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -152,42 +153,65 @@ func (r *ClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPAddressC
 	return r.ready(ctx, claim, claim.Name)
 }
 
-// held returns the claim's reservation in pool, or nil: from the cache by
-// owner, else the one its IPAddress names (the cache may not show a
-// reservation just made). Reservations of the claim elsewhere (there
-// should be none) are released.
+// held returns the claim's reservation in pool, or nil, and releases every
+// other reservation of the claim. A claim can hold several (a create whose
+// answer was lost, then another): the one kept is the one its IPAddress
+// names, as that is the address the machine uses (also when the cache does
+// not show that reservation yet); without an IPAddress, the oldest (then
+// the first by name), which allocate then writes into the IPAddress.
 func (r *ClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddressClaim, pool string) (*v1alpha1.IPReservation, error) {
 	all, err := reservationindex.ByOwner(ctx, r.Reservations, claim.UID)
 	if err != nil {
 		return nil, err
 	}
-	var mine *v1alpha1.IPReservation
+	var inPool []*v1alpha1.IPReservation
+	for i := range all {
+		if owns(claim, &all[i]) && naming.PoolOf(all[i].Spec.Pool, all[i].Spec.Network) == pool {
+			inPool = append(inPool, &all[i])
+		}
+	}
+	keep, err := r.named(ctx, claim, pool, inPool)
+	if err != nil {
+		return nil, err
+	}
+	if keep == nil && len(inPool) > 0 {
+		keep = slices.MinFunc(inPool, func(a, b *v1alpha1.IPReservation) int {
+			if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Name, b.Name)
+		})
+	}
 	for i := range all {
 		res := &all[i]
-		if !owns(claim, res) {
-			continue
-		}
-		if mine == nil && naming.PoolOf(res.Spec.Pool, res.Spec.Network) == pool {
-			mine = res
+		if !owns(claim, res) || (keep != nil && res.Name == keep.Name) {
 			continue
 		}
 		if err := r.releaseOne(ctx, res); err != nil {
 			return nil, err
 		}
 	}
-	if mine != nil {
-		return mine, nil
-	}
-	addr, err := r.claimAddress(ctx, claim)
+	return keep, nil
+}
+
+// named is the claim's reservation in pool that its IPAddress names: from
+// cached (the claim's reservations the cache shows), else read live; nil
+// when there is no IPAddress or it names no reservation of the claim's.
+func (r *ClaimReconciler) named(ctx context.Context, claim *ipamv1.IPAddressClaim, pool string, cached []*v1alpha1.IPReservation) (*v1alpha1.IPReservation, error) {
+	addr, err := r.cachedClaimAddress(ctx, claim)
 	if err != nil || addr == nil {
 		return nil, err
 	}
 	ip, err := netip.ParseAddr(addr.Spec.Address)
 	if err != nil {
-		return nil, nil //nolint:nilerr // not an address we wrote: allocate anew, ensureAddress reports the conflict
+		return nil, nil //nolint:nilerr // not an address we wrote: ensureAddress reports the conflict
+	}
+	name := naming.Reservation(pool, ip)
+	if i := slices.IndexFunc(cached, func(res *v1alpha1.IPReservation) bool { return res.Name == name }); i >= 0 {
+		return cached[i], nil
 	}
 	res := &v1alpha1.IPReservation{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: naming.Reservation(pool, ip)}, res); err != nil {
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, res); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
@@ -251,7 +275,9 @@ func (r *ClaimReconciler) release(ctx context.Context, claim *ipamv1.IPAddressCl
 }
 
 func (r *ClaimReconciler) releaseOne(ctx context.Context, res *v1alpha1.IPReservation) error {
-	cooldown, err := reuse.PoolCooldown(ctx, r.Client, nil, naming.PoolOf(res.Spec.Pool, res.Spec.Network))
+	// Live when the cache does not show the pool: a pool missing from the
+	// cache would otherwise mean no cooldown, and a delete.
+	cooldown, err := reuse.PoolCooldown(ctx, r.Client, r.APIReader, naming.PoolOf(res.Spec.Pool, res.Spec.Network))
 	if err != nil {
 		return err
 	}

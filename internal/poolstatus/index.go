@@ -12,7 +12,8 @@ import (
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// entry is what the Index keeps of one reservation: only what counting needs.
+// entry is what the Index keeps of one reservation: only what counting
+// needs. network is "" for a reservation of no CNI network.
 type entry struct {
 	pool, network string
 	ip            netip.Addr
@@ -51,12 +52,18 @@ func entryOf(r *v1alpha1.IPReservation) entry {
 	// The CRD only admits canonical addresses; anything else stays the
 	// zero Addr, which no range can hand out: it counts as out of range.
 	ip, _ := netip.ParseAddr(r.Spec.IP)
-	return entry{
+	e := entry{
 		pool:    naming.PoolOf(r.Spec.Pool, r.Spec.Network),
 		network: r.Spec.Network,
 		ip:      ip,
 		cooling: r.Spec.Released(),
 	}
+	if r.Spec.Owner.Kind == v1alpha1.OwnerIPAddressClaim {
+		// Cluster API reservations carry the pool's name as their network:
+		// they use the pool, but are of no CNI network.
+		e.network = ""
+	}
+	return e
 }
 
 // Set records r, added or updated. It returns the pools whose counts
@@ -88,7 +95,9 @@ func (x *Index) Set(r *v1alpha1.IPReservation) (pool, old string, changed bool) 
 		h.cooling++
 	}
 	ps.addrs[e.ip] = h
-	ps.networks[e.network]++
+	if e.network != "" {
+		ps.networks[e.network]++
+	}
 	return e.pool, old, true
 }
 
@@ -118,8 +127,10 @@ func (x *Index) remove(e entry) {
 	} else {
 		ps.addrs[e.ip] = h
 	}
-	if ps.networks[e.network]--; ps.networks[e.network] == 0 {
-		delete(ps.networks, e.network)
+	if e.network != "" {
+		if ps.networks[e.network]--; ps.networks[e.network] == 0 {
+			delete(ps.networks, e.network)
+		}
 	}
 	if len(ps.addrs) == 0 {
 		delete(x.pools, e.pool)
@@ -133,10 +144,13 @@ type Count struct {
 	Used []int64
 	// OutOfRange is the number of held addresses no range can hand out.
 	OutOfRange int64
-	// CoolingDown is the number of held addresses all of whose holders
-	// released them and wait out the pool's reuse cooldown.
+	// CoolingDown is the number of held addresses in Used all of whose
+	// holders released them and wait out the pool's reuse cooldown (a
+	// released address out of range counts in OutOfRange only), so
+	// CoolingDown <= sum(Used).
 	CoolingDown int64
-	// Networks are the networks of the pool's reservations, sorted.
+	// Networks are the CNI networks of the pool's reservations, sorted
+	// (Cluster API claims' reservations are of none).
 	Networks []string
 }
 
@@ -151,11 +165,11 @@ func (x *Index) Count(pool string, ranges []iprange.Range) Count {
 		return c
 	}
 	for ip, h := range ps.addrs {
-		if h.cooling == h.n {
-			c.CoolingDown++
-		}
 		if i := usableIn(ranges, ip); i >= 0 {
 			c.Used[i]++
+			if h.cooling == h.n {
+				c.CoolingDown++
+			}
 		} else {
 			c.OutOfRange++
 		}

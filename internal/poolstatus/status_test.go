@@ -31,6 +31,12 @@ func cooling(r *v1alpha1.IPReservation) *v1alpha1.IPReservation {
 	return r
 }
 
+// claimRes makes r a Cluster API IPAddressClaim's.
+func claimRes(r *v1alpha1.IPReservation) *v1alpha1.IPReservation {
+	r.Spec.Owner = v1alpha1.ReservationOwner{Kind: v1alpha1.OwnerIPAddressClaim, Namespace: "ns", Name: "m", UID: "u"}
+	return r
+}
+
 func poolOf(name string, ranges ...v1alpha1.PoolRange) *v1alpha1.IPPool {
 	p := &v1alpha1.IPPool{Spec: v1alpha1.IPPoolSpec{Ranges: ranges}}
 	p.Name, p.Generation = name, 3
@@ -135,12 +141,24 @@ func TestCounting(t *testing.T) {
 		},
 		networks: []string{"a"},
 	}, {
+		// coolingDown is part of used: a cooling address out of range is
+		// counted in outOfRange only.
 		name:  "cooling down: used and cooling",
 		pool:  poolOf("p", v4),
 		held:  []*v1alpha1.IPReservation{res("p", "a", "10.0.0.1"), cooling(res("p", "a", "10.0.0.2")), cooling(res("p", "a", "10.9.0.2"))},
 		total: pu("254", 2, "252"), ranges: []v1alpha1.PoolUsage{pu("254", 2, "252")},
 		families:   map[string]v1alpha1.PoolUsage{"IPv4": pu("254", 2, "252")},
-		outOfRange: 1, coolingDown: 2, networks: []string{"a"},
+		outOfRange: 1, coolingDown: 1, networks: []string{"a"},
+	}, {
+		// A Cluster API claim's reservation carries the pool's name as its
+		// network; it is used, but no CNI network.
+		name: "IPAddressClaim reservations are used, but not networks",
+		pool: poolOf("p", v4),
+		held: []*v1alpha1.IPReservation{res("p", "a", "10.0.0.1"), claimRes(res("p", "p", "10.0.0.2")),
+			cooling(claimRes(res("p", "p", "10.0.0.3")))},
+		total: pu("254", 3, "251"), ranges: []v1alpha1.PoolUsage{pu("254", 3, "251")},
+		families:    map[string]v1alpha1.PoolUsage{"IPv4": pu("254", 3, "251")},
+		coolingDown: 1, networks: []string{"a"},
 	}, {
 		name:  "one address held twice counts once; cooling only if every holder released it",
 		pool:  poolOf("p", v4),
@@ -172,6 +190,9 @@ func TestCounting(t *testing.T) {
 			}
 			if len(fams) != len(tt.families) || (len(fams) == 2 && fams[0] != "IPv4") {
 				t.Errorf("families %v, want %d, IPv4 first", fams, len(tt.families))
+			}
+			if st.CoolingDown > st.Used {
+				t.Errorf("coolingDown %d > used %d: it is counted in used", st.CoolingDown, st.Used)
 			}
 			if st.OutOfRange != tt.outOfRange || st.CoolingDown != tt.coolingDown {
 				t.Errorf("outOfRange, coolingDown = %d, %d; want %d, %d", st.OutOfRange, st.CoolingDown, tt.outOfRange, tt.coolingDown)
@@ -227,6 +248,28 @@ func TestIndexFollowsUpdatesAndDeletes(t *testing.T) {
 	if c := x.Count("shared", ranges); c.Used[0] != 0 || c.CoolingDown != 0 || len(c.Networks) != 0 {
 		t.Errorf("deleted reservation still counted: %+v", c)
 	}
+	if len(x.pools) != 0 || len(x.byName) != 0 {
+		t.Errorf("index keeps %d pools, %d names after every reservation is gone", len(x.pools), len(x.byName))
+	}
+}
+
+// A claim's reservation adds no network on Set and takes none away on
+// Delete, while a CNI reservation of the same pool keeps its network.
+func TestIndexClaimReservationsHaveNoNetwork(t *testing.T) {
+	x := NewIndex()
+	pod := res("p", "a", "10.0.0.1")
+	claim := claimRes(res("p", "p", "10.0.0.2"))
+	x.Set(pod)
+	x.Set(claim)
+	ranges, _ := ipamconfig.PoolRanges(&poolOf("p", v1alpha1.PoolRange{Range: "10.0.0.0/24"}).Spec)
+	if c := x.Count("p", ranges); c.Used[0] != 2 || !slices.Equal(c.Networks, []string{"a"}) {
+		t.Errorf("count = %+v, want used 2, networks [a]", c)
+	}
+	x.Delete(claim.Name)
+	if c := x.Count("p", ranges); c.Used[0] != 1 || !slices.Equal(c.Networks, []string{"a"}) {
+		t.Errorf("after deleting the claim's: %+v, want used 1, networks [a]", c)
+	}
+	x.Delete(pod.Name)
 	if len(x.pools) != 0 || len(x.byName) != 0 {
 		t.Errorf("index keeps %d pools, %d names after every reservation is gone", len(x.pools), len(x.byName))
 	}

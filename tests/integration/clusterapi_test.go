@@ -75,6 +75,12 @@ func TestClusterAPIAllocationAndRelease(t *testing.T) {
 		all = append(all, held{claim, addr, e.reservationOf(claim, tt.pool, addr.Spec.Address)})
 	}
 
+	// The claims' addresses are used, but the pool's name, which their
+	// reservations carry as network, is no CNI network.
+	waitPool(t, pool, "counting the two claims' addresses, of no network", func(st *ipkeeperv1alpha1.IPPoolStatus) bool {
+		return st.Used == 2 && len(st.Networks) == 0
+	})
+
 	// Release: claim, IPAddress and reservation go.
 	for _, h := range all {
 		if err := cp.Client.Delete(ctx, h.claim); err != nil {
