@@ -155,7 +155,7 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 				why := a.describeHolder(ctx, "address", req, ip, claim.Namespace)
 				var f *failure
 				if errors.As(why, &f) {
-					return nil, fail(f.reason, uint(f.cni.Code), fmt.Errorf("IPAMClaim %s/%s: %s", claim.Namespace, claim.Name, f.cni.Msg))
+					return nil, fail(f.reason, f.cni.Code, fmt.Errorf("IPAMClaim %s/%s: %s", claim.Namespace, claim.Name, f.cni.Msg))
 				}
 				return nil, why
 			} else if err != nil {
