@@ -73,6 +73,11 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 		var ips []netip.Prefix
 		var created []entry
 		recorded := len(claim.Status.IPs) > 0
+		if !recorded {
+			if err := requestPending(claim); err != nil {
+				return nil, err
+			}
+		}
 		if recorded {
 			ips, err = a.recordedAddresses(ctx, req, claim, h)
 		} else {
@@ -123,6 +128,24 @@ func (a *Agent) allocateForClaim(ctx context.Context, req *request, pod *corev1.
 		claim = fresh
 	}
 	return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s: status kept changing under %d attempts; retry", claim.Namespace, claim.Name, maxStatusRaces))
+}
+
+// requestPending fails the first allocation of a claim whose VM requested
+// addresses (claimstatus.RequestedAnnotation): ipkeeper-controller reserves
+// and records them, and the ADD uses them once recorded; another address
+// now would be the VM's for good. The controller's condition says why
+// they are not recorded yet, if it knows.
+func requestPending(claim *ipamclaimsv1alpha1.IPAMClaim) error {
+	requested, ok := claim.Annotations[claimstatus.RequestedAnnotation]
+	if !ok {
+		return nil
+	}
+	why := "ipkeeper-controller has not reserved them yet"
+	if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionRequested); c != nil && c.Status == metav1.ConditionFalse {
+		why = c.Reason + ": " + c.Message
+	}
+	return fail(reasonClaim, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s: the VM requested addresses %s, which are not the claim's: %s",
+		claim.Namespace, claim.Name, requested, why))
 }
 
 // recordedAddresses returns the addresses in the claim's status, making

@@ -25,6 +25,9 @@ type Desired struct {
 	Interface string
 	// NAD is the attachment the network uses.
 	NAD types.NamespacedName
+	// Request is the owner's requested addresses on the network
+	// (RequestedAddressesAnnotation); nil when it asks for none.
+	Request *request
 }
 
 // NADReader reads and parses a NetworkAttachmentDefinition.

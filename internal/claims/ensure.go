@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 )
 
 // EventReason is the reason of an Event on the VM (or standalone VMI).
@@ -30,12 +31,21 @@ const (
 	ReasonClaimConflict EventReason = "IPAMClaimConflict"
 	ReasonClaimMismatch EventReason = "IPAMClaimSpecMismatch"
 	ReasonNADProblem    EventReason = "NetworkAttachmentDefinitionProblem"
+	// Requested addresses (RequestedAddressesAnnotation) reserved for the
+	// claim, or not, with the claim's RequestedAddresses condition's reason.
+	ReasonRequestedReserved    EventReason = "RequestedAddressesReserved"
+	ReasonRequestedNotHonoured EventReason = "RequestedAddressesNotHonoured"
 )
 
 // claimWriter creates an owner's missing claims; the VM and VMI reconcilers share it.
 type claimWriter struct {
 	client   client.Client
 	recorder record.EventRecorder
+	// pools reads IPPools and the reservations (indexed by
+	// reservationindex) from the main manager's cache; live reads
+	// reservations from the API server.
+	pools client.Reader
+	live  client.Reader
 }
 
 // ensureResult says what is still pending after ensure.
@@ -43,7 +53,8 @@ type ensureResult struct {
 	// conflicts are claims of the wanted names held by another owner.
 	conflicts int
 	// waiting counts our own claims still being deleted (an unplug undone
-	// quickly): they are recreated once gone.
+	// quickly): they are recreated once gone; and requested addresses that
+	// may become available (taken, pool missing).
 	waiting int
 }
 
@@ -57,7 +68,11 @@ func (w *claimWriter) ensure(ctx context.Context, ownerObj client.Object, owner 
 		err := w.client.Get(ctx, types.NamespacedName{Namespace: ownerObj.GetNamespace(), Name: d.Name}, &claim)
 		switch {
 		case apierrors.IsNotFound(err):
-			if err := w.create(ctx, ownerObj, owner, d); err != nil {
+			created, err := w.create(ctx, ownerObj, owner, d)
+			if err != nil {
+				return res, err
+			}
+			if err := w.request(ctx, ownerObj, created, d, &res); err != nil {
 				return res, err
 			}
 			continue
@@ -91,11 +106,24 @@ func (w *claimWriter) ensure(ctx context.Context, ownerObj client.Object, owner 
 		if err := w.adopt(ctx, &claim, owner, d); err != nil {
 			return res, err
 		}
+		if err := w.request(ctx, ownerObj, &claim, d, &res); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }
 
-func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner claimowner.Owner, d Desired) error {
+// request honours the addresses d requests, counting in res a request
+// that is worth another look later.
+func (w *claimWriter) request(ctx context.Context, ownerObj client.Object, claim *ipamclaimsv1alpha1.IPAMClaim, d Desired, res *ensureResult) error {
+	retry, err := w.honourRequest(ctx, ownerObj, claim, d)
+	if retry {
+		res.waiting++
+	}
+	return err
+}
+
+func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner claimowner.Owner, d Desired) (*ipamclaimsv1alpha1.IPAMClaim, error) {
 	gvk := kubevirtv1.SchemeGroupVersion.WithKind(owner.Kind)
 	claim := &ipamclaimsv1alpha1.IPAMClaim{
 		ObjectMeta: metav1.ObjectMeta{
@@ -107,30 +135,39 @@ func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner 
 		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: d.Network, Interface: d.Interface},
 	}
 	setIdentity(claim, owner, d)
+	// With the claim, in one write, so no launcher pod sees the claim
+	// without it (the agent allocates nothing while it is pending).
+	setRequest(claim, d)
 	if err := w.client.Create(ctx, claim); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Our cache has not seen it yet; the claim watch brings us back.
-			return fmt.Errorf("IPAMClaim %s/%s appeared while creating it (cache behind): %w", claim.Namespace, claim.Name, err)
+			return nil, fmt.Errorf("IPAMClaim %s/%s appeared while creating it (cache behind): %w", claim.Namespace, claim.Name, err)
 		}
-		return fmt.Errorf("creating IPAMClaim %s/%s for %s network %q: %w", claim.Namespace, claim.Name, owner, d.LogicalNetwork, err)
+		return nil, fmt.Errorf("creating IPAMClaim %s/%s for %s network %q: %w", claim.Namespace, claim.Name, owner, d.LogicalNetwork, err)
 	}
 	claimsCreated.Inc()
 	log.FromContext(ctx).Info("created IPAMClaim", "claim", claim.Name, "network", d.LogicalNetwork, "cniNetwork", d.Network, "interface", d.Interface)
 	w.recorder.Eventf(ownerObj, corev1.EventTypeNormal, string(ReasonClaimCreated),
 		"created IPAMClaim %s for network %q (CNI network %q, pod interface %s)", claim.Name, d.LogicalNetwork, d.Network, d.Interface)
-	return nil
+	return claim, nil
 }
 
 // adopt adds our labels, annotations and finalizer to a claim this owner
 // already holds (for example one made by another KubeVirt IPAM controller).
 func (w *claimWriter) adopt(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, d Desired) error {
 	if controllerutil.ContainsFinalizer(claim, Finalizer) && claimowner.Managed(claim) &&
-		claim.Labels[claimowner.OwnerUIDLabel] == string(owner.UID) && claim.Annotations[NetworkAnnotation] == d.LogicalNetwork {
+		claim.Labels[claimowner.OwnerUIDLabel] == string(owner.UID) && claim.Annotations[NetworkAnnotation] == d.LogicalNetwork &&
+		(len(claim.Status.IPs) > 0 || requestRecorded(claim, d)) {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(claim, Finalizer)
 	setIdentity(claim, owner, d)
+	if len(claim.Status.IPs) == 0 {
+		// A request added (or withdrawn) before the first allocation; after
+		// it the addresses are the claim's and the request is only judged.
+		setRequest(claim, d)
+	}
 	if err := w.client.Patch(ctx, claim, patch); err != nil {
 		return fmt.Errorf("adopting IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
@@ -140,6 +177,28 @@ func (w *claimWriter) adopt(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 func setIdentity(claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, d Desired) {
 	claimowner.Record(claim, owner)
 	claim.Annotations[NetworkAnnotation] = d.LogicalNetwork
+}
+
+// setRequest records d's requested addresses on the claim
+// (claimstatus.RequestedAnnotation), or removes a withdrawn request.
+func setRequest(claim *ipamclaimsv1alpha1.IPAMClaim, d Desired) {
+	if d.Request == nil {
+		delete(claim.Annotations, claimstatus.RequestedAnnotation)
+		return
+	}
+	if claim.Annotations == nil {
+		claim.Annotations = map[string]string{}
+	}
+	claim.Annotations[claimstatus.RequestedAnnotation] = d.Request.claimValue()
+}
+
+// requestRecorded reports whether the claim records d's request as it is.
+func requestRecorded(claim *ipamclaimsv1alpha1.IPAMClaim, d Desired) bool {
+	v, ok := claim.Annotations[claimstatus.RequestedAnnotation]
+	if d.Request == nil {
+		return !ok
+	}
+	return ok && v == d.Request.claimValue()
 }
 
 // sameNetwork tells a claim of the wanted name apart from one this owner

@@ -11,3 +11,12 @@ const (
 	// hashed claim name no longer shows.
 	NetworkAnnotation = "ipkeeper.io/logical-network"
 )
+
+// RequestedAddressesAnnotation asks for given addresses on a VM's networks:
+// on the VM's spec.template.metadata.annotations (a standalone VMI's
+// metadata.annotations), a JSON object from the KubeVirt network name to
+// its addresses, '{"blue": ["10.0.0.5", "fd00::5"]}'. The name and shape
+// are those of KubeVirt's ipam-extensions (which turns it into the
+// IPAMClaim's spec.ipRequests) and of the migration toolkit that sets it
+// on imported VMs.
+const RequestedAddressesAnnotation = "network.kubevirt.io/addresses"

@@ -39,16 +39,17 @@ type ownerSync struct {
 	backoff workqueue.TypedRateLimiter[reconcile.Request]
 }
 
-func newOwnerSync(c client.Client, recorder record.EventRecorder, gate kubevirt.Gate) *ownerSync {
+func newOwnerSync(c client.Client, recorder record.EventRecorder, gate kubevirt.Gate, pools, live client.Reader) *ownerSync {
 	return &ownerSync{
-		claimWriter: claimWriter{client: c, recorder: recorder},
+		claimWriter: claimWriter{client: c, recorder: recorder, pools: pools, live: live},
 		gate:        gate,
 		backoff:     workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
 	}
 }
 
-// sync creates the claims ownerObj needs for the networks of spec.
-func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj client.Object, owner claimowner.Owner, spec *kubevirtv1.VirtualMachineInstanceSpec) (reconcile.Result, error) {
+// sync creates the claims ownerObj needs for the networks of spec, with
+// the addresses annotations (the VMI's, or the VM's template's) request.
+func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj client.Object, owner claimowner.Owner, spec *kubevirtv1.VirtualMachineInstanceSpec, annotations map[string]string) (reconcile.Result, error) {
 	enabled, err := s.gate.Enabled(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -63,7 +64,7 @@ func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj cl
 		nadProblems.Inc()
 		s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonNADProblem), "no persistent IPs for %v", p)
 	}
-	res, err := s.ensure(ctx, ownerObj, owner, want)
+	res, err := s.ensure(ctx, ownerObj, owner, withRequests(want, annotations))
 	if err != nil {
 		return reconcile.Result{}, err
 	}

@@ -22,6 +22,10 @@ type VMReconciler struct {
 	Client   client.Client
 	Recorder record.EventRecorder
 	Gate     kubevirt.Gate
+	// Pools reads IPPools and reservations (indexed by reservationindex):
+	// the main manager's cache. APIReader reads reservations live.
+	Pools     client.Reader
+	APIReader client.Reader
 	// WatchKubeVirt re-queues every VM when the KubeVirt CR changes, so
 	// turning the gate on takes effect at once.
 	WatchKubeVirt bool
@@ -42,12 +46,12 @@ func (r *VMReconciler) Reconcile(ctx context.Context, req reconcile.Request) (re
 		return reconcile.Result{}, nil
 	}
 	owner := claimowner.Owner{Kind: claimowner.KindVM, Name: vm.Name, UID: vm.UID}
-	return r.sync.sync(ctx, req, &vm, owner, &vm.Spec.Template.Spec)
+	return r.sync.sync(ctx, req, &vm, owner, &vm.Spec.Template.Spec, vm.Spec.Template.ObjectMeta.Annotations)
 }
 
 // SetupWithManager registers the reconciler.
 func (r *VMReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate)
+	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate, r.Pools, r.APIReader)
 	return setupOwnerController(mgr, "vm-claims", &kubevirtv1.VirtualMachine{},
 		func() client.ObjectList { return &kubevirtv1.VirtualMachineList{} }, r.WatchKubeVirt, r)
 }

@@ -26,6 +26,9 @@ type VMIReconciler struct {
 	Recorder      record.EventRecorder
 	Gate          kubevirt.Gate
 	WatchKubeVirt bool
+	// Pools and APIReader: as for VMReconciler.
+	Pools     client.Reader
+	APIReader client.Reader
 
 	sync *ownerSync
 }
@@ -47,7 +50,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	owner := claimowner.Owner{Kind: claimowner.KindVMI, Name: vmi.Name, UID: vmi.UID}
-	return r.sync.sync(ctx, req, &vmi, owner, &vmi.Spec)
+	return r.sync.sync(ctx, req, &vmi, owner, &vmi.Spec, vmi.Annotations)
 }
 
 // orphanedFromVM reports whether this owner-less VMI is what orphan
@@ -77,7 +80,7 @@ func (r *VMIReconciler) orphanedFromVM(ctx context.Context, vmi *kubevirtv1.Virt
 
 // SetupWithManager registers the reconciler.
 func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate)
+	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate, r.Pools, r.APIReader)
 	return setupOwnerController(mgr, "vmi-claims", &kubevirtv1.VirtualMachineInstance{},
 		func() client.ObjectList { return &kubevirtv1.VirtualMachineInstanceList{} }, r.WatchKubeVirt, r)
 }

@@ -51,3 +51,38 @@ func quote(ss []string) []string {
 	}
 	return out
 }
+
+// RequestedAnnotation, on an IPAMClaim, holds the addresses the claim's VM
+// requested for the network (a JSON list, as in the VM's
+// network.kubevirt.io/addresses), or "invalid" when the VM's request could
+// not be read. ipkeeper-controller sets it when it creates the claim, so
+// that it is there before any launcher pod can see the claim: while it is
+// present and the claim's status.ips is empty, ipkeeper-agent allocates
+// nothing for the claim (the controller reserves the requested addresses
+// and records them, or says in ConditionRequested why it cannot).
+const RequestedAnnotation = "ipkeeper.io/requested-addresses"
+
+// ConditionRequested says whether the addresses the VM requested for the
+// network are the claim's: True once reserved and recorded in status.ips.
+const ConditionRequested = "RequestedAddresses"
+
+// Reasons of ConditionRequested.
+const (
+	ReasonRequestedReserved = "Reserved"
+	// ReasonRequestedOutsidePool: an address the pool does not hand out
+	// (outside every range, the gateway, excluded) or of a family it lacks.
+	ReasonRequestedOutsidePool = "OutsidePool"
+	// ReasonRequestedTaken: someone else holds the address.
+	ReasonRequestedTaken = "Taken"
+	// ReasonRequestedInvalid: the request cannot be read (malformed, more
+	// than one address per family) or the network's config is broken.
+	ReasonRequestedInvalid = "Invalid"
+	// ReasonRequestedPoolNotFound: the network's IPPool does not exist (yet).
+	ReasonRequestedPoolNotFound = "PoolNotFound"
+	// ReasonRequestedExhausted: the other family of a dual-stack network,
+	// which the VM did not request, has no free address.
+	ReasonRequestedExhausted = "Exhausted"
+	// ReasonRequestedAlreadyAllocated: the claim already holds other
+	// addresses; a request applies only before the first allocation.
+	ReasonRequestedAlreadyAllocated = "AlreadyAllocated"
+)

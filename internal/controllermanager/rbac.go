@@ -7,7 +7,9 @@ package controllermanager
 //
 // Claims controllers: read VMs, VMIs, the KubeVirt CR (feature gate) and
 // NADs; create, adopt and release IPAMClaims; read launcher pods (metadata);
-// events on VMs.
+// events on VMs. A VM's requested addresses: read pools, create (and, for
+// a failed request, delete) reservations and write the claim's status
+// (rules below).
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachines;virtualmachineinstances;kubevirts,verbs=get;list;watch
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=ipamclaims,verbs=get;list;watch;create;update;patch;delete

@@ -11,6 +11,10 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
+// PluginType is ipam.type of the networks ipkeeper serves (the name the
+// agent installs its plugin binary under).
+const PluginType = "ipkeeper"
+
 // Config is a parsed and validated ipkeeper network configuration.
 type Config struct {
 	// Name is the top-level network name, the identity of the address pool.

@@ -153,3 +153,45 @@ func NADRef(ref, defaultNamespace string) (types.NamespacedName, error) {
 	}
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
+
+// PluginConfig returns the configuration the IPAM plugin of type ipamType
+// reads on stdin for a NAD's network: spec.config itself when its
+// ipam.type is ipamType, or, for a conflist, the first plugin whose
+// ipam.type is ipamType, with the list's name and cniVersion set as libcni
+// passes them. found is false when no plugin of spec.config uses that IPAM.
+func PluginConfig(n *nadv1.NetworkAttachmentDefinition, ipamType string) (_ []byte, found bool, _ error) {
+	key := types.NamespacedName{Namespace: n.Namespace, Name: n.Name}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(n.Spec.Config), &top); err != nil {
+		return nil, false, &NADError{NAD: key, Field: "spec.config", Problem: "not a JSON object: " + err.Error()}
+	}
+	usesIPAM := func(obj map[string]json.RawMessage) bool {
+		var ipam struct {
+			Type string `json:"type"`
+		}
+		return json.Unmarshal(obj["ipam"], &ipam) == nil && ipam.Type == ipamType
+	}
+	if usesIPAM(top) {
+		return []byte(n.Spec.Config), true, nil
+	}
+	var plugins []map[string]json.RawMessage
+	if json.Unmarshal(top["plugins"], &plugins) != nil {
+		return nil, false, nil
+	}
+	for _, p := range plugins {
+		if !usesIPAM(p) {
+			continue
+		}
+		for _, k := range []string{"name", "cniVersion"} {
+			if v, ok := top[k]; ok {
+				p[k] = v
+			}
+		}
+		out, err := json.Marshal(p)
+		if err != nil {
+			return nil, false, fmt.Errorf("NetworkAttachmentDefinition %s: re-encoding the plugin using IPAM %q: %w", key, ipamType, err)
+		}
+		return out, true, nil
+	}
+	return nil, false, nil
+}

@@ -174,3 +174,33 @@ func FuzzNADRef(f *testing.F) {
 		}
 	})
 }
+
+func TestPluginConfig(t *testing.T) {
+	tests := []struct {
+		name, config string
+		want         string // "" when not found
+		wantErr      string
+	}{
+		{name: "plugin using the IPAM", config: `{"cniVersion":"1.0.0","name":"n","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}`,
+			want: `{"cniVersion":"1.0.0","name":"n","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}`},
+		{name: "conflist: the plugin gets the list's name and version", config: `{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"tuning"},{"type":"bridge","ipam":{"type":"ipkeeper","pool":"p"}}]}`,
+			want: `{"cniVersion":"1.0.0","ipam":{"type":"ipkeeper","pool":"p"},"name":"n","type":"bridge"}`},
+		{name: "another IPAM", config: `{"name":"n","type":"bridge","ipam":{"type":"whereabouts"}}`},
+		{name: "no IPAM", config: `{"name":"n","type":"bridge"}`},
+		{name: "not json", config: `{"name":`, wantErr: "spec.config: not a JSON object"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, found, err := PluginConfig(mk(tt.config), "ipkeeper")
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || found != (tt.want != "") || string(got) != tt.want {
+				t.Fatalf("PluginConfig() = %s, %v, %v; want %s", got, found, err, tt.want)
+			}
+		})
+	}
+}

@@ -175,7 +175,8 @@ func TestAgentWritesBoundToItsNode(t *testing.T) {
 
 // TestControllerMayOnlySetClaimConditions applies the shipped policies and
 // writes claim status as ipkeeper-controller's ServiceAccount: conditions
-// may change, the addresses and the owner pod may not.
+// may change, and a claim without addresses may get its first (requested)
+// ones; addresses a claim has and the owner pod may not change.
 func TestControllerMayOnlySetClaimConditions(t *testing.T) {
 	ctx := context.Background()
 	applyPolicies(t)
@@ -204,8 +205,25 @@ func TestControllerMayOnlySetClaimConditions(t *testing.T) {
 	owner := c.DeepCopy()
 	owner.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "someone"}
 	expectRefusedBy(t, "the controller sets a claim's owner pod", ctrl.Status().Update(ctx, owner), "may only set IPAMClaim conditions")
+	cleared := c.DeepCopy()
+	cleared.Status.IPs = []string{} // the schema requires the list
+	expectRefusedBy(t, "the controller clears a claim's addresses", ctrl.Status().Update(ctx, cleared, client.DryRunAll), "never changes or clears addresses a claim has")
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: "AddressesInPool", Status: metav1.ConditionFalse, Reason: "OutOfPool", Message: "10.99.7.5 left"})
 	expectAllowed(t, "the controller sets a condition", ctrl.Status().Update(ctx, &c))
+
+	// A claim with no addresses yet: the controller records requested ones.
+	fresh := createClaim(t, ns, "vm2.ctrl", "ctrl-net")
+	var f ipamclaimsv1alpha1.IPAMClaim
+	if err := ctrl.Get(ctx, client.ObjectKeyFromObject(fresh), &f); err != nil {
+		t.Fatal(err)
+	}
+	withOwner := f.DeepCopy()
+	withOwner.Status.IPs = []string{"10.99.7.9/24"}
+	withOwner.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "someone"}
+	expectRefusedBy(t, "the controller sets a fresh claim's owner pod", ctrl.Status().Update(ctx, withOwner, client.DryRunAll), "owner pod is written by ipkeeper-agent")
+	f.Status.IPs = []string{"10.99.7.9/24", "fd00:99::9/64"}
+	meta.SetStatusCondition(&f.Status.Conditions, metav1.Condition{Type: "RequestedAddresses", Status: metav1.ConditionTrue, Reason: "Reserved", Message: "10.99.7.9 reserved"})
+	expectAllowed(t, "the controller records a claim's first addresses", ctrl.Status().Update(ctx, &f))
 }
 
 // applyPolicies applies the shipped RBAC and admission policies
