@@ -7,10 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 )
 
 // PluginName is the CNI plugin's file name, the value of ipam.type.
-const PluginName = "ipkeeper"
+const PluginName = ipamconfig.PluginType
 
 // installPlugin copies src into dir/ipkeeper atomically (write a temporary
 // file, then rename), so a runtime exec'ing the plugin meanwhile never sees

@@ -195,7 +195,7 @@ func (w *claimWriter) judgeRecorded(ctx context.Context, claim *ipamclaimsv1alph
 			message: fmt.Sprintf("requested %s reserved for network %q; claim addresses %s", joinAddrs(addrs), d.LogicalNetwork, strings.Join(claim.Status.IPs, ", "))}
 	}
 	if cfg, _, err := w.network(ctx, d); err == nil && cfg != nil {
-		w.releaseUnrecorded(ctx, claim, cfg.PoolName(), missing)
+		w.releaseUnrecorded(ctx, claim, cfg.LockKey(), missing)
 	}
 	return refused(claimstatus.ReasonRequestedAlreadyAllocated, false,
 		"the claim already holds %s; a requested address applies only before a claim's first allocation (deleting the claim while the VM is stopped gives the VM the requested address, or a new one)",
@@ -206,10 +206,10 @@ func (w *claimWriter) judgeRecorded(ctx context.Context, claim *ipamclaimsv1alph
 // its status does not record and no agent has used (spec.node unset: made
 // here), at once as the agent discards what no workload got. Failures are
 // logged; the claim's deletion releases them anyway.
-func (w *claimWriter) releaseUnrecorded(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool string, ips []netip.Addr) {
+func (w *claimWriter) releaseUnrecorded(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, lockKey string, ips []netip.Addr) {
 	for _, ip := range ips {
 		var res ipkeeperv1alpha1.IPReservation
-		if err := w.live.Get(ctx, types.NamespacedName{Name: naming.Reservation(pool, ip)}, &res); err != nil {
+		if err := w.live.Get(ctx, types.NamespacedName{Name: naming.Reservation(lockKey, ip)}, &res); err != nil {
 			continue
 		}
 		if res.Spec.Owner.UID != claim.UID || res.Spec.Node != "" {
@@ -274,7 +274,7 @@ func (w *claimWriter) reserveAddr(ctx context.Context, claim *ipamclaimsv1alpha1
 	}
 	res := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: naming.Reservation(pool, ip),
+			Name: naming.Reservation(cfg.LockKey(), ip),
 			Labels: map[string]string{
 				naming.NetworkLabel:   naming.NetworkLabelValue(cfg.Name),
 				naming.OwnerKindLabel: string(ipkeeperv1alpha1.OwnerIPAMClaim),
