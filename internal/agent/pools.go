@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -246,13 +247,17 @@ func (a *Agent) checkInlineDefinition(req *request, pool *ipkeeperv1alpha1.IPPoo
 // second refuse each other (neither can tell which came first). It returns
 // the ranges of younger overlapping pools, which this network must not
 // hand out either: its pool may have grown into theirs since, or been
-// deleted and re-created. While a pool is young (just created, maybe
-// not in every agent's cache yet) the check lists pools live, so two
-// networks used for the first time at once on two nodes cannot both miss
-// the other.
+// deleted and re-created. The pools are read from the cache, and live
+// when the cache does not show this network's own pool yet (just created
+// here or elsewhere): a cache that shows it shows every older pool too
+// (a watch delivers in order), so two networks used for the first time at
+// once on two nodes cannot both miss the other, and no ADD pays a live
+// list once the cache has caught up.
 func (a *Agent) checkInlineOverlap(ctx context.Context, req *request, pool *ipkeeperv1alpha1.IPPool, ranges []iprange.Range, created bool) (blocked []iprange.Range, err error) {
-	live := created || time.Since(pool.CreationTimestamp.Time) < overlapLiveWindow
-	pools, err := a.poolStore.List(ctx, live)
+	pools, err := a.poolStore.List(ctx, created)
+	if err == nil && !created && !slices.ContainsFunc(pools, func(p ipkeeperv1alpha1.IPPool) bool { return p.UID == pool.UID }) {
+		pools, err = a.poolStore.List(ctx, true)
+	}
 	if err != nil {
 		return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("listing IPPools to check network %q for overlap: %w", req.cfg.Name, err))
 	}
@@ -281,10 +286,6 @@ func (a *Agent) checkInlineOverlap(ctx context.Context, req *request, pool *ipke
 	}
 	return blocked, nil
 }
-
-// overlapLiveWindow is how long after its creation an inline pool's
-// overlap check lists pools live rather than from the cache.
-const overlapLiveWindow = 2 * time.Minute
 
 // thisNAD names the requester's NAD, which the requester may know.
 func (a *Agent) thisNAD(req *request) string {
