@@ -127,12 +127,15 @@ func (m *model) add(a *attachment) {
 func (m *model) setState(a *attachment, s attState) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	a.state, a.since = s, time.Now()
-	if s == attReleasing && cooldownOf(a.pool) > 0 {
+	// The earliest a live attachment's addresses can be released is when
+	// its DEL is first sent (or its pod deleted); a retried DEL, or the
+	// late DEL of a superseded sandbox, releases nothing new.
+	if s == attReleasing && a.state == attLive && cooldownOf(a.pool) > 0 {
 		for _, ip := range a.ips {
-			m.released[a.pool+"/"+ip.String()] = release{at: a.since, holder: a.holder()}
+			m.released[a.pool+"/"+ip.String()] = release{at: time.Now(), holder: a.holder()}
 		}
 	}
+	a.state, a.since = s, time.Now()
 }
 
 // owesDel reports whether the sandbox containerID has an attachment whose
