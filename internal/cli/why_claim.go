@@ -136,6 +136,17 @@ func conditionLine(c metav1.Condition) string {
 	return line
 }
 
+// foundClaim adds what a pod's or VM's report says of one of its claims:
+// the claim's reservations (to held), its facts and what to do.
+func foundClaim(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, all, held []ipkeeperv1alpha1.IPReservation, facts []string) ([]ipkeeperv1alpha1.IPReservation, []string) {
+	claimHeld := ownedBy(all, ipkeeperv1alpha1.OwnerIPAMClaim, claim.UID)
+	for _, l := range claimLines(claim) {
+		facts = append(facts, fmt.Sprintf("IPAMClaim %s: %s", claim.Name, l))
+	}
+	claimNext(rep, claim, claimHeld)
+	return append(held, claimHeld...), facts
+}
+
 // claimNext adds what to do for the documented states of a claim
 // (docs/troubleshooting.md, docs/kubevirt.md).
 func claimNext(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, held []ipkeeperv1alpha1.IPReservation) {

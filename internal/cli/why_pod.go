@@ -94,12 +94,7 @@ func whyPod(ctx context.Context, s *session, key types.NamespacedName) (*Report,
 			rep.next("IPAMClaim %s/%s does not exist: ipkeeper-controller creates it for a VM while the PersistentIPs feature gate is on; check that the controller runs (kubectl ipkeeper why vm/NAME)", key.Namespace, e.ClaimRef)
 			continue
 		}
-		claimHeld := ownedBy(all, ipkeeperv1alpha1.OwnerIPAMClaim, claim.UID)
-		held = append(held, claimHeld...)
-		for _, l := range claimLines(claim) {
-			claimFacts = append(claimFacts, fmt.Sprintf("IPAMClaim %s: %s", claim.Name, l))
-		}
-		claimNext(rep, claim, claimHeld)
+		held, claimFacts = foundClaim(rep, claim, all, held, claimFacts)
 	}
 	if len(elems) == 0 && perr == nil {
 		nets = append(nets, fmt.Sprintf("no %s annotation: the pod has no secondary networks", multus.Annotation))

@@ -112,12 +112,7 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 			}
 			continue
 		}
-		claimHeld := ownedBy(all, ipkeeperv1alpha1.OwnerIPAMClaim, claim.UID)
-		held = append(held, claimHeld...)
-		for _, l := range claimLines(claim) {
-			claimFacts = append(claimFacts, fmt.Sprintf("IPAMClaim %s: %s", claim.Name, l))
-		}
-		claimNext(rep, claim, claimHeld)
+		held, claimFacts = foundClaim(rep, claim, all, held, claimFacts)
 	}
 	if len(networks) == 0 {
 		netLines = append(netLines, "no secondary (Multus) networks")
