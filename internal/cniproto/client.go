@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -108,17 +109,17 @@ func (c *Client) roundTrip(ctx context.Context, what string, body []byte) (_ *Re
 	defer stop()
 
 	if err := WriteFrame(conn, body); err != nil {
-		if ctx.Err() != nil {
-			return nil, timedOut(sock, what, timeout, ctx.Err(), err)
+		if cerr := ctxErr(ctx, err); cerr != nil {
+			return nil, timedOut(sock, what, timeout, cerr, err)
 		}
 		return nil, fmt.Errorf("sending the %s request to ipkeeper-agent at %s: %w", what, sock, err)
 	}
 	raw, err := ReadFrame(conn, MaxResponseSize)
 	if err != nil {
 		var fe *FrameError
-		switch {
-		case ctx.Err() != nil:
-			return nil, timedOut(sock, what, timeout, ctx.Err(), err)
+		switch cerr := ctxErr(ctx, err); {
+		case cerr != nil:
+			return nil, timedOut(sock, what, timeout, cerr, err)
 		case errors.As(err, &fe) && bytes.HasPrefix(fe.Header, []byte("HTTP/")):
 			// An agent from before the framed protocol answers 400 in HTTP.
 			return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf(
@@ -137,6 +138,19 @@ func (c *Client) roundTrip(ctx context.Context, what string, body []byte) (_ *Re
 		return &resp, resp.Error
 	}
 	return &resp, nil
+}
+
+// ctxErr is why an exchange on a connection failed with err if ctx ended
+// it: the connection's deadline is the context's, and may fire a moment
+// before the context's own timer.
+func ctxErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // timedOut words a deadline or cancellation; it wraps the context's error so
