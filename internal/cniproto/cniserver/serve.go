@@ -32,7 +32,8 @@ const ShutdownTimeout = 30 * time.Second
 // first bytes (a frame header or an HTTP request line) and readTimeout to
 // send its whole request; a reply must be taken within writeTimeout. The
 // handler itself is bounded by the client's own timeout, not by these.
-const (
+// Variables so that tests can shorten them.
+var (
 	headerTimeout = 10 * time.Second
 	readTimeout   = 30 * time.Second
 	writeTimeout  = 30 * time.Second
