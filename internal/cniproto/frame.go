@@ -97,18 +97,6 @@ func ReadFrame(r io.Reader, limit int) ([]byte, error) {
 	return readBody(r, h[:], limit)
 }
 
-// ReadFrameAfter reads the rest of a frame whose first bytes (fewer than
-// FrameHeaderSize) were already read, as the agent does when it sniffs a
-// connection.
-func ReadFrameAfter(r io.Reader, first []byte, limit int) ([]byte, error) {
-	h := make([]byte, FrameHeaderSize)
-	copy(h, first)
-	if n, err := io.ReadFull(r, h[len(first):]); err != nil {
-		return nil, fmt.Errorf("frame header cut short after %d of %d bytes: %w", len(first)+n, FrameHeaderSize, unexpected(err))
-	}
-	return readBody(r, h, limit)
-}
-
 func readBody(r io.Reader, h []byte, limit int) ([]byte, error) {
 	size, err := ParseFrameHeader(h, limit)
 	if err != nil {

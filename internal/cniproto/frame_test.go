@@ -67,21 +67,6 @@ func TestReadFrameErrors(t *testing.T) {
 	}
 }
 
-func TestReadFrameAfterSniffedBytes(t *testing.T) {
-	var buf bytes.Buffer
-	_ = WriteFrame(&buf, []byte(`{"command":"GC"}`))
-	first := make([]byte, len(FrameMagic))
-	_, _ = io.ReadFull(&buf, first)
-	got, err := ReadFrameAfter(&buf, first, MaxRequestSize)
-	if err != nil || string(got) != `{"command":"GC"}` {
-		t.Fatalf("ReadFrameAfter = %q, %v", got, err)
-	}
-	if _, err := ReadFrameAfter(strings.NewReader("\x01"), first, MaxRequestSize); !errors.Is(err, io.ErrUnexpectedEOF) ||
-		!strings.Contains(err.Error(), "cut short after 4 of 8 bytes") {
-		t.Fatalf("ReadFrameAfter on a cut header: %v", err)
-	}
-}
-
 func TestHTTPIsNotAFrame(t *testing.T) {
 	for _, m := range []string{"GET ", "POST", "PUT ", "HEAD", "PRI "} {
 		if IsFrame([]byte(m)) {

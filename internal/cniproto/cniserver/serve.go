@@ -3,11 +3,11 @@
 package cniserver
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"net"
@@ -183,25 +183,32 @@ func ServeListener(ctx context.Context, ln net.Listener, h Handler, log logr.Log
 	return nil
 }
 
+// sniffBufferSize is what the first read of a connection may bring: a
+// typical request whole, or an HTTP request's headers.
+const sniffBufferSize = 8 << 10
+
 // serveConn reads a connection's first bytes and serves it as a frame or
 // hands it to the HTTP server.
 func (s *handler) serveConn(ctx context.Context, conn net.Conn, httpLn *connListener) {
 	start := time.Now()
 	_ = conn.SetReadDeadline(start.Add(headerTimeout))
-	first := make([]byte, len(cniproto.FrameMagic))
-	n, err := io.ReadFull(conn, first)
-	if err != nil && n == 0 {
+	// One read usually brings the whole request: the shim writes its
+	// frame at once.
+	br := bufio.NewReaderSize(conn, sniffBufferSize)
+	first, err := br.Peek(len(cniproto.FrameMagic))
+	if err != nil && len(first) == 0 {
 		_ = conn.Close() // connected and left, as a liveness check does
 		return
 	}
-	if !cniproto.IsFrame(first[:n]) {
+	if !cniproto.IsFrame(first) {
 		_ = conn.SetReadDeadline(time.Time{}) // net/http sets its own
-		httpLn.push(&prefixConn{Conn: conn, prefix: first[:n]})
+		buffered, _ := br.Peek(br.Buffered())
+		httpLn.push(&prefixConn{Conn: conn, prefix: buffered})
 		return
 	}
 	defer func() { _ = conn.Close() }()
 	_ = conn.SetReadDeadline(start.Add(readTimeout))
-	raw, err := cniproto.ReadFrameAfter(conn, first, cniproto.MaxRequestSize)
+	raw, err := cniproto.ReadFrame(br, cniproto.MaxRequestSize)
 	if err != nil {
 		var tooLarge *cniproto.FrameTooLargeError
 		var fe *cniproto.FrameError
