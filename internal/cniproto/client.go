@@ -85,7 +85,7 @@ func (c *Client) Status(ctx context.Context) error {
 // roundTrip sends body as one frame on a new connection and reads the
 // reply frame. The connection stays open until the reply is read: the
 // agent takes a hang-up as the caller giving up and cancels the request.
-func (c *Client) roundTrip(ctx context.Context, what string, body []byte) (_ *Response, err error) {
+func (c *Client) roundTrip(ctx context.Context, what string, body []byte) (*Response, error) {
 	sock := c.socketPath()
 	timeout := c.timeout()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
