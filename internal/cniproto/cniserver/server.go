@@ -35,7 +35,7 @@ import (
 
 // Handler is implemented by the agent. Returning a *types.Error (possibly
 // wrapped) sends that CNI error to the runtime; any other error becomes
-// types.ErrInternal, or ErrPluginNotAvailable for Status. DEL must succeed
+// types.ErrInternal, or cniproto.ErrPluginNotAvailable for Status. DEL must succeed
 // for attachments that no longer exist.
 type Handler interface {
 	Add(ctx context.Context, req *cniproto.Request) (*types100.Result, error)
@@ -73,7 +73,7 @@ func (s *handler) serveCNI(w http.ResponseWriter, r *http.Request) {
 		cerr := types.NewError(types.ErrIOFailure, fmt.Sprintf("reading ipkeeper request: %v", err), "")
 		status := http.StatusBadRequest
 		if errors.As(err, &mbe) {
-			cerr, status = tooLargeError(), http.StatusRequestEntityTooLarge
+			cerr, status = cniproto.TooLargeError(0), http.StatusRequestEntityTooLarge
 		}
 		s.log.Error(cerr, "rejected CNI request")
 		writeResponse(w, status, &cniproto.Response{Error: cerr})
@@ -131,10 +131,6 @@ func decodeRequest(raw []byte) (*cniproto.Request, *types.Error) {
 	}
 	return &req, nil
 }
-
-// tooLargeError is the reply to a request over cniproto.MaxRequestSize,
-// worded as the client words it.
-func tooLargeError() *types.Error { return cniproto.TooLargeError(0) }
 
 func (s *handler) dispatch(ctx context.Context, req *cniproto.Request) *cniproto.Response {
 	var result *types100.Result
