@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto/cniserver"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	ipkscheme "github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
 )
@@ -63,7 +64,7 @@ type Options struct {
 	MultusSystemNamespaces []string
 }
 
-// Agent serves CNI requests for one node. It implements cniproto.Handler.
+// Agent serves CNI requests for one node. It implements cniserver.Handler.
 type Agent struct {
 	opts   Options
 	log    logr.Logger
@@ -87,7 +88,7 @@ type Agent struct {
 	waiting atomic.Pointer[string]
 }
 
-var _ cniproto.Handler = (*Agent)(nil)
+var _ cniserver.Handler = (*Agent)(nil)
 
 // New builds an agent talking to the API server of cfg. Nothing runs until Run.
 func New(cfg *rest.Config, opts Options) (*Agent, error) {
@@ -182,12 +183,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.log.Info("installed the CNI plugin", "path", dst)
 	}
-	ln, err := cniproto.Listen(a.opts.SocketPath)
+	ln, err := cniserver.Listen(a.opts.SocketPath)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", a.opts.SocketPath, err)
 	}
 	a.serving.Store(true)
-	go func() { errc <- cniproto.ServeListener(ctx, ln, cniproto.NewHTTPHandler(untilReady{a}, a.log)) }()
+	go func() { errc <- cniserver.ServeListener(ctx, ln, untilReady{a}, a.log) }()
 
 	started := make(chan error, 1)
 	go func() { started <- a.start(ctx) }()

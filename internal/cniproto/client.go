@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
+	"os"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -39,13 +39,6 @@ func (e *UnavailableError) Error() string {
 
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
-// dialError marks errors from connecting, so they can be told apart from
-// failures after the agent accepted the connection.
-type dialError struct{ err error }
-
-func (e *dialError) Error() string { return e.err.Error() }
-func (e *dialError) Unwrap() error { return e.err }
-
 func (c *Client) socketPath() string {
 	if c.SocketPath == "" {
 		return DefaultSocketPath
@@ -72,82 +65,106 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		return nil, fmt.Errorf("encoding %s request: %w", req.Command, err)
 	}
 	if body.Len() > MaxRequestSize {
-		return nil, tooLargeError(body.Len())
+		return nil, TooLargeError(body.Len())
 	}
-	return c.roundTrip(ctx, http.MethodPost, PathCNI, req.Command, &body)
+	return c.roundTrip(ctx, req.Command, body.Bytes())
 }
+
+// statusRequest is what Status sends: STATUS needs no network config, but
+// a Request always carries one.
+var statusRequest = []byte(`{"command":"STATUS","config":{}}`)
 
 // Status asks whether the agent is ready to serve CNI requests. It returns
 // nil when ready, the agent's *types.Error when not, or an
 // *UnavailableError when the agent cannot be reached.
 func (c *Client) Status(ctx context.Context) error {
-	_, err := c.roundTrip(ctx, http.MethodGet, PathStatus, "status", nil)
+	_, err := c.roundTrip(ctx, CmdStatus, statusRequest)
 	return err
 }
 
-func (c *Client) roundTrip(ctx context.Context, method, path, what string, body io.Reader) (*Response, error) {
+// roundTrip sends body as one frame on a new connection and reads the
+// reply frame. The connection stays open until the reply is read: the
+// agent takes a hang-up as the caller giving up and cancels the request.
+func (c *Client) roundTrip(ctx context.Context, what string, body []byte) (*Response, error) {
 	sock := c.socketPath()
 	timeout := c.timeout()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	// The host part is ignored by the unix dialer; it only shows in logs.
-	hreq, err := http.NewRequestWithContext(ctx, method, "http://ipkeeper-agent"+path, body)
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", sock)
 	if err != nil {
-		return nil, fmt.Errorf("building %s request: %w", what, err)
-	}
-	if body != nil {
-		hreq.Header.Set("Content-Type", "application/json")
-	}
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			conn, err := d.DialContext(ctx, "unix", sock)
-			if err != nil {
-				return nil, &dialError{err}
-			}
-			return conn, nil
-		},
-		DisableKeepAlives: true,
-	}}
-	hresp, err := hc.Do(hreq)
-	if err != nil {
-		var de *dialError
-		if errors.As(err, &de) {
-			return nil, &UnavailableError{SocketPath: sock, Err: de.err}
+		if ctx.Err() != nil {
+			return nil, timedOut(sock, what, timeout, ctx.Err(), err)
 		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("ipkeeper-agent at %s did not answer the %s request within %v: %w", sock, what, timeout, err)
-		}
-		return nil, fmt.Errorf("%s request to ipkeeper-agent at %s: %w", what, sock, err)
+		return nil, &UnavailableError{SocketPath: sock, Err: err}
 	}
-	defer func() { _ = hresp.Body.Close() }()
+	defer func() { _ = conn.Close() }()
+	// The deadline bounds the exchange; cancelling ctx early moves it to
+	// now, which unblocks a read or write in progress.
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 
-	raw, err := io.ReadAll(io.LimitReader(hresp.Body, MaxResponseSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s reply from ipkeeper-agent at %s: %w", what, sock, err)
+	if err := WriteFrame(conn, body); err != nil {
+		if cerr := ctxErr(ctx, err); cerr != nil {
+			return nil, timedOut(sock, what, timeout, cerr, err)
+		}
+		return nil, fmt.Errorf("sending the %s request to ipkeeper-agent at %s: %w", what, sock, err)
 	}
-	if len(raw) > MaxResponseSize {
-		return nil, fmt.Errorf("%s reply from ipkeeper-agent at %s exceeds %d bytes", what, sock, MaxResponseSize)
+	raw, err := ReadFrame(conn, MaxResponseSize)
+	if err != nil {
+		var fe *FrameError
+		switch cerr := ctxErr(ctx, err); {
+		case cerr != nil:
+			return nil, timedOut(sock, what, timeout, cerr, err)
+		case errors.As(err, &fe) && bytes.HasPrefix(fe.Header, []byte("HTTP/")):
+			// An agent from before the framed protocol answers 400 in HTTP.
+			return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf(
+				"ipkeeper-agent at %s answered the %s request in HTTP: it is older than this plugin and must be upgraded to match it", sock, what), "")
+		case errors.Is(err, io.EOF):
+			return nil, fmt.Errorf("ipkeeper-agent at %s closed the connection without answering the %s request: %w", sock, what, err)
+		}
+		return nil, fmt.Errorf("reading the %s reply from ipkeeper-agent at %s: %w", what, sock, err)
 	}
 	var resp Response
 	if err := json.Unmarshal(raw, &resp); err != nil {
-		return nil, fmt.Errorf("ipkeeper-agent at %s answered the %s request with HTTP %d and an unreadable body %s: %w",
-			sock, what, hresp.StatusCode, quoteTrunc(string(raw)), err)
+		return nil, fmt.Errorf("ipkeeper-agent at %s answered the %s request with an unreadable body %s: %w",
+			sock, what, quoteTrunc(string(raw)), err)
 	}
 	if resp.Error != nil {
 		return &resp, resp.Error
 	}
-	if hresp.StatusCode/100 != 2 {
-		return nil, fmt.Errorf("ipkeeper-agent at %s answered the %s request with HTTP %d and no error details",
-			sock, what, hresp.StatusCode)
-	}
 	return &resp, nil
 }
 
-// tooLargeError is shared by client and server so both sides word it
+// ctxErr is why an exchange on a connection failed with err if ctx ended
+// it: the connection's deadline is the context's, and may fire a moment
+// before the context's own timer.
+func ctxErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// timedOut words a deadline or cancellation; it wraps the context's error so
+// that callers can test for context.DeadlineExceeded.
+func timedOut(sock, what string, timeout time.Duration, ctxErr, err error) error {
+	if errors.Is(ctxErr, context.DeadlineExceeded) {
+		return fmt.Errorf("ipkeeper-agent at %s did not answer the %s request within %v: %w (%w)", sock, what, timeout, ctxErr, err)
+	}
+	return fmt.Errorf("%s request to ipkeeper-agent at %s: %w (%w)", what, sock, ctxErr, err)
+}
+
+// TooLargeError is shared by client and server so both sides word it
 // alike; n is the request size if known, else 0.
-func tooLargeError(n int) *types.Error {
+func TooLargeError(n int) *types.Error {
 	msg := fmt.Sprintf("ipkeeper request exceeds the %d-byte (1 MiB) limit", MaxRequestSize)
 	if n > 0 {
 		msg = fmt.Sprintf("ipkeeper request is %d bytes, over the %d-byte (1 MiB) limit", n, MaxRequestSize)

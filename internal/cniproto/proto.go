@@ -1,20 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package cniproto is the wire protocol between the ipkeeper CNI shim and
-// the ipkeeper-agent node daemon: HTTP/1.1 with JSON bodies over a
-// root-only unix socket.
-//
-// Routes:
-//
-//	POST /v1/cni     body Request  -> Response (all CNI verbs)
-//	GET  /v1/status                -> Response (agent readiness, for probes)
+// the ipkeeper-agent node daemon, on a root-only unix socket, and its
+// client. Each connection carries one request: a frame (see WriteFrame:
+// an 8-byte header with the magic "ipk", the protocol version and the
+// body's length) holding a JSON Request, answered by a frame holding a
+// JSON Response. Both are bounded by MaxRequestSize and MaxResponseSize.
 //
 // A Response carries either "result" (ADD only: a CNI 1.1.0 result) or
-// "error" (a CNI error object that the shim prints as-is). Error replies
-// also use a non-2xx HTTP status, but clients must rely on the body.
+// "error" (a CNI error object that the shim prints as-is).
 //
-// The package depends on the standard library and the CNI types only, so
-// the shim binary stays small and free of Kubernetes client libraries.
+// The agent (package cniserver) also serves the same requests as HTTP/1.1
+// on the same socket, told apart by the first bytes, for shims from before
+// the framed protocol (an upgrade replaces shim and agent one after the
+// other) and for probes and curl:
+//
+//	POST /v1/cni     body Request  -> Response (all CNI verbs)
+//	GET  /v1/status                -> Response (agent readiness)
+//
+// The package depends on the standard library and the CNI types only, not
+// on net/http: the shim is exec'd for every attachment, and every package
+// it links makes it larger and slower to start (cmd/ipkeeper's
+// TestNoHeavyDeps checks this).
 package cniproto
 
 import (
@@ -42,7 +49,8 @@ const (
 	// API-server round trips, but the runtime must not hang forever.
 	DefaultTimeout = 60 * time.Second
 
-	// PathCNI and PathStatus are the HTTP routes served by NewHTTPHandler.
+	// PathCNI and PathStatus are the HTTP routes the agent serves besides
+	// frames (see package cniserver).
 	PathCNI    = "/v1/cni"
 	PathStatus = "/v1/status"
 )

@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto/cniserver"
 )
 
 // fakeAgent records requests and answers with canned values.
@@ -57,14 +58,14 @@ func (a *fakeAgent) Check(_ context.Context, r *cniproto.Request) error { a.reco
 func (a *fakeAgent) GC(_ context.Context, r *cniproto.Request) error    { a.record(r); return a.err }
 func (a *fakeAgent) Status(context.Context) error                       { return a.statusErr }
 
-// startAgent serves a on a real unix socket via cniproto.Serve and returns
+// startAgent serves a on a real unix socket via cniserver.Serve and returns
 // the socket path.
-func startAgent(t *testing.T, a cniproto.Handler) string {
+func startAgent(t *testing.T, a cniserver.Handler) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "run", "agent.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- cniproto.Serve(ctx, sock, cniproto.NewHTTPHandler(a, logr.Discard())) }()
+	go func() { done <- cniserver.Serve(ctx, sock, a, logr.Discard()) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

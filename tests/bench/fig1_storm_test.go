@@ -164,6 +164,23 @@ func createReservation(b *testing.B, network string, ip netip.Addr, k int) {
 	}
 }
 
+// createPodReservation creates, straight to the API server, the
+// reservation the agent would create for pod's net1 on node: the same
+// object, labels included.
+func createPodReservation(b *testing.B, network string, ip netip.Addr, p *corev1.Pod, node string) {
+	r := &ipkeeperv1alpha1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(network, ip), Labels: map[string]string{
+			naming.NetworkLabel: naming.NetworkLabelValue(network), naming.OwnerKindLabel: string(ipkeeperv1alpha1.OwnerPod),
+		}},
+		Spec: ipkeeperv1alpha1.IPReservationSpec{Pool: network, Network: network, IP: ip.String(), InterfaceName: "net1",
+			ContainerID: framework.SandboxID(p), Node: node,
+			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: p.Namespace, Name: p.Name, UID: p.UID}},
+	}
+	if err := cp.Client.Create(context.Background(), r); err != nil {
+		b.Errorf("raw reservation create: %v", err)
+	}
+}
+
 func runConcurrently(n, inFlight int, f func(int)) {
 	var wg sync.WaitGroup
 	next := atomic.Int64{}

@@ -95,6 +95,21 @@ func BenchmarkShim(b *testing.B) {
 			createReservation(b, fmt.Sprintf("shim-raw-%d", i), netip.AddrFrom4([4]byte{10, 136, byte(k >> 8), byte(k)}), k)
 			createT = append(createT, time.Since(t0))
 		}
+		// The raw creates above run back to back and their objects are
+		// smaller; the agent's create is the full reservation and comes
+		// after a process start, when the client, API server and etcd
+		// have gone idle. The same create paced like that (an exec of the
+		// minimal binary before each) is what the agent's handling cannot
+		// go below.
+		var pacedT []time.Duration
+		for k, p := range pods[:adds] {
+			if _, err := execPlugin(ctx, minimal, "VERSION", nil, version); err != nil {
+				b.Fatal(err)
+			}
+			t0 := time.Now()
+			createPodReservation(b, fmt.Sprintf("shim-paced-%d", i), netip.AddrFrom4([4]byte{10, 137, byte(k >> 8), byte(k)}), p, nd.name)
+			pacedT = append(pacedT, time.Since(t0))
+		}
 
 		bb, nb, sb := histogram(before, "ipkeeper_agent_cni_request_duration_seconds", "command", "ADD")
 		ba, na, sa := histogram(after, "ipkeeper_agent_cni_request_duration_seconds", "command", "ADD")
@@ -104,9 +119,10 @@ func BenchmarkShim(b *testing.B) {
 		slices.Sort(execT)
 		slices.Sort(directT)
 		slices.Sort(createT)
-		exec50, direct50, create50 := percentile(execT, 50), percentile(directT, 50), percentile(createT, 50)
-		b.Logf("sequential ADD: exec'd shim p50 %.2f ms (p99 %.2f); straight to the socket p50 %.2f ms; a raw IPReservation create p50 %.2f ms; agent handling mean %.2f ms, p50 ~%.2f ms (from histogram buckets), over %.0f ADDs",
-			ms(exec50), ms(percentile(execT, 99)), ms(direct50), ms(create50), ms(agentMean), ms(agentP50), count)
+		slices.Sort(pacedT)
+		exec50, direct50, create50, paced50 := percentile(execT, 50), percentile(directT, 50), percentile(createT, 50), percentile(pacedT, 50)
+		b.Logf("sequential ADD: exec'd shim p50 %.2f ms (p99 %.2f); straight to the socket p50 %.2f ms; a raw IPReservation create p50 %.2f ms (the agent's create, paced as the exec'd ADDs: %.2f ms); agent handling mean %.2f ms, p50 ~%.2f ms (from histogram buckets), over %.0f ADDs",
+			ms(exec50), ms(percentile(execT, 99)), ms(direct50), ms(create50), ms(paced50), ms(agentMean), ms(agentP50), count)
 		record(row{fig: 4, what: "sequential ADD, exec'd shim, p50",
 			measured: fmt.Sprintf("%.2f ms", ms(exec50)), baseline: fmt.Sprintf("%.2f ms agent handling (mean)", ms(agentMean)),
 			ratio: fmt.Sprintf("%.2fx", float64(exec50)/float64(agentMean)), target: "(context)"})
@@ -115,5 +131,9 @@ func BenchmarkShim(b *testing.B) {
 			baseline: fmt.Sprintf("%.2f ms p50 raw IPReservation create", ms(create50)),
 			ratio:    fmt.Sprintf("%.2fx", float64(agentP50)/float64(create50)),
 			target:   "<= 2 ms p50", verdict: verdict(agentP50 <= 2*time.Millisecond)})
+		record(row{fig: 4, what: "sequential ADD, agent handling over its create",
+			measured: fmt.Sprintf("p50 ~%.2f ms", ms(agentP50)),
+			baseline: fmt.Sprintf("%.2f ms p50 the same create, paced as the ADDs", ms(paced50)),
+			ratio:    fmt.Sprintf("%.2fx", float64(agentP50)/float64(paced50)), target: "(context)"})
 	}
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package cniproto
+package cniserver
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 )
 
 func TestServeSocketPermissions(t *testing.T) {
@@ -81,7 +83,7 @@ func TestListenRefusesLiveSocketAndNonSocket(t *testing.T) {
 func TestServeGracefulShutdown(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	handlerCtxErr := make(chan error, 1)
-	h := &funcHandler{del: func(*Request) error {
+	h := &funcHandler{del: func(*cniproto.Request) error {
 		close(started)
 		<-release
 		return nil
@@ -89,13 +91,13 @@ func TestServeGracefulShutdown(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, sock, NewHTTPHandler(ctxProbe{h, handlerCtxErr}, logr.Discard())) }()
+	go func() { done <- Serve(ctx, sock, ctxProbe{h, handlerCtxErr}, logr.Discard()) }()
 	waitForSocket(t, sock, done)
 
 	req := addReq()
-	req.Command = CmdDel
+	req.Command = cniproto.CmdDel
 	callErr := make(chan error, 1)
-	go func() { _, err := (&Client{SocketPath: sock}).Do(context.Background(), req); callErr <- err }()
+	go func() { _, err := (&cniproto.Client{SocketPath: sock}).Do(context.Background(), req); callErr <- err }()
 	<-started
 	cancel()
 	select {
@@ -125,7 +127,7 @@ type ctxProbe struct {
 	ctxErr chan<- error
 }
 
-func (p ctxProbe) Del(ctx context.Context, r *Request) error {
+func (p ctxProbe) Del(ctx context.Context, r *cniproto.Request) error {
 	err := p.funcHandler.Del(ctx, r)
 	p.ctxErr <- ctx.Err()
 	return err

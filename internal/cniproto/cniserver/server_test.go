@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package cniproto
+package cniserver
 
 import (
 	"bytes"
@@ -21,31 +21,33 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/go-logr/logr"
+
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 )
 
 // funcHandler is a Handler whose behaviour each test sets; nil funcs succeed.
 type funcHandler struct {
-	add    func(*Request) (*types100.Result, error)
-	del    func(*Request) error
+	add    func(*cniproto.Request) (*types100.Result, error)
+	del    func(*cniproto.Request) error
 	status func() error
 }
 
-func (h *funcHandler) Add(_ context.Context, r *Request) (*types100.Result, error) {
+func (h *funcHandler) Add(_ context.Context, r *cniproto.Request) (*types100.Result, error) {
 	if h.add == nil {
 		return &types100.Result{}, nil
 	}
 	return h.add(r)
 }
 
-func (h *funcHandler) Del(_ context.Context, r *Request) error {
+func (h *funcHandler) Del(_ context.Context, r *cniproto.Request) error {
 	if h.del == nil {
 		return nil
 	}
 	return h.del(r)
 }
 
-func (h *funcHandler) Check(context.Context, *Request) error { return nil }
-func (h *funcHandler) GC(context.Context, *Request) error    { return nil }
+func (h *funcHandler) Check(context.Context, *cniproto.Request) error { return nil }
+func (h *funcHandler) GC(context.Context, *cniproto.Request) error    { return nil }
 
 func (h *funcHandler) Status(context.Context) error {
 	if h.status == nil {
@@ -61,7 +63,7 @@ func serve(t *testing.T, h Handler) string {
 	sock := filepath.Join(t.TempDir(), "run", "agent.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, sock, NewHTTPHandler(h, logr.Discard())) }()
+	go func() { done <- Serve(ctx, sock, h, logr.Discard()) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -88,21 +90,21 @@ func waitForSocket(t *testing.T, sock string, done <-chan error) {
 	t.Fatalf("agent socket %s never came up", sock)
 }
 
-func addReq() Request {
-	return Request{Command: CmdAdd, ContainerID: "c1", Netns: "/var/run/netns/x", IfName: "net1",
+func addReq() cniproto.Request {
+	return cniproto.Request{Command: cniproto.CmdAdd, ContainerID: "c1", Netns: "/var/run/netns/x", IfName: "net1",
 		Config: json.RawMessage(`{"cniVersion":"1.1.0","name":"n","ipam":{"type":"ipkeeper"}}`)}
 }
 
 func TestClientServerAdd(t *testing.T) {
-	var got *Request
-	sock := serve(t, &funcHandler{add: func(r *Request) (*types100.Result, error) {
+	var got *cniproto.Request
+	sock := serve(t, &funcHandler{add: func(r *cniproto.Request) (*types100.Result, error) {
 		got = r
 		return &types100.Result{IPs: []*types100.IPConfig{{Address: mustCIDR(t, "10.1.0.7/24")}}}, nil
 	}})
 	req := addReq()
 	req.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"
 	req.Config = json.RawMessage(`{"cniVersion":"1.1.0","name":"n","html":"<&>"}`)
-	resp, err := (&Client{SocketPath: sock}).Do(t.Context(), req)
+	resp, err := (&cniproto.Client{SocketPath: sock}).Do(t.Context(), req)
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
@@ -122,23 +124,23 @@ func TestClientServerErrors(t *testing.T) {
 	cniErr := types.NewError(types.ErrInvalidNetworkConfig, "subnet 10.0.0.0/33 is invalid", "see ipam.ranges[0]")
 	tests := []struct {
 		name     string
-		del      func(*Request) error
+		del      func(*cniproto.Request) error
 		wantCode uint
 		wantMsg  string
 		wantDet  string
 	}{
-		{"passthrough", func(*Request) error { return cniErr }, 7, cniErr.Msg, cniErr.Details},
-		{"wrapped keeps context", func(*Request) error { return fmt.Errorf("releasing: %w", cniErr) }, 7,
+		{"passthrough", func(*cniproto.Request) error { return cniErr }, 7, cniErr.Msg, cniErr.Details},
+		{"wrapped keeps context", func(*cniproto.Request) error { return fmt.Errorf("releasing: %w", cniErr) }, 7,
 			"releasing: " + cniErr.Msg, cniErr.Details},
-		{"plain error is internal", func(*Request) error { return errors.New("etcd on fire") }, types.ErrInternal, "etcd on fire", ""},
-		{"panic is internal", func(*Request) error { panic("boom") }, types.ErrInternal, "internal error in ipkeeper-agent: panic: boom", ""},
+		{"plain error is internal", func(*cniproto.Request) error { return errors.New("etcd on fire") }, types.ErrInternal, "etcd on fire", ""},
+		{"panic is internal", func(*cniproto.Request) error { panic("boom") }, types.ErrInternal, "internal error in ipkeeper-agent: panic: boom", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sock := serve(t, &funcHandler{del: tt.del})
 			req := addReq()
-			req.Command = CmdDel
-			resp, err := (&Client{SocketPath: sock}).Do(t.Context(), req)
+			req.Command = cniproto.CmdDel
+			resp, err := (&cniproto.Client{SocketPath: sock}).Do(t.Context(), req)
 			var ce *types.Error
 			if !errors.As(err, &ce) {
 				t.Fatalf("Do error = %v (%T), want *types.Error", err, err)
@@ -155,11 +157,11 @@ func TestClientServerErrors(t *testing.T) {
 
 func TestStatusNotReady(t *testing.T) {
 	sock := serve(t, &funcHandler{status: func() error { return errors.New("informer caches not synced") }})
-	c := &Client{SocketPath: sock}
-	_, postErr := c.Do(t.Context(), Request{Command: CmdStatus, Config: []byte(`{}`)})
+	c := &cniproto.Client{SocketPath: sock}
+	_, postErr := c.Do(t.Context(), cniproto.Request{Command: cniproto.CmdStatus, Config: []byte(`{}`)})
 	for name, err := range map[string]error{"GET /v1/status": c.Status(t.Context()), "POST STATUS": postErr} {
 		var ce *types.Error
-		if !errors.As(err, &ce) || ce.Code != ErrPluginNotAvailable || !strings.Contains(ce.Msg, "not synced") {
+		if !errors.As(err, &ce) || ce.Code != cniproto.ErrPluginNotAvailable || !strings.Contains(ce.Msg, "not synced") {
 			t.Errorf("%s: error = %v, want code 50 mentioning the cause", name, err)
 		}
 	}
@@ -167,23 +169,23 @@ func TestStatusNotReady(t *testing.T) {
 
 func TestStatusReady(t *testing.T) {
 	sock := serve(t, &funcHandler{})
-	if err := (&Client{SocketPath: sock}).Status(t.Context()); err != nil {
+	if err := (&cniproto.Client{SocketPath: sock}).Status(t.Context()); err != nil {
 		t.Fatalf("Status: %v", err)
 	}
 }
 
 func TestRequestValidation(t *testing.T) {
 	sock := serve(t, &funcHandler{})
-	c := &Client{SocketPath: sock}
+	c := &cniproto.Client{SocketPath: sock}
 	for _, tc := range []struct {
-		mutate func(*Request)
+		mutate func(*cniproto.Request)
 		code   uint
 		msg    string
 	}{
-		{func(r *Request) { r.Command = "FROB" }, types.ErrInvalidEnvironmentVariables, `unknown CNI command "FROB"`},
-		{func(r *Request) { r.IfName = "" }, types.ErrInvalidEnvironmentVariables, "CNI_IFNAME is required for ADD"},
-		{func(r *Request) { r.Config = json.RawMessage(`[1]`) }, types.ErrDecodingFailure, "not a JSON object"},
-		{func(r *Request) { r.Config = nil }, types.ErrDecodingFailure, "missing"},
+		{func(r *cniproto.Request) { r.Command = "FROB" }, types.ErrInvalidEnvironmentVariables, `unknown CNI command "FROB"`},
+		{func(r *cniproto.Request) { r.IfName = "" }, types.ErrInvalidEnvironmentVariables, "CNI_IFNAME is required for ADD"},
+		{func(r *cniproto.Request) { r.Config = json.RawMessage(`[1]`) }, types.ErrDecodingFailure, "not a JSON object"},
+		{func(r *cniproto.Request) { r.Config = nil }, types.ErrDecodingFailure, "missing"},
 	} {
 		req := addReq()
 		tc.mutate(&req)
@@ -197,27 +199,27 @@ func TestRequestValidation(t *testing.T) {
 
 func TestRequestTooLarge(t *testing.T) {
 	sock := serve(t, &funcHandler{})
-	big := json.RawMessage(`{"name":"n","pad":"` + strings.Repeat("x", MaxRequestSize) + `"}`)
+	big := json.RawMessage(`{"name":"n","pad":"` + strings.Repeat("x", cniproto.MaxRequestSize) + `"}`)
 
 	// The client refuses before sending...
-	_, err := (&Client{SocketPath: sock}).Do(t.Context(), Request{Command: CmdGC, Config: big})
+	_, err := (&cniproto.Client{SocketPath: sock}).Do(t.Context(), cniproto.Request{Command: cniproto.CmdGC, Config: big})
 	var ce *types.Error
 	if !errors.As(err, &ce) || ce.Code != types.ErrInvalidNetworkConfig || !strings.Contains(ce.Msg, "1 MiB") {
 		t.Fatalf("client: error = %v, want code 7 naming the 1 MiB limit", err)
 	}
 
 	// ...and the server enforces the limit against other clients.
-	body, _ := json.Marshal(Request{Command: CmdGC, Config: big})
+	body, _ := json.Marshal(cniproto.Request{Command: cniproto.CmdGC, Config: big})
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
-	hresp, err := hc.Post("http://agent"+PathCNI, "application/json", bytes.NewReader(body))
+	hresp, err := hc.Post("http://agent"+cniproto.PathCNI, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatalf("raw POST: %v", err)
 	}
 	defer func() { _ = hresp.Body.Close() }()
 	raw, _ := io.ReadAll(hresp.Body)
-	var resp Response
+	var resp cniproto.Response
 	if err := json.Unmarshal(raw, &resp); err != nil || resp.Error == nil {
 		t.Fatalf("server reply %d %s: want a CNI error (%v)", hresp.StatusCode, raw, err)
 	}
@@ -229,28 +231,28 @@ func TestRequestTooLarge(t *testing.T) {
 
 func TestClientUnreachable(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "nope", "agent.sock")
-	_, err := (&Client{SocketPath: sock}).Do(t.Context(), addReq())
-	var ue *UnavailableError
+	_, err := (&cniproto.Client{SocketPath: sock}).Do(t.Context(), addReq())
+	var ue *cniproto.UnavailableError
 	if !errors.As(err, &ue) {
-		t.Fatalf("error = %v (%T), want *UnavailableError", err, err)
+		t.Fatalf("error = %v (%T), want *cniproto.UnavailableError", err, err)
 	}
 	want := "ipkeeper-agent is not reachable at " + sock + ": dial unix " + sock +
 		": connect: no such file or directory (is the ipkeeper-agent DaemonSet running on this node?)"
 	if err.Error() != want {
 		t.Fatalf("error =\n  %s\nwant\n  %s", err, want)
 	}
-	if err := (&Client{SocketPath: sock}).Status(t.Context()); !errors.As(err, &ue) {
-		t.Fatalf("Status error = %v, want *UnavailableError", err)
+	if err := (&cniproto.Client{SocketPath: sock}).Status(t.Context()); !errors.As(err, &ue) {
+		t.Fatalf("Status error = %v, want *cniproto.UnavailableError", err)
 	}
 }
 
 func TestClientTimeout(t *testing.T) {
 	release := make(chan struct{})
-	sock := serve(t, &funcHandler{del: func(*Request) error { <-release; return nil }})
+	sock := serve(t, &funcHandler{del: func(*cniproto.Request) error { <-release; return nil }})
 	defer close(release) // before the server's cleanup, which waits for the handler
 	req := addReq()
-	req.Command = CmdDel
-	_, err := (&Client{SocketPath: sock, Timeout: 50 * time.Millisecond}).Do(t.Context(), req)
+	req.Command = cniproto.CmdDel
+	_, err := (&cniproto.Client{SocketPath: sock, Timeout: 50 * time.Millisecond}).Do(t.Context(), req)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did not answer the DEL request within 50ms") {
 		t.Fatalf("error = %v", err)
 	}
@@ -273,7 +275,7 @@ func TestHandlerLogsRequests(t *testing.T) {
 	req.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0"
 	body, _ := json.Marshal(req)
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, PathCNI, bytes.NewReader(body)))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, cniproto.PathCNI, bytes.NewReader(body)))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
 	}
