@@ -153,6 +153,22 @@ func TestImportWhereaboutsKeepsAddresses(t *testing.T) {
 	if len(held) != len(want) {
 		t.Errorf("reservations %v, want exactly %v", held, want)
 	}
+	// The agent says once per network that the keys left from whereabouts
+	// do nothing (two ADDs on the plain network since the switch).
+	for _, network := range []string{plainNet, vmNet} {
+		count := 0
+		for _, l := range strings.Split(n.Agent.Tail(5000), "\n") {
+			if strings.Contains(l, "whereabouts keys ipkeeper ignores") && strings.Contains(l, `"network":"`+network+`"`) {
+				count++
+				if !strings.Contains(l, "ipam.configuration_path") || !strings.Contains(l, "ipam.kubernetes.kubeconfig") {
+					t.Errorf("agent log line does not list the keys: %s", l)
+				}
+			}
+		}
+		if count != 1 {
+			t.Errorf("network %s: the agent logged its ignored keys %d times, want once", network, count)
+		}
+	}
 	t.Logf("after the switch: p1 %s, p2 %s, vm1 %s (restarted), new pod p3 %s", after["p1"], after["p2"], after["vm1"], p3Addr)
 }
 

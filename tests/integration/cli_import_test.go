@@ -260,3 +260,40 @@ func TestCLIImportWhereabouts(t *testing.T) {
 			stderr: []string{"0 reservations created, 3 already imported, 2 skipped, 0 conflicts", "Nothing to import"}},
 	})
 }
+
+// TestCLIWhyWhereaboutsKeys: why lists the whereabouts-only keys a pod's
+// NAD still sets after the switch to ipkeeper, and nothing for a NAD
+// without them.
+func TestCLIWhyWhereaboutsKeys(t *testing.T) {
+	ns := cp.NewNamespace(t, "cli-why-wbkeys")
+	wbNAD(t, ns, "left", ns+"-left", "10.199.11.0/24", false)
+	setNADIPAMType(t, ns, "left")
+	create(t, &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "clean"}, Spec: nadv1.NetworkAttachmentDefinitionSpec{
+		Config: `{"cniVersion": "1.0.0", "name": "` + ns + `-clean", "type": "bridge", "ipam": {"type": "ipkeeper", "range": "10.199.12.0/24"}}`,
+	}})
+	cliPod(t, ns, "p", func(p *corev1.Pod) {
+		p.Annotations["k8s.v1.cni.cncf.io/networks"] = `[{"name":"left","interface":"net1"},{"name":"clean","interface":"net2"}]`
+	})
+	runCLICases(t, []cliCase{
+		{name: "pod", args: []string{"why", "pod/p", "-n", ns}, code: cli.ExitOK,
+			stdout: []string{"whereabouts keys ipkeeper ignores (no effect, can be removed): ipam.kubernetes.kubeconfig, ipam.log_level"},
+			checkExtra: func(t *testing.T, r cliResult) {
+				if n := strings.Count(r.out, "whereabouts keys ipkeeper ignores"); n != 1 {
+					t.Errorf("listed %d times, want once (only NAD left sets them)", n)
+				}
+			}},
+	})
+}
+
+// setNADIPAMType switches a NAD's ipam.type to ipkeeper.
+func setNADIPAMType(t *testing.T, ns, name string) {
+	t.Helper()
+	var nad nadv1.NetworkAttachmentDefinition
+	if err := cp.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &nad); err != nil {
+		t.Fatal(err)
+	}
+	nad.Spec.Config = strings.Replace(nad.Spec.Config, `"type": "whereabouts"`, `"type": "ipkeeper"`, 1)
+	if err := cp.Client.Update(context.Background(), &nad); err != nil {
+		t.Fatal(err)
+	}
+}
