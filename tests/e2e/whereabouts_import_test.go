@@ -160,6 +160,7 @@ func TestImportWhereaboutsKeepsAddresses(t *testing.T) {
 		for _, l := range strings.Split(n.Agent.Tail(5000), "\n") {
 			if strings.Contains(l, "whereabouts keys ipkeeper ignores") && strings.Contains(l, `"network":"`+network+`"`) {
 				count++
+				t.Logf("agent log: %s", l)
 				if !strings.Contains(l, "ipam.configuration_path") || !strings.Contains(l, "ipam.kubernetes.kubeconfig") {
 					t.Errorf("agent log line does not list the keys: %s", l)
 				}
