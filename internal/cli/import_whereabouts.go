@@ -493,11 +493,8 @@ func claimRecords(claim *ipamclaimsv1alpha1.IPAMClaim, ip netip.Addr) bool {
 func applyImportStep(ctx context.Context, c client.Client, st *ImportStep) error {
 	res := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: st.Reservation,
-			Labels: map[string]string{
-				naming.NetworkLabel:   naming.NetworkLabelValue(st.Network),
-				naming.OwnerKindLabel: string(st.Owner.Kind),
-			},
+			Name:   st.Reservation,
+			Labels: naming.ReservationLabels(st.Network, string(st.Owner.Kind)),
 		},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
 			Pool: st.Pool, Network: st.Network, IP: st.ip.String(), Owner: *st.Owner, InterfaceName: st.Interface,
