@@ -43,7 +43,7 @@ image: ## OCI image of the three binaries, no Docker or base image needed: bin/i
 		-image '$(IMAGE)' -version '$(VERSION)' -revision '$(REVISION)' -created '$(SOURCE_DATE_EPOCH)'
 
 .PHONY: tools
-tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins, Multus, controller-gen and KubeVirt virt-controller (cached).
+tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins, Multus, controller-gen, KubeVirt virt-controller and whereabouts (cached).
 	bash hack/tools.sh
 
 .PHONY: generate
@@ -120,7 +120,6 @@ demo: ## Walk through a VM keeping its address (root: network namespaces and bri
 # Whereabouts Shim Memory Exhaustion); docs/performance.md reads the table.
 BENCH ?= .
 .PHONY: bench
-bench: tools ## The six figures of docs/performance.md on a real control plane, each against a same-run baseline (whereabouts built for it), plus micro-benchmarks.
-	bash hack/tools.sh whereabouts
+bench: tools ## The six figures of docs/performance.md on a real control plane, each against a same-run baseline, plus micro-benchmarks.
 	go test -run '^$$' -bench '$(BENCH)' -benchtime=1x -count=1 -timeout 40m -v ./tests/bench/
 	go test -run '^$$' -bench . -benchmem ./internal/allocator/ ./internal/iprange/

@@ -2,8 +2,8 @@
 # Builds, at pinned versions, the binaries the tests and the demo run:
 # etcd, kube-apiserver, kube-controller-manager, kubectl, the CNI reference
 # plugins, the Multus thin plugin, controller-gen, golangci-lint, and KubeVirt's
-# virt-controller with the KubeVirt CRDs generated from the same module; and,
-# only for `make bench`, whereabouts (hack/tools.sh whereabouts).
+# virt-controller with the KubeVirt CRDs generated from the same module, and
+# whereabouts (the e2e test of the move from whereabouts, and `make bench`).
 #
 # Nothing prebuilt can be downloaded here, but everything builds from the Go
 # module proxy. Each component is built in a throwaway module that pins its
@@ -22,7 +22,7 @@ CNI_PLUGINS_VERSION=v1.9.0
 MULTUS_VERSION=v4.2.3
 CONTROLLER_TOOLS_VERSION=v0.19.0
 GOLANGCI_LINT_VERSION=v2.6.2
-# Only for `make bench` (the side-by-side comparison); not built by default.
+# The e2e test of `import whereabouts` and `make bench`'s side-by-side figure.
 WHEREABOUTS_VERSION=v0.9.4
 KUBEVIRT_VERSION=v1.7.0
 
@@ -280,7 +280,7 @@ build_kubevirt() {
 }
 
 components=("$@")
-[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen kubevirt)
+[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen kubevirt whereabouts)
 for c in "${components[@]}"; do
 	case "$c" in
 	etcd) build_etcd ;;

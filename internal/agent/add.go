@@ -56,6 +56,7 @@ func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (_ *types100.Re
 	if err != nil {
 		return nil, err
 	}
+	a.noteIgnoredKeys(req.cfg)
 	pod, err := a.resolvePod(ctx, req)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,6 +87,10 @@ type Agent struct {
 	// waiting says what start-up waits for while not ready, for /readyz,
 	// STATUS and the errors of requests that arrive meanwhile.
 	waiting atomic.Pointer[string]
+
+	// ignoredNoted holds, per network, the ignored ipam keys last logged
+	// (noteIgnoredKeys), so they are logged once, not at every ADD.
+	ignoredNoted sync.Map
 }
 
 var _ cniserver.Handler = (*Agent)(nil)

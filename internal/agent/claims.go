@@ -26,12 +26,12 @@ import (
 // The IPsAllocated condition and its reasons, as OVN-Kubernetes writes
 // them, so tools reading claims work with either IPAM.
 const (
-	conditionIPsAllocated = "IPsAllocated"
+	conditionIPsAllocated = claimstatus.ConditionIPsAllocated
 
-	condReasonAllocated conditionReason = "SuccessfulAllocation"
-	condReasonExhausted conditionReason = "SubnetExhausted"
-	condReasonConflict  conditionReason = "IPAddressConflict"
-	condReasonInternal  conditionReason = "InternalError"
+	condReasonAllocated conditionReason = claimstatus.ReasonAllocated
+	condReasonExhausted conditionReason = claimstatus.ReasonExhausted
+	condReasonConflict  conditionReason = claimstatus.ReasonConflict
+	condReasonInternal  conditionReason = claimstatus.ReasonInternal
 )
 
 // conditionReason is the reason of the claim's IPsAllocated condition.

@@ -238,11 +238,8 @@ func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, 
 	pool, network := req.pool.name, req.cfg.Name
 	obj := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: naming.Reservation(req.pool.key, ip),
-			Labels: map[string]string{
-				naming.NetworkLabel:   naming.NetworkLabelValue(network),
-				naming.OwnerKindLabel: string(h.owner.Kind),
-			},
+			Name:   naming.Reservation(req.pool.key, ip),
+			Labels: naming.ReservationLabels(network, string(h.owner.Kind)),
 		},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
 			Pool: pool, Network: network, IP: ip.String(), Owner: h.owner,

@@ -84,11 +84,8 @@ func (r *ClaimReconciler) create(ctx context.Context, claim *ipamv1.IPAddressCla
 	}
 	res := &v1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: naming.Reservation(pool, ip),
-			Labels: map[string]string{
-				naming.NetworkLabel:   naming.NetworkLabelValue(pool),
-				naming.OwnerKindLabel: string(v1alpha1.OwnerIPAddressClaim),
-			},
+			Name:   naming.Reservation(pool, ip),
+			Labels: naming.ReservationLabels(pool, string(v1alpha1.OwnerIPAddressClaim)),
 		},
 		Spec: v1alpha1.IPReservationSpec{
 			Network: pool, Pool: pool, IP: ip.String(),

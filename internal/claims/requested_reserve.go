@@ -274,11 +274,8 @@ func (w *claimWriter) reserveAddr(ctx context.Context, claim *ipamclaimsv1alpha1
 	}
 	res := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: naming.Reservation(cfg.LockKey(), ip),
-			Labels: map[string]string{
-				naming.NetworkLabel:   naming.NetworkLabelValue(cfg.Name),
-				naming.OwnerKindLabel: string(ipkeeperv1alpha1.OwnerIPAMClaim),
-			},
+			Name:   naming.Reservation(cfg.LockKey(), ip),
+			Labels: naming.ReservationLabels(cfg.Name, string(ipkeeperv1alpha1.OwnerIPAMClaim)),
 		},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
 			Network: cfg.Name, Pool: pool, IP: ip.String(), InterfaceName: claim.Spec.Interface,

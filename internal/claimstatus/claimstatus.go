@@ -14,6 +14,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// ConditionIPsAllocated is the condition the IPAM sets when it allocates
+// a claim's addresses, with OVN-Kubernetes' type and reasons so tools
+// reading claims work with either IPAM. The agent writes it at ADD; an
+// import of another IPAM's addresses writes it too.
+const ConditionIPsAllocated = "IPsAllocated"
+
+// Reasons of ConditionIPsAllocated.
+const (
+	ReasonAllocated = "SuccessfulAllocation"
+	ReasonExhausted = "SubnetExhausted"
+	ReasonConflict  = "IPAddressConflict"
+	ReasonInternal  = "InternalError"
+)
+
 // ConditionInPool says whether the claim's addresses are ones their pool
 // still hands out. False once a range was removed or an address excluded
 // under it; the claim keeps the address all the same.

@@ -49,13 +49,14 @@ type command struct {
 	setup   func(fs *pflag.FlagSet) runFunc
 }
 
-// commands is the plugin's command table; a new subcommand (import
-// whereabouts, say) is one more entry.
+// commands is the plugin's command table; a new subcommand is one more
+// entry.
 var commands = []command{
 	whoHasCommand,
 	whyCommand,
 	poolsCommand,
 	leaksCommand,
+	importCommand,
 }
 
 // Streams are where a command writes.

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package cli is the kubectl-ipkeeper plugin: one file per command
-// (who-has, why, pools, leaks), each joining what an operator would
+// (who-has, why, pools, leaks, import), each joining what an operator would
 // otherwise join by hand: reservations, claims, pods, VMs, NADs, pools and
-// events. The commands only read; nothing here writes to the cluster.
+// events. Only `import whereabouts` writes (IPReservations and IPAMClaim
+// status, never over anything that exists); the others only read.
 //
 // A command is a value in the commands table (cli.go): its name, a one-line
 // summary, the flags of its own and a run function that gets the parsed
 // arguments and a session (clients, namespace, output format). A new
-// subcommand such as `import whereabouts` adds a file with its command and
-// one line to that table; the global flags, exit codes and printing come
+// subcommand adds a file with its command and one line to that table; the global flags, exit codes and printing come
 // with the session.
 package cli

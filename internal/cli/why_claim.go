@@ -24,9 +24,9 @@ import (
 // The IPsAllocated condition the agent writes on claims (internal/agent,
 // OVN-Kubernetes' type and reasons).
 const (
-	conditionIPsAllocated = "IPsAllocated"
-	reasonExhausted       = "SubnetExhausted"
-	reasonConflict        = "IPAddressConflict"
+	conditionIPsAllocated = claimstatus.ConditionIPsAllocated
+	reasonExhausted       = claimstatus.ReasonExhausted
+	reasonConflict        = claimstatus.ReasonConflict
 )
 
 func whyClaim(ctx context.Context, s *session, key types.NamespacedName) (*Report, error) {

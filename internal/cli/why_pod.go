@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -75,7 +76,7 @@ func whyPod(ctx context.Context, s *session, key types.NamespacedName) (*Report,
 		if p := nw.FlagProblem(); p != "" {
 			line += " (" + p + ")"
 		}
-		nets = append(nets, line)
+		nets = append(nets, line+nw.ignoredLine())
 		switch {
 		case e.ClaimRef != "" && !nw.AllowPersistentIPs:
 			rep.next("set \"allowPersistentIPs\": true at the top level of NetworkAttachmentDefinition %s's spec.config: the pod references IPAMClaim %q but the network does not keep addresses", e.NAD(), e.ClaimRef)
@@ -156,9 +157,25 @@ func cniFailureNext(msg string) string {
 	return "the last CNI error above says what failed; docs/troubleshooting.md (Errors users see) lists the fixes"
 }
 
+// nadNetwork is what why reports of a NAD: its network, and the
+// whereabouts-only ipam keys it still sets (ipamconfig's IgnoredKeys).
+type nadNetwork struct {
+	multus.Network
+	ignored []string
+}
+
+// ignoredLine is the fact why adds for a NAD that sets whereabouts-only
+// keys, "" when it sets none.
+func (n nadNetwork) ignoredLine() string {
+	if len(n.ignored) == 0 {
+		return ""
+	}
+	return "; whereabouts keys ipkeeper ignores (no effect, can be removed): " + strings.Join(n.ignored, ", ")
+}
+
 // readNAD reads and parses a NAD. problem describes, for people, a NAD
 // that is missing or cannot be parsed; err is any other failure.
-func readNAD(ctx context.Context, c client.Reader, key types.NamespacedName) (nw multus.Network, problem string, err error) {
+func readNAD(ctx context.Context, c client.Reader, key types.NamespacedName) (nw nadNetwork, problem string, err error) {
 	var nad nadv1.NetworkAttachmentDefinition
 	err = c.Get(ctx, key, &nad)
 	switch {
@@ -167,9 +184,14 @@ func readNAD(ctx context.Context, c client.Reader, key types.NamespacedName) (nw
 	case err != nil:
 		return nw, "", fmt.Errorf("reading NetworkAttachmentDefinition %s: %w", key, err)
 	}
-	nw, perr := multus.ParseNAD(&nad)
-	if perr != nil {
+	var perr error
+	if nw.Network, perr = multus.ParseNAD(&nad); perr != nil {
 		return nw, "fix " + perr.Error(), nil
+	}
+	if conf, found, err := multus.PluginConfig(&nad, ipamconfig.PluginType); err == nil && found {
+		if cfg, err := ipamconfig.Parse(conf); err == nil {
+			nw.ignored = cfg.IgnoredKeys
+		}
 	}
 	if nw.Name == "" {
 		return nw, fmt.Sprintf("NetworkAttachmentDefinition %s has an empty spec.config (Multus reads it from a file on the node); ipkeeper cannot tell what it does", key), nil

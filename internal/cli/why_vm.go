@@ -96,7 +96,7 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 			line += " (" + p + ")"
 			rep.next("NetworkAttachmentDefinition %s: %s", nadKey, p)
 		}
-		netLines = append(netLines, line)
+		netLines = append(netLines, line+nw.ignoredLine())
 		if !nw.AllowPersistentIPs {
 			continue
 		}

@@ -49,6 +49,10 @@ type Config struct {
 	// (not masked); Bits is the prefix length of the range that contains
 	// it, or, with a pool, as written (the address's length when bare).
 	StaticIPs []netip.Prefix
+	// IgnoredKeys are the whereabouts-only ipam keys the configuration
+	// sets ("ipam.log_file", "ipam.kubernetes.kubeconfig" ...), sorted:
+	// left from whereabouts, they do nothing here.
+	IgnoredKeys []string
 }
 
 // LockKey returns what the network's reservations are named from

@@ -44,6 +44,7 @@ func Parse(data []byte) (*Config, error) {
 		NetworkName:        ipam.NetworkName,
 		AllowPersistentIPs: rc.AllowPersistentIPs,
 		Ranges:             ranges,
+		IgnoredKeys:        ignoredKeys(data),
 	}
 	if cfg.Routes, err = parseRoutes(ipam.Routes); err != nil {
 		return nil, err

@@ -17,6 +17,13 @@ const (
 	OwnerKindLabel = "ipkeeper.io/owner-kind"
 )
 
+// ReservationLabels returns the labels of a reservation of network held
+// by an owner of ownerKind: every writer (agent, claims controller, Cluster
+// API provider, import) labels reservations with these.
+func ReservationLabels(network, ownerKind string) map[string]string {
+	return map[string]string{NetworkLabel: NetworkLabelValue(network), OwnerKindLabel: ownerKind}
+}
+
 // NetworkLabelValue returns the value of NetworkLabel for a network: the name
 // itself when it is a valid label value, else a hash of it. A network literally
 // named like such a hash would share the value, so readers that select by this
