@@ -329,7 +329,9 @@ func (s *KubeVirtSim) SyncPodNetworks(ctx context.Context, vm *kubevirtv1.Virtua
 }
 
 // Touch changes a label on obj (see the function Touch).
-func (s *KubeVirtSim) Touch(ctx context.Context, obj client.Object) error { return Touch(ctx, s.C, obj) }
+func (s *KubeVirtSim) Touch(ctx context.Context, obj client.Object) error {
+	return Touch(ctx, s.C, obj)
+}
 
 // Release lets a held (terminating) pod go, as the kubelet does once the
 // containers are gone.
