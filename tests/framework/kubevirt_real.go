@@ -36,6 +36,8 @@ import (
 //   - Multus: writes the network-status annotation from the pod's networks
 //     annotation (unless RealMultus), and attaches and detaches hot-plugged
 //     networks as its dynamic networks controller would;
+//   - virt-api: only the finalizer its webhook puts on every new VMI (and
+//     no defaulting: VM templates are explicit, ExplicitVMTemplate);
 //   - virt-handler: writes the VMI status a running guest gets (phase
 //     Running, selinuxContext, conditions Ready/LiveMigratable/
 //     AgentConnected, interfaces), the migration state transitions up to
@@ -67,7 +69,7 @@ func (k *KubeVirt) Simulated() string {
 		multusPart = "Multus dynamic attach/detach (network-status from the real Multus)"
 	}
 	return "real: KubeVirt virt-controller; simulated: scheduler binding, " + kubelet + ", " + multusPart +
-		", virt-handler (VMI phase, conditions, interfaces, migration state); absent: virt-api (no defaulting: explicit VM templates)"
+		", virt-handler (VMI phase, conditions, interfaces, migration state), virt-api's VMI finalizer; absent: virt-api's defaulting (explicit VM templates)"
 }
 
 func (k *KubeVirt) timeout() time.Duration {
@@ -128,8 +130,9 @@ func (k *KubeVirt) Start(ctx context.Context, vm *kubevirtv1.VirtualMachine, nod
 // launcher pod and runs it on node ("" leaves it Pending).
 func (k *KubeVirt) CreateVMI(ctx context.Context, ns, name, node string, networks ...VMNetwork) (*kubevirtv1.VirtualMachineInstance, *corev1.Pod, error) {
 	vmi := &kubevirtv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": name}},
-		Spec:       ExplicitVMTemplate(uuid.NewUUID(), networks...),
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": name},
+			Finalizers: []string{kubevirtv1.VirtualMachineInstanceFinalizer}}, // virt-api's, see addVirtAPIFinalizer
+		Spec: ExplicitVMTemplate(uuid.NewUUID(), networks...),
 	}
 	if err := k.C.Create(ctx, vmi); err != nil {
 		return nil, nil, fmt.Errorf("creating VirtualMachineInstance %s/%s: %w", ns, name, err)
@@ -254,7 +257,7 @@ func (k *KubeVirt) FinishVMI(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 			}
 			alive++
 			if p.DeletionTimestamp != nil && p.Spec.NodeName != "" {
-				if err := k.finishPodDeletion(ctx, p); err != nil {
+				if err := k.FinishPodDeletion(ctx, p); err != nil {
 					return false, err
 				}
 			}
@@ -605,7 +608,41 @@ func (k *KubeVirt) waitVMI(ctx context.Context, vm *kubevirtv1.VirtualMachine) (
 		}
 		return vmi.DeletionTimestamp == nil && metav1.IsControlledBy(vmi, vm), nil
 	})
-	return vmi, err
+	if err != nil {
+		return nil, err
+	}
+	return vmi, k.addVirtAPIFinalizer(ctx, vmi)
+}
+
+// addVirtAPIFinalizer adds the finalizer virt-api's mutating webhook puts
+// on every new VMI (kubevirt.io/foregroundDeleteVirtualMachine), which
+// virt-controller removes only once the VMI is final and all its launcher
+// pods are gone. No virt-api runs here: without it a VMI would vanish
+// before its pods, which no cluster does.
+func (k *KubeVirt) addVirtAPIFinalizer(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) error {
+	if slices.Contains(vmi.Finalizers, kubevirtv1.VirtualMachineInstanceFinalizer) {
+		return nil
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": vmi.UID},
+		{"op": "add", "path": "/metadata/finalizers/-", "value": kubevirtv1.VirtualMachineInstanceFinalizer},
+	})
+	if err != nil {
+		return err
+	}
+	if len(vmi.Finalizers) == 0 {
+		patch, err = json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/uid", "value": vmi.UID},
+			{"op": "add", "path": "/metadata/finalizers", "value": []string{kubevirtv1.VirtualMachineInstanceFinalizer}},
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if err := k.C.Patch(ctx, vmi, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		return fmt.Errorf("adding virt-api's finalizer to VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return nil
 }
 
 func (k *KubeVirt) setRunStrategy(ctx context.Context, vm *kubevirtv1.VirtualMachine, s kubevirtv1.VirtualMachineRunStrategy) error {
