@@ -5,6 +5,7 @@ package framework
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -222,6 +223,34 @@ func (k *KubeVirt) DeleteVMI(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 		return fmt.Errorf("deleting VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	return k.FinishVMI(ctx, vmi)
+}
+
+// StopAll stops every VMI of namespace ns (through its VM's runStrategy,
+// or by deleting a standalone one) and returns once they are gone, so a
+// test leaves no VMI that waits for a node which no longer answers.
+func (k *KubeVirt) StopAll(ctx context.Context, ns string) error {
+	var list kubevirtv1.VirtualMachineInstanceList
+	if err := k.C.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return fmt.Errorf("listing the VMIs of %s: %w", ns, err)
+	}
+	var errs []error
+	for i := range list.Items {
+		vmi := &list.Items[i]
+		if owner := metav1.GetControllerOf(vmi); owner != nil && owner.Kind == "VirtualMachine" {
+			vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner.Name}}
+			if err := k.setRunStrategy(ctx, vm, kubevirtv1.RunStrategyHalted); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+				continue
+			}
+		} else if err := k.C.Delete(ctx, vmi); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting VMI %s/%s: %w", ns, vmi.Name, err))
+			continue
+		}
+		if err := k.FinishVMI(ctx, vmi); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // FinishVMI plays the node's part once a VMI is being deleted (by a stop,
@@ -676,7 +705,7 @@ func (k *KubeVirt) reportGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachi
 		now := metav1.Now()
 		for _, t := range []kubevirtv1.VirtualMachineInstanceConditionType{kubevirtv1.VirtualMachineInstanceReady,
 			kubevirtv1.VirtualMachineInstanceIsMigratable, kubevirtv1.VirtualMachineInstanceAgentConnected} {
-			conds = append(conds, kubevirtv1.VirtualMachineInstanceCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now})
+			conds = append(conds, kubevirtv1.VirtualMachineInstanceCondition{Type: t, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now})
 		}
 		return map[string]any{"status": map[string]any{
 			"phase":          kubevirtv1.Running,

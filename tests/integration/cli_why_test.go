@@ -174,6 +174,11 @@ func TestCLIWhyVM(t *testing.T) {
 	ns := e.ns
 	ctx := t.Context()
 	kv := newKubeVirt(t)
+	t.Cleanup(func() {
+		if err := kv.StopAll(context.Background(), ns); err != nil {
+			t.Logf("stopping the VMs of %s: %v", ns, err)
+		}
+	})
 	restoreFeatureGate(t)
 	if err := kv.SetFeatureGate(ctx, true); err != nil {
 		t.Fatal(err)
