@@ -65,7 +65,9 @@ func (e *kvEnv) settle(t testing.TB) {
 	for i := range vms.Items {
 		_ = cp.Client.Delete(ctx, &vms.Items[i])
 	}
-	if err := framework.Eventually(ctx, 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+	// Best effort: a test may keep a claim on purpose (a pod of its own
+	// referencing it).
+	if err := framework.Eventually(ctx, 10*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
 		var claims ipamclaimsv1alpha1.IPAMClaimList
 		if err := cp.Client.List(ctx, &claims, client.InNamespace(e.ns)); err != nil {
 			return false, err

@@ -60,6 +60,9 @@ func TestVMRequestedAddresses(t *testing.T) {
 	if err := cp.Client.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
+	// Removed with the test, not left to the garbage collector once the
+	// namespace goes: a later test's collector would count that release.
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), foreign) })
 
 	// Usable and free.
 	vmA := createVMRequesting(t, e, "vm-a", `{"blue":["10.78.0.50"]}`)
