@@ -42,6 +42,10 @@ func TestReservationGarbageCollector(t *testing.T) {
 	keptClaim := createClaim(t, e.ns, "kept", network)
 	goneClaim := createClaim(t, e.ns, "gone", network)
 
+	// The counters are process-wide: start from a collector with nothing
+	// left to release from earlier tests (their namespaces go in the
+	// background), or their releases would be counted here.
+	waitNothingToCollect(t)
 	releasedPods := controllerCounter("ipkeeper_gc_released_reservations_total", "owner_kind", "Pod")
 	releasedClaims := controllerCounter("ipkeeper_gc_released_reservations_total", "owner_kind", "IPAMClaim")
 
@@ -99,5 +103,41 @@ func TestReservationGarbageCollector(t *testing.T) {
 	}
 	if got := controllerCounter("ipkeeper_gc_released_reservations_total", "owner_kind", "IPAMClaim") - releasedClaims; got != 1 {
 		t.Errorf("released claim reservations metric moved by %v, want 1", got)
+	}
+}
+
+// waitNothingToCollect waits until every reservation not yet released has
+// its owner (a pod or a claim, by UID).
+func waitNothingToCollect(t *testing.T) {
+	t.Helper()
+	var orphan string
+	if err := framework.Eventually(context.Background(), time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		var list ipkeeperv1alpha1.IPReservationList
+		if err := cp.Client.List(ctx, &list); err != nil {
+			return false, err
+		}
+		for _, r := range list.Items {
+			if r.Spec.Released() {
+				continue // cooling down, the collector's business later
+			}
+			o := r.Spec.Owner
+			var owner client.Object = &corev1.Pod{}
+			if o.Kind == ipkeeperv1alpha1.OwnerIPAMClaim {
+				owner = &ipamclaimsv1alpha1.IPAMClaim{}
+			} else if o.Kind != ipkeeperv1alpha1.OwnerPod {
+				continue
+			}
+			err := cp.Client.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, owner)
+			if client.IgnoreNotFound(err) != nil {
+				return false, err
+			}
+			if err != nil || owner.GetUID() != o.UID {
+				orphan = r.Name
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("reservation %s of an earlier test is still to be collected: %v", orphan, err)
 	}
 }
