@@ -20,8 +20,10 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
-// KubeVirtSim stands in for KubeVirt, which cannot run here (no kubelet, no
-// VMs). It writes to the API what virt-controller writes:
+// KubeVirtSim stands in for virt-controller where none runs (a control
+// plane started without Options.RealVirtController); where it runs, use
+// KubeVirt, which drives the real one. It writes to the API what
+// virt-controller writes:
 //
 //   - a VM (created stopped) -> on start a VMI of the same name, controlled
 //     by the VM (blockOwnerDeletion), copying the template spec;

@@ -33,8 +33,10 @@ import (
 // addresses). The e2e cluster plugs in its kubelet, which makes a network
 // namespace and runs the real Multus.
 type PodRunner struct {
-	// Run starts the pod's sandbox and attaches the given pod interfaces
-	// (at start every secondary interface; on hotplug the new one). It
+	// Run attaches the given pod interfaces: first when the pod starts
+	// (every secondary interface; Run then makes the sandbox and runs the
+	// node's CNI), then for each hotplug (the new interface, into the
+	// running sandbox, as Multus' dynamic networks controller does). It
 	// returns the addresses it got per pod interface, or nil.
 	Run func(ctx context.Context, pod *corev1.Pod, ifaces []string) (map[string][]string, error)
 	// Detach removes hot-unplugged interfaces from the running sandbox.
@@ -210,10 +212,11 @@ func (k *KubeVirt) stopSandbox(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// finishPodDeletion does the kubelet's part of deleting a bound pod whose
+// FinishPodDeletion does the kubelet's part of deleting a bound pod whose
 // deletion virt-controller requested (with a grace period): the sandbox
-// goes, then the pod object (grace period 0, guarded by its UID).
-func (k *KubeVirt) finishPodDeletion(ctx context.Context, pod *corev1.Pod) error {
+// goes, then the pod object (grace period 0, guarded by its UID). Tests
+// that keep a launcher pod terminating (a slow kubelet) call it to let go.
+func (k *KubeVirt) FinishPodDeletion(ctx context.Context, pod *corev1.Pod) error {
 	if err := k.stopSandbox(ctx, pod); err != nil {
 		return err
 	}

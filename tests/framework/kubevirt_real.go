@@ -5,6 +5,7 @@ package framework
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -37,6 +38,8 @@ import (
 //     annotation (unless RealMultus), and attaches and detaches hot-plugged
 //     networks, updating network-status, as its dynamic networks
 //     controller would;
+//   - virt-api: only the finalizer its webhook puts on every new VMI (and
+//     no defaulting: VM templates are explicit, ExplicitVMTemplate);
 //   - virt-handler: writes the VMI status a running guest gets (phase
 //     Running, selinuxContext, conditions Ready/LiveMigratable/
 //     AgentConnected, interfaces), the migration state transitions up to
@@ -69,7 +72,7 @@ func (k *KubeVirt) Simulated() string {
 		multusPart = "Multus dynamic attach/detach (network-status from the real Multus)"
 	}
 	return "real: KubeVirt virt-controller; simulated: scheduler binding, " + kubelet + ", " + multusPart +
-		", virt-handler (VMI phase, conditions, interfaces, migration state); absent: virt-api (no defaulting: explicit VM templates)"
+		", virt-handler (VMI phase, conditions, interfaces, migration state), virt-api's VMI finalizer; absent: virt-api's defaulting (explicit VM templates)"
 }
 
 func (k *KubeVirt) timeout() time.Duration {
@@ -130,8 +133,9 @@ func (k *KubeVirt) Start(ctx context.Context, vm *kubevirtv1.VirtualMachine, nod
 // launcher pod and runs it on node ("" leaves it Pending).
 func (k *KubeVirt) CreateVMI(ctx context.Context, ns, name, node string, networks ...VMNetwork) (*kubevirtv1.VirtualMachineInstance, *corev1.Pod, error) {
 	vmi := &kubevirtv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": name}},
-		Spec:       ExplicitVMTemplate(uuid.NewUUID(), networks...),
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": name},
+			Finalizers: []string{kubevirtv1.VirtualMachineInstanceFinalizer}}, // virt-api's, see addVirtAPIFinalizer
+		Spec: ExplicitVMTemplate(uuid.NewUUID(), networks...),
 	}
 	if err := k.C.Create(ctx, vmi); err != nil {
 		return nil, nil, fmt.Errorf("creating VirtualMachineInstance %s/%s: %w", ns, name, err)
@@ -223,6 +227,34 @@ func (k *KubeVirt) DeleteVMI(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 	return k.FinishVMI(ctx, vmi)
 }
 
+// StopAll stops every VMI of namespace ns (through its VM's runStrategy,
+// or by deleting a standalone one) and returns once they are gone, so a
+// test leaves no VMI that waits for a node which no longer answers.
+func (k *KubeVirt) StopAll(ctx context.Context, ns string) error {
+	var list kubevirtv1.VirtualMachineInstanceList
+	if err := k.C.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return fmt.Errorf("listing the VMIs of %s: %w", ns, err)
+	}
+	var errs []error
+	for i := range list.Items {
+		vmi := &list.Items[i]
+		if owner := metav1.GetControllerOf(vmi); owner != nil && owner.Kind == "VirtualMachine" {
+			vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner.Name}}
+			if err := k.setRunStrategy(ctx, vm, kubevirtv1.RunStrategyHalted); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+				continue
+			}
+		} else if err := k.C.Delete(ctx, vmi); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting VMI %s/%s: %w", ns, vmi.Name, err))
+			continue
+		}
+		if err := k.FinishVMI(ctx, vmi); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // FinishVMI plays the node's part once a VMI is being deleted (by a stop,
 // its VM's deletion or directly): the kubelet finishes the deletion of the
 // launcher pods virt-controller deletes, then virt-handler reports the VMI
@@ -256,7 +288,7 @@ func (k *KubeVirt) FinishVMI(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 			}
 			alive++
 			if p.DeletionTimestamp != nil && p.Spec.NodeName != "" {
-				if err := k.finishPodDeletion(ctx, p); err != nil {
+				if err := k.FinishPodDeletion(ctx, p); err != nil {
 					return false, err
 				}
 			}
@@ -623,7 +655,41 @@ func (k *KubeVirt) waitVMI(ctx context.Context, vm *kubevirtv1.VirtualMachine) (
 		}
 		return vmi.DeletionTimestamp == nil && metav1.IsControlledBy(vmi, vm), nil
 	})
-	return vmi, err
+	if err != nil {
+		return nil, err
+	}
+	return vmi, k.addVirtAPIFinalizer(ctx, vmi)
+}
+
+// addVirtAPIFinalizer adds the finalizer virt-api's mutating webhook puts
+// on every new VMI (kubevirt.io/foregroundDeleteVirtualMachine), which
+// virt-controller removes only once the VMI is final and all its launcher
+// pods are gone. No virt-api runs here: without it a VMI would vanish
+// before its pods, which no cluster does.
+func (k *KubeVirt) addVirtAPIFinalizer(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) error {
+	if slices.Contains(vmi.Finalizers, kubevirtv1.VirtualMachineInstanceFinalizer) {
+		return nil
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": vmi.UID},
+		{"op": "add", "path": "/metadata/finalizers/-", "value": kubevirtv1.VirtualMachineInstanceFinalizer},
+	})
+	if err != nil {
+		return err
+	}
+	if len(vmi.Finalizers) == 0 {
+		patch, err = json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/uid", "value": vmi.UID},
+			{"op": "add", "path": "/metadata/finalizers", "value": []string{kubevirtv1.VirtualMachineInstanceFinalizer}},
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if err := k.C.Patch(ctx, vmi, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		return fmt.Errorf("adding virt-api's finalizer to VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return nil
 }
 
 func (k *KubeVirt) setRunStrategy(ctx context.Context, vm *kubevirtv1.VirtualMachine, s kubevirtv1.VirtualMachineRunStrategy) error {
@@ -657,7 +723,7 @@ func (k *KubeVirt) reportGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachi
 		now := metav1.Now()
 		for _, t := range []kubevirtv1.VirtualMachineInstanceConditionType{kubevirtv1.VirtualMachineInstanceReady,
 			kubevirtv1.VirtualMachineInstanceIsMigratable, kubevirtv1.VirtualMachineInstanceAgentConnected} {
-			conds = append(conds, kubevirtv1.VirtualMachineInstanceCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now})
+			conds = append(conds, kubevirtv1.VirtualMachineInstanceCondition{Type: t, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now})
 		}
 		return map[string]any{"status": map[string]any{
 			"phase":          kubevirtv1.Running,

@@ -37,18 +37,8 @@ func newReservation(network, ip string) *ipkeeperv1alpha1.IPReservation {
 	}
 }
 
-func kubevirtObject(kind, namespace, name string, spec any) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubevirt.io/v1",
-		"kind":       kind,
-		"metadata":   map[string]any{"name": name, "namespace": namespace},
-		"spec":       spec,
-	}}
-	return u
-}
-
-// TestCRDsAcceptValidAndRejectInvalid checks every CRD ipkeeper ships or
-// tests with is installed, takes a valid object and refuses an invalid one
+// TestCRDsAcceptValidAndRejectInvalid checks every CRD ipkeeper ships is
+// installed, takes a valid object and refuses an invalid one
 // with an error that names the offending field.
 func TestCRDsAcceptValidAndRejectInvalid(t *testing.T) {
 	ctx := context.Background()
@@ -126,31 +116,6 @@ func TestCRDsAcceptValidAndRejectInvalid(t *testing.T) {
 			}},
 			wantField: "spec.config",
 		},
-		{
-			name:      "VirtualMachine (test-only CRD)",
-			valid:     kubevirtObject("VirtualMachine", ns, "vm1", map[string]any{"runStrategy": "Halted"}),
-			invalid:   kubevirtObject("VirtualMachine", ns, "vm2", "not-an-object"),
-			wantField: "spec",
-		},
-		{
-			name:      "VirtualMachineInstance (test-only CRD)",
-			valid:     kubevirtObject("VirtualMachineInstance", ns, "vmi1", map[string]any{"domain": map[string]any{}}),
-			invalid:   kubevirtObject("VirtualMachineInstance", ns, "vmi2", []any{"a"}),
-			wantField: "spec",
-		},
-		{
-			name:      "VirtualMachineInstanceMigration (test-only CRD)",
-			valid:     kubevirtObject("VirtualMachineInstanceMigration", ns, "mig1", map[string]any{"vmiName": "vmi1"}),
-			invalid:   kubevirtObject("VirtualMachineInstanceMigration", ns, "mig2", int64(7)),
-			wantField: "spec",
-		},
-		{
-			name: "KubeVirt (test-only CRD)",
-			valid: kubevirtObject("KubeVirt", ns, "kubevirt", map[string]any{"configuration": map[string]any{
-				"developerConfiguration": map[string]any{"featureGates": []any{"PersistentIPs"}}}}),
-			invalid:   kubevirtObject("KubeVirt", ns, "kubevirt2", "x"),
-			wantField: "spec",
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -170,35 +135,6 @@ func TestCRDsAcceptValidAndRejectInvalid(t *testing.T) {
 				t.Errorf("error %q does not name the field %q", err, tt.wantField)
 			}
 		})
-	}
-}
-
-// TestKubeVirtCRDsHaveStatusSubresource: KubeVirt writes status through the
-// subresource; a plain update must not change it (the simulator relies on this).
-func TestKubeVirtCRDsHaveStatusSubresource(t *testing.T) {
-	ctx := context.Background()
-	ns := cp.NewNamespace(t, "kv-status")
-	vm := kubevirtObject("VirtualMachine", ns, "vm1", map[string]any{"runStrategy": "Always"})
-	if err := cp.Client.Create(ctx, vm); err != nil {
-		t.Fatal(err)
-	}
-	if err := unstructured.SetNestedField(vm.Object, true, "status", "ready"); err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.Client.Update(ctx, vm); err != nil {
-		t.Fatal(err)
-	}
-	if _, found, _ := unstructured.NestedBool(vm.Object, "status", "ready"); found {
-		t.Fatalf("status written through the main resource: status subresource missing")
-	}
-	if err := unstructured.SetNestedField(vm.Object, true, "status", "ready"); err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.Client.Status().Update(ctx, vm); err != nil {
-		t.Fatalf("status update through the subresource: %v", err)
-	}
-	if ready, _, _ := unstructured.NestedBool(vm.Object, "status", "ready"); !ready {
-		t.Fatalf("status.ready not stored through the status subresource")
 	}
 }
 

@@ -19,16 +19,16 @@ import (
 )
 
 // TestOwnerReferenceGarbageCollection proves kube-controller-manager's
-// garbage collector runs: an IPAMClaim owned by a (simulated) KubeVirt
-// VirtualMachine is collected after the VM is deleted, and a dependent of a
+// garbage collector runs: an IPAMClaim owned by a KubeVirt VirtualMachine
+// is collected after the VM is deleted, and a dependent of a
 // built-in owner too. Without the garbage collector both would stay forever.
 func TestOwnerReferenceGarbageCollection(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "gc")
 
-	// KubeVirt is simulated: we create the VirtualMachine object as a user
-	// would; nothing runs it.
-	vm := kubevirtObject("VirtualMachine", ns, "vm1", map[string]any{"runStrategy": "Halted"})
+	// A stopped VM, as a user creates it (virt-controller only adds its
+	// finalizer, which it removes on deletion: the VM has no VMI).
+	vm := framework.NewVM(ns, "vm1")
 	if err := cp.Client.Create(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestOwnerReferenceGarbageCollection(t *testing.T) {
 func TestForegroundDeletionWaitsForDependents(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "gc-fg")
-	vm := kubevirtObject("VirtualMachine", ns, "vm1", map[string]any{"runStrategy": "Halted"})
+	vm := framework.NewVM(ns, "vm1")
 	if err := cp.Client.Create(ctx, vm); err != nil {
 		t.Fatal(err)
 	}

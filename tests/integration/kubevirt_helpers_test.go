@@ -13,6 +13,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,27 +21,86 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
-// KubeVirt cannot run here: these tests use framework.KubeVirtSim, which
-// writes the VMs, VMIs, launcher pods and migrations virt-controller would
-// write, while the real ipkeeper-controller (in-process), its webhook
-// (registered with the real API server) and kube-controller-manager's
-// garbage collector react to them.
+// VMs here are run by KubeVirt's real virt-controller, which the shared
+// control plane runs: the tests write what a user writes (VMs, runStrategy,
+// migrations, NIC hotplug), virt-controller writes VMIs and launcher pods,
+// and framework.KubeVirt simulates only the scheduler, the kubelet, Multus'
+// network-status and virt-handler. The real ipkeeper-controller
+// (in-process), its webhook (registered with the real API server) and
+// kube-controller-manager's garbage collector react to them.
 
 type kvEnv struct {
 	ns   string
-	sim  *framework.KubeVirtSim
+	kv   *framework.KubeVirt
 	ctrl *framework.Controller
 }
 
 func startKubeVirtEnv(t *testing.T, tweaks ...func(*controllermanager.Options)) *kvEnv {
 	t.Helper()
 	ns := cp.NewNamespace(t, "kv")
-	env := &kvEnv{ns: ns, sim: &framework.KubeVirtSim{C: cp.Client}}
+	env := &kvEnv{ns: ns, kv: newKubeVirt(t)}
 	env.ctrl = cp.StartController(t, ns, tweaks...)
+	t.Cleanup(func() { env.settle(t) })
 	return env
+}
+
+// settle runs before the test's controller stops and its namespace goes
+// (cleanups run last first): the simulated nodes stop the test's VMs, the
+// VMs are deleted, and their claims and the claims' reservations are
+// released while the controller still runs. Otherwise that release would
+// happen during a later test, whose controller counts it.
+func (e *kvEnv) settle(t testing.TB) {
+	ctx := context.Background()
+	if err := e.kv.StopAll(ctx, e.ns); err != nil {
+		t.Logf("stopping the VMs of %s: %v", e.ns, err)
+	}
+	var vms kubevirtv1.VirtualMachineList
+	if err := cp.Client.List(ctx, &vms, client.InNamespace(e.ns)); err != nil {
+		t.Logf("listing the VMs of %s: %v", e.ns, err)
+	}
+	for i := range vms.Items {
+		_ = cp.Client.Delete(ctx, &vms.Items[i])
+	}
+	if err := framework.Eventually(ctx, 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		var claims ipamclaimsv1alpha1.IPAMClaimList
+		if err := cp.Client.List(ctx, &claims, client.InNamespace(e.ns)); err != nil {
+			return false, err
+		}
+		for _, c := range claims.Items {
+			if metav1.GetControllerOf(&c) != nil {
+				return false, nil // a VM's claim not released yet
+			}
+		}
+		var list ipkeeperv1alpha1.IPReservationList
+		if err := cp.Client.List(ctx, &list); err != nil {
+			return false, err
+		}
+		for _, r := range list.Items {
+			if r.Spec.Owner.Namespace != e.ns || r.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim {
+				continue
+			}
+			err := cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: r.Spec.Owner.Name}, &ipamclaimsv1alpha1.IPAMClaim{})
+			if apierrors.IsNotFound(err) {
+				return false, nil // its claim is gone: the collector has not released it yet
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Logf("the VMs of %s did not release everything: %v", e.ns, err)
+	}
+}
+
+// newKubeVirt is the VM driver on the shared control plane; it names in
+// the test's output what it simulates.
+func newKubeVirt(t testing.TB) *framework.KubeVirt {
+	t.Helper()
+	kv := &framework.KubeVirt{C: cp.Client}
+	t.Log(kv.Simulated())
+	return kv
 }
 
 func (e *kvEnv) nad(t testing.TB, name, config string) {

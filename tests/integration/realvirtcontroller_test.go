@@ -21,36 +21,15 @@ import (
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
-// startRealVirtControllerPlane starts a control plane of its own running
-// KubeVirt's real virt-controller (one per API server: it takes a lease, and
-// it would act on every other test's VMs), with the KubeVirt CRDs generated
-// from the same module, and one schedulable node.
-func startRealVirtControllerPlane(t *testing.T) *framework.ControlPlane {
-	t.Helper()
-	rcp, err := framework.Start(context.Background(), framework.Options{RealVirtController: true})
-	if err != nil {
-		t.Fatalf("starting a control plane with the real virt-controller: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := rcp.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
-	rcp.DumpLogsOnFailure(t)
-	if err := rcp.EnsureSchedulableNode(context.Background(), "node-a"); err != nil {
-		t.Fatal(err)
-	}
-	return rcp
-}
-
-// Real virt-controller v1.7.0 + ipkeeper-controller and its webhook: a
-// started VM gets its claim, and the launcher pod virt-controller creates
-// references it. Simulated: nothing written here; there is no kubelet (the
-// launcher pod stays unbound and never runs), no virt-api (no defaulting:
-// the VM template is explicit) and no virt-handler (the VMI stays Pending).
+// The real virt-controller + ipkeeper-controller and its webhook, with no
+// simulated part at all: a VM created running gets its claim, and the
+// launcher pod virt-controller creates references it. There is no kubelet
+// (the launcher pod stays unbound and never runs), no virt-api (no
+// defaulting: the VM template is explicit) and no virt-handler (the VMI
+// stays Pending). It logs the objects as virt-controller wrote them.
 func TestRealVirtControllerVMGetsClaimAndReference(t *testing.T) {
 	ctx := context.Background()
-	rcp := startRealVirtControllerPlane(t)
+	rcp := cp
 	t.Log("real: virt-controller, ipkeeper-controller and webhook, kube-apiserver, kube-controller-manager; " +
 		"simulated: nothing; absent: kubelet, virt-api, virt-handler")
 	ns := rcp.NewNamespace(t, "kvreal")
@@ -103,7 +82,6 @@ func TestRealVirtControllerVMGetsClaimAndReference(t *testing.T) {
 		pod = pods.Items[0]
 		return true, nil
 	})
-	// For comparison with framework.KubeVirtSim, which writes these itself.
 	meta, _ := json.MarshalIndent(map[string]any{"labels": pod.Labels, "annotations": pod.Annotations,
 		"ownerReferences": pod.OwnerReferences, "nodeSelector": pod.Spec.NodeSelector}, "", "  ")
 	t.Logf("launcher pod %s as virt-controller wrote it and ipkeeper's webhook mutated it:\n%s", pod.Name, meta)
