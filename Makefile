@@ -109,9 +109,10 @@ demo: ## Walk through a VM keeping its address (root: network namespaces and bri
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "make demo must run as root: it creates network namespaces, bridges and a root-only socket. Run: sudo -E make demo" >&2; exit 1; fi
 	@command -v ping >/dev/null 2>&1 || { echo "make demo needs ping (Debian/Ubuntu: apt-get install iputils-ping) and ip (iproute2)" >&2; exit 1; }
-	@echo "make demo: building the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins and Multus"
-	@echo "if they are not cached yet in ~/.cache/ipkeeper/tools (the first time takes about ten minutes on two cores)."
-	@bash hack/tools.sh etcd kubernetes cni-plugins multus
+	@echo "make demo: building the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins, Multus and"
+	@echo "KubeVirt's virt-controller if they are not cached yet in ~/.cache/ipkeeper/tools (the first time takes about"
+	@echo "twenty minutes on two cores)."
+	@bash hack/tools.sh etcd kubernetes cni-plugins multus kubevirt
 	@echo "make demo: building ipkeeper and starting the local control plane (about half a minute)..."
 	@IPKEEPER_DEMO=1 go test -count=1 -timeout 10m -v -run '^TestDemo$$' ./tests/e2e/ | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$$' -e '^ok '
 	@echo "make demo: done. The same scenarios, asserted, run in 'make test' (tests/e2e/system_test.go)."

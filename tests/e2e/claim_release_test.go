@@ -38,8 +38,9 @@ import (
 //     its finalizer; the restarted controller must let it go.
 //
 // The refusals are ValidatingAdmissionPolicies in the test namespace (the
-// API server's own admission, nothing in the controller knows); KubeVirt is
-// simulated by framework.KubeVirtSim (only the VM object is used).
+// API server's own admission, nothing in the controller knows). The VM
+// stays stopped: only the VM object is used (the real virt-controller
+// runs, and has nothing to do for it).
 func TestClaimReleaseSurvivesFailureAndCrashBetweenSteps(t *testing.T) {
 	cl := setup(t)
 	ctx := context.Background()
@@ -57,10 +58,7 @@ func TestClaimReleaseSurvivesFailureAndCrashBetweenSteps(t *testing.T) {
 	// The cluster's controller is the one that releases, crashes and restarts.
 	proc := cl.Controller
 
-	vm, err := cl.Sim.CreateVM(ctx, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"}, framework.VMNetwork{Name: "red", NAD: "red"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm := cl.CreateVM(t, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"}, framework.VMNetwork{Name: "red", NAD: "red"})
 	blue := waitClaimWithFinalizer(t, c, ns, naming.Claim(vm.Name, "blue"))
 	red := waitClaimWithFinalizer(t, c, ns, naming.Claim(vm.Name, "red"))
 	blueRes := claimReservation(t, c, blue, "release-blue", "10.77.9.10")

@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
@@ -48,12 +49,17 @@ import (
 //     is being deleted it runs Multus DEL, removes the namespace and then
 //     removes the pod object, as a kubelet does.
 //
-// KubeVirt is simulated by framework.KubeVirtSim (VM -> VMI -> launcher pod).
+// KubeVirt's real virt-controller runs against the control plane (VM ->
+// VMI -> launcher pods, migration target pods, hotplug and unplug on the
+// live launcher's networks annotation); KV drives it and simulates what
+// runs on nodes (see launcher.go): virt-handler, and Multus' dynamic
+// networks controller, which attaches a hot-plugged network to a running
+// sandbox through the NAD's own plugins.
 type Cluster struct {
 	CP         *framework.ControlPlane
 	Controller *framework.ControllerProcess
 	Nodes      []*Node
-	Sim        *framework.KubeVirtSim
+	KV         *framework.KubeVirt
 	dir        string
 	bins       *framework.Binaries
 
@@ -90,6 +96,13 @@ type Sandbox struct {
 	NetNS       *NetNS
 	ContainerID string
 	rt          *libcni.RuntimeConf
+
+	// mu serialises teardown (the kubelet loop and KV may both finish a
+	// deletion); torn is set once it succeeded.
+	mu   sync.Mutex
+	torn bool
+	// nets are a launcher's networks by pod interface name (launcher.go).
+	nets map[string]*attachment
 }
 
 // socketExec gives the plugins the node's agent socket through the
@@ -107,7 +120,10 @@ func (s *socketExec) ExecPlugin(ctx context.Context, path string, stdin []byte, 
 
 // StartCluster starts the controller and one agent per node name.
 func StartCluster(ctx context.Context, cp *framework.ControlPlane, bins *framework.Binaries, dir string, nodes ...string) (_ *Cluster, err error) {
-	c := &Cluster{CP: cp, dir: dir, bins: bins, Sim: &framework.KubeVirtSim{C: cp.Client}, sandboxes: map[types.UID]*Sandbox{}}
+	c := &Cluster{CP: cp, dir: dir, bins: bins, sandboxes: map[types.UID]*Sandbox{}}
+	c.KV = &framework.KubeVirt{C: cp.Client, RealMultus: true, Timeout: 2 * time.Minute, Kubelet: framework.PodRunner{
+		Run: c.runLauncher, Detach: c.detachLauncher, Stop: c.stopLauncher,
+	}}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -116,7 +132,7 @@ func StartCluster(ctx context.Context, cp *framework.ControlPlane, bins *framewo
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	if err := c.Sim.SetFeatureGate(ctx, true); err != nil {
+	if err := c.KV.SetFeatureGate(ctx, true); err != nil {
 		return nil, err
 	}
 	ns := &corev1.Namespace{}
@@ -277,11 +293,26 @@ func (c *Cluster) RunPod(ctx context.Context, pod *corev1.Pod) (*Sandbox, error)
 // teardown runs Multus DEL and removes the sandbox namespace; it keeps the
 // sandbox for a retry when DEL fails (the agent may be down).
 func (c *Cluster) teardown(ctx context.Context, s *Sandbox) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.torn {
+		return true
+	}
 	delCtx, cancel := context.WithTimeout(ctx, cniTimeout)
 	defer cancel()
+	for iface, a := range s.nets {
+		if !a.hot {
+			continue
+		}
+		if err := s.Node.cni.DelNetworkList(delCtx, a.conf, a.rt); err != nil {
+			return false
+		}
+		delete(s.nets, iface)
+	}
 	if err := s.Node.cni.DelNetworkList(delCtx, s.Node.multus, s.rt); err != nil {
 		return false
 	}
+	s.torn = true
 	_, _ = ipCmd(ctx, "netns", "delete", s.NetNS.Name)
 	c.mu.Lock()
 	if c.sandboxes[s.uid] == s { // not a newer sandbox of the pod
@@ -435,6 +466,22 @@ func (c *Cluster) DumpOnFailure(t testing.TB, namespace string) {
 				fmt.Fprintf(&b, "%s node=%s deleting=%v networks=%s\n", p.Name, p.Spec.NodeName, p.DeletionTimestamp != nil, p.Annotations[multus.Annotation])
 			}
 		}
+		var migs kubevirtv1.VirtualMachineInstanceMigrationList
+		if err := c.CP.Client.List(ctx, &migs, client.InNamespace(namespace)); err == nil && len(migs.Items) > 0 {
+			b.WriteString("--- VirtualMachineInstanceMigrations\n")
+			for _, m := range migs.Items {
+				fmt.Fprintf(&b, "%s vmi=%s phase=%s conditions=%+v\n", m.Name, m.Spec.VMIName, m.Status.Phase, m.Status.Conditions)
+			}
+		}
+		var vmis kubevirtv1.VirtualMachineInstanceList
+		if err := c.CP.Client.List(ctx, &vmis, client.InNamespace(namespace)); err == nil && len(vmis.Items) > 0 {
+			b.WriteString("--- VirtualMachineInstances\n")
+			for _, v := range vmis.Items {
+				fmt.Fprintf(&b, "%s phase=%s node=%s conditions=%+v\n", v.Name, v.Status.Phase, v.Status.NodeName, v.Status.Conditions)
+			}
+		}
+		vc := filepath.Join(c.CP.Dir, "virt-controller.log")
+		fmt.Fprintf(&b, "--- virt-controller log (%s)\n%s\n", vc, framework.TailFile(vc, 30))
 		t.Log(b.String())
 	})
 }

@@ -60,14 +60,16 @@ func TestDemo(t *testing.T) {
 	}
 
 	say("What runs here")
-	fmt.Fprintln(out, `Real: etcd, kube-apiserver, kube-controller-manager (garbage collector), ipkeeper-controller
+	fmt.Fprintln(out, `Real: etcd, kube-apiserver, kube-controller-manager (garbage collector), KubeVirt's virt-controller
+(it turns the VM into a VMI and launcher pods, and runs the live migration), ipkeeper-controller
 (claims controller, pod webhook, reservation garbage collector) and three ipkeeper-agent processes
 standing for nodes node-a, node-b and node-c; Multus (thin plugin) -> bridge -> ipkeeper in Linux
 network namespaces on this machine.
-Simulated: KubeVirt (no VMs can run here: a small simulator writes the VMI, launcher pods and
-migrations virt-controller would write) and the kubelet (the demo creates each pod's network
-namespace and runs Multus as the kubelet would). The "guest-side address" is the address on the
-launcher pod's interface for the VM network, which KubeVirt's bridge binding hands to the guest.`)
+Simulated (no VM can run here): the scheduler's binding and the kubelet (the demo creates each
+pod's network namespace and runs Multus as the kubelet would), and virt-handler (the VMI's status
+and the migration's progress, as a node would report them). The "guest-side address" is the
+address on the launcher pod's interface for the VM network, which KubeVirt's bridge binding hands
+to the guest.`)
 
 	say("1. A NetworkAttachmentDefinition with allowPersistentIPs, and a VM (docs/examples)")
 	show("apply", "-n", ns, "-f", repoFile(t, "docs/examples/nad-blue.yaml"), "-f", repoFile(t, "docs/examples/vm-blue.yaml"))
@@ -108,7 +110,7 @@ launcher pod's interface for the VM network, which KubeVirt's bridge binding han
 	show("get", "ippools")
 
 	say("2. Stop the VM and start it again; the new launcher pod lands on node-b")
-	if err := c.Sim.Stop(ctx, &vm); err != nil {
+	if err := c.KV.Stop(ctx, &vm); err != nil {
 		t.Fatal(err)
 	}
 	c.WaitGone(t, launcher.Pod)
@@ -120,29 +122,33 @@ launcher pod's interface for the VM network, which KubeVirt's bridge binding han
 	fmt.Fprintln(out, "Same address.")
 
 	say("3. Live migration to node-c: the target launcher gets the address while the source still runs")
-	target, err := c.Sim.Migrate(ctx, vmi, "node-c")
+	fmt.Fprintln(out, "(a VirtualMachineInstanceMigration of vm-blue is created; virt-controller makes the target pod)")
+	_, target, err := c.KV.Migrate(ctx, vmi, "node-c", framework.WhileBothRun(func(ctx context.Context, _, target *corev1.Pod) error {
+		box := c.Sandbox(target.UID)
+		if box == nil {
+			return fmt.Errorf("migration target %s has no sandbox", target.Name)
+		}
+		if got := guest(box, iface); got != vmAddr {
+			return fmt.Errorf("migration target has %s, want %s", got, vmAddr)
+		}
+		show("get", "pods", "-n", ns, "-o", "wide")
+		return nil
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	targetBox := c.MustRun(t, c.podOf(t, target))
-	if got := guest(targetBox, iface); got != vmAddr {
-		t.Fatalf("migration target has %s, want %s", got, vmAddr)
-	}
-	show("get", "pods", "-n", ns, "-o", "wide")
-	say("The source goes; the target keeps the address")
-	if err := c.CP.Client.Delete(ctx, launcher.Pod); err != nil {
-		t.Fatal(err)
-	}
-	c.WaitGone(t, launcher.Pod)
+	say("The migration succeeded and the source's domain left; the target keeps the address")
+	show("get", "vmim,pods", "-n", ns)
+	targetBox := c.MustSandbox(t, target)
 	guest(targetBox, iface)
 	mustPing(t, targetBox, plain.MustAddr(t, "net1").Addr())
 	show("get", "ipamclaims", "-n", ns)
 
 	say("4. Delete the VM: the claim goes, the reservation is released")
-	if err := c.CP.Client.Delete(ctx, &vm); err != nil {
+	fmt.Fprintln(out, "$ kubectl delete vm vm-blue")
+	if err := c.KV.DeleteVM(ctx, &vm, metav1.DeletePropagationBackground); err != nil {
 		t.Fatal(err)
 	}
-	c.WaitGone(t, &vm)
 	if err := framework.Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 		names, err := c.CP.Kubectl(ctx, nil, "get", "ipamclaims", "-n", ns, "-o", "name")
 		return err == nil && strings.TrimSpace(string(names)) == "", nil

@@ -132,14 +132,35 @@ func (c *Cluster) podOf(t testing.TB, p *corev1.Pod) *corev1.Pod {
 	return &live
 }
 
-// StartVM starts vm with its launcher pod on node and runs the pod.
+// StartVM starts vm through the real virt-controller, runs its launcher
+// pod on node and returns the VMI and the launcher's sandbox.
 func (c *Cluster) StartVM(t testing.TB, vm *kubevirtv1.VirtualMachine, node string) (*kubevirtv1.VirtualMachineInstance, *Sandbox) {
 	t.Helper()
-	vmi, pod, err := c.Sim.Start(context.Background(), vm, node)
+	vmi, pod, err := c.KV.Start(context.Background(), vm, node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return vmi, c.MustRun(t, c.podOf(t, pod))
+	return vmi, c.MustSandbox(t, pod)
+}
+
+// CreateVM creates a stopped VM through the API, as a user does.
+func (c *Cluster) CreateVM(t testing.TB, namespace, name string, networks ...framework.VMNetwork) *kubevirtv1.VirtualMachine {
+	t.Helper()
+	vm, err := c.KV.CreateVM(context.Background(), namespace, name, networks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vm
+}
+
+// MustSandbox is the running sandbox of pod.
+func (c *Cluster) MustSandbox(t testing.TB, pod *corev1.Pod) *Sandbox {
+	t.Helper()
+	s := c.Sandbox(pod.UID)
+	if s == nil {
+		t.Fatalf("pod %s/%s has no running sandbox", pod.Namespace, pod.Name)
+	}
+	return s
 }
 
 // repoFile is a path in the checkout.

@@ -25,8 +25,10 @@ import (
 
 // The whole system as a cluster runs it (see Cluster): real control plane,
 // ipkeeper-controller and three ipkeeper-agent processes, the real Multus ->
-// bridge -> ipkeeper chain in network namespaces. KubeVirt is simulated
-// (framework.KubeVirtSim) and so is the kubelet (Cluster's sandbox loop).
+// bridge -> ipkeeper chain in network namespaces, and KubeVirt's real
+// virt-controller. Simulated (and named in each test's output): the
+// kubelet (Cluster's sandbox loop), the scheduler's binding, Multus'
+// dynamic networks controller and virt-handler (framework.KubeVirt).
 
 // Scenarios 1-3: a VM gets an address on a persistent-IP network and a
 // plain pod a different one; the VM keeps its address across stop/start on
@@ -40,10 +42,8 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 	c.BridgeNAD(t, ns, "blue", network, true, map[string]any{"range": "10.81.0.0/24"})
 	iface := kubevirt.PodInterfaceName("blue")
 
-	vm, err := c.Sim.CreateVM(ctx, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Log(c.KV.Simulated())
+	vm := c.CreateVM(t, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	c.WaitClaim(t, ns, "vm1.blue")
 	_, launcher := c.StartVM(t, vm, "node-a")
 	vmAddr := launcher.MustAddr(t, iface)
@@ -59,9 +59,9 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 	mustPing(t, plain, vmAddr.Addr())
 	mustPing(t, launcher, plainAddr.Addr())
 
-	// 2. Stop (launcher deleted, through the kubelet's DEL) and start on
-	// another node: same address.
-	if err := c.Sim.Stop(ctx, vm); err != nil {
+	// 2. Stop (virt-controller deletes the launcher, the kubelet runs DEL)
+	// and start on another node: same address.
+	if err := c.KV.Stop(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
 	c.WaitGone(t, launcher.Pod)
@@ -74,23 +74,32 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 	}
 	mustPing(t, launcher, plainAddr.Addr())
 
-	// 3. Live migration to node-c: both launchers have the address while
-	// both run; the target keeps it when the source goes.
-	target, err := c.Sim.Migrate(ctx, vmi, "node-c")
+	// 3. Live migration to node-c (a VirtualMachineInstanceMigration):
+	// both launchers have the address while both run; the target keeps it
+	// when the source's domain has left and its sandbox is gone.
+	_, target, err := c.KV.Migrate(ctx, vmi, "node-c", framework.WhileBothRun(func(ctx context.Context, source, target *corev1.Pod) error {
+		if source.UID != launcher.Pod.UID {
+			return fmt.Errorf("migration source is pod %s, want the launcher %s", source.Name, launcher.Pod.Name)
+		}
+		box := c.Sandbox(target.UID)
+		if box == nil {
+			return fmt.Errorf("migration target %s has no sandbox", target.Name)
+		}
+		if got, err := box.Addr(ctx, iface); err != nil || got != vmAddr {
+			return fmt.Errorf("migration target has %s (%v), want %s", got, err, vmAddr)
+		}
+		if got, err := launcher.Addr(ctx, iface); err != nil || got != vmAddr {
+			return fmt.Errorf("migration source lost its address: %s (%v)", got, err)
+		}
+		return nil
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	targetBox := c.MustRun(t, c.podOf(t, target))
-	if got := targetBox.MustAddr(t, iface); got != vmAddr {
-		t.Fatalf("migration target has %s, want %s", got, vmAddr)
+	if c.Sandbox(launcher.Pod.UID) != nil {
+		t.Fatalf("the migration source's sandbox still runs after the migration succeeded")
 	}
-	if got := launcher.MustAddr(t, iface); got != vmAddr {
-		t.Fatalf("migration source lost its address: %s", got)
-	}
-	if err := c.CP.Client.Delete(ctx, launcher.Pod); err != nil {
-		t.Fatal(err)
-	}
-	c.WaitGone(t, launcher.Pod)
+	targetBox := c.MustSandbox(t, target)
 	if got := targetBox.MustAddr(t, iface); got != vmAddr {
 		t.Fatalf("target after the source left: %s, want %s", got, vmAddr)
 	}
@@ -131,10 +140,7 @@ func TestSystemVMDeletionReleasesAddress(t *testing.T) {
 
 	for i, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground} {
 		t.Run(string(policy), func(t *testing.T) {
-			vm, err := c.Sim.CreateVM(ctx, ns, "vm-"+strings.ToLower(string(policy)), framework.VMNetwork{Name: "one", NAD: "one"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			vm := c.CreateVM(t, ns, "vm-"+strings.ToLower(string(policy)), framework.VMNetwork{Name: "one", NAD: "one"})
 			c.WaitClaim(t, ns, vm.Name+".one")
 			_, launcher := c.StartVM(t, vm, "node-a")
 			if got := launcher.MustAddr(t, kubevirt.PodInterfaceName("one")); got.Addr() != only {
@@ -147,10 +153,11 @@ func TestSystemVMDeletionReleasesAddress(t *testing.T) {
 			}
 			claim := c.WaitClaimIPs(t, ns, vm.Name+".one")
 
-			if err := c.CP.Client.Delete(ctx, vm, client.PropagationPolicy(policy)); err != nil {
+			// virt-controller stops the VMI and deletes the launcher; the
+			// kubelet's DEL runs before the claim may be released.
+			if err := c.KV.DeleteVM(ctx, vm, policy); err != nil {
 				t.Fatal(err)
 			}
-			c.WaitGone(t, vm)
 			c.WaitGone(t, claim)
 			c.WaitReservations(t, network, 1) // only the peer's
 			next := c.MustRun(t, c.podOf(t, waiting))
@@ -285,11 +292,7 @@ func TestSystemControllerRestart(t *testing.T) {
 	c.DumpOnFailure(t, ns)
 	c.BridgeNAD(t, ns, "blue", "sys-restart", true, map[string]any{"range": "10.84.0.0/24"})
 	create := func(name string) *kubevirtv1.VirtualMachine {
-		vm, err := c.Sim.CreateVM(ctx, ns, name, framework.VMNetwork{Name: "blue", NAD: "blue"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return vm
+		return c.CreateVM(t, ns, name, framework.VMNetwork{Name: "blue", NAD: "blue"})
 	}
 	before := []*kubevirtv1.VirtualMachine{create("vm-0"), create("vm-1"), create("vm-2")}
 	for _, vm := range before {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -78,8 +79,10 @@ func (k *KubeVirt) bindAndRun(ctx context.Context, pod *corev1.Pod, node string)
 	if err != nil {
 		return nil, err
 	}
-	if err := k.writeNetworkStatus(ctx, pod, ifaces, addrs); err != nil {
-		return nil, err
+	if !k.RealMultus {
+		if err := k.writeNetworkStatus(ctx, pod, ifaces, addrs); err != nil {
+			return nil, err
+		}
 	}
 	if err := k.setPodRunning(ctx, pod); err != nil {
 		return nil, err
@@ -144,14 +147,14 @@ func (k *KubeVirt) setPodRunning(ctx context.Context, pod *corev1.Pod) error {
 		pod.Status.InitContainerStatuses = nil
 		for _, c := range pod.Spec.InitContainers {
 			pod.Status.InitContainerStatuses = append(pod.Status.InitContainerStatuses, corev1.ContainerStatus{
-				Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: true,
+				Name: c.Name, Image: c.Image, ImageID: pulledImageID(c.Image), Ready: true,
 				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}},
 			})
 		}
 		pod.Status.ContainerStatuses = nil
 		for _, c := range pod.Spec.Containers {
 			pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
-				Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: true, Started: ptrTo(true),
+				Name: c.Name, Image: c.Image, ImageID: pulledImageID(c.Image), Ready: true, Started: ptrTo(true),
 				ContainerID: "containerd://" + containerID(pod, c.Name),
 				State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 			})
@@ -231,11 +234,10 @@ func (k *KubeVirt) FinishPodDeletion(ctx context.Context, pod *corev1.Pod) error
 // attached element: those listed already (keeping their addresses) and
 // those in attach, with the addresses the PodRunner reported. An element
 // gone from the annotation (unplugged) is gone from the status too. With
-// RealMultus the PodRunner's Multus writes it, and nothing is done here.
+// RealMultus the PodRunner's Multus writes it when the sandbox starts (see
+// bindAndRun), and only the dynamic networks controller's changes are
+// simulated here, on top of what Multus wrote.
 func (k *KubeVirt) writeNetworkStatus(ctx context.Context, pod *corev1.Pod, attach []string, addrs map[string][]string) error {
-	if k.RealMultus {
-		return nil
-	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := k.C.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			return err
@@ -245,7 +247,13 @@ func (k *KubeVirt) writeNetworkStatus(ctx context.Context, pod *corev1.Pod, atta
 			return err
 		}
 		old := podNetworkStatus(pod)
-		statuses := []nadv1.NetworkStatus{{Name: defaultNetworkStatusName, Interface: "eth0", Default: true, Mac: fakeMAC(pod, "eth0")}}
+		def := nadv1.NetworkStatus{Name: defaultNetworkStatusName, Interface: "eth0", Default: true, Mac: fakeMAC(pod, "eth0")}
+		for _, st := range old {
+			if st.Default {
+				def = st
+			}
+		}
+		statuses := []nadv1.NetworkStatus{def}
 		for _, e := range elems {
 			prev, listed := old[e.Interface]
 			if !listed && !slices.Contains(attach, e.Interface) {
@@ -298,6 +306,18 @@ func podNetworkStatus(pod *corev1.Pod) map[string]nadv1.NetworkStatus {
 func fakeMAC(pod *corev1.Pod, iface string) string {
 	sum := sha256.Sum256([]byte(string(pod.UID) + "/" + iface))
 	return net.HardwareAddr{0x02, sum[0], sum[1], sum[2], sum[3], sum[4]}.String()
+}
+
+// pulledImageID is the image ID a kubelet reports for a pulled image: the
+// repository with the digest it resolved to. virt-controller refuses to
+// migrate a VM with a containerDisk without one ("no reproducible image
+// digest"): the target must run the very same image.
+func pulledImageID(image string) string {
+	repo := image
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		repo = image[:i]
+	}
+	return fmt.Sprintf("%s@sha256:%x", repo, sha256.Sum256([]byte(image)))
 }
 
 func containerID(pod *corev1.Pod, container string) string {

@@ -36,7 +36,8 @@ import (
 //     (grace period 60 s) at once;
 //   - Multus: writes the network-status annotation from the pod's networks
 //     annotation (unless RealMultus), and attaches and detaches hot-plugged
-//     networks as its dynamic networks controller would;
+//     networks, updating network-status, as its dynamic networks
+//     controller would;
 //   - virt-api: only the finalizer its webhook puts on every new VMI (and
 //     no defaulting: VM templates are explicit, ExplicitVMTemplate);
 //   - virt-handler: writes the VMI status a running guest gets (phase
@@ -53,7 +54,8 @@ type KubeVirt struct {
 	// Kubelet runs launcher pods' sandboxes; zero: API only.
 	Kubelet PodRunner
 	// RealMultus: the Kubelet runs the real Multus, which writes the
-	// network-status annotation itself.
+	// network-status annotation when a sandbox starts (hotplug's changes to
+	// it stay simulated).
 	RealMultus bool
 	// Timeout bounds each wait for virt-controller; zero means a minute.
 	Timeout time.Duration
@@ -304,7 +306,18 @@ func (k *KubeVirt) FinishVMI(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 // MigrationOption changes how Migrate's simulated nodes behave.
 type MigrationOption func(*migrationOptions)
 
-type migrationOptions struct{ fail string }
+type migrationOptions struct {
+	fail string
+	// bothRun is called once the target pod runs, before the handover.
+	bothRun func(ctx context.Context, source, target *corev1.Pod) error
+}
+
+// WhileBothRun calls check once the target launcher runs next to the
+// source, before the migration completes or fails (a test asserts what
+// both pods have while both run).
+func WhileBothRun(check func(ctx context.Context, source, target *corev1.Pod) error) MigrationOption {
+	return func(o *migrationOptions) { o.bothRun = check }
+}
 
 // FailMigration makes the migration fail after the target pod is ready,
 // as virt-handler reports a failed libvirt migration: the VMI's migration
@@ -355,6 +368,11 @@ func (k *KubeVirt) Migrate(ctx context.Context, vmi *kubevirtv1.VirtualMachineIn
 		return ms != nil && ms.MigrationUID == mig.UID && ms.TargetPod == target.Name, nil
 	}); err != nil {
 		return mig, target, err
+	}
+	if o.bothRun != nil {
+		if err := o.bothRun(ctx, source, target); err != nil {
+			return mig, target, err
+		}
 	}
 	// Target virt-handler: the target domain listens.
 	if err := k.migrationStep(ctx, vmi, mig, kubevirtv1.MigrationTargetReady, migrationState(map[string]any{
