@@ -74,10 +74,7 @@ func TestImportWhereaboutsKeepsAddresses(t *testing.T) {
 
 	p1 := c.MustRun(t, c.PlainPod(t, ns, "p1", n.Name, "plain"))
 	p2 := c.MustRun(t, c.PlainPod(t, ns, "p2", n.Name, "plain"))
-	vm, err := c.Sim.CreateVM(ctx, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "vmnet"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm := c.CreateVM(t, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "vmnet"})
 	claim := c.WaitClaim(t, ns, naming.Claim("vm1", "blue"))
 	_, launcher := c.StartVM(t, vm, n.Name)
 	vmIf := kubevirt.PodInterfaceName("blue")
@@ -114,7 +111,7 @@ func TestImportWhereaboutsKeepsAddresses(t *testing.T) {
 	// A new pod on the network gets a new address, not an imported one.
 	p3 := c.MustRun(t, c.PlainPod(t, ns, "p3", n.Name, "plain"))
 	// The VM restarts: a new launcher pod, ADD through ipkeeper with the claim.
-	if err := c.Sim.Stop(ctx, vm); err != nil {
+	if err := c.KV.Stop(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
 	c.WaitGone(t, launcher.Pod)
