@@ -33,8 +33,9 @@ import (
 // to ipkeeper; then one pod's sandbox is restarted (DEL, then ADD through
 // ipkeeper) and the VM is stopped and started (a new launcher pod, ADD
 // through ipkeeper with its claim). Every address stays what whereabouts
-// gave, and no address is reserved twice. KubeVirt and the kubelet are
-// simulated (framework.KubeVirtSim, Cluster's kubelet loop).
+// gave, and no address is reserved twice. The VM runs through the real
+// virt-controller; the kubelet and virt-handler are simulated (Cluster,
+// framework.KubeVirt).
 func TestImportWhereaboutsKeepsAddresses(t *testing.T) {
 	c := setup(t)
 	n := c.Nodes[0]

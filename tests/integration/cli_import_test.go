@@ -96,8 +96,9 @@ func wbNAD(t *testing.T, ns, name, network, rng string, persistent bool) {
 // IPs; it skips gone pods and launchers whose claim is not there yet,
 // reports an address ipkeeper already gave someone else without touching
 // it, writes nothing on --dry-run, and a second run creates nothing.
-// KubeVirt is simulated (framework.KubeVirtSim: VM, VMI and launcher pod
-// objects); the claim is created here as ipkeeper-controller names it.
+// The VMs run through the real virt-controller (framework.KubeVirt, which
+// names what it simulates); no ipkeeper-controller runs, so the claim is
+// created here as ipkeeper-controller names it.
 func TestCLIImportWhereabouts(t *testing.T) {
 	installWhereaboutsCRDs(t)
 	ctx := t.Context()
@@ -112,20 +113,25 @@ func TestCLIImportWhereabouts(t *testing.T) {
 	// ipkeeper already gave 10.199.9.7 to "other": a conflict for p3's copy.
 	conflicting := cliReservation(t, plainNet, plainNet, "10.199.9.7", podOwner(other))
 
-	sim := &framework.KubeVirtSim{C: cp.Client}
-	vm, err := sim.CreateVM(ctx, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "vmnet"})
+	kv := newKubeVirt(t)
+	t.Cleanup(func() {
+		if err := kv.StopAll(context.Background(), ns); err != nil {
+			t.Logf("stopping the VMs of %s: %v", ns, err)
+		}
+	})
+	vm, err := kv.CreateVM(ctx, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "vmnet"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, launcher, err := sim.Start(ctx, vm, "node-a")
+	_, launcher, err := kv.Start(ctx, vm, "node-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm2, err := sim.CreateVM(ctx, ns, "vm2", framework.VMNetwork{Name: "blue", NAD: "vmnet"})
+	vm2, err := kv.CreateVM(ctx, ns, "vm2", framework.VMNetwork{Name: "blue", NAD: "vmnet"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, launcher2, err := sim.Start(ctx, vm2, "node-a")
+	_, launcher2, err := kv.Start(ctx, vm2, "node-a")
 	if err != nil {
 		t.Fatal(err)
 	}
