@@ -43,7 +43,7 @@ func startRealVirtControllerPlane(t *testing.T) *framework.ControlPlane {
 	return rcp
 }
 
-// Real virt-controller v1.7.0 + ipkeeper-controller and its webhook: a
+// Real virt-controller v1.8.2 + ipkeeper-controller and its webhook: a
 // started VM gets its claim, and the launcher pod virt-controller creates
 // references it. Simulated: nothing written here; there is no kubelet (the
 // launcher pod stays unbound and never runs), no virt-api (no defaulting:
