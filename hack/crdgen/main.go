@@ -8,13 +8,9 @@
 //     readiness;
 //   - NetworkAttachmentDefinition: the upstream manifest from the pinned
 //     network-attachment-definition-client module, unchanged;
-//   - KubeVirt's VirtualMachine, VirtualMachineInstance,
-//     VirtualMachineInstanceMigration and KubeVirt, for tests only: KubeVirt
-//     cannot run here, so tests install minimal structural CRDs (spec and
-//     status preserve unknown fields, status subresource) and simulate what
-//     virt-controller writes;
-//   - cert-manager's Certificate and Issuer, for tests only, in the same
-//     minimal form, so the cert-manager overlay applies with a dry run;
+//   - cert-manager's Certificate and Issuer, for tests only: minimal
+//     structural CRDs (spec and status preserve unknown fields, status
+//     subresource), so the cert-manager overlay applies with a dry run;
 //   - Cluster API's IPAddressClaim, IPAddress and Cluster, for tests only:
 //     the real manifests of the pinned cluster-api module, unchanged, so
 //     the IPAM provider is tested against the schema it serves (ipkeeper
@@ -77,12 +73,6 @@ func run(crdDir, testCRDDir string) error {
 	if err := writeCRD(filepath.Join(crdDir, "k8s.cni.cncf.io_network-attachment-definitions.yaml"), nad); err != nil {
 		return err
 	}
-	for _, k := range kubevirtKinds {
-		crd := openCRD("kubevirt.io", k, "minimal structural stand-in for KubeVirt's CRD; KubeVirt itself is simulated in tests")
-		if err := writeCRD(filepath.Join(testCRDDir, "kubevirt", "kubevirt.io_"+k.plural+".yaml"), crd); err != nil {
-			return err
-		}
-	}
 	for _, k := range certManagerKinds {
 		crd := openCRD("cert-manager.io", k, "minimal structural stand-in for cert-manager's CRD, so the cert-manager overlay can be applied with a server-side dry run")
 		if err := writeCRD(filepath.Join(testCRDDir, "cert-manager", "cert-manager.io_"+k.plural+".yaml"), crd); err != nil {
@@ -136,26 +126,20 @@ func addIPAMClaimColumns(crd *apiextensionsv1.CustomResourceDefinition) {
 	}
 }
 
-type kubevirtKind struct {
+// crdKind names the kind of a minimal test CRD.
+type crdKind struct {
 	kind, listKind, plural, singular string
 	shortNames                       []string
 }
 
-var kubevirtKinds = []kubevirtKind{
-	{"VirtualMachine", "VirtualMachineList", "virtualmachines", "virtualmachine", []string{"vm", "vms"}},
-	{"VirtualMachineInstance", "VirtualMachineInstanceList", "virtualmachineinstances", "virtualmachineinstance", []string{"vmi", "vmis"}},
-	{"VirtualMachineInstanceMigration", "VirtualMachineInstanceMigrationList", "virtualmachineinstancemigrations", "virtualmachineinstancemigration", []string{"vmim", "vmims"}},
-	{"KubeVirt", "KubeVirtList", "kubevirts", "kubevirt", []string{"kv", "kvs"}},
-}
-
 // certManagerKinds are the cert-manager kinds the cert-manager overlay uses.
-var certManagerKinds = []kubevirtKind{
+var certManagerKinds = []crdKind{
 	{"Certificate", "CertificateList", "certificates", "certificate", []string{"cert", "certs"}},
 	{"Issuer", "IssuerList", "issuers", "issuer", nil},
 }
 
 // openCRD is a minimal structural CRD whose spec and status accept anything.
-func openCRD(group string, k kubevirtKind, note string) *apiextensionsv1.CustomResourceDefinition {
+func openCRD(group string, k crdKind, note string) *apiextensionsv1.CustomResourceDefinition {
 	preserve := true
 	open := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve}
 	return &apiextensionsv1.CustomResourceDefinition{
@@ -169,7 +153,7 @@ func openCRD(group string, k kubevirtKind, note string) *apiextensionsv1.CustomR
 			Scope: apiextensionsv1.NamespaceScoped,
 			Names: apiextensionsv1.CustomResourceDefinitionNames{
 				Kind: k.kind, ListKind: k.listKind, Plural: k.plural, Singular: k.singular,
-				ShortNames: k.shortNames, Categories: categories(group),
+				ShortNames: k.shortNames, Categories: []string{"cert-manager"},
 			},
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
 				Name: "v1", Served: true, Storage: true,
@@ -187,13 +171,6 @@ func openCRD(group string, k kubevirtKind, note string) *apiextensionsv1.CustomR
 			}},
 		},
 	}
-}
-
-func categories(group string) []string {
-	if group == "kubevirt.io" {
-		return []string{"all", "kubevirt"}
-	}
-	return []string{"cert-manager"}
 }
 
 func writeCRD(path string, crd *apiextensionsv1.CustomResourceDefinition) error {

@@ -11,6 +11,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -206,7 +207,8 @@ func wanted(ctx context.Context, reader client.Reader, ownerObj client.Object, o
 
 // users names something still using the claim ("" when nothing does): a
 // pod whose networks annotation references it (running, starting or
-// terminating: it may hold the addresses) or, once the owner is going, a VMI
+// terminating: it may hold the addresses; not one whose containers ended
+// for good) or, once the owner is going, a VMI
 // of that owner (it may start a launcher pod, for example a migration target).
 //
 // Pods come from the cache's claim-reference index. A live pass (reader is
@@ -240,10 +242,15 @@ func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		for _, ref := range multus.ClaimRefs(p.Annotations[multus.Annotation], p.Namespace) {
-			if ref == claim.Name {
-				return "pod " + p.Name, nil
-			}
+		if !slices.Contains(multus.ClaimRefs(p.Annotations[multus.Annotation], p.Namespace), claim.Name) {
+			continue
+		}
+		ended, err := r.ended(ctx, p)
+		if err != nil {
+			return "", err
+		}
+		if !ended {
+			return "pod " + p.Name, nil
 		}
 	}
 	if state == ownerLive {
@@ -261,6 +268,27 @@ func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *
 		return "VirtualMachineInstance " + vmi.Name, nil
 	}
 	return "", nil
+}
+
+// ended reports, from a live read, whether a pod's containers ended for
+// good (phase Succeeded or Failed) or the pod is gone. KubeVirt keeps such
+// launcher pods until their VMI goes (a live migration's source after the
+// hand-over, the target of a failed one), but their sandbox is torn down and
+// they never run again: they hold no address. The watch carries only pod
+// metadata, so the phase is read for the few pods that reference a claim
+// about to be released.
+func (r *ClaimReleaser) ended(ctx context.Context, p *metav1.PartialObjectMetadata) (bool, error) {
+	var pod corev1.Pod
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Name}, &pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("reading pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	if pod.UID != p.UID {
+		return true, nil // a newer pod of that name, listed on its own
+	}
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, nil
 }
 
 // SetupWithManager registers the reconciler.

@@ -67,3 +67,59 @@ func TestUsersLivePassFindsLaunchersByVMIUID(t *testing.T) {
 		})
 	}
 }
+
+// A launcher pod whose containers ended for good (phase Succeeded: the
+// source of a live migration after the hand-over; Failed: the target of a
+// failed one) holds no address any more, though KubeVirt keeps it until its
+// VMI goes: it does not keep a claim the VM no longer wants (a network
+// unplugged after a migration), in the cached pass or the live one. A pod
+// still running or starting does.
+func TestUsersSkipEndedLaunchers(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, ipamclaimsv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "vm1.green"}}
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "vm1", UID: "vmi-uid"}}
+	owner := claimowner.Owner{Kind: claimowner.KindVM, Name: "vm1", UID: "vm-uid"}
+	for _, tt := range []struct {
+		phase corev1.PodPhase
+		user  bool
+	}{
+		{corev1.PodSucceeded, false},
+		{corev1.PodFailed, false},
+		{corev1.PodRunning, true},
+		{corev1.PodPending, true},
+	} {
+		t.Run(string(tt.phase), func(t *testing.T) {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{
+					Namespace: "vms", Name: "virt-launcher-vm1-abcde", UID: "pod-uid",
+					Labels:      map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue, kubevirt.VMINameLabel: "vm1", kubevirtv1.CreatedByLabel: "vmi-uid"},
+					Annotations: map[string]string{multus.Annotation: `[{"name":"green","namespace":"vms","ipam-claim-reference":"vm1.green"}]`},
+				},
+				Status: corev1.PodStatus{Phase: tt.phase},
+			}
+			index := func(o client.Object) []string {
+				return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
+			}
+			cache := fake.NewClientBuilder().WithScheme(scheme).WithIndex(PodMetadata(), indexClaimRef, index).WithObjects(pod.DeepCopy()).Build()
+			api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(vmi, pod.DeepCopy()).Build()
+			r := &ClaimReleaser{Client: cache, APIReader: api}
+			for _, pass := range []struct {
+				name   string
+				reader client.Reader
+			}{{"cached", cache}, {"live", api}} {
+				who, err := r.users(context.Background(), pass.reader, claim, owner, ownerLive)
+				if err != nil {
+					t.Fatalf("%s pass: %v", pass.name, err)
+				}
+				if got := who != ""; got != tt.user {
+					t.Errorf("%s pass: users() = %q for a %s launcher; want it counted as a user: %v", pass.name, who, tt.phase, tt.user)
+				}
+			}
+		})
+	}
+}

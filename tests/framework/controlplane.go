@@ -49,8 +49,8 @@ type Options struct {
 	// and Cluster CRDs out; InstallClusterAPICRDs adds them later.
 	WithoutClusterAPICRDs bool
 	// RealVirtController runs KubeVirt's own virt-controller (see
-	// virtcontroller.go) and installs the KubeVirt CRDs generated with it
-	// instead of the minimal ones in tests/crds/kubevirt.
+	// virtcontroller.go). The KubeVirt CRDs are always the ones generated
+	// with it (hack/tools.sh), so CRDs and binary agree.
 	RealVirtController bool
 }
 
@@ -108,6 +108,8 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		if err := requireExecutables(tools.VirtController); err != nil {
 			return nil, err
 		}
+	}
+	if !opts.WithoutKubeVirtCRDs {
 		if _, err := os.Stat(tools.KubeVirtCRDsDir); err != nil {
 			return nil, fmt.Errorf("the generated KubeVirt CRDs are missing (%w): run `make tools`", err)
 		}
@@ -120,10 +122,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating control plane dir: %w", err)
 	}
-	cp := &ControlPlane{Tools: tools, Dir: dir, logs: map[string]*logFile{}, logsMu: &sync.Mutex{}, kubeVirtCRDs: kubeVirtCRDDir(root)}
-	if opts.RealVirtController {
-		cp.kubeVirtCRDs = tools.KubeVirtCRDsDir
-	}
+	cp := &ControlPlane{Tools: tools, Dir: dir, logs: map[string]*logFile{}, logsMu: &sync.Mutex{}, kubeVirtCRDs: tools.KubeVirtCRDsDir}
 	defer func() {
 		if err != nil {
 			cp.DumpLogs(os.Stderr, 60)
@@ -208,7 +207,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		}
 	}
 	if opts.RealVirtController {
-		if err := cp.startVirtController(ctx); err != nil {
+		if err := cp.StartVirtController(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -4,13 +4,15 @@ package framework
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"time"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,8 +20,10 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
-// KubeVirtSim stands in for KubeVirt, which cannot run here (no kubelet, no
-// VMs). It writes to the API what virt-controller writes:
+// KubeVirtSim stands in for virt-controller where none runs (a control
+// plane started without Options.RealVirtController); where it runs, use
+// KubeVirt, which drives the real one. It writes to the API what
+// virt-controller writes:
 //
 //   - a VM (created stopped) -> on start a VMI of the same name, controlled
 //     by the VM (blockOwnerDeletion), copying the template spec;
@@ -53,27 +57,60 @@ type VMNetwork struct {
 	NAD string
 }
 
-// SetFeatureGate writes the KubeVirt CR with or without the PersistentIPs gate.
+// SetFeatureGate turns KubeVirt's PersistentIPs feature gate on or off.
 func (s *KubeVirtSim) SetFeatureGate(ctx context.Context, on bool) error {
+	return SetPersistentIPsGate(ctx, s.C, on)
+}
+
+// SetPersistentIPsGate turns KubeVirt's PersistentIPs feature gate on or
+// off in the KubeVirt CR kubevirt/kubevirt, creating the CR (and its
+// namespace) if there is none. It patches only the feature gate list,
+// guarded by the resourceVersion it read: the CR is shared by every test
+// of a control plane, and virt-controller reads its status.phase.
+func SetPersistentIPsGate(ctx context.Context, c client.Client, on bool) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KubeVirtNamespace}}
-	if err := s.C.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", KubeVirtNamespace, err)
 	}
-	gates := []string{"LiveMigration"}
-	if on {
-		gates = append(gates, kubevirt.PersistentIPsGate)
-	}
-	kv := &kubevirtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: KubeVirtNamespace, Name: "kubevirt"}}
-	err := s.C.Get(ctx, client.ObjectKeyFromObject(kv), kv)
-	if apierrors.IsNotFound(err) {
-		kv.Spec.Configuration.DeveloperConfiguration = &kubevirtv1.DeveloperConfiguration{FeatureGates: gates}
-		return s.C.Create(ctx, kv)
-	}
-	if err != nil {
-		return fmt.Errorf("reading the KubeVirt CR: %w", err)
-	}
-	kv.Spec.Configuration.DeveloperConfiguration = &kubevirtv1.DeveloperConfiguration{FeatureGates: gates}
-	return s.C.Update(ctx, kv)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		kv := &kubevirtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: KubeVirtNamespace, Name: "kubevirt"}}
+		err := c.Get(ctx, client.ObjectKeyFromObject(kv), kv)
+		if apierrors.IsNotFound(err) {
+			gates := []string{}
+			if on {
+				gates = append(gates, kubevirt.PersistentIPsGate)
+			}
+			kv.Spec.Configuration.DeveloperConfiguration = &kubevirtv1.DeveloperConfiguration{FeatureGates: gates}
+			if err := c.Create(ctx, kv); err != nil {
+				if apierrors.IsAlreadyExists(err) {
+					return apierrors.NewConflict(kubevirtv1.Resource("kubevirts"), kv.Name, err)
+				}
+				return fmt.Errorf("creating the KubeVirt CR: %w", err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading the KubeVirt CR: %w", err)
+		}
+		var gates []string
+		if dc := kv.Spec.Configuration.DeveloperConfiguration; dc != nil {
+			gates = slices.DeleteFunc(slices.Clone(dc.FeatureGates), func(g string) bool { return g == kubevirt.PersistentIPsGate })
+		}
+		if on {
+			gates = append(gates, kubevirt.PersistentIPsGate)
+		}
+		if gates == nil {
+			gates = []string{}
+		}
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": kv.ResourceVersion},
+			"spec":     map[string]any{"configuration": map[string]any{"developerConfiguration": map[string]any{"featureGates": gates}}},
+		})
+		if err != nil {
+			return err
+		}
+		return c.Patch(ctx, kv, client.RawPatch(types.MergePatchType, patch))
+	})
 }
 
 // VMTemplate builds a VMI spec with a pod network and the given secondary
@@ -293,14 +330,9 @@ func (s *KubeVirtSim) SyncPodNetworks(ctx context.Context, vm *kubevirtv1.Virtua
 	return nil
 }
 
-// Touch changes a label on obj so that every controller watching it looks
-// at it again (a barrier for tests that assert something did not happen).
+// Touch changes a label on obj (see the function Touch).
 func (s *KubeVirtSim) Touch(ctx context.Context, obj client.Object) error {
-	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{"test.ipkeeper.io/touched":"%d"}}}`, time.Now().UnixNano())))
-	if err := s.C.Patch(ctx, obj, patch); err != nil {
-		return fmt.Errorf("touching %s: %w", obj.GetName(), err)
-	}
-	return nil
+	return Touch(ctx, s.C, obj)
 }
 
 // Release lets a held (terminating) pod go, as the kubelet does once the

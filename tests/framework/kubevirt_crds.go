@@ -5,20 +5,16 @@ package framework
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// kubeVirtCRDDir holds the minimal KubeVirt CRDs the simulator works with
-// (a control plane with the real virt-controller uses the generated ones).
-func kubeVirtCRDDir(root string) string { return filepath.Join(root, "tests", "crds", "kubevirt") }
-
 // HasKubeVirt reports whether KubeVirt's CRDs are installed.
 func (cp *ControlPlane) HasKubeVirt() bool { return !cp.noKubeVirt }
 
-// InstallKubeVirtCRDs installs KubeVirt's CRDs into a running control plane
+// InstallKubeVirtCRDs installs KubeVirt's CRDs (generated from the pinned
+// KubeVirt module by hack/tools.sh) into a running control plane
 // (started WithoutKubeVirtCRDs) and returns once the API server serves them.
 func (cp *ControlPlane) InstallKubeVirtCRDs(ctx context.Context) error {
 	if _, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{

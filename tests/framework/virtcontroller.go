@@ -4,6 +4,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"syscall"
@@ -43,9 +44,17 @@ type virtControllerProc struct {
 	done chan error
 }
 
-// startVirtController writes the KubeVirt CR virt-controller reads, starts
+// StartVirtController writes the KubeVirt CR virt-controller reads, starts
 // it, and returns once it holds its lease (it then runs its controllers).
-func (cp *ControlPlane) startVirtController(ctx context.Context) error {
+// Start calls it for Options.RealVirtController; a test that installs
+// KubeVirt later (InstallKubeVirtCRDs) calls it then.
+func (cp *ControlPlane) StartVirtController(ctx context.Context) error {
+	if cp.virtController != nil {
+		return errors.New("virt-controller already runs on this control plane")
+	}
+	if err := requireExecutables(cp.Tools.VirtController); err != nil {
+		return err
+	}
 	if err := cp.ensureKubeVirtCR(ctx); err != nil {
 		return err
 	}

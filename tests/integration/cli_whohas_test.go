@@ -28,8 +28,7 @@ func TestCLIWhoHas(t *testing.T) {
 	pod := cliPod(t, ns, "web-0")
 	cliReservation(t, pool, network, "10.199.1.5", podOwner(pod))
 
-	sim := &framework.KubeVirtSim{C: cp.Client}
-	vm, err := sim.CreateVM(t.Context(), ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	vm, err := newKubeVirt(t).CreateVM(t.Context(), ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
 		t.Fatal(err)
 	}

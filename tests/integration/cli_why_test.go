@@ -137,8 +137,7 @@ func TestCLIWhyPod(t *testing.T) {
 func TestCLIWhyClaim(t *testing.T) {
 	e := newWhyEnv(t)
 	ns := e.ns
-	sim := &framework.KubeVirtSim{C: cp.Client}
-	vm, err := sim.CreateVM(t.Context(), ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	vm, err := newKubeVirt(t).CreateVM(t.Context(), ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,20 +173,20 @@ func TestCLIWhyVM(t *testing.T) {
 	e := newWhyEnv(t)
 	ns := e.ns
 	ctx := t.Context()
-	sim := &framework.KubeVirtSim{C: cp.Client}
+	kv := newKubeVirt(t)
 	restoreFeatureGate(t)
-	if err := sim.SetFeatureGate(ctx, true); err != nil {
+	if err := kv.SetFeatureGate(ctx, true); err != nil {
 		t.Fatal(err)
 	}
 	newVM := func(name, nad string) *kubevirtv1.VirtualMachine {
-		vm, err := sim.CreateVM(ctx, ns, name, framework.VMNetwork{Name: "blue", NAD: nad})
+		vm, err := kv.CreateVM(ctx, ns, name, framework.VMNetwork{Name: "blue", NAD: nad})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return vm
 	}
 	start := func(vm *kubevirtv1.VirtualMachine) *corev1.Pod {
-		_, pod, err := sim.Start(ctx, vm, "node-a")
+		_, pod, err := kv.Start(ctx, vm, "node-a")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +232,7 @@ func TestCLIWhyVM(t *testing.T) {
 		{name: "not found", args: []string{"why", "vm/nope", "-n", ns}, code: cli.ExitError,
 			stderr: []string{"VirtualMachine " + ns + "/nope not found"}},
 	})
-	if err := sim.SetFeatureGate(ctx, false); err != nil {
+	if err := kv.SetFeatureGate(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	runCLICases(t, []cliCase{
@@ -262,7 +261,7 @@ func setClaimRef(t *testing.T, pod *corev1.Pod, claim string) {
 	}
 }
 
-// restoreFeatureGate puts the simulated KubeVirt CR back as it was after
+// restoreFeatureGate puts the KubeVirt CR's feature gates back as it was after
 // the test (other tests set the gate they need, but none should inherit).
 func restoreFeatureGate(t *testing.T) {
 	t.Helper()
@@ -275,9 +274,8 @@ func restoreFeatureGate(t *testing.T) {
 	}
 	wasOn := existed && kubevirt.GateListed(&kv)
 	t.Cleanup(func() {
-		sim := &framework.KubeVirtSim{C: cp.Client}
 		if existed {
-			if err := sim.SetFeatureGate(context.Background(), wasOn); err != nil {
+			if err := framework.SetPersistentIPsGate(context.Background(), cp.Client, wasOn); err != nil {
 				t.Error(err)
 			}
 			return

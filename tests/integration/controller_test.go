@@ -143,7 +143,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("standby never took the lease from %s: %v", first, err)
 	}
-	if _, err := e.sim.CreateVM(ctx, e.ns, "after-failover", framework.VMNetwork{Name: "blue", NAD: "blue"}); err != nil {
+	if _, err := e.kv.CreateVM(ctx, e.ns, "after-failover", framework.VMNetwork{Name: "blue", NAD: "blue"}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitClaim(t, "after-failover.blue")

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,9 +25,9 @@ import (
 
 // Who may use an attachment: the pod must run on the agent's node, and a
 // claim owned by a VM or VMI only by that owner's virt-launcher pods.
-// KubeVirt is simulated (framework.KubeVirtSim writes VMs, VMIs and launcher
-// pods as virt-controller does); no kubelet runs, so the CNI requests a
-// runtime would send are sent to the agent directly.
+// VMs are run by the real virt-controller (framework.KubeVirt simulates the
+// scheduler, kubelet, Multus status and virt-handler); no kubelet runs, so
+// the CNI requests a runtime would send are sent to the agent directly.
 
 // TestAgentRefusesPodsOfOtherNodes: a request naming a pod bound to another
 // node, or to no node, is refused with CNI code 4, also when K8S_POD_UID is
@@ -90,13 +89,14 @@ func TestClaimOnlyForItsVMsLaunchers(t *testing.T) {
 	conf := json.RawMessage(bridgeNAD(network, true))
 	ifName := kubevirt.PodInterfaceName("blue")
 	a := cp.StartAgent(t, "node-own")
+	b := cp.StartAgent(t, "node-own-b")
 
-	vm, err := e.sim.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	vm, err := e.kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.waitClaim(t, "vm1.blue")
-	vmi, launcher, err := e.sim.Start(ctx, vm, a.Node)
+	vmi, launcher, err := e.kv.Start(ctx, vm, a.Node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,11 +120,11 @@ func TestClaimOnlyForItsVMsLaunchers(t *testing.T) {
 		t.Fatalf("claim ownerPod = %+v, want the launcher %s", c.Status.OwnerPod, launcher.Name)
 	}
 
-	target, err := e.sim.Migrate(ctx, vmi, a.Node)
+	_, target, err := e.kv.Migrate(ctx, vmi, b.Node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = a.Add(ctx, target, ifName, conf)
+	res, err = b.Add(ctx, target, ifName, conf)
 	if err != nil {
 		t.Fatalf("the VM's migration target: %v", err)
 	}
@@ -144,7 +144,7 @@ func TestStandaloneVMIClaimOnlyForItsLauncher(t *testing.T) {
 	ifName := kubevirt.PodInterfaceName("blue")
 	a := cp.StartAgent(t, "node-own-vmi")
 
-	_, launcher, err := e.sim.CreateVMI(ctx, e.ns, "solo", a.Node, framework.VMNetwork{Name: "blue", NAD: "blue"})
+	_, launcher, err := e.kv.CreateVMI(ctx, e.ns, "solo", a.Node, framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestStandaloneVMIClaimOnlyForItsLauncher(t *testing.T) {
 	if _, err := a.Add(ctx, launcher, ifName, conf); err != nil {
 		t.Fatalf("the VMI's launcher: %v", err)
 	}
-	other, _, err := e.sim.CreateVMI(ctx, e.ns, "other", a.Node)
+	other, _, err := e.kv.CreateVMI(ctx, e.ns, "other", a.Node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,75 +176,77 @@ func TestStandaloneVMIClaimOnlyForItsLauncher(t *testing.T) {
 }
 
 // TestOrphanedClaimStillHeldByItsVM: after orphan deletion removed the
-// claim's owner reference, its owner labels still say whose it is: the VMI
-// the deletion left may still use it (a migration), and the webhook refuses
-// the launcher pod of a new VM of the same name as it does while the
-// reference exists.
+// claim's owner reference, its owner labels still say whose it is. The VMI
+// the deletion left keeps running and may migrate: its target pod gets the
+// claim's address. A new VM of the same name adopts that VMI (KubeVirt's VM
+// controller adopts an orphaned VMI of its name): the claim is not handed
+// over while the adopted launcher uses it (a conflict event on the new VM),
+// and once the new VM restarts, the old claim goes and the new VM gets its
+// own.
 func TestOrphanedClaimStillHeldByItsVM(t *testing.T) {
 	ctx := context.Background()
 	e := startKubeVirtEnv(t)
-	e.sim.HoldFinalizer = "test.ipkeeper.io/slow-kubelet"
 	e.nad(t, "blue", bridgeNAD("orphan-blue", true))
-
-	old, err := e.sim.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.waitClaim(t, "vm1.blue")
-	oldVMI, oldPod, err := e.sim.Start(ctx, old, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.sim.Release(context.Background(), oldPod) })
-	if err := cp.Client.Delete(ctx, old, client.PropagationPolicy(metav1.DeletePropagationOrphan)); err != nil {
-		t.Fatal(err)
-	}
-	waitGone(t, old)
-
-	// The VMI orphan deletion left keeps running and may migrate: its new
-	// launcher pod is admitted and gets the claim's address.
 	a := cp.StartAgent(t, "node-orphan")
-	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(oldVMI), oldVMI); err != nil {
+	b := cp.StartAgent(t, "node-orphan-b")
+
+	old, err := e.kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	e.sim.HoldFinalizer = ""
-	target, err := e.sim.Migrate(ctx, oldVMI, a.Node)
+	oldClaim := e.waitClaim(t, "vm1.blue")
+	oldVMI, _, err := e.kv.Start(ctx, old, a.Node)
 	if err != nil {
-		t.Fatalf("migration target of the VMI orphan deletion left: %v", err)
+		t.Fatal(err)
 	}
-	if _, err := a.Add(ctx, target, kubevirt.PodInterfaceName("blue"), json.RawMessage(bridgeNAD("orphan-blue", true))); err != nil {
+	if err := e.kv.DeleteVM(ctx, old, metav1.DeletePropagationOrphan); err != nil {
+		t.Fatal(err)
+	}
+
+	_, target, err := e.kv.Migrate(ctx, oldVMI, b.Node)
+	if err != nil {
+		t.Fatalf("migration of the VMI orphan deletion left: %v", err)
+	}
+	if _, err := b.Add(ctx, target, kubevirt.PodInterfaceName("blue"), json.RawMessage(bridgeNAD("orphan-blue", true))); err != nil {
 		t.Fatalf("ADD of the orphaned VMI's migration target: %v", err)
 	}
-
-	// The orphaned VMI goes too; its first launcher pod still terminates.
-	if err := cp.Client.Delete(ctx, oldVMI, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
-		t.Fatal(err)
-	}
-	waitGone(t, oldVMI)
 	claim, err := e.claim(ctx, "vm1.blue")
-	if err != nil {
-		t.Fatalf("the claim must outlive its VM while the old launcher terminates: %v", err)
+	if err != nil || claim.UID != oldClaim.UID {
+		t.Fatalf("the claim must outlive its VM while the orphaned VMI runs: %v", err)
 	}
 	if ref := metav1.GetControllerOf(claim); ref != nil {
 		t.Fatalf("orphan deletion left the claim's controller reference %+v", ref)
 	}
 
-	recreated, err := e.sim.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	recreated, err := e.kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "vm1"}}
-	vmi.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(recreated, kubevirtv1.VirtualMachineGroupVersionKind)}
-	vmi.Spec = framework.VMTemplate(framework.VMNetwork{Name: "blue", NAD: "blue"})
-	if err := cp.Client.Create(ctx, vmi); err != nil {
+	waitFor(t, "the new VM adopting the orphaned VMI", func(ctx context.Context) (bool, error) {
+		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(oldVMI), oldVMI); err != nil {
+			return false, err
+		}
+		return metav1.IsControlledBy(oldVMI, recreated), nil
+	})
+	waitEvent(t, recreated, string(claims.ReasonClaimConflict), "belongs to VirtualMachine vm1 (uid "+string(old.UID))
+	assertKeptAfterReconcile(t, e, target, oldClaim.Name)
+
+	if err := e.kv.Stop(ctx, recreated); err != nil {
 		t.Fatal(err)
 	}
-	pod, err := e.sim.LauncherPod(ctx, vmi, "", "")
-	if err == nil {
-		t.Fatalf("launcher pod %s of the new VM admitted while the old VM's orphaned claim lives", pod.Name)
+	waitFor(t, "the re-created VM's own claim", func(ctx context.Context) (bool, error) {
+		c, err := e.claim(ctx, "vm1.blue")
+		if err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return metav1.IsControlledBy(c, recreated), nil
+	})
+	_, pod, err := e.kv.Start(ctx, recreated, a.Node)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(err.Error(), "still belongs to VirtualMachine vm1 (uid "+string(old.UID)) {
-		t.Fatalf("denial does not name the old owner: %v", err)
+	if got := refs(t, pod)[kubevirt.PodInterfaceName("blue")]; got != "vm1.blue" {
+		t.Fatalf("the re-created VM's launcher references %q, want vm1.blue", got)
 	}
 }
 
@@ -279,6 +281,7 @@ func TestPersistentIPsFlagOnBothNADShapes(t *testing.T) {
 	ctx := context.Background()
 	e := startKubeVirtEnv(t)
 	a := cp.StartAgent(t, "node-flag")
+	b := cp.StartAgent(t, "node-flag-b")
 	single := bridgeNAD("flag-single", true)
 	conflist := `{"cniVersion":"1.0.0","name":"flag-list","allowPersistentIPs":true,"plugins":[{"type":"bridge","bridge":"br-list","ipam":{"type":"ipkeeper","range":"10.79.0.0/24"}},{"type":"tuning"}]}`
 	nested := `{"cniVersion":"1.0.0","name":"flag-nested","plugins":[{"type":"bridge","bridge":"br-nested","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.79.1.0/24"}}]}`
@@ -293,12 +296,12 @@ func TestPersistentIPsFlagOnBothNADShapes(t *testing.T) {
 		{"single", "flag-single", json.RawMessage(single)},
 		{"list", "flag-list", multusDelegate(t, conflist, 0)},
 	} {
-		vm, err := e.sim.CreateVM(ctx, e.ns, "vm-"+tc.nad, framework.VMNetwork{Name: "blue", NAD: tc.nad})
+		vm, err := e.kv.CreateVM(ctx, e.ns, "vm-"+tc.nad, framework.VMNetwork{Name: "blue", NAD: tc.nad})
 		if err != nil {
 			t.Fatal(err)
 		}
 		claim := e.waitClaim(t, "vm-"+tc.nad+".blue")
-		vmi, pod, err := e.sim.Start(ctx, vm, a.Node)
+		vmi, pod, err := e.kv.Start(ctx, vm, a.Node)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,16 +313,16 @@ func TestPersistentIPsFlagOnBothNADShapes(t *testing.T) {
 		if c, _ := e.claim(ctx, claim.Name); len(c.Status.IPs) != 1 || netip.MustParsePrefix(c.Status.IPs[0]).Addr() != ip {
 			t.Fatalf("%s NAD: claim status.ips = %v, launcher got %s", tc.nad, c.Status.IPs, ip)
 		}
-		target, err := e.sim.Migrate(ctx, vmi, a.Node)
+		_, target, err := e.kv.Migrate(ctx, vmi, b.Node)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res, err := a.Add(ctx, target, kubevirt.PodInterfaceName("blue"), tc.delegate); err != nil || resultIPs(t, res)[0] != ip {
+		if res, err := b.Add(ctx, target, kubevirt.PodInterfaceName("blue"), tc.delegate); err != nil || resultIPs(t, res)[0] != ip {
 			t.Fatalf("%s NAD: migration target: %v, want %s", tc.nad, err, ip)
 		}
 	}
 
-	vm, err := e.sim.CreateVM(ctx, e.ns, "vm-nested", framework.VMNetwork{Name: "blue", NAD: "nested"})
+	vm, err := e.kv.CreateVM(ctx, e.ns, "vm-nested", framework.VMNetwork{Name: "blue", NAD: "nested"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,24 +23,35 @@ import (
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
-// KubeVirt cannot run here: these tests use framework.KubeVirtSim, which
-// writes the VMs, VMIs, launcher pods and migrations virt-controller would
-// write, while the real ipkeeper-controller (in-process), its webhook
-// (registered with the real API server) and kube-controller-manager's
-// garbage collector react to them.
+// VMs here are run by KubeVirt's real virt-controller, which the shared
+// control plane runs: the tests write what a user writes (VMs, runStrategy,
+// migrations, NIC hotplug), virt-controller writes VMIs and launcher pods,
+// and framework.KubeVirt simulates only the scheduler, the kubelet, Multus'
+// network-status and virt-handler. The real ipkeeper-controller
+// (in-process), its webhook (registered with the real API server) and
+// kube-controller-manager's garbage collector react to them.
 
 type kvEnv struct {
 	ns   string
-	sim  *framework.KubeVirtSim
+	kv   *framework.KubeVirt
 	ctrl *framework.Controller
 }
 
 func startKubeVirtEnv(t *testing.T, tweaks ...func(*controllermanager.Options)) *kvEnv {
 	t.Helper()
 	ns := cp.NewNamespace(t, "kv")
-	env := &kvEnv{ns: ns, sim: &framework.KubeVirtSim{C: cp.Client}}
+	env := &kvEnv{ns: ns, kv: newKubeVirt(t)}
 	env.ctrl = cp.StartController(t, ns, tweaks...)
 	return env
+}
+
+// newKubeVirt is the VM driver on the shared control plane; it names in
+// the test's output what it simulates.
+func newKubeVirt(t testing.TB) *framework.KubeVirt {
+	t.Helper()
+	kv := &framework.KubeVirt{C: cp.Client}
+	t.Log(kv.Simulated())
+	return kv
 }
 
 func (e *kvEnv) nad(t testing.TB, name, config string) {

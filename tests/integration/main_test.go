@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package integration runs ipkeeper's integration tests against a real local
-// control plane: etcd, kube-apiserver and kube-controller-manager (garbage
-// collector and namespace controllers), started once for the package.
+// control plane: etcd, kube-apiserver, kube-controller-manager (garbage
+// collector and namespace controllers) and KubeVirt's virt-controller,
+// started once for the package. virt-controller acts on every namespace, so
+// every VM of these tests is run through framework.KubeVirt.
 package integration
 
 import (
@@ -22,7 +24,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	var err error
-	cp, err = framework.Start(context.Background(), framework.Options{})
+	cp, err = framework.Start(context.Background(), framework.Options{RealVirtController: true})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
 		return 1

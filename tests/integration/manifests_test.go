@@ -217,15 +217,15 @@ func TestControllerRunsWithItsOwnRBAC(t *testing.T) {
 		o.WebhookConfig = "ipkeeper"
 	})
 	defer ctrl.Stop()
-	e := &kvEnv{ns: ns, sim: &framework.KubeVirtSim{C: cp.Client}, ctrl: ctrl}
+	e := &kvEnv{ns: ns, kv: newKubeVirt(t), ctrl: ctrl}
 	e.nad(t, "blue", bridgeNAD("own-rbac-blue", true))
-	vm, err := e.sim.CreateVM(ctx, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	vm, err := e.kv.CreateVM(ctx, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.waitClaim(t, "vm1.blue")
 	waitEvent(t, vm, "IPAMClaimCreated", "vm1.blue")
-	_, pod, err := e.sim.Start(ctx, vm, "")
+	_, pod, err := e.kv.Start(ctx, vm, "")
 	if err != nil {
 		t.Fatal(err)
 	}

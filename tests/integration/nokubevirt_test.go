@@ -27,9 +27,9 @@ import (
 // webhook registered) on a control plane of its own that has no KubeVirt
 // CRDs, as on a cluster used only for plain pods: the controller must run,
 // collect leaked reservations and keep its webhook out of the admission
-// path. KubeVirt's CRDs are then installed while it runs (KubeVirt itself
-// is simulated by framework.KubeVirtSim): claims and the webhook start
-// without a restart. Removing the CRDs stops them again, garbage
+// path. KubeVirt is then installed while it runs (its CRDs, then the real
+// virt-controller; framework.KubeVirt simulates the node side): claims and
+// the webhook start without a restart. Removing the CRDs stops them again, garbage
 // collection going on.
 func TestControllerWithoutKubeVirt(t *testing.T) {
 	ctx := context.Background()
@@ -84,8 +84,12 @@ func TestControllerWithoutKubeVirt(t *testing.T) {
 	if err := bare.InstallKubeVirtCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sim := &framework.KubeVirtSim{C: bare.Client}
-	if err := sim.SetFeatureGate(ctx, true); err != nil {
+	if err := bare.StartVirtController(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kv := &framework.KubeVirt{C: bare.Client}
+	t.Log(kv.Simulated())
+	if err := kv.SetFeatureGate(ctx, true); err != nil {
 		t.Fatal(err)
 	}
 	waitSupport(1)
@@ -97,7 +101,7 @@ func TestControllerWithoutKubeVirt(t *testing.T) {
 	if err := bare.Client.Create(ctx, nad); err != nil {
 		t.Fatal(err)
 	}
-	vm, err := sim.CreateVM(ctx, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	vm, err := kv.CreateVM(ctx, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +115,7 @@ func TestControllerWithoutKubeVirt(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("no claim %s after KubeVirt was installed: %v", claim, err)
 	}
-	_, pod, err := sim.Start(ctx, vm, "")
+	_, pod, err := kv.Start(ctx, vm, "")
 	if err != nil {
 		t.Fatal(err)
 	}

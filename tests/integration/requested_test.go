@@ -82,7 +82,7 @@ func TestVMRequestedAddresses(t *testing.T) {
 	if err := cp.Client.Get(ctx, keyOf(pool), &inline); err == nil {
 		t.Fatalf("the inline pool %s exists before the first ADD; the test would not show the agent accepting a reservation made before it", pool)
 	}
-	_, podA, err := e.sim.Start(ctx, vmA, agent.Node)
+	_, podA, err := e.kv.Start(ctx, vmA, agent.Node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestVMRequestedAddresses(t *testing.T) {
 					t.Fatalf("reservation %s was made for a refused request", r.Name)
 				}
 			}
-			_, pod, err := e.sim.Start(ctx, vm, agent.Node)
+			_, pod, err := e.kv.Start(ctx, vm, agent.Node)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,17 +148,8 @@ func TestVMRequestedAddresses(t *testing.T) {
 // requests addresses.
 func createVMRequesting(t *testing.T, e *kvEnv, name, request string) *kubevirtv1.VirtualMachine {
 	t.Helper()
-	halted := kubevirtv1.RunStrategyHalted
-	vm := &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name},
-		Spec: kubevirtv1.VirtualMachineSpec{
-			RunStrategy: &halted,
-			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{claims.RequestedAddressesAnnotation: request}},
-				Spec:       framework.VMTemplate(framework.VMNetwork{Name: "blue", NAD: "blue"}),
-			},
-		},
-	}
+	vm := framework.NewVM(e.ns, name, framework.VMNetwork{Name: "blue", NAD: "blue"})
+	vm.Spec.Template.ObjectMeta.Annotations = map[string]string{claims.RequestedAddressesAnnotation: request}
 	if err := cp.Client.Create(context.Background(), vm); err != nil {
 		t.Fatal(err)
 	}

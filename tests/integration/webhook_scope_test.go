@@ -58,8 +58,8 @@ func shippedWebhook(t *testing.T) *admissionregistrationv1.MutatingWebhookConfig
 // running launchers that leave their networks annotation alone (KubeVirt's
 // label updates), and refuse, saying which webhook failed, a launcher pod
 // with a persistent-IP network, which would otherwise start without its
-// claim reference. Launcher pods are written as virt-controller writes them
-// (KubeVirt is simulated).
+// claim reference. The launcher pods are written by the test, with what
+// ipkeeper keys on (no VMI owns them, so virt-controller leaves them alone).
 func TestWebhookOutageBlocksOnlyWhatNeedsIt(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "outage")
