@@ -8,10 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
 func TestDesiredClaims(t *testing.T) {
@@ -41,7 +44,11 @@ func TestDesiredClaims(t *testing.T) {
 		{Name: "bad", NetworkName: "Bad/Ref", Ordinal: 7},
 		{Name: "n", NetworkName: "nested", Ordinal: 8},
 	}
-	want, problems := desiredClaims(context.Background(), "vm1", "vms", networks, read)
+	noClaims := func(string) (string, bool, error) { return "", false, nil }
+	want, problems, err := desiredClaims(context.Background(), "vm1", "vms", networks, read, noClaims)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(want) != 2 {
 		t.Fatalf("want = %+v, expected claims for a and b only", want)
 	}
@@ -63,18 +70,71 @@ func TestDesiredClaims(t *testing.T) {
 	}
 }
 
-func TestNetworkStillWanted(t *testing.T) {
-	networks := []kubevirt.SecondaryNetwork{{Name: "a"}, {Name: "gone", Absent: true}}
-	if !networkStillWanted(networks, "vm1", "vm1.a", "a") {
-		t.Error("a is wanted")
+// A swapped network's claim: the VM's logical network "a" held
+// vm1.a on CNI network tenant-blue, then moved to a NAD of another network.
+func TestDesiredClaimsAfterASwapToAnotherNetwork(t *testing.T) {
+	nads := map[string]multus.Network{
+		"vms/blue":   {Name: "tenant-blue", AllowPersistentIPs: true},
+		"vms/blue-2": {Name: "tenant-blue", AllowPersistentIPs: true},
+		"vms/green":  {Name: "tenant-green", AllowPersistentIPs: true},
 	}
-	if networkStillWanted(networks, "vm1", "vm1.gone", "gone") {
-		t.Error("an unplugged network is not wanted")
+	read := func(_ context.Context, key types.NamespacedName) (multus.Network, error) {
+		return nads[key.String()], nil
 	}
-	if networkStillWanted(networks, "vm1", "vm1.b", "b") {
-		t.Error("a removed network is not wanted")
+	held := func(name string) (string, bool, error) {
+		if name == "vm1.a" {
+			return "tenant-blue", true, nil
+		}
+		return "", false, nil
 	}
-	if !networkStillWanted(networks, "vm1", "vm1.a", "") {
-		t.Error("a claim made by another tool (no annotation) is matched by name")
+	for _, tt := range []struct{ nad, want string }{
+		{"blue", "vm1.a"},
+		{"blue-2", "vm1.a"}, // same CNI network: the same claim, the same addresses
+		{"green", naming.SwappedClaim("vm1", "a", "tenant-green")},
+	} {
+		want, _, err := desiredClaims(context.Background(), "vm1", "vms", []kubevirt.SecondaryNetwork{{Name: "a", NetworkName: tt.nad, Ordinal: 1}}, read, held)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want) != 1 || want[0].Name != tt.want || want[0].Network != nads["vms/"+tt.nad].Name {
+			t.Errorf("NAD %s: want = %+v, expected claim %s on network %s", tt.nad, want, tt.want, nads["vms/"+tt.nad].Name)
+		}
+	}
+}
+
+func TestClaimWanted(t *testing.T) {
+	networks := []kubevirt.SecondaryNetwork{{Name: "a", NetworkName: "blue"}, {Name: "gone", NetworkName: "blue", Absent: true}, {Name: "m", NetworkName: "missing"}}
+	networkOf := func(nad string) (string, bool) {
+		switch nad {
+		case "blue":
+			return "tenant-green", true // the NAD "a" now names belongs to tenant-green
+		}
+		return "", false
+	}
+	claim := func(name, logical, network string) *ipamclaimsv1alpha1.IPAMClaim {
+		c := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: network}}
+		if logical != "" {
+			c.Annotations = map[string]string{NetworkAnnotation: logical}
+		}
+		return c
+	}
+	for _, tt := range []struct {
+		name  string
+		claim *ipamclaimsv1alpha1.IPAMClaim
+		want  bool
+	}{
+		{"the network's NAD is of the claim's network", claim(naming.SwappedClaim("vm1", "a", "tenant-green"), "a", "tenant-green"), true},
+		{"swapped away: the NAD is of another network", claim("vm1.a", "a", "tenant-blue"), false},
+		{"unplugged", claim("vm1.gone", "gone", "tenant-green"), false},
+		{"removed from the spec", claim("vm1.b", "b", "tenant-green"), false},
+		{"another tool's claim (no annotation, no network) matched by name", claim("vm1.a", "", ""), true},
+		{"another tool's claim of another name", claim("vm1.x", "", ""), false},
+		{"NAD unreadable: kept, never released on doubt", claim("vm1.m", "m", "tenant-blue"), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := claimWanted(networks, "vm1", tt.claim, networkOf); got != tt.want {
+				t.Errorf("claimWanted(%s, network %q) = %v, want %v", tt.claim.Name, tt.claim.Spec.Network, got, tt.want)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
@@ -15,7 +16,7 @@ import (
 
 // Desired is one claim an owner should have.
 type Desired struct {
-	// Name is the claim name, naming.Claim(owner, LogicalNetwork).
+	// Name is the claim name, naming.ClaimFor(owner, LogicalNetwork, Network).
 	Name string
 	// LogicalNetwork is the KubeVirt network name (spec.networks[].name).
 	LogicalNetwork string
@@ -36,10 +37,10 @@ type NADReader func(ctx context.Context, key types.NamespacedName) (multus.Netwo
 // desiredClaims lists the claims owner needs in namespace for its secondary
 // networks: one per network that is not being unplugged and whose NAD
 // allows persistent IPs (multus.ParseNAD's AllowPersistentIPs: the one
-// rule). A network whose NAD cannot be read or parsed is reported in
-// problems and skipped, so one broken NAD does not hold back the VM's other
-// networks.
-func desiredClaims(ctx context.Context, owner, namespace string, networks []kubevirt.SecondaryNetwork, read NADReader) (want []Desired, problems []error) {
+// rule), named by naming.ClaimFor from the claims that exist (claimNet).
+// A network whose NAD cannot be read or parsed is reported in problems and
+// skipped, so one broken NAD does not hold back the VM's other networks.
+func desiredClaims(ctx context.Context, owner, namespace string, networks []kubevirt.SecondaryNetwork, read NADReader, claimNet naming.ClaimNetwork) (want []Desired, problems []error, _ error) {
 	for _, n := range networks {
 		if n.Absent {
 			continue
@@ -62,26 +63,44 @@ func desiredClaims(ctx context.Context, owner, namespace string, networks []kube
 			}
 			continue
 		}
+		name, err := naming.ClaimFor(owner, n.Name, net.Name, claimNet)
+		if err != nil {
+			return nil, nil, fmt.Errorf("choosing the IPAMClaim of network %q: %w", n.Name, err)
+		}
 		want = append(want, Desired{
-			Name:           naming.Claim(owner, n.Name),
+			Name:           name,
 			LogicalNetwork: n.Name,
 			Network:        net.Name,
 			Interface:      kubevirt.PodInterfaceName(n.Name),
 			NAD:            key,
 		})
 	}
-	return want, problems
+	return want, problems, nil
 }
 
-// networkStillWanted reports whether the owner's spec still has the logical
-// network, not being unplugged. Policy (gate, NAD flag) is deliberately not
-// consulted: turning it off keeps existing claims.
-func networkStillWanted(networks []kubevirt.SecondaryNetwork, owner, claimName, logical string) bool {
+// claimWanted reports whether the owner's spec (its secondary networks)
+// still wants claim: its logical network is there, not being unplugged,
+// and names a NAD of the claim's CNI network (spec.network). After a live
+// NAD swap to another network the old network's claim is no longer wanted;
+// it is released once no live launcher pod uses it (users). networkOf
+// reads a NAD's CNI network; one it cannot tell (NAD missing or broken)
+// keeps the claim, since releasing takes the VM's addresses. Policy (gate,
+// NAD flag) is deliberately not consulted: turning it off keeps existing
+// claims.
+func claimWanted(networks []kubevirt.SecondaryNetwork, owner string, claim *ipamclaimsv1alpha1.IPAMClaim, networkOf func(multusNetworkName string) (network string, known bool)) bool {
+	logical := claim.Annotations[NetworkAnnotation]
 	for _, n := range networks {
 		if n.Absent {
 			continue
 		}
-		if n.Name == logical || (logical == "" && naming.Claim(owner, n.Name) == claimName) {
+		// Claims of other tools carry no annotation: matched by the name.
+		if n.Name != logical && (logical != "" || naming.Claim(owner, n.Name) != claim.Name) {
+			continue
+		}
+		if claim.Spec.Network == "" {
+			return true
+		}
+		if network, known := networkOf(n.NetworkName); !known || network == claim.Spec.Network {
 			return true
 		}
 	}

@@ -86,7 +86,7 @@ func (r *ClaimReleaser) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if state == ownerLive && claim.DeletionTimestamp == nil && wanted(ownerObj, owner, &claim) {
+	if state == ownerLive && claim.DeletionTimestamp == nil && wanted(ctx, r.Client, ownerObj, owner, &claim) {
 		return reconcile.Result{}, nil
 	}
 	if users, err := r.users(ctx, r.Client, &claim, owner, state); err != nil || users != "" {
@@ -100,7 +100,7 @@ func (r *ClaimReleaser) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if state == ownerLive && claim.DeletionTimestamp == nil && wanted(ownerObj, owner, &claim) {
+	if state == ownerLive && claim.DeletionTimestamp == nil && wanted(ctx, r.APIReader, ownerObj, owner, &claim) {
 		return reconcile.Result{}, nil // the cache was behind
 	}
 	users, err := r.users(ctx, r.APIReader, &claim, owner, state)
@@ -182,8 +182,9 @@ func (r *ClaimReleaser) ownerState(ctx context.Context, reader client.Reader, na
 	return ownerLive, obj, nil
 }
 
-// wanted reports whether the live owner's spec still has the claim's network.
-func wanted(ownerObj client.Object, owner claimowner.Owner, claim *ipamclaimsv1alpha1.IPAMClaim) bool {
+// wanted reports whether the live owner's spec still has the claim's
+// network (claimWanted), reading NADs through reader.
+func wanted(ctx context.Context, reader client.Reader, ownerObj client.Object, owner claimowner.Owner, claim *ipamclaimsv1alpha1.IPAMClaim) bool {
 	var spec *kubevirtv1.VirtualMachineInstanceSpec
 	switch o := ownerObj.(type) {
 	case *kubevirtv1.VirtualMachine:
@@ -193,7 +194,15 @@ func wanted(ownerObj client.Object, owner claimowner.Owner, claim *ipamclaimsv1a
 	case *kubevirtv1.VirtualMachineInstance:
 		spec = &o.Spec
 	}
-	return networkStillWanted(kubevirt.SecondaryNetworks(spec), owner.Name, claim.Name, claim.Annotations[NetworkAnnotation])
+	networkOf := func(multusNetworkName string) (string, bool) {
+		key, err := multus.NADRef(multusNetworkName, claim.Namespace)
+		if err != nil {
+			return "", false
+		}
+		n, found, err := multus.ReadNAD(ctx, reader, key)
+		return n.Name, err == nil && found
+	}
+	return claimWanted(kubevirt.SecondaryNetworks(spec), owner.Name, claim, networkOf)
 }
 
 // users names something still using the claim ("" when nothing does): a

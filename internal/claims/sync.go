@@ -59,7 +59,11 @@ func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj cl
 		s.backoff.Forget(req)
 		return reconcile.Result{}, nil
 	}
-	want, problems := desiredClaims(ctx, owner.Name, ownerObj.GetNamespace(), kubevirt.SecondaryNetworks(spec), s.readNAD)
+	want, problems, err := desiredClaims(ctx, owner.Name, ownerObj.GetNamespace(), kubevirt.SecondaryNetworks(spec), s.readNAD,
+		ClaimNetworks(ctx, s.client, ownerObj.GetNamespace()))
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	for _, p := range problems {
 		nadProblems.Inc()
 		s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonNADProblem), "no persistent IPs for %v", p)

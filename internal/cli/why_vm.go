@@ -14,6 +14,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -89,7 +90,11 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 			rep.next("%s", problem)
 			continue
 		}
-		vn := vmNetwork{net: n, nad: nadKey, persistent: nw.AllowPersistentIPs, claim: naming.Claim(vm.Name, n.Name)}
+		claimName, err := naming.ClaimFor(vm.Name, n.Name, nw.Name, claims.ClaimNetworks(ctx, s.client, key.Namespace))
+		if err != nil {
+			return nil, err
+		}
+		vn := vmNetwork{net: n, nad: nadKey, persistent: nw.AllowPersistentIPs, claim: claimName}
 		vmNets = append(vmNets, vn)
 		line += fmt.Sprintf(": NAD %s, CNI network %q, allowPersistentIPs %t", nadKey, nw.Name, nw.AllowPersistentIPs)
 		if p := nw.FlagProblem(); p != "" {

@@ -14,6 +14,7 @@ package naming
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 )
 
 // Claim returns the claim name of owner (a VM or standalone VMI name) on the
@@ -37,4 +38,60 @@ func Claim(owner, network string) string {
 	// Object names cannot contain '/', so the hash input is unambiguous.
 	sum := sha256.Sum256([]byte(owner + "/" + network))
 	return hint(owner, 40, "vm") + "." + hint(network, 40, "net") + "." + hex.EncodeToString(sum[:16])
+}
+
+// SwappedClaim returns the claim name of owner's logical network when it
+// uses CNI network `network` but Claim's name is held by a claim of another
+// CNI network: a live NAD swap to another network, where the migration
+// target needs addresses of the new network while the source still holds
+// the old ones under Claim's name.
+//
+// Its four labels, <owner>.<logical>.<network>.<sha256>, tell it apart from
+// both forms of Claim (two and three labels): the first three are readable,
+// lossy hints and the hash of the exact, length-prefixed triple makes the
+// name unique.
+func SwappedClaim(owner, logical, network string) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s%d:%s%d:%s", len(owner), owner, len(logical), logical, len(network), network))
+	return hint(owner, 40, "vm") + "." + hint(logical, 40, "net") + "." + hint(network, 40, "cni") + "." + hex.EncodeToString(sum[:16])
+}
+
+// ClaimNetwork reads the claim of a name: its spec.network, and whether it
+// exists. Callers read their cache.
+type ClaimNetwork func(name string) (network string, exists bool, err error)
+
+// ClaimFor is the one rule choosing the claim of owner's logical network
+// on CNI network `network` (the NAD's config name); the claims controller
+// creates that claim and the pod webhook makes the launcher reference it.
+//
+//  1. An existing claim for that network is kept: Claim's name, else
+//     SwappedClaim's (the VM moved to this network earlier and holds its
+//     addresses there). A claim with no spec.network (made by another
+//     tool) counts as one for any network.
+//  2. Otherwise Claim's name, unless a claim of another network holds it;
+//     then SwappedClaim's.
+//
+// So one name never stands for two networks, a VM keeps the addresses of
+// the network it uses across restarts and swaps back, and a VM that never
+// changes networks keeps the `<vm>.<network>` name other tools expect.
+func ClaimFor(owner, logical, network string, read ClaimNetwork) (string, error) {
+	plain, swapped := Claim(owner, logical), SwappedClaim(owner, logical, network)
+	plainNet, plainExists, err := read(plain)
+	if err != nil {
+		return "", err
+	}
+	if !plainExists || plainNet == network || plainNet == "" {
+		if plainExists {
+			return plain, nil
+		}
+		// Free, unless the VM moved here earlier and kept the swapped name.
+		swappedNet, swappedExists, err := read(swapped)
+		if err != nil {
+			return "", err
+		}
+		if swappedExists && (swappedNet == network || swappedNet == "") {
+			return swapped, nil
+		}
+		return plain, nil
+	}
+	return swapped, nil
 }

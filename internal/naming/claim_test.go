@@ -3,6 +3,7 @@
 package naming
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -80,4 +81,78 @@ func FuzzFor(f *testing.F) {
 			t.Fatalf("Claim(%q, %q) == Claim(%q, %q) == %q", o1, n1, o2, n2, a)
 		}
 	})
+}
+
+func TestSwappedClaimNeverSharesANameWithClaimOrAnotherTriple(t *testing.T) {
+	triples := [][3]string{
+		{"vm", "blue", "net-a"}, {"vm", "blue", "net-b"}, {"vm", "blue", "Net_A"},
+		{"vm", "blue.net", "a"}, {"vm.blue", "net", "a"}, {"vm", "blue", "net.a"},
+		{"vm", "", ""}, {"vm", "blue", ""}, {strings.Repeat("v", 253), "blue", strings.Repeat("n", 300)},
+	}
+	seen := map[string]string{}
+	for _, tr := range triples {
+		name := SwappedClaim(tr[0], tr[1], tr[2])
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			t.Errorf("SwappedClaim(%q) = %q is not a valid object name: %v", tr, name, errs)
+		}
+		if strings.Count(name, ".") != 3 {
+			t.Errorf("SwappedClaim(%q) = %q, want four labels (Claim's names have two or three)", tr, name)
+		}
+		if prev, ok := seen[name]; ok {
+			t.Errorf("SwappedClaim(%q) and %s both give %q", tr, prev, name)
+		}
+		seen[name] = "SwappedClaim" + strings.Join(tr[:], ",")
+		if plain := Claim(tr[0], tr[1]); plain == name {
+			t.Errorf("SwappedClaim(%q) = Claim(%q, %q)", tr, tr[0], tr[1])
+		}
+	}
+	if got := SwappedClaim("vm1", "blue", "net-b"); !strings.HasPrefix(got, "vm1.blue.net-b.") {
+		t.Errorf("SwappedClaim(vm1, blue, net-b) = %q, want the readable prefix vm1.blue.net-b.", got)
+	}
+}
+
+func TestClaimFor(t *testing.T) {
+	plain, swappedA, swappedB := Claim("vm1", "blue"), SwappedClaim("vm1", "blue", "net-a"), SwappedClaim("vm1", "blue", "net-b")
+	tests := []struct {
+		name     string
+		existing map[string]string // claim name -> spec.network
+		network  string
+		want     string
+	}{
+		{"no claim yet: the usual name", nil, "net-a", plain},
+		{"the usual name already on this network", map[string]string{plain: "net-a"}, "net-a", plain},
+		{"same CNI network through another NAD: the same claim", map[string]string{plain: "net-a"}, "net-a", plain},
+		{"swap to another network while the old claim is held", map[string]string{plain: "net-a"}, "net-b", swappedB},
+		{"after the swap, the old claim released: the new network keeps its claim", map[string]string{swappedB: "net-b"}, "net-b", swappedB},
+		{"swap back before the old claim was released", map[string]string{plain: "net-a", swappedB: "net-b"}, "net-a", plain},
+		{"swap back after it was released: the usual name, free again", map[string]string{swappedB: "net-b"}, "net-a", plain},
+		{"both networks held, during the migration", map[string]string{plain: "net-a", swappedB: "net-b"}, "net-b", swappedB},
+		{"a claim made by another tool, without spec.network", map[string]string{plain: ""}, "net-b", plain},
+		{"a third network while two are held", map[string]string{plain: "net-b", swappedA: "net-a"}, "net-c", SwappedClaim("vm1", "blue", "net-c")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			read := func(name string) (string, bool, error) {
+				n, ok := tt.existing[name]
+				return n, ok, nil
+			}
+			got, err := ClaimFor("vm1", "blue", tt.network, read)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("ClaimFor(vm1, blue, %q) with %v = %q, want %q", tt.network, tt.existing, got, tt.want)
+			}
+			if n, ok := tt.existing[got]; ok && n != "" && n != tt.network {
+				t.Errorf("chose %q, a claim of network %q, for network %q", got, n, tt.network)
+			}
+		})
+	}
+}
+
+func TestClaimForPassesReadErrorsOn(t *testing.T) {
+	boom := errors.New("cache not synced")
+	if _, err := ClaimFor("vm1", "blue", "net-a", func(string) (string, bool, error) { return "", false, boom }); !errors.Is(err, boom) {
+		t.Errorf("err = %v, want %v", err, boom)
+	}
 }

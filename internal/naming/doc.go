@@ -8,7 +8,8 @@
 //     already held), so it must be deterministic, injective and a valid
 //     DNS-1123 subdomain for any network name, IPv4 and IPv6 alike.
 //   - Claim: the IPAMClaim name for (VM, network), `<vm>.<network>` where
-//     that is unambiguous.
+//     that is unambiguous; SwappedClaim and ClaimFor: the name for a VM
+//     whose network was moved to a NAD of another CNI network (live NAD swap).
 //   - NetworkLabelValue and the label keys select a network's reservations.
 //
 // Every name has two forms told apart by the number of dot-separated

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
+	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
@@ -99,7 +100,8 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 		return admission.Denied(fmt.Sprintf("%s: %v", podRef, err))
 	}
 
-	persistent := make([]bool, len(elems))
+	// The CNI network of each element whose NAD allows persistent IPs.
+	persistent := make([]string, len(elems))
 	anyPersistent := false
 	for i, e := range elems {
 		network, found, err := m.readNAD(ctx, e.NAD())
@@ -111,8 +113,9 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
 		// A missing NAD is Multus' error to report, at attach time.
-		persistent[i] = found && network.AllowPersistentIPs
-		anyPersistent = anyPersistent || persistent[i]
+		if found && network.AllowPersistentIPs {
+			persistent[i], anyPersistent = network.Name, true
+		}
 	}
 	if !anyPersistent {
 		return admission.Allowed("no network allows persistent IPs")
@@ -125,12 +128,15 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 		}
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	changed, warnings := addReferences(elems, vmi.Name, kubevirt.SecondaryNetworks(&vmi.Spec), persistent)
-	for _, e := range elems {
+	changed, warnings, err := addReferences(elems, vmi.Name, kubevirt.SecondaryNetworks(&vmi.Spec), persistent, claims.ClaimNetworks(ctx, m.Reader, pod.Namespace))
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	for i, e := range elems {
 		if e.ClaimRef == "" {
 			continue
 		}
-		if msg, err := m.heldByAnother(ctx, pod.Namespace, e.ClaimRef, vmi); err != nil {
+		if msg, err := m.claimProblem(ctx, pod.Namespace, e.ClaimRef, persistent[i], vmi); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		} else if msg != "" {
 			return admission.Denied(fmt.Sprintf("%s: %s", podRef, msg))
@@ -152,17 +158,23 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(warnings...)
 }
 
-// heldByAnother explains why a pod must not use a claim that still belongs
-// to another owner, typically the previous VM of the same name whose
-// launcher pod is still terminating: the new pod would get that VM's
-// addresses while it still uses them. virt-controller retries the pod.
-func (m *PodMutator) heldByAnother(ctx context.Context, namespace, name string, vmi *kubevirtv1.VirtualMachineInstance) (string, error) {
+// claimProblem explains why a pod must not use a claim: it is of another
+// CNI network than the NAD the pod attaches with it (network; the IPAM
+// would refuse it at ADD), or it still belongs to another owner, typically
+// the previous VM of the same name whose launcher pod is still terminating:
+// the new pod would get that VM's addresses while it still uses them.
+// virt-controller retries the pod.
+func (m *PodMutator) claimProblem(ctx context.Context, namespace, name, network string, vmi *kubevirtv1.VirtualMachineInstance) (string, error) {
 	var claim ipamclaimsv1alpha1.IPAMClaim
 	if err := m.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &claim); err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", nil // the controller creates it; the IPAM waits for it
 		}
 		return "", fmt.Errorf("reading IPAMClaim %s/%s: %w", namespace, name, err)
+	}
+	if network != "" && claim.Spec.Network != "" && claim.Spec.Network != network {
+		return fmt.Sprintf("IPAMClaim %s/%s is for network %q (spec.network), but the pod attaches it with a NetworkAttachmentDefinition of network %q",
+			namespace, name, claim.Spec.Network, network), nil
 	}
 	// The same rule as the claims controller and the agent: the controller
 	// reference, or ipkeeper's owner labels once orphan deletion removed it.

@@ -32,13 +32,19 @@ func logicalNetwork(elems []multus.Element, i int, networks []kubevirt.Secondary
 	return "", false
 }
 
-// addReferences sets ipam-claim-reference on every element persistent
-// reports true for. It returns whether anything changed and warnings for
-// elements it could not place or that already reference another claim
-// (left as they are: another controller may own them).
-func addReferences(elems []multus.Element, vmiName string, networks []kubevirt.SecondaryNetwork, persistent []bool) (changed bool, warnings []string) {
+// addReferences sets ipam-claim-reference on every element that has a
+// network in cniNetworks (the CNI network of the element's NAD, "" for a
+// NAD that does not allow persistent IPs): the claim naming.ClaimFor
+// chooses for the VMI's logical network on that CNI network, so the pod
+// always references a claim of the network its NAD attaches (a migration
+// target after a live NAD swap to another network gets the new network's
+// claim, while the source keeps the old one). It returns whether anything
+// changed and warnings for elements it could not place or that already
+// reference another tool's claim (left as they are: another controller may
+// own them).
+func addReferences(elems []multus.Element, vmiName string, networks []kubevirt.SecondaryNetwork, cniNetworks []string, claimNet naming.ClaimNetwork) (changed bool, warnings []string, _ error) {
 	for i := range elems {
-		if !persistent[i] {
+		if cniNetworks[i] == "" {
 			continue
 		}
 		logical, ok := logicalNetwork(elems, i, networks)
@@ -47,15 +53,20 @@ func addReferences(elems []multus.Element, vmiName string, networks []kubevirt.S
 				elems[i].Namespace, elems[i].Name, elems[i].Interface, vmiName))
 			continue
 		}
-		want := naming.Claim(vmiName, logical)
+		want, err := naming.ClaimFor(vmiName, logical, cniNetworks[i], claimNet)
+		if err != nil {
+			return false, nil, fmt.Errorf("choosing the IPAMClaim of network %q: %w", logical, err)
+		}
 		switch elems[i].ClaimRef {
 		case want:
-		case "":
+		case "", naming.Claim(vmiName, logical):
+			// Unset, or ipkeeper's usual claim while the NAD now attaches
+			// another CNI network: never a claim of another network.
 			elems[i].SetClaimRef(want)
 			changed = true
 		default:
 			warnings = append(warnings, fmt.Sprintf("network %q already references IPAMClaim %q; ipkeeper's claim would be %q; leaving it", logical, elems[i].ClaimRef, want))
 		}
 	}
-	return changed, warnings
+	return changed, warnings, nil
 }

@@ -21,7 +21,7 @@ func TestAddReferences(t *testing.T) {
 	tests := []struct {
 		name       string
 		annotation string
-		persistent []bool
+		persistent []string
 		want       []string // claim ref per element
 		changed    bool
 		warn       string
@@ -29,41 +29,41 @@ func TestAddReferences(t *testing.T) {
 		{
 			name:       "two interfaces on one NAD get two claims",
 			annotation: `[{"name":"shared","namespace":"vms","interface":"` + hashed("blue") + `"},{"name":"shared","namespace":"vms","interface":"` + hashed("blue2") + `"},{"name":"red","namespace":"vms","interface":"` + hashed("red") + `"}]`,
-			persistent: []bool{true, true, false},
+			persistent: []string{"n", "n", ""},
 			want:       []string{"vm1.blue", "vm1.blue2", ""},
 			changed:    true,
 		},
 		{
 			name:       "ordinal interface names",
 			annotation: `[{"name":"shared","interface":"net1"},{"name":"shared","interface":"net2"}]`,
-			persistent: []bool{true, true},
+			persistent: []string{"n", "n"},
 			want:       []string{"vm1.blue", "vm1.blue2"},
 			changed:    true,
 		},
 		{
 			name:       "no interface: position, as Multus names them",
 			annotation: `[{"name":"shared"},{"name":"shared"},{"name":"red"}]`,
-			persistent: []bool{false, true, true},
+			persistent: []string{"", "n", "r"},
 			want:       []string{"", "vm1.blue2", "vm1.red"},
 			changed:    true,
 		},
 		{
 			name:       "already set: unchanged",
 			annotation: `[{"name":"shared","interface":"` + hashed("blue") + `","ipam-claim-reference":"vm1.blue"}]`,
-			persistent: []bool{true},
+			persistent: []string{"n"},
 			want:       []string{"vm1.blue"},
 		},
 		{
 			name:       "another claim already referenced: left, with a warning",
 			annotation: `[{"name":"shared","interface":"` + hashed("blue") + `","ipam-claim-reference":"theirs"}]`,
-			persistent: []bool{true},
+			persistent: []string{"n"},
 			want:       []string{"theirs"},
 			warn:       `already references IPAMClaim "theirs"`,
 		},
 		{
 			name:       "unknown interface: warning, no reference",
 			annotation: `[{"name":"shared","interface":"eth7"}]`,
-			persistent: []bool{true},
+			persistent: []string{"n"},
 			want:       []string{""},
 			warn:       "matches no network",
 		},
@@ -74,7 +74,10 @@ func TestAddReferences(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			changed, warnings := addReferences(elems, "vm1", networks, tt.persistent)
+			changed, warnings, err := addReferences(elems, "vm1", networks, tt.persistent, noClaims)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if changed != tt.changed {
 				t.Errorf("changed = %v, want %v", changed, tt.changed)
 			}
@@ -96,8 +99,48 @@ func TestAddReferences(t *testing.T) {
 func TestReferenceIsTheControllersClaimName(t *testing.T) {
 	networks := []kubevirt.SecondaryNetwork{{Name: "Net_A", NetworkName: "n", Ordinal: 1}}
 	elems, _ := multus.ParseElements(`[{"name":"n","interface":"`+kubevirt.PodInterfaceName("Net_A")+`"}]`, "vms")
-	addReferences(elems, "vm.x", networks, []bool{true})
+	if _, _, err := addReferences(elems, "vm.x", networks, []string{"n"}, noClaims); err != nil {
+		t.Fatal(err)
+	}
 	if want := naming.Claim("vm.x", "Net_A"); elems[0].ClaimRef != want {
 		t.Errorf("ref = %q, want %q", elems[0].ClaimRef, want)
+	}
+}
+
+func noClaims(string) (string, bool, error) { return "", false, nil }
+
+// Live NAD swap: the migration target's annotation names the new NAD with
+// the same interface (KubeVirt names it after the logical network).
+func TestAddReferencesAfterANADSwap(t *testing.T) {
+	networks := []kubevirt.SecondaryNetwork{{Name: "blue", NetworkName: "nad-2", Ordinal: 1}}
+	annotation := `[{"name":"nad-2","namespace":"vms","interface":"` + kubevirt.PodInterfaceName("blue") + `"}]`
+	held := func(name string) (string, bool, error) {
+		if name == "vm1.blue" {
+			return "net-a", true, nil
+		}
+		return "", false, nil
+	}
+	for _, tt := range []struct {
+		name, network, existingRef, want string
+	}{
+		{"NAD of the same network: the same claim", "net-a", "", "vm1.blue"},
+		{"NAD of another network: that network's claim", "net-b", "", naming.SwappedClaim("vm1", "blue", "net-b")},
+		{"ipkeeper's usual claim already referenced, NAD of another network: replaced", "net-b", "vm1.blue", naming.SwappedClaim("vm1", "blue", "net-b")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			elems, err := multus.ParseElements(annotation, "vms")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.existingRef != "" {
+				elems[0].SetClaimRef(tt.existingRef)
+			}
+			if _, _, err := addReferences(elems, "vm1", networks, []string{tt.network}, held); err != nil {
+				t.Fatal(err)
+			}
+			if elems[0].ClaimRef != tt.want {
+				t.Errorf("ref = %q, want %q", elems[0].ClaimRef, tt.want)
+			}
+		})
 	}
 }

@@ -227,7 +227,7 @@ func (s *KubeVirtSim) LauncherPod(ctx context.Context, vmi *kubevirtv1.VirtualMa
 		},
 		Spec: corev1.PodSpec{
 			NodeName:   node,
-			Containers: []corev1.Container{{Name: "compute", Image: "quay.io/kubevirt/virt-launcher:v1.7.0"}},
+			Containers: []corev1.Container{{Name: "compute", Image: "quay.io/kubevirt/virt-launcher:v1.8.2"}},
 		},
 	}
 	if annotation != "" {

@@ -723,6 +723,10 @@ func (k *KubeVirt) reportGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachi
 		now := metav1.Now()
 		for _, t := range []kubevirtv1.VirtualMachineInstanceConditionType{kubevirtv1.VirtualMachineInstanceReady,
 			kubevirtv1.VirtualMachineInstanceIsMigratable, kubevirtv1.VirtualMachineInstanceAgentConnected} {
+			// lastProbeTime set: a zero one is written as null, which the
+			// API server prunes, and then virt-controller's JSON-patch
+			// "test" of /status/conditions (its cached copy, with null)
+			// fails for ever: it could never add a condition.
 			conds = append(conds, kubevirtv1.VirtualMachineInstanceCondition{Type: t, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now})
 		}
 		return map[string]any{"status": map[string]any{

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package claims
+
+import (
+	"context"
+	"fmt"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+)
+
+// ClaimNetworks reads claims of namespace through reader for
+// naming.ClaimFor: the claims controller (which creates the chosen claim)
+// and the pod webhook (which makes the launcher reference it) both choose
+// with it, from their caches.
+func ClaimNetworks(ctx context.Context, reader client.Reader, namespace string) naming.ClaimNetwork {
+	return func(name string) (string, bool, error) {
+		var claim ipamclaimsv1alpha1.IPAMClaim
+		err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &claim)
+		switch {
+		case apierrors.IsNotFound(err):
+			return "", false, nil
+		case err != nil:
+			return "", false, fmt.Errorf("reading IPAMClaim %s/%s: %w", namespace, name, err)
+		}
+		return claim.Spec.Network, true, nil
+	}
+}

@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// Live NAD swap, driven by the real virt-controller v1.8.2 with its
+// LiveUpdateNADRef gate on: the test changes the VM's
+// multus.networkName; virt-controller moves the VMI to the new NAD, marks
+// it MigrationRequired and, for the test's VirtualMachineInstanceMigration,
+// creates the target pod with the new NAD. Simulated (framework.KubeVirt):
+// scheduler, kubelet, Multus' network-status, virt-handler, including the
+// target handler dropping MigrationRequired once the domain runs there.
+// Each launcher's CNI ADD goes to the real ipkeeper agent of its node.
+
+type swapEnv struct {
+	*kvEnv
+	confs  map[string]json.RawMessage // NAD name -> its config
+	ifName string
+}
+
+func startSwapEnv(t *testing.T) *swapEnv {
+	t.Helper()
+	ctx := context.Background()
+	e := &swapEnv{kvEnv: startKubeVirtEnv(t), confs: map[string]json.RawMessage{}, ifName: kubevirt.PodInterfaceName("blue")}
+	suffix := e.ns[len(e.ns)-5:]
+	for nad, network := range map[string]string{"blue-a": "swap-a-" + suffix, "blue-a2": "swap-a-" + suffix, "blue-b": "swap-b-" + suffix} {
+		e.confs[nad] = json.RawMessage(bridgeNAD(network, true))
+		e.nad(t, nad, string(e.confs[nad]))
+	}
+	agents := map[string]*framework.Agent{}
+	for _, n := range []string{"node-swap-a-" + suffix, "node-swap-b-" + suffix} {
+		agents[n] = cp.StartAgent(t, n)
+	}
+	// The kubelet's CNI ADD, through the node's real agent, with the config
+	// of the NAD the pod's networks annotation names.
+	e.kv.Kubelet.Run = func(ctx context.Context, pod *corev1.Pod, ifaces []string) (map[string][]string, error) {
+		elems, err := multus.ParseElements(pod.Annotations[multus.Annotation], pod.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string][]string{}
+		for _, el := range elems {
+			res, err := agents[pod.Spec.NodeName].Add(ctx, pod, el.Interface, e.confs[el.Name])
+			if err != nil {
+				return nil, fmt.Errorf("ADD %s/%s %s: %w", pod.Name, el.Name, el.Interface, err)
+			}
+			for _, ip := range res.IPs {
+				out[el.Interface] = append(out[el.Interface], ip.Address.IP.String())
+			}
+		}
+		return out, nil
+	}
+	t.Log("with a kubelet that runs CNI ADD through the node's ipkeeper agent: " + e.kv.Simulated())
+	if err := framework.SetKubeVirtGate(ctx, cp.Client, framework.LiveUpdateNADRefGate, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = framework.SetKubeVirtGate(context.Background(), cp.Client, framework.LiveUpdateNADRefGate, false)
+	})
+	return e
+}
+
+func (e *swapEnv) network(nad string) string {
+	var c struct{ Name string }
+	_ = json.Unmarshal(e.confs[nad], &c)
+	return c.Name
+}
+
+func (e *swapEnv) nodes() (string, string) {
+	suffix := e.ns[len(e.ns)-5:]
+	return "node-swap-a-" + suffix, "node-swap-b-" + suffix
+}
+
+// start runs vm1 on NAD blue-a and returns its VMI and its address there.
+func (e *swapEnv) start(t *testing.T) (*kubevirtv1.VirtualMachine, *kubevirtv1.VirtualMachineInstance, string) {
+	t.Helper()
+	ctx := context.Background()
+	vm, err := e.kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaim(t, "vm1.blue")
+	nodeA, _ := e.nodes()
+	vmi, launcher, err := e.kv.Start(ctx, vm, nodeA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref := refs(t, launcher)[e.ifName]; ref != "vm1.blue" {
+		t.Fatalf("launcher references %q, want vm1.blue", ref)
+	}
+	ips := e.claimIPs(t, "vm1.blue")
+	return vm, vmi, ips[0]
+}
+
+// claimIPs waits for the claim's status.ips.
+func (e *swapEnv) claimIPs(t *testing.T, name string) []string {
+	t.Helper()
+	var ips []string
+	if err := framework.Eventually(context.Background(), 30*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		c, err := e.claim(ctx, name)
+		if err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		ips = c.Status.IPs
+		return len(ips) > 0, nil
+	}); err != nil {
+		t.Fatalf("IPAMClaim %s never got addresses: %v", name, err)
+	}
+	return ips
+}
+
+// migrate runs the swap's migration to node B.
+func (e *swapEnv) migrate(t *testing.T, vmi *kubevirtv1.VirtualMachineInstance, opts ...framework.MigrationOption) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	stop := e.kv.HandlerDropsMigrationRequired(ctx, vmi)
+	defer stop()
+	_, nodeB := e.nodes()
+	_, target, err := e.kv.Migrate(ctx, vmi, nodeB, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return target
+}
+
+// checkNever asserts the two "never" rules over the namespace: no claim
+// name for two networks (every claim's spec.network is the network its
+// name was chosen for), and no launcher pod referencing a claim of another
+// network than the NAD it attaches.
+func (e *swapEnv) checkNever(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	var pods corev1.PodList
+	if err := cp.Client.List(ctx, &pods, client.InNamespace(e.ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		elems, err := multus.ParseElements(p.Annotations[multus.Annotation], p.Namespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, el := range elems {
+			if el.ClaimRef == "" {
+				continue
+			}
+			var c ipamclaimsv1alpha1.IPAMClaim
+			if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: el.ClaimRef}, &c); err != nil {
+				continue // released after the pod ended
+			}
+			if want := e.network(el.Name); c.Spec.Network != want {
+				t.Errorf("pod %s (phase %s) attaches NAD %s (network %q) with IPAMClaim %s of network %q", p.Name, p.Status.Phase, el.Name, want, c.Name, c.Spec.Network)
+			}
+		}
+	}
+	var claims ipamclaimsv1alpha1.IPAMClaimList
+	if err := cp.Client.List(ctx, &claims, client.InNamespace(e.ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims.Items {
+		if c.Name != naming.Claim("vm1", "blue") && c.Name != naming.SwappedClaim("vm1", "blue", c.Spec.Network) {
+			t.Errorf("IPAMClaim %s has network %q, which is not the network its name stands for", c.Name, c.Spec.Network)
+		}
+	}
+}
+
+// reservationOwners lists the owners of a network's reservations.
+func reservationOwners(t *testing.T, network string) []string {
+	t.Helper()
+	var out []string
+	for _, r := range reservationsOf(t, network) {
+		out = append(out, string(r.Spec.Owner.Kind)+"/"+r.Spec.Owner.Name+" "+r.Spec.IP)
+	}
+	return out
+}
+
+func waitReservations(t *testing.T, network string, want int) {
+	t.Helper()
+	if err := framework.Eventually(context.Background(), 60*time.Second, 100*time.Millisecond, func(context.Context) (bool, error) {
+		return len(reservationsOf(t, network)) == want, nil
+	}); err != nil {
+		t.Fatalf("network %s: reservations %v, want %d: %v", network, reservationOwners(t, network), want, err)
+	}
+}
+
+// TestNADSwapSameNetwork: a NAD of the same CNI network keeps the VM's
+// claim, so the migration target gets the VM's address.
+func TestNADSwapSameNetwork(t *testing.T) {
+	e := startSwapEnv(t)
+	vm, _, ip := e.start(t)
+	vmi, err := e.kv.SwapNAD(context.Background(), vm, "blue", "blue-a2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := e.migrate(t, vmi)
+	if ref := refs(t, target)[e.ifName]; ref != "vm1.blue" {
+		t.Fatalf("target references %q, want the VM's claim vm1.blue", ref)
+	}
+	if got := e.claimIPs(t, "vm1.blue"); len(got) != 1 || got[0] != ip {
+		t.Fatalf("claim vm1.blue holds %v after the swap, want %s", got, ip)
+	}
+	// A barrier: the release controller has seen the ended source pod.
+	if err := framework.Touch(context.Background(), cp.Client, vm); err != nil {
+		t.Fatal(err)
+	}
+	waitReservations(t, e.network("blue-a"), 1)
+	if _, err := e.claim(context.Background(), naming.SwappedClaim("vm1", "blue", e.network("blue-a2"))); err == nil {
+		t.Fatal("a second claim was made for the same network")
+	}
+	e.checkNever(t)
+}
+
+// TestNADSwapOtherNetwork: the target gets an address of the new network
+// from its own claim while the source keeps the old one; once the
+// migration succeeded, the old claim and its address are released.
+func TestNADSwapOtherNetwork(t *testing.T) {
+	e := startSwapEnv(t)
+	vm, _, ipA := e.start(t)
+	netA, netB := e.network("blue-a"), e.network("blue-b")
+	vmi, err := e.kv.SwapNAD(context.Background(), vm, "blue", "blue-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := naming.SwappedClaim("vm1", "blue", netB)
+	if c := e.waitClaim(t, swapped); c.Spec.Network != netB {
+		t.Fatalf("claim %s has network %q, want %q", swapped, c.Spec.Network, netB)
+	}
+	// The running source still holds its address on the old network.
+	if got := e.claimIPs(t, "vm1.blue"); got[0] != ipA {
+		t.Fatalf("old claim holds %v, want %s", got, ipA)
+	}
+	e.checkNever(t)
+	target := e.migrate(t, vmi)
+	if ref := refs(t, target)[e.ifName]; ref != swapped {
+		t.Fatalf("target references %q, want %s", ref, swapped)
+	}
+	ipB := e.claimIPs(t, swapped)
+	t.Logf("address on %s: %s; on %s after the swap: %v", netA, ipA, netB, ipB)
+	e.checkNever(t)
+	if err := framework.Eventually(context.Background(), 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		_, err := e.claim(ctx, "vm1.blue")
+		return err != nil, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("the old network's claim vm1.blue was not released after the migration: %v", err)
+	}
+	waitReservations(t, netA, 0)
+	waitReservations(t, netB, 1)
+	if r := reservationsOf(t, netB)[0]; r.Spec.Owner.Name != swapped {
+		t.Fatalf("network %s reservation owned by %s, want the claim %s", netB, r.Spec.Owner.Name, swapped)
+	}
+	e.checkNever(t)
+}
+
+// TestNADSwapFailedMigration: the migration to the new network fails; the
+// VM keeps its address on the old network. The new network's claim stays
+// while the VM's spec asks for that network (KubeVirt retries the
+// migration) and is released with its address once the spec goes back to
+// the old NAD: nothing leaks.
+func TestNADSwapFailedMigration(t *testing.T) {
+	e := startSwapEnv(t)
+	vm, _, ipA := e.start(t)
+	netA, netB := e.network("blue-a"), e.network("blue-b")
+	vmi, err := e.kv.SwapNAD(context.Background(), vm, "blue", "blue-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := naming.SwappedClaim("vm1", "blue", netB)
+	target := e.migrate(t, vmi, framework.FailMigration())
+	if ref := refs(t, target)[e.ifName]; ref != swapped {
+		t.Fatalf("failed target references %q, want %s", ref, swapped)
+	}
+	if got := e.claimIPs(t, "vm1.blue"); got[0] != ipA {
+		t.Fatalf("after the failed migration the VM's claim holds %v, want %s", got, ipA)
+	}
+	e.checkNever(t)
+	waitReservations(t, netA, 1)
+
+	// The user gives up: the spec goes back to the old NAD.
+	if _, err := e.kv.SwapNADBack(context.Background(), vm, "blue", "blue-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.Eventually(context.Background(), 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		_, err := e.claim(ctx, swapped)
+		return err != nil, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("claim %s of the abandoned network was not released: %v", swapped, err)
+	}
+	waitReservations(t, netB, 0)
+	waitReservations(t, netA, 1)
+	if got := e.claimIPs(t, "vm1.blue"); got[0] != ipA {
+		t.Fatalf("the VM's claim holds %v, want %s", got, ipA)
+	}
+	e.checkNever(t)
+}
