@@ -118,7 +118,7 @@ func (c *Cluster) nadChain(ctx context.Context, pod *corev1.Pod, iface string) (
 			continue
 		}
 		var nad nadv1.NetworkAttachmentDefinition
-		if err := c.CP.Client.Get(ctx, client.ObjectKey(e.NAD()), &nad); err != nil {
+		if err := c.CP.Client.Get(ctx, e.NAD(), &nad); err != nil {
 			return nil, fmt.Errorf("reading NAD %s of pod %s/%s: %w", e.NAD(), pod.Namespace, pod.Name, err)
 		}
 		conf, err := confList([]byte(nad.Spec.Config))
@@ -170,20 +170,23 @@ func (c *Cluster) stopLauncher(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// confList reads a NAD's config, a single plugin or a list, as Multus does.
+// confList reads a NAD's config, a single plugin or a list, as Multus does:
+// a single plugin becomes a list of one.
 func confList(raw []byte) (*libcni.NetworkConfigList, error) {
 	var probe struct {
-		Plugins json.RawMessage `json:"plugins"`
+		CNIVersion string          `json:"cniVersion"`
+		Name       string          `json:"name"`
+		Plugins    json.RawMessage `json:"plugins"`
 	}
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return nil, fmt.Errorf("config is not JSON: %w", err)
 	}
-	if probe.Plugins != nil {
-		return libcni.NetworkConfFromBytes(raw)
+	if probe.Plugins == nil {
+		list, err := json.Marshal(map[string]any{"cniVersion": probe.CNIVersion, "name": probe.Name, "plugins": []json.RawMessage{raw}})
+		if err != nil {
+			return nil, err
+		}
+		raw = list
 	}
-	conf, err := libcni.ConfFromBytes(raw)
-	if err != nil {
-		return nil, err
-	}
-	return libcni.ConfListFromConf(conf)
+	return libcni.NetworkConfFromBytes(raw)
 }

@@ -85,11 +85,15 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 		if box == nil {
 			return fmt.Errorf("migration target %s has no sandbox", target.Name)
 		}
-		if got, err := box.Addr(ctx, iface); err != nil || got != vmAddr {
-			return fmt.Errorf("migration target has %s (%v), want %s", got, err, vmAddr)
+		if got, err := box.Addr(ctx, iface); err != nil {
+			return fmt.Errorf("migration target: %w", err)
+		} else if got != vmAddr {
+			return fmt.Errorf("migration target has %s, want %s", got, vmAddr)
 		}
-		if got, err := launcher.Addr(ctx, iface); err != nil || got != vmAddr {
-			return fmt.Errorf("migration source lost its address: %s (%v)", got, err)
+		if got, err := launcher.Addr(ctx, iface); err != nil {
+			return fmt.Errorf("migration source: %w", err)
+		} else if got != vmAddr {
+			return fmt.Errorf("migration source lost its address: has %s, want %s", got, vmAddr)
 		}
 		return nil
 	}))
