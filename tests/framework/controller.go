@@ -62,8 +62,7 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 		ctrllog.SetLogger(log)
 	})
 	if cp.HasKubeVirt() {
-		sim := &KubeVirtSim{C: cp.Client}
-		if err := sim.SetFeatureGate(ctx, true); err != nil {
+		if err := SetPersistentIPsGate(ctx, cp.Client, true); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,14 +4,12 @@ package framework
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,35 +46,6 @@ const LiveUpdateNADRefGate = "LiveUpdateNADRef"
 //     migration.go). The source pod ends (Succeeded) and stays until the
 //     VMI goes. A failed migration leaves MigrationRequired=True, so the
 //     workload updater would retry.
-
-// SetKubeVirtGate turns one of KubeVirt's own feature gates on or off in
-// the KubeVirt CR, leaving the others (PersistentIPs among them) alone.
-func SetKubeVirtGate(ctx context.Context, c client.Client, gate string, on bool) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		kv := &kubevirtv1.KubeVirt{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: KubeVirtNamespace, Name: "kubevirt"}, kv); err != nil {
-			return fmt.Errorf("reading the KubeVirt CR: %w", err)
-		}
-		var gates []string
-		if dc := kv.Spec.Configuration.DeveloperConfiguration; dc != nil {
-			gates = slices.DeleteFunc(slices.Clone(dc.FeatureGates), func(g string) bool { return g == gate })
-		}
-		if on {
-			gates = append(gates, gate)
-		}
-		if gates == nil {
-			gates = []string{}
-		}
-		patch, err := json.Marshal(map[string]any{
-			"metadata": map[string]any{"resourceVersion": kv.ResourceVersion},
-			"spec":     map[string]any{"configuration": map[string]any{"developerConfiguration": map[string]any{"featureGates": gates}}},
-		})
-		if err != nil {
-			return err
-		}
-		return c.Patch(ctx, kv, client.RawPatch(types.MergePatchType, patch))
-	})
-}
 
 // SwapNAD points the VM's network at another NAD (the user's step) and
 // waits for the real virt-controller to carry it into the VMI spec and
