@@ -24,8 +24,8 @@ func TestSystemVMHotplugAndUnplug(t *testing.T) {
 	ctx := context.Background()
 	ns := c.NewNamespace(t, "sys-hotplug")
 	t.Log(c.KV.Simulated())
-	c.BridgeNAD(t, ns, "blue", "sys-hp-blue", true, map[string]any{"range": "10.85.0.0/24"})
-	c.BridgeNAD(t, ns, "red", "sys-hp-red", true, map[string]any{"range": "10.86.0.0/24"})
+	c.BridgeNAD(t, ns, "blue", "sys-hp-blue", true, map[string]any{"range": "10.87.0.0/24"})
+	c.BridgeNAD(t, ns, "red", "sys-hp-red", true, map[string]any{"range": "10.88.0.0/24"})
 	blueIf, redIf := kubevirt.PodInterfaceName("blue"), kubevirt.PodInterfaceName("red")
 
 	vm := c.CreateVM(t, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
