@@ -70,6 +70,7 @@ type Agent struct {
 	opts   Options
 	log    logr.Logger
 	cache  cache.Cache
+	live   client.WithWatch
 	store  Store
 	claims ClaimStore
 	// poolStore reads IPPools and creates inline networks' pools; parsed
@@ -123,9 +124,11 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating API client: %w", err)
 	}
-	// IPReservations get their transform as the default rather than from
-	// ByObject: a ByObject entry is resolved against the API server here,
-	// and would fail New before the CRD is installed (start waits for it).
+	// IPPools get their transform as the default rather than from ByObject:
+	// a ByObject entry is resolved against the API server here, and would
+	// fail New before the CRD is installed (start waits for it).
+	// IPReservations have no informer: a reflector feeds the index
+	// (reservationFeed).
 	c, err := cache.New(cfg, cache.Options{
 		Scheme: s,
 		ByObject: map[client.Object]cache.ByObject{
@@ -134,7 +137,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 				Transform: trimPod,
 			},
 		},
-		DefaultTransform: trimReservation,
+		DefaultTransform: trimPool,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating caches: %w", err)
@@ -143,8 +146,9 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		opts:  opts,
 		log:   opts.Logger.WithValues("node", opts.NodeName),
 		cache: c,
+		live:  live,
 		pods:  &podLookup{cached: c, live: live, node: opts.NodeName},
-		idx:   newIndex(),
+		idx:   newNodeIndex(opts.NodeName),
 		locks: newKeyLocks(),
 
 		uncertain: newUncertainCreates(),
@@ -226,19 +230,20 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // start runs the informers and waits until the index holds every reservation.
 func (a *Agent) start(ctx context.Context) error {
-	resInf, err := a.informer(ctx, &ipkeeperv1alpha1.IPReservation{}, reservationCRD)
-	if err != nil {
+	if err := waitForKind(ctx, a, reservationCRD, func() error {
+		_, err := a.live.IsObjectNamespaced(&ipkeeperv1alpha1.IPReservation{})
+		return err
+	}); err != nil {
 		return err
 	}
-	reg, err := resInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    a.onReservation,
-		UpdateFunc: func(_, obj any) { a.onReservation(obj) },
-		DeleteFunc: a.onReservationDeleted,
-	})
-	if err != nil {
-		return fmt.Errorf("reservation informer handler: %w", err)
-	}
-	if _, err := a.informer(ctx, &ipkeeperv1alpha1.IPPool{}, poolCRD); err != nil {
+	feed := newReservationFeed(a)
+	r := toolscache.NewReflectorWithOptions(reservationListWatch(a.live), &ipkeeperv1alpha1.IPReservation{}, feed,
+		toolscache.ReflectorOptions{Name: "ipreservations", TypeDescription: "ipkeeper.io/v1alpha1, Kind=IPReservation"})
+	go r.RunWithContext(ctx)
+	if err := waitForKind(ctx, a, poolCRD, func() error {
+		_, err := a.cache.GetInformer(ctx, &ipkeeperv1alpha1.IPPool{})
+		return err
+	}); err != nil {
 		return err
 	}
 	if _, err := a.cache.GetInformer(ctx, &corev1.Pod{}); err != nil {
@@ -251,7 +256,7 @@ func (a *Agent) start(ctx context.Context) error {
 	}()
 	start := time.Now()
 	a.setWaiting("caches not synced yet")
-	if !a.cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+	if !a.cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), feed.HasSynced) {
 		return fmt.Errorf("caches did not sync: %w", context.Cause(ctx))
 	}
 	a.log.Info("caches synced", "reservations", a.idx.len(), "took", time.Since(start).Round(time.Millisecond))
@@ -281,23 +286,23 @@ const (
 	crdPollMax = 10 * time.Second
 )
 
-// informer returns the informer of one of ipkeeper's kinds, waiting while
-// its CRD is not installed (an agent may start before it, e.g. when a
-// DaemonSet and the CRDs are applied together, or after an upgrade that
-// added a CRD the agent's DaemonSet was rolled before).
-func (a *Agent) informer(ctx context.Context, obj client.Object, crd crdName) (cache.Informer, error) {
+// waitForKind returns once try (a call that needs the kind of crd) no
+// longer fails for want of its CRD: an agent may start before it, e.g.
+// when a DaemonSet and the CRDs are applied together, or after an upgrade
+// that added a CRD the agent's DaemonSet was rolled before.
+func waitForKind(ctx context.Context, a *Agent, crd crdName, try func() error) error {
 	var lastLog time.Time
 	delay := crdPollMin
 	for {
-		inf, err := a.cache.GetInformer(ctx, obj)
+		err := try()
 		if err == nil {
 			if !lastLog.IsZero() {
 				a.log.Info("the "+crd.kind+" CRD is installed; starting", "crd", crd.name)
 			}
-			return inf, nil
+			return nil
 		}
 		if !meta.IsNoMatchError(err) {
-			return nil, fmt.Errorf("informer for %s: %w", crd, err)
+			return fmt.Errorf("starting on %s: %w", crd, err)
 		}
 		a.setWaiting(missingCRD(crd))
 		if time.Since(lastLog) >= time.Minute {
@@ -306,7 +311,7 @@ func (a *Agent) informer(ctx context.Context, obj client.Object, crd crdName) (c
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for %s: %w", crd, context.Cause(ctx))
+			return fmt.Errorf("waiting for %s: %w", crd, context.Cause(ctx))
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, crdPollMax)

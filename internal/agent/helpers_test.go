@@ -69,11 +69,19 @@ func checkIndex(t testing.TB, x *index) {
 			t.Errorf("taken[%q][%s] = %q, want %q", e.pool, e.ip, got, name)
 		}
 		k := attachmentKey{e.pool, e.owner.UID, e.ifName}
-		_, inPod := x.byPod[k][name]
-		_, inSandbox := x.bySandbox[sandboxKey{e.pool, e.containerID, e.ifName}][name]
-		_, inNode := x.byNode[nodeKey{e.node, e.pool}][name]
-		_, inClaim := x.byClaim[e.owner.UID][name]
-		_, inRetired := x.retired[nodeKey{e.node, e.pool}][name]
+		inPod := x.byPod[k].has(name)
+		inSandbox := x.bySandbox[sandboxKey{e.pool, e.containerID, e.ifName}].has(name)
+		inNode := x.byNode[nodeKey{e.node, e.pool}].has(name)
+		inClaim := x.byClaim[e.owner.UID].has(name)
+		inRetired := x.retired[nodeKey{e.node, e.pool}].has(name)
+		if x.remote(e) {
+			// Another node's pod: only its address and identity are kept.
+			if inPod || inSandbox || inNode || inClaim || inRetired || e.owner.UID != "" || e.containerID != "" || e.ifName != "" {
+				t.Errorf("another node's %s is kept whole (%+v) or found by byPod %v, bySandbox %v, byNode %v, byClaim %v, retired %v",
+					name, e, inPod, inSandbox, inNode, inClaim, inRetired)
+			}
+			continue
+		}
 		if inRetired != e.released() {
 			t.Errorf("%s (released %v) in retired = %v", name, e.released(), inRetired)
 		}
@@ -98,20 +106,20 @@ func checkIndex(t testing.TB, x *index) {
 		}
 	}
 	for k, m := range x.retired {
-		if len(m) == 0 {
-			t.Errorf("retired[%+v] is an empty map (leak)", k)
+		if m.len() == 0 {
+			t.Errorf("retired[%+v] is an empty set (leak)", k)
 		}
-		for name := range m {
+		for name := range m.all() {
 			if e, ok := x.byName[name]; !ok || !e.released() || (nodeKey{e.node, e.pool}) != k {
 				t.Errorf("retired[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
 			}
 		}
 	}
 	for uid, m := range x.byClaim {
-		if len(m) == 0 {
-			t.Errorf("byClaim[%q] is an empty map (leak)", uid)
+		if m.len() == 0 {
+			t.Errorf("byClaim[%q] is an empty set (leak)", uid)
 		}
-		for name := range m {
+		for name := range m.all() {
 			e, ok := x.byName[name]
 			if !ok || e.owner.UID != uid || e.owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim {
 				t.Errorf("byClaim[%q] lists %q, which the index holds as %+v (present: %v)", uid, name, e, ok)
@@ -129,30 +137,30 @@ func checkIndex(t testing.TB, x *index) {
 		}
 	}
 	for k, m := range x.bySandbox {
-		for name := range m {
+		for name := range m.all() {
 			if e, ok := x.byName[name]; !ok || (sandboxKey{e.pool, e.containerID, e.ifName}) != k {
 				t.Errorf("bySandbox[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
 			}
 		}
-		if len(m) == 0 {
-			t.Errorf("bySandbox[%+v] is an empty map (leak)", k)
+		if m.len() == 0 {
+			t.Errorf("bySandbox[%+v] is an empty set (leak)", k)
 		}
 	}
 	for k, m := range x.byNode {
-		for name := range m {
+		for name := range m.all() {
 			if e, ok := x.byName[name]; !ok || (nodeKey{e.node, e.pool}) != k {
 				t.Errorf("byNode[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
 			}
 		}
-		if len(m) == 0 {
-			t.Errorf("byNode[%+v] is an empty map (leak)", k)
+		if m.len() == 0 {
+			t.Errorf("byNode[%+v] is an empty set (leak)", k)
 		}
 	}
 	for k, m := range x.byPod {
-		if len(m) == 0 {
-			t.Errorf("byPod[%+v] is an empty map (leak)", k)
+		if m.len() == 0 {
+			t.Errorf("byPod[%+v] is an empty set (leak)", k)
 		}
-		for name := range m {
+		for name := range m.all() {
 			e, ok := x.byName[name]
 			if !ok || (attachmentKey{e.pool, e.owner.UID, e.ifName}) != k || e.owner.Kind != ipkeeperv1alpha1.OwnerPod {
 				t.Errorf("byPod[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)

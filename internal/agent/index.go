@@ -3,10 +3,12 @@
 package agent
 
 import (
+	"iter"
 	"net/netip"
 	"strconv"
 	"sync"
 	"time"
+	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,12 +50,21 @@ func entryOf(r *ipkeeperv1alpha1.IPReservation) (entry, bool) {
 	if r.Spec.Released() {
 		reuseAfter = r.Spec.ReuseAfter.Time
 	}
+	network := intern(r.Spec.Network)
 	return entry{
-		name: r.Name, uid: r.UID, rv: r.ResourceVersion, pool: naming.PoolOf(r.Spec.Pool, r.Spec.Network), network: r.Spec.Network, ip: ip, owner: r.Spec.Owner,
-		ifName: r.Spec.InterfaceName, containerID: r.Spec.ContainerID, node: r.Spec.Node,
+		name: r.Name, uid: r.UID, rv: r.ResourceVersion, pool: intern(naming.PoolOf(r.Spec.Pool, network)), network: network, ip: ip,
+		owner: ipkeeperv1alpha1.ReservationOwner{
+			Kind: intern(r.Spec.Owner.Kind), Namespace: intern(r.Spec.Owner.Namespace), Name: r.Spec.Owner.Name, UID: r.Spec.Owner.UID,
+		},
+		ifName: intern(r.Spec.InterfaceName), containerID: r.Spec.ContainerID, node: intern(r.Spec.Node),
 		created: r.CreationTimestamp.Time, reuseAfter: reuseAfter,
 	}, true
 }
+
+// intern returns the one copy of s the process keeps: networks, pools,
+// nodes, namespaces and interface names repeat across the reservations of
+// a cluster, and each decoded object brings its own copy.
+func intern[S ~string](s S) S { return unique.Make(s).Value() }
 
 // olderThan reports whether e is an older version of the same object than
 // o. resourceVersions are opaque to clients, but those of one object grow;
@@ -101,6 +112,9 @@ type exhaustedMemo struct {
 // an object it holds, nor brings back one this agent deleted: DEL and GC
 // decide from it.
 type index struct {
+	// node is the agent's node; when set, other nodes' pod reservations
+	// are kept compact (see remote).
+	node      string
 	mu        sync.RWMutex
 	byName    map[string]entry
 	taken     map[string]map[netip.Addr]string // pool -> IP -> reservation name
@@ -131,7 +145,68 @@ type index struct {
 	exhausted map[string]exhaustedMemo // pool + range -> confirmation
 }
 
-type set = map[string]struct{}
+// set holds reservation names. Almost every set of the index holds one
+// name (an attachment's, a sandbox's or a claim's reservation), which it
+// keeps without a map: a map per set was a third of the index's memory.
+type set struct {
+	one  string              // the only name, while many is nil
+	many map[string]struct{} // every name, once there were two
+}
+
+func (s *set) add(name string) {
+	switch {
+	case s.many != nil:
+		s.many[name] = struct{}{}
+	case s.one == "" || s.one == name:
+		s.one = name
+	default:
+		s.many = map[string]struct{}{s.one: {}, name: {}}
+		s.one = ""
+	}
+}
+
+func (s *set) remove(name string) {
+	if s.many != nil {
+		delete(s.many, name)
+	} else if s.one == name {
+		s.one = ""
+	}
+}
+
+func (s set) has(name string) bool {
+	if s.many != nil {
+		_, ok := s.many[name]
+		return ok
+	}
+	return name != "" && s.one == name
+}
+
+func (s set) len() int {
+	if s.many != nil {
+		return len(s.many)
+	}
+	if s.one != "" {
+		return 1
+	}
+	return 0
+}
+
+// all yields the names.
+func (s set) all() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		if s.many == nil {
+			if s.one != "" {
+				yield(s.one)
+			}
+			return
+		}
+		for name := range s.many {
+			if !yield(name) {
+				return
+			}
+		}
+	}
+}
 
 type unobservedWrite struct {
 	uid types.UID
@@ -157,6 +232,14 @@ const (
 	unobservedTTL = 2 * time.Minute
 )
 
+// newNodeIndex returns the index of the agent of node.
+func newNodeIndex(node string) *index {
+	x := newIndex()
+	x.node = node
+	return x
+}
+
+// newIndex returns an index that keeps every reservation whole.
 func newIndex() *index {
 	return &index{
 		byName:     map[string]entry{},
@@ -216,9 +299,25 @@ func (x *index) observe(e entry) {
 	x.upsertLocked(e)
 }
 
+// remote reports whether e is a pod reservation of another node. An agent
+// acts only on its own node's pods (ADD, DEL, GC, cooldown expiry) and on
+// claims, which move between nodes; of another node's pod reservation it
+// needs the address, the object's identity and version, and the owner's
+// kind. In a cluster of many nodes these are almost all reservations, so
+// they are kept without the rest and found by no attachment, sandbox or
+// node.
+func (x *index) remote(e entry) bool {
+	return x.node != "" && e.node != "" && e.node != x.node && e.owner.Kind == ipkeeperv1alpha1.OwnerPod
+}
+
 func (x *index) upsertLocked(e entry) {
 	if old, ok := x.byName[e.name]; ok {
 		x.unlinkLocked(old)
+	}
+	remote := x.remote(e)
+	if remote {
+		e.owner = ipkeeperv1alpha1.ReservationOwner{Kind: e.owner.Kind}
+		e.ifName, e.containerID = "", ""
 	}
 	x.byName[e.name] = e
 	if x.taken[e.pool] == nil {
@@ -227,6 +326,9 @@ func (x *index) upsertLocked(e entry) {
 	x.taken[e.pool][e.ip] = e.name
 	if c := x.conflicts[e.pool]; c != nil {
 		delete(c, e.ip)
+	}
+	if remote {
+		return
 	}
 	if e.released() {
 		// Holds the address for nobody: no attachment or claim finds it.
@@ -291,6 +393,9 @@ func (x *index) unlinkLocked(e entry) {
 			delete(x.taken, e.pool)
 		}
 	}
+	if x.remote(e) {
+		return
+	}
 	if e.released() {
 		unlink(x.retired, nodeKey{e.node, e.pool}, e.name)
 		return
@@ -306,18 +411,21 @@ func (x *index) unlinkLocked(e entry) {
 }
 
 func link[K comparable](m map[K]set, k K, name string) {
-	if m[k] == nil {
-		m[k] = set{}
-	}
-	m[k][name] = struct{}{}
+	s := m[k]
+	s.add(name)
+	m[k] = s
 }
 
 func unlink[K comparable](m map[K]set, k K, name string) {
-	if s := m[k]; s != nil {
-		delete(s, name)
-		if len(s) == 0 {
-			delete(m, k)
-		}
+	s, ok := m[k]
+	if !ok {
+		return
+	}
+	s.remove(name)
+	if s.len() == 0 {
+		delete(m, k)
+	} else {
+		m[k] = s
 	}
 }
 
@@ -397,8 +505,8 @@ func (x *index) exhaustionConfirmed(pool string, r iprange.Range, now time.Time)
 }
 
 func (x *index) entries(s set) []entry {
-	out := make([]entry, 0, len(s))
-	for name := range s {
+	out := make([]entry, 0, s.len())
+	for name := range s.all() {
 		out = append(out, x.byName[name])
 	}
 	return out
@@ -431,7 +539,7 @@ func (x *index) expired(node, pool string, now time.Time) []entry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	var out []entry
-	for name := range x.retired[nodeKey{node, pool}] {
+	for name := range x.retired[nodeKey{node, pool}].all() {
 		if e := x.byName[name]; !now.Before(e.reuseAfter) {
 			out = append(out, e)
 		}
@@ -444,7 +552,7 @@ func (x *index) claim(pool string, claimUID types.UID) []entry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	var out []entry
-	for name := range x.byClaim[claimUID] {
+	for name := range x.byClaim[claimUID].all() {
 		if e := x.byName[name]; e.pool == pool {
 			out = append(out, e)
 		}

@@ -7,11 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
-	"strings"
 	"testing"
-	"time"
-
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -86,40 +82,22 @@ func benchJSON(s benchSpec) []byte {
 		s.containerID, s.ifName, s.ip, s.network, s.node, s.kind, s.owner, s.namespace, s.ownerUID)
 }
 
-// benchObjects decodes n reservations as the informer does, trimmed or not.
-func benchObjects(tb testing.TB, n int, trim bool) []*ipkeeperv1alpha1.IPReservation {
+// benchObjects decodes n reservations as the reflector does.
+func benchObjects(tb testing.TB, n int) []*ipkeeperv1alpha1.IPReservation {
 	tb.Helper()
 	out := make([]*ipkeeperv1alpha1.IPReservation, n)
 	for k := range out {
-		r := &ipkeeperv1alpha1.IPReservation{}
-		if err := json.Unmarshal(benchJSON(benchSpecOf(k)), r); err != nil {
-			tb.Fatal(err)
-		}
-		if trim {
-			if _, err := trimReservation(r); err != nil {
-				tb.Fatal(err)
-			}
-		}
-		out[k] = r
+		out[k] = benchObject(tb, k)
 	}
 	return out
 }
 
-// benchStore holds objects as client-go's thread-safe store does for a
-// cluster-scoped type: items by key, plus controller-runtime's namespace
-// index (every key under "").
-type benchStore struct {
-	items   map[string]any
-	byNSKey map[string]map[string]struct{}
-}
-
-func newBenchStore(objs []*ipkeeperv1alpha1.IPReservation) *benchStore {
-	s := &benchStore{items: map[string]any{}, byNSKey: map[string]map[string]struct{}{"": {}}}
-	for _, r := range objs {
-		s.items[r.Name] = r
-		s.byNSKey[""][r.Name] = struct{}{}
+func benchObject(tb testing.TB, k int) *ipkeeperv1alpha1.IPReservation {
+	r := &ipkeeperv1alpha1.IPReservation{}
+	if err := json.Unmarshal(benchJSON(benchSpecOf(k)), r); err != nil {
+		tb.Fatal(err)
 	}
-	return s
+	return r
 }
 
 // liveHeap returns how much live heap what build returns keeps, measured
@@ -137,10 +115,11 @@ func liveHeap(build func() any) (int64, any) {
 	return int64(after.HeapAlloc) - int64(before.HeapAlloc), v
 }
 
+// buildIndex feeds entries to an index as the reservation feed does.
 func buildIndex(entries []entry) *index {
 	x := newIndex()
 	for _, e := range entries {
-		x.upsert(e)
+		x.observe(e)
 	}
 	return x
 }
@@ -148,59 +127,54 @@ func buildIndex(entries []entry) *index {
 // BenchmarkIndex50k times building the agent's index of 50,000
 // reservations and reports, per reservation, the live heap of:
 //
-//	index-B/res        the index, its strings shared with the informer's objects (the agent's case)
-//	index-own-B/res    the index holding its own copies of every string
-//	obj-B/res          one decoded, trimmed IPReservation
-//	store-B/res        the trimmed objects in an informer store (items map + namespace index)
-//	obj-untrimmed-B/res one decoded IPReservation with managed fields, for comparison
+//	index-B/res  the index of one node's agent, fed from decoded objects
+//	             that are then dropped: all the agent keeps per reservation
+//	             (the others are spread over 64 nodes, so most are another
+//	             node's pod reservations, kept compact)
+//	whole-B/res  the same with every reservation kept whole
+//	obj-B/res    one decoded IPReservation, for comparison: what an
+//	             informer would keep on top
 //
 // B/op and allocs/op (with -benchmem) are those of one 50,000-entry build.
 func BenchmarkIndex50k(b *testing.B) {
 	const n = benchReservations
 	perRes := func(v int64) float64 { return float64(v) / n }
 
-	objBytes, objsAny := liveHeap(func() any { return benchObjects(b, n, true) })
-	objs := objsAny.([]*ipkeeperv1alpha1.IPReservation)
-	storeBytes, store := liveHeap(func() any { return newBenchStore(objs) })
+	fill := func(x *index) func() any {
+		return func() any {
+			for k := range n {
+				e, ok := entryOf(benchObject(b, k))
+				if !ok {
+					b.Fatalf("entryOf(%d) failed", k)
+				}
+				x.observe(e)
+			}
+			return x
+		}
+	}
+	idxBytes, idxAny := liveHeap(fill(newNodeIndex(benchSpecOf(0).node)))
+	wholeBytes, wholeAny := liveHeap(fill(newIndex()))
+	for _, x := range []*index{idxAny.(*index), wholeAny.(*index)} {
+		if x.len() != n {
+			b.Fatalf("index holds %d reservations, want %d (names collide)", x.len(), n)
+		}
+	}
+	runtime.KeepAlive(idxAny)
+	runtime.KeepAlive(wholeAny)
 
+	objBytes, objsAny := liveHeap(func() any { return benchObjects(b, n) })
+	objs := objsAny.([]*ipkeeperv1alpha1.IPReservation)
 	entries := make([]entry, 0, n)
 	kinds := map[ipkeeperv1alpha1.OwnerKind]int{}
 	v6 := 0
 	for _, r := range objs {
-		e, ok := entryOf(r)
-		if !ok {
-			b.Fatalf("entryOf(%s) failed", r.Name)
-		}
+		e, _ := entryOf(r)
 		entries = append(entries, e)
 		kinds[e.owner.Kind]++
 		if e.ip.Is6() {
 			v6++
 		}
 	}
-	idxBytes, idxAny := liveHeap(func() any { return buildIndex(entries) })
-	if x := idxAny.(*index); x.len() != n {
-		b.Fatalf("index holds %d reservations, want %d (names collide)", x.len(), n)
-	}
-	runtime.KeepAlive(idxAny)
-
-	ownBytes, ownAny := liveHeap(func() any {
-		own := make([]entry, n)
-		for k := range own {
-			s := benchSpecOf(k)
-			own[k] = entry{
-				name: s.name, uid: types.UID(s.uid), pool: s.network, network: s.network, ip: netip.MustParseAddr(s.ip),
-				owner:  ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerKind(strings.Clone(string(s.kind))), Namespace: s.namespace, Name: s.owner, UID: types.UID(s.ownerUID)},
-				ifName: strings.Clone(s.ifName), containerID: s.containerID, node: s.node,
-				created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
-			}
-		}
-		return buildIndex(own)
-	})
-	runtime.KeepAlive(ownAny)
-
-	untrimmedBytes, untrimmed := liveHeap(func() any { return benchObjects(b, n, false) })
-	runtime.KeepAlive(untrimmed)
-
 	b.Logf("%d reservations: %d IPv6, %d pod-owned, %d claim-owned; names %q ... %q",
 		n, v6, kinds[ipkeeperv1alpha1.OwnerPod], kinds[ipkeeperv1alpha1.OwnerIPAMClaim], objs[0].Name, objs[5].Name)
 
@@ -209,10 +183,7 @@ func BenchmarkIndex50k(b *testing.B) {
 	}
 
 	b.ReportMetric(perRes(idxBytes), "index-B/res")
-	b.ReportMetric(perRes(ownBytes), "index-own-B/res")
+	b.ReportMetric(perRes(wholeBytes), "whole-B/res")
 	b.ReportMetric(perRes(objBytes), "obj-B/res")
-	b.ReportMetric(perRes(storeBytes), "store-B/res")
-	b.ReportMetric(perRes(untrimmedBytes), "obj-untrimmed-B/res")
 	runtime.KeepAlive(objs)
-	runtime.KeepAlive(store)
 }

@@ -8,15 +8,11 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// trimReservation keeps what the index needs; managed fields are most of an
-// object's size, and the agent caches every reservation of the cluster.
-func trimReservation(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *ipkeeperv1alpha1.IPReservation:
+// trimPool drops an IPPool's managed fields (most of its size); its
+// annotations hold an inline network's definition and stay.
+func trimPool(obj any) (any, error) {
+	if o, ok := obj.(*ipkeeperv1alpha1.IPPool); ok {
 		o.ManagedFields = nil
-		o.Annotations = nil
-	case *ipkeeperv1alpha1.IPPool:
-		o.ManagedFields = nil // its annotations hold an inline network's definition
 	}
 	return obj, nil
 }

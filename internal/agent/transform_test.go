@@ -111,42 +111,38 @@ func TestTrimPod(t *testing.T) {
 	}
 }
 
-func TestTrimReservation(t *testing.T) {
-	want := fullReservation()
+func fullPool() *ipkeeperv1alpha1.IPPool {
+	return &ipkeeperv1alpha1.IPPool{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "storage", UID: "7c2e4a1b-3d5f-4a6b-9c8d-1e2f3a4b5c6d", ResourceVersion: "12",
+			Annotations:   map[string]string{ipkeeperv1alpha1.InlineDefinitionAnnotation: `{"ranges":[[{"subnet":"10.1.0.0/16"}]]}`},
+			ManagedFields: managedFields,
+		},
+	}
+}
+
+func TestTrimPool(t *testing.T) {
+	want := fullPool()
 	want.ManagedFields = nil
-	want.Annotations = nil
 
 	tests := []struct {
 		name string
 		in   any
 		want any
 	}{
-		{"full reservation", fullReservation(), want},
+		{"pool: managed fields go, annotations (its definition) stay", fullPool(), want},
 		{"already trimmed", want.DeepCopy(), want},
-		{"other types pass through", fullPod(), fullPod()},
+		{"other types pass through", fullReservation(), fullReservation()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := trimReservation(tt.in)
+			got, err := trimPool(tt.in)
 			if err != nil {
-				t.Fatalf("trimReservation: %v", err)
+				t.Fatalf("trimPool: %v", err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("trimReservation =\n  %+v\nwant\n  %+v", got, tt.want)
+				t.Errorf("trimPool =\n  %+v\nwant\n  %+v", got, tt.want)
 			}
 		})
-	}
-
-	got, _ := trimReservation(fullReservation())
-	r := got.(*ipkeeperv1alpha1.IPReservation)
-	if r.ManagedFields != nil || r.Annotations != nil {
-		t.Errorf("not trimmed: managedFields %v annotations %v", r.ManagedFields, r.Annotations)
-	}
-	if !reflect.DeepEqual(r.Spec, fullReservation().Spec) || r.Name != "storage.10-1-2-3" || r.UID == "" || r.Labels["ipkeeper.io/network"] != "storage" {
-		t.Errorf("trimmed too much: %+v", r)
-	}
-	// What the index is built from must survive trimming.
-	if e, ok := entryOf(r); !ok || e.ip.String() != "10.1.2.3" || e.owner.UID != "0b9e1c6e-8f7a-4a59-9d0b-3f0c2a1e5d44" || e.containerID != "3f1e9a" {
-		t.Errorf("entryOf(trimmed) = %+v, %v", e, ok)
 	}
 }

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// reservationFeed is where the reservation reflector writes: straight into
+// the index. An informer would also keep every reservation of the cluster
+// as a decoded object, which nothing reads: the index's compact entries are
+// all the agent needs, and objects of the whole cluster are most of its
+// memory.
+//
+// It keeps what an informer's store gives its handlers: the UID of each
+// object it delivered, so that a relist (Replace) deletes exactly the
+// delivered objects it no longer lists, as an informer's DeletedFinalState
+// does, and leaves alone the agent's own writes it never delivered.
+type reservationFeed struct {
+	a *Agent
+
+	mu sync.Mutex
+	// delivered holds, by name, the UID of the object last delivered.
+	delivered map[string]types.UID
+	synced    atomic.Bool
+}
+
+var _ toolscache.ReflectorStore = (*reservationFeed)(nil)
+
+func newReservationFeed(a *Agent) *reservationFeed {
+	return &reservationFeed{a: a, delivered: map[string]types.UID{}}
+}
+
+func (f *reservationFeed) Add(obj any) error    { f.deliver(obj); return nil }
+func (f *reservationFeed) Update(obj any) error { f.deliver(obj); return nil }
+func (f *reservationFeed) Resync() error        { return nil }
+
+func (f *reservationFeed) Delete(obj any) error {
+	if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
+		f.mu.Lock()
+		delete(f.delivered, r.Name)
+		f.mu.Unlock()
+		f.a.onReservationDeleted(r)
+	}
+	return nil
+}
+
+func (f *reservationFeed) deliver(obj any) {
+	r, ok := obj.(*ipkeeperv1alpha1.IPReservation)
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	f.delivered[r.Name] = r.UID
+	f.mu.Unlock()
+	f.a.onReservation(r)
+}
+
+// Replace takes a full list (the first one, or a relist after the watch
+// was lost): every object listed is delivered, and every object delivered
+// before that the list lacks was deleted meanwhile.
+func (f *reservationFeed) Replace(list []any, _ string) error {
+	listed := make(map[string]types.UID, len(list))
+	for _, obj := range list {
+		if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
+			listed[r.Name] = r.UID
+			f.a.onReservation(r)
+		}
+	}
+	f.mu.Lock()
+	gone := map[string]types.UID{}
+	for name, uid := range f.delivered {
+		if _, ok := listed[name]; !ok {
+			gone[name] = uid
+		}
+	}
+	f.delivered = listed
+	f.mu.Unlock()
+	for name, uid := range gone {
+		f.a.onReservationDeleted(&ipkeeperv1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}})
+	}
+	f.synced.Store(true)
+	return nil
+}
+
+// HasSynced reports whether the first list has been delivered.
+func (f *reservationFeed) HasSynced() bool { return f.synced.Load() }
+
+// reservationListWatch lists and watches IPReservations through c.
+func reservationListWatch(c client.WithWatch) *toolscache.ListWatch {
+	return &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			l := &ipkeeperv1alpha1.IPReservationList{}
+			// Limit and Continue are set twice: ListOptions copies its own
+			// over Raw's, and the reflector pages its first list.
+			if err := c.List(ctx, l, &client.ListOptions{Raw: &o, Limit: o.Limit, Continue: o.Continue}); err != nil {
+				return nil, err
+			}
+			// The reflector holds every page until the last one is in: what
+			// entryOf does not read goes now (managed fields are most of a
+			// decoded reservation).
+			for i := range l.Items {
+				l.Items[i].ObjectMeta = metav1.ObjectMeta{
+					Name: l.Items[i].Name, UID: l.Items[i].UID, ResourceVersion: l.Items[i].ResourceVersion,
+					CreationTimestamp: l.Items[i].CreationTimestamp,
+				}
+			}
+			return l, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, &ipkeeperv1alpha1.IPReservationList{}, &client.ListOptions{Raw: &o})
+		},
+	}
+}

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+func feedReservation(ip string, uid types.UID, rv string) *ipkeeperv1alpha1.IPReservation {
+	addr := netip.MustParseAddr(ip)
+	return &ipkeeperv1alpha1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", addr), UID: uid, ResourceVersion: rv},
+		Spec: ipkeeperv1alpha1.IPReservationSpec{
+			Network: "blue", IP: ip, InterfaceName: "net1", ContainerID: "c-" + ip, Node: "node-b",
+			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "ns", Name: "p-" + ip, UID: types.UID("pod-" + ip)},
+		},
+	}
+}
+
+// indexedIPs lists the addresses the index holds on network blue, with
+// the UID of each holder.
+func indexedIPs(x *index) []string {
+	var out []string
+	for ip, name := range x.taken["blue"] {
+		out = append(out, ip.String()+"="+string(x.byName[name].uid))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// The feed stands in for an informer's store and handlers: it must give
+// the index exactly what their events gave it, relists included.
+func TestReservationFeed(t *testing.T) {
+	a := newTestAgent(t, newFakeStore(), newFakeClaims())
+	f := newReservationFeed(a)
+	step := func(what string, want ...string) {
+		t.Helper()
+		if got := indexedIPs(a.idx); !slices.Equal(got, want) {
+			t.Errorf("after %s the index holds %v, want %v", what, got, want)
+		}
+		checkIndex(t, a.idx)
+	}
+	if f.HasSynced() {
+		t.Fatal("synced before the first list")
+	}
+	mustFeed(t, f.Replace([]any{feedReservation("10.0.0.1", "u1", "10"), feedReservation("10.0.0.2", "u2", "11")}, "11"))
+	if !f.HasSynced() {
+		t.Fatal("not synced after the first list")
+	}
+	step("the first list", "10.0.0.1=u1", "10.0.0.2=u2")
+
+	mustFeed(t, f.Add(feedReservation("10.0.0.3", "u3", "12")))
+	mustFeed(t, f.Delete(feedReservation("10.0.0.2", "u2", "13")))
+	step("watch events", "10.0.0.1=u1", "10.0.0.3=u3")
+
+	// The agent's own create, which the watch has not delivered yet.
+	own, _ := entryOf(feedReservation("10.0.0.4", "u4", "20"))
+	a.idx.upsert(own)
+	// The watch is lost; meanwhile 10.0.0.3 is deleted and 10.0.0.1 is
+	// deleted and created again under another UID. The relist, made before
+	// the agent's create, lacks it: an informer never delivered it either,
+	// so it stays; 10.0.0.3 was delivered and is gone.
+	mustFeed(t, f.Replace([]any{feedReservation("10.0.0.1", "u1b", "18")}, "18"))
+	step("a relist after a watch gap", "10.0.0.1=u1b", "10.0.0.4=u4")
+
+	// Once delivered, the agent's reservation is deleted by the next relist
+	// that lacks it, as an informer's DeletedFinalStateUnknown would.
+	mustFeed(t, f.Update(feedReservation("10.0.0.4", "u4", "20")))
+	mustFeed(t, f.Replace([]any{feedReservation("10.0.0.1", "u1b", "18")}, "25"))
+	step("a relist without a delivered reservation", "10.0.0.1=u1b")
+
+	// Objects of other types are ignored, not a panic.
+	mustFeed(t, f.Add(&ipkeeperv1alpha1.IPPool{}))
+	mustFeed(t, f.Delete("not an object"))
+	step("foreign objects", "10.0.0.1=u1b")
+}
+
+func mustFeed(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An agent's index keeps another node's pod reservations as taken
+// addresses only; its own node's and every claim's stay whole.
+func TestIndexKeepsOtherNodesPodsCompact(t *testing.T) {
+	x := newNodeIndex("node-a")
+	mine := podEntry(t, "blue", "10.0.0.1", "pod-1", "net1", "c1")
+	mine.node = "node-a"
+	theirs := podEntry(t, "blue", "10.0.0.2", "pod-2", "net1", "c2")
+	theirs.node = "node-b"
+	claim := claimEntry(t, "blue", "10.0.0.3", "claim-1", "net1")
+	claim.node = "node-b"
+	retiredThere := with(podEntry(t, "blue", "10.0.0.4", "pod-4", "net1", "c4"), func(e *entry) {
+		e.node = "node-b"
+		e.reuseAfter = time.Now().Add(time.Hour)
+	})
+	for _, e := range []entry{mine, theirs, claim, retiredThere} {
+		x.observe(e)
+	}
+	checkIndex(t, x)
+
+	taken := x.takenFunc("blue", time.Now())
+	for _, ip := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"} {
+		if !taken(netip.MustParseAddr(ip)) {
+			t.Errorf("%s is not taken", ip)
+		}
+	}
+	if got, ok := x.get(theirs.name); !ok || got.uid != theirs.uid || got.rv != theirs.rv || got.owner.Kind != ipkeeperv1alpha1.OwnerPod || got.owner.UID != "" || got.containerID != "" {
+		t.Errorf("another node's pod reservation is held as %+v (present %v), want its identity, version and owner kind only", got, ok)
+	}
+	if got, _ := x.get(retiredThere.name); !got.released() {
+		t.Error("another node's released reservation is no longer released")
+	}
+	if got := x.attachment("blue", "pod-2", "net1"); len(got) != 0 {
+		t.Errorf("another node's pod attachment found: %+v", got)
+	}
+	if got := x.attachment("blue", "pod-1", "net1"); len(got) != 1 || got[0].containerID != "c1" {
+		t.Errorf("own pod attachment = %+v, want it whole", got)
+	}
+	if got := x.claim("blue", "claim-1"); len(got) != 1 || got[0].owner.UID != "claim-1" || got[0].ifName != "net1" {
+		t.Errorf("claim made on another node = %+v, want it whole", got)
+	}
+	if got := x.onNode("node-a", "blue"); len(got) != 1 || got[0].name != mine.name {
+		t.Errorf("onNode(node-a) = %+v, want only its own reservation", got)
+	}
+
+	// Removing them leaves nothing behind.
+	for _, e := range []entry{mine, theirs, claim, retiredThere} {
+		x.remove(e.name, e.uid)
+	}
+	checkIndex(t, x)
+	if x.len() != 0 || len(x.taken) != 0 || len(x.byPod) != 0 || len(x.bySandbox) != 0 || len(x.byClaim) != 0 || len(x.retired) != 0 || len(x.byNode) != 0 {
+		t.Errorf("after removing everything: %d entries, taken %v, byPod %v, bySandbox %v, byClaim %v, retired %v, byNode %v",
+			x.len(), x.taken, x.byPod, x.bySandbox, x.byClaim, x.retired, x.byNode)
+	}
+}
+
+func TestSet(t *testing.T) {
+	var s set
+	if s.len() != 0 || s.has("") || s.has("a") {
+		t.Fatalf("empty set: len %d, has(\"\") %v, has(a) %v", s.len(), s.has(""), s.has("a"))
+	}
+	s.add("a")
+	s.add("a")
+	if s.len() != 1 || !s.has("a") || s.many != nil {
+		t.Fatalf("{a}: len %d, has(a) %v, map %v", s.len(), s.has("a"), s.many)
+	}
+	s.add("b")
+	s.add("c")
+	s.remove("a")
+	s.remove("x")
+	if got := slices.Sorted(s.all()); !slices.Equal(got, []string{"b", "c"}) || s.has("a") {
+		t.Fatalf("{b, c} = %v, has(a) %v", got, s.has("a"))
+	}
+	s.remove("b")
+	s.remove("c")
+	if s.len() != 0 || slices.Collect(s.all()) != nil {
+		t.Fatalf("emptied set: len %d, %v", s.len(), slices.Collect(s.all()))
+	}
+	s.add("d") // a set that had a map keeps using it
+	if got := slices.Collect(s.all()); !slices.Equal(got, []string{"d"}) {
+		t.Fatalf("{d} = %v", got)
+	}
+}
