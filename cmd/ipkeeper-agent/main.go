@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -83,6 +84,10 @@ func run(args []string) int {
 	ctrllog.SetLogger(log)
 	o.agent.Logger = log
 
+	if err := streamFirstLists(); err != nil {
+		log.Error(err, "enabling streamed lists")
+		return 1
+	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
 		log.Error(err, "loading kubeconfig")
@@ -108,4 +113,24 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// streamFirstLists turns on client-go's WatchListClient: the agent's
+// reflectors and informers get their first list (and every relist) as a
+// stream of watch events, each trimmed as it arrives, instead of one list
+// response of the whole cluster held whole while it is decoded; at 50,000
+// reservations that response was the agent's peak memory. Where the API
+// server does not stream lists (its WatchList gate is off), the reflector
+// falls back to a list. KUBE_FEATURE_WatchListClient=false turns it off.
+func streamFirstLists() error {
+	if v, ok := os.LookupEnv("KUBE_FEATURE_WatchListClient"); ok && v != "true" {
+		return nil
+	}
+	g, ok := clientfeatures.FeatureGates().(interface {
+		Set(clientfeatures.Feature, bool) error
+	})
+	if !ok {
+		return fmt.Errorf("client-go's feature gates cannot be set")
+	}
+	return g.Set(clientfeatures.WatchListClient, true)
 }

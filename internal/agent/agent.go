@@ -237,7 +237,7 @@ func (a *Agent) start(ctx context.Context) error {
 		return err
 	}
 	feed := newReservationFeed(a)
-	r := toolscache.NewReflectorWithOptions(reservationListWatch(a.live), &ipkeeperv1alpha1.IPReservation{}, feed,
+	r := toolscache.NewReflectorWithOptions(reservationListWatch(a.live, a.opts.NodeName), &ipkeeperv1alpha1.IPReservation{}, feed,
 		toolscache.ReflectorOptions{Name: "ipreservations", TypeDescription: "ipkeeper.io/v1alpha1, Kind=IPReservation"})
 	go r.RunWithContext(ctx)
 	if err := waitForKind(ctx, a, poolCRD, func() error {

@@ -36,7 +36,10 @@ type reservationFeed struct {
 	synced    atomic.Bool
 }
 
-var _ toolscache.ReflectorStore = (*reservationFeed)(nil)
+var (
+	_ toolscache.ReflectorStore    = (*reservationFeed)(nil)
+	_ toolscache.TransformingStore = (*reservationFeed)(nil)
+)
 
 func newReservationFeed(a *Agent) *reservationFeed {
 	return &reservationFeed{a: a, delivered: map[string]types.UID{}}
@@ -97,8 +100,35 @@ func (f *reservationFeed) Replace(list []any, _ string) error {
 // HasSynced reports whether the first list has been delivered.
 func (f *reservationFeed) HasSynced() bool { return f.synced.Load() }
 
-// reservationListWatch lists and watches IPReservations through c.
-func reservationListWatch(c client.WithWatch) *toolscache.ListWatch {
+// Transformer trims each reservation of a streamed first list (client-go's
+// WatchListClient) as it arrives: the reflector collects the whole list in
+// a temporary store before Replace, and untrimmed objects there would be
+// the agent's peak memory.
+func (f *reservationFeed) Transformer() toolscache.TransformFunc {
+	return func(obj any) (any, error) {
+		if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
+			trimReservation(r, f.a.opts.NodeName)
+		}
+		return obj, nil
+	}
+}
+
+// trimReservation drops what entryOf does not read (managed fields are most
+// of a decoded reservation) and, of another node's pod reservation, what
+// the index does not keep of it (see index.remote).
+func trimReservation(r *ipkeeperv1alpha1.IPReservation, node string) {
+	r.ObjectMeta = metav1.ObjectMeta{
+		Name: r.Name, UID: r.UID, ResourceVersion: r.ResourceVersion, CreationTimestamp: r.CreationTimestamp,
+	}
+	if remoteTo(node, r.Spec.Node, r.Spec.Owner.Kind) {
+		r.Spec.Owner = ipkeeperv1alpha1.ReservationOwner{Kind: r.Spec.Owner.Kind}
+		r.Spec.InterfaceName, r.Spec.ContainerID = "", ""
+	}
+}
+
+// reservationListWatch lists and watches IPReservations through c; listed
+// objects are trimmed for an agent of node.
+func reservationListWatch(c client.WithWatch, node string) *toolscache.ListWatch {
 	return &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			l := &ipkeeperv1alpha1.IPReservationList{}
@@ -107,14 +137,9 @@ func reservationListWatch(c client.WithWatch) *toolscache.ListWatch {
 			if err := c.List(ctx, l, &client.ListOptions{Raw: &o, Limit: o.Limit, Continue: o.Continue}); err != nil {
 				return nil, err
 			}
-			// The reflector holds every page until the last one is in: what
-			// entryOf does not read goes now (managed fields are most of a
-			// decoded reservation).
+			// The reflector holds every page until the last one is in.
 			for i := range l.Items {
-				l.Items[i].ObjectMeta = metav1.ObjectMeta{
-					Name: l.Items[i].Name, UID: l.Items[i].UID, ResourceVersion: l.Items[i].ResourceVersion,
-					CreationTimestamp: l.Items[i].CreationTimestamp,
-				}
+				trimReservation(&l.Items[i], node)
 			}
 			return l, nil
 		},

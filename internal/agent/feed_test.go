@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -171,5 +172,68 @@ func TestSet(t *testing.T) {
 	s.add("d") // a set that had a map keeps using it
 	if got := slices.Collect(s.all()); !slices.Equal(got, []string{"d"}) {
 		t.Fatalf("{d} = %v", got)
+	}
+}
+
+// A streamed first list collects every object before Replace: the feed's
+// transformer must leave of each only what the index keeps.
+func TestReservationFeedTrims(t *testing.T) {
+	a := newTestAgent(t, newFakeStore(), newFakeClaims())
+	a.opts.NodeName = "node-a"
+	var f toolscache.TransformingStore = newReservationFeed(a)
+	trim := f.Transformer()
+	if trim == nil {
+		t.Fatal("the feed has no transformer: a streamed list would hold whole objects")
+	}
+	full := func(ip, node string, kind ipkeeperv1alpha1.OwnerKind) *ipkeeperv1alpha1.IPReservation {
+		r := feedReservation(ip, types.UID("u-"+ip), "7")
+		r.Spec.Node, r.Spec.Owner.Kind = node, kind
+		r.Labels = map[string]string{"a": "b"}
+		r.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "ipkeeper-agent"}}
+		r.CreationTimestamp = metav1.Unix(100, 0)
+		return r
+	}
+	cases := []struct {
+		name  string
+		in    *ipkeeperv1alpha1.IPReservation
+		whole bool // owner, interface and sandbox kept
+	}{
+		{"another node's pod", full("10.0.0.1", "node-b", ipkeeperv1alpha1.OwnerPod), false},
+		{"own node's pod", full("10.0.0.2", "node-a", ipkeeperv1alpha1.OwnerPod), true},
+		{"a claim made on another node", full("10.0.0.3", "node-b", ipkeeperv1alpha1.OwnerIPAMClaim), true},
+	}
+	for _, c := range cases {
+		want := c.in.DeepCopy()
+		got, err := trim(c.in)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		r := got.(*ipkeeperv1alpha1.IPReservation)
+		if r.ManagedFields != nil || r.Labels != nil {
+			t.Errorf("%s: metadata not trimmed: %+v", c.name, r.ObjectMeta)
+		}
+		if r.Name != want.Name || r.UID != want.UID || r.ResourceVersion != want.ResourceVersion || !r.CreationTimestamp.Equal(&want.CreationTimestamp) {
+			t.Errorf("%s: identity lost: %+v, want name %s uid %s rv %s", c.name, r.ObjectMeta, want.Name, want.UID, want.ResourceVersion)
+		}
+		if r.Spec.IP != want.Spec.IP || r.Spec.Node != want.Spec.Node || r.Spec.Owner.Kind != want.Spec.Owner.Kind || r.Spec.Network != want.Spec.Network {
+			t.Errorf("%s: spec the index needs lost: %+v", c.name, r.Spec)
+		}
+		kept := r.Spec.Owner == want.Spec.Owner && r.Spec.InterfaceName == want.Spec.InterfaceName && r.Spec.ContainerID == want.Spec.ContainerID
+		if kept != c.whole {
+			t.Errorf("%s: owner, interface and sandbox kept = %v, want %v (%+v)", c.name, kept, c.whole, r.Spec)
+		}
+		// What the index makes of the trimmed object equals what it makes
+		// of the whole one.
+		x := newNodeIndex("node-a")
+		we, _ := entryOf(want)
+		x.observe(we)
+		fromWhole, _ := x.get(want.Name)
+		y := newNodeIndex("node-a")
+		te, _ := entryOf(r)
+		y.observe(te)
+		fromTrimmed, _ := y.get(want.Name)
+		if fromWhole != fromTrimmed {
+			t.Errorf("%s: the index holds %+v from the trimmed object, %+v from the whole one", c.name, fromTrimmed, fromWhole)
+		}
 	}
 }

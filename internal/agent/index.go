@@ -306,8 +306,13 @@ func (x *index) observe(e entry) {
 // kind. In a cluster of many nodes these are almost all reservations, so
 // they are kept without the rest and found by no attachment, sandbox or
 // node.
-func (x *index) remote(e entry) bool {
-	return x.node != "" && e.node != "" && e.node != x.node && e.owner.Kind == ipkeeperv1alpha1.OwnerPod
+func (x *index) remote(e entry) bool { return remoteTo(x.node, e.node, e.owner.Kind) }
+
+// remoteTo reports whether a reservation made on node resNode for an owner
+// of the given kind is another node's pod reservation, as seen by an agent
+// of node ("" keeps every reservation whole).
+func remoteTo(node, resNode string, ownerKind ipkeeperv1alpha1.OwnerKind) bool {
+	return node != "" && resNode != "" && resNode != node && ownerKind == ipkeeperv1alpha1.OwnerPod
 }
 
 func (x *index) upsertLocked(e entry) {
