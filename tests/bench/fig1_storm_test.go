@@ -60,15 +60,20 @@ func BenchmarkAllocationStorm(b *testing.B) {
 		// Warm the API server's paths (first requests of a kind are slower).
 		rawCreateRate(b, ns, "warmup", stormADDs/4, stormInFlight)
 		m := startCPU(b)
+		profiled := profileAPIServer(b, "raw-configmaps")
 		before := rawCreateRate(b, ns, "before", stormADDs, stormInFlight)
 		cmAPI, cmEtcd := m.perOp(b, stormADDs)
+		profiled()
 		m = startCPU(b)
+		profiled = profileAPIServer(b, "raw-ipreservations")
 		rawRes := rawReservationRate(b, fmt.Sprintf("raw-%d", i), stormADDs, stormInFlight)
 		resAPI, resEtcd := m.perOp(b, stormADDs)
+		profiled()
 
 		latencies := make([]time.Duration, len(jobs))
 		var failed atomic.Int64
 		m = startCPU(b)
+		profiled = profileAPIServer(b, "storm")
 		b.StartTimer()
 		start := time.Now()
 		runConcurrently(len(jobs), stormInFlight, func(k int) {
@@ -82,6 +87,7 @@ func BenchmarkAllocationStorm(b *testing.B) {
 		elapsed := time.Since(start)
 		b.StopTimer()
 		stormAPI, stormEtcd := m.perOp(b, len(jobs))
+		profiled()
 
 		after := rawCreateRate(b, ns, "after", stormADDs, stormInFlight)
 		var writes, conflicts, apiLookups float64

@@ -14,8 +14,10 @@ import (
 // TestAgentsStreamTheirFirstList: an agent gets the cluster's reservations
 // as a stream of watch events (client-go's WatchListClient), each trimmed
 // as it arrives, not as one list response held whole. The kube-apiserver
-// counts watch-list requests per resource; ipkeeper-controller does not
-// stream its lists, so every agent must have made at least one.
+// counts watch-list requests per resource; with the agents' streaming
+// turned off (KUBE_FEATURE_WatchListClient=false) it counted one, from
+// another client (the controller manager's garbage collector), so at
+// least one per agent says the agents stream.
 func TestAgentsStreamTheirFirstList(t *testing.T) {
 	c := setup(t)
 	raw, err := c.CP.Clientset.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
