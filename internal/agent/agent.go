@@ -67,12 +67,15 @@ type Options struct {
 
 // Agent serves CNI requests for one node. It implements cniserver.Handler.
 type Agent struct {
-	opts   Options
-	log    logr.Logger
-	cache  cache.Cache
-	live   client.WithWatch
-	store  Store
-	claims ClaimStore
+	opts  Options
+	log   logr.Logger
+	cache cache.Cache
+	live  client.WithWatch
+	// reservations is a REST client of IPReservations, whose watch the
+	// agent decodes itself (reservationEventDecoder).
+	reservations rest.Interface
+	store        Store
+	claims       ClaimStore
 	// poolStore reads IPPools and creates inline networks' pools; parsed
 	// caches their parsed ranges.
 	poolStore PoolStore
@@ -124,6 +127,10 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating API client: %w", err)
 	}
+	reservations, err := reservationClient(cfg, s)
+	if err != nil {
+		return nil, err
+	}
 	// IPPools get their transform as the default rather than from ByObject:
 	// a ByObject entry is resolved against the API server here, and would
 	// fail New before the CRD is installed (start waits for it).
@@ -143,13 +150,14 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("creating caches: %w", err)
 	}
 	a := &Agent{
-		opts:  opts,
-		log:   opts.Logger.WithValues("node", opts.NodeName),
-		cache: c,
-		live:  live,
-		pods:  &podLookup{cached: c, live: live, node: opts.NodeName},
-		idx:   newNodeIndex(opts.NodeName),
-		locks: newKeyLocks(),
+		opts:         opts,
+		log:          opts.Logger.WithValues("node", opts.NodeName),
+		cache:        c,
+		live:         live,
+		reservations: reservations,
+		pods:         &podLookup{cached: c, live: live, node: opts.NodeName},
+		idx:          newNodeIndex(opts.NodeName),
+		locks:        newKeyLocks(),
 
 		uncertain: newUncertainCreates(),
 	}
@@ -237,7 +245,7 @@ func (a *Agent) start(ctx context.Context) error {
 		return err
 	}
 	feed := newReservationFeed(a)
-	r := toolscache.NewReflectorWithOptions(reservationListWatch(a.live, a.opts.NodeName), &ipkeeperv1alpha1.IPReservation{}, feed,
+	r := toolscache.NewReflectorWithOptions(reservationListWatch(a.live, a.reservations, a.opts.NodeName), &ipkeeperv1alpha1.IPReservation{}, feed,
 		toolscache.ReflectorOptions{Name: "ipreservations", TypeDescription: "ipkeeper.io/v1alpha1, Kind=IPReservation"})
 	go r.RunWithContext(ctx)
 	if err := waitForKind(ctx, a, poolCRD, func() error {

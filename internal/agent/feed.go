@@ -4,15 +4,21 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -126,9 +132,11 @@ func trimReservation(r *ipkeeperv1alpha1.IPReservation, node string) {
 	}
 }
 
-// reservationListWatch lists and watches IPReservations through c; listed
-// objects are trimmed for an agent of node.
-func reservationListWatch(c client.WithWatch, node string) *toolscache.ListWatch {
+// reservationListWatch lists IPReservations through c and watches them
+// through rc, decoding the watch itself (reservationEventDecoder: every
+// agent decodes every reservation event of the cluster); listed objects
+// are trimmed for an agent of node.
+func reservationListWatch(c client.WithWatch, rc rest.Interface, node string) *toolscache.ListWatch {
 	return &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			l := &ipkeeperv1alpha1.IPReservationList{}
@@ -144,7 +152,28 @@ func reservationListWatch(c client.WithWatch, node string) *toolscache.ListWatch
 			return l, nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return c.Watch(ctx, &ipkeeperv1alpha1.IPReservationList{}, &client.ListOptions{Raw: &o})
+			o.Watch = true
+			body, err := rc.Get().Resource("ipreservations").VersionedParams(&o, metav1.ParameterCodec).
+				SetHeader("Accept", runtime.ContentTypeJSON).Stream(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return watch.NewStreamWatcher(newReservationEventDecoder(body),
+				apierrors.NewClientErrorReporter(http.StatusInternalServerError, http.MethodGet, "ClientWatchDecoding")), nil
 		},
 	}
+}
+
+// reservationClient returns a REST client of ipkeeper.io/v1alpha1 on cfg's
+// API server, with a connection of its own.
+func reservationClient(cfg *rest.Config, s *runtime.Scheme) (rest.Interface, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the HTTP client of the reservation watch: %w", err)
+	}
+	rc, err := apiutil.RESTClientForGVK(ipkeeperv1alpha1.GroupVersion.WithKind("IPReservation"), true, false, cfg, serializer.NewCodecFactory(s), hc)
+	if err != nil {
+		return nil, fmt.Errorf("creating the REST client of the reservation watch: %w", err)
+	}
+	return rc, nil
 }
