@@ -5,6 +5,7 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -70,7 +71,7 @@ func clientGoDecoder(tb testing.TB, body io.ReadCloser) watch.Decoder {
 		tb.Fatal("no JSON serializer")
 	}
 	ss := info.StreamSerializer
-	return restclientwatch.NewDecoder(streaming.NewDecoder(ss.Framer.NewFrameReader(body), ss.Serializer), info.Serializer)
+	return restclientwatch.NewDecoder(streaming.NewDecoder(ss.NewFrameReader(body), ss.Serializer), info.Serializer)
 }
 
 func BenchmarkWatchDecode(b *testing.B) {
@@ -134,8 +135,8 @@ func TestReservationEventDecoder(t *testing.T) {
 	for k := 0; ; k++ {
 		wt, wo, werr := want.Decode()
 		gt, gobj, gerr := got.Decode()
-		if werr == io.EOF {
-			if gerr != io.EOF {
+		if errors.Is(werr, io.EOF) {
+			if !errors.Is(gerr, io.EOF) {
 				t.Fatalf("event %d: client-go's decoder is at the end, the lean one gave %s %v, %v", k, gt, gobj, gerr)
 			}
 			if k != 7 {
