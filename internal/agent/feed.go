@@ -165,7 +165,8 @@ func reservationListWatch(c client.WithWatch, rc rest.Interface, node string) *t
 }
 
 // reservationClient returns a REST client of ipkeeper.io/v1alpha1 on cfg's
-// API server, with a connection of its own.
+// API server (client-go's transport cache gives it the connection the
+// agent's other clients of cfg use).
 func reservationClient(cfg *rest.Config, s *runtime.Scheme) (rest.Interface, error) {
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {

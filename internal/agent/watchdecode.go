@@ -18,9 +18,9 @@ import (
 // reservationEventDecoder decodes a watch stream of IPReservations (JSON,
 // one event after another) in one pass per event, into objects holding
 // only what the index reads. Every agent decodes every reservation event
-// of the cluster; client-go's decoder reads each event three times over
-// (framing, the event, the object's kind, the object) and keeps its
-// managed fields, which the agent drops.
+// of the cluster; client-go's decoder reads each event four times (the
+// framer, the event, the object's kind, the object) and keeps its managed
+// fields, which the agent drops.
 type reservationEventDecoder struct {
 	body io.ReadCloser
 	dec  *json.Decoder

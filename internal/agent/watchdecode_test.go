@@ -163,7 +163,7 @@ func TestReservationEventDecoder(t *testing.T) {
 				g.Annotations[metav1.InitialEventsAnnotationKey] != w.Annotations[metav1.InitialEventsAnnotationKey] {
 				t.Errorf("event %d: metadata %+v, want that of %+v", k, g.ObjectMeta, w.ObjectMeta)
 			}
-			if !equality(g.Spec, w.Spec) {
+			if !apiequality.Semantic.DeepEqual(g.Spec, w.Spec) {
 				t.Errorf("event %d: spec %+v, want %+v", k, g.Spec, w.Spec)
 			}
 			we, wok := entryOf(w)
@@ -193,8 +193,4 @@ func TestReservationEventDecoder(t *testing.T) {
 	if _, _, err := odd.Decode(); err == nil || !strings.Contains(err.Error(), "SURPRISE") {
 		t.Errorf("an unknown event type: %v, want an error naming it", err)
 	}
-}
-
-func equality(a, b ipkeeperv1alpha1.IPReservationSpec) bool {
-	return apiequality.Semantic.DeepEqual(a, b)
 }
