@@ -82,7 +82,17 @@ type Agent struct {
 	parsed    parsedPools
 	pods      *podLookup
 	idx       *index
-	locks     *keyLocks
+	// blocks are the address blocks of the cluster's nodes; blockStore
+	// takes new ones for this node. Without a blockStore (unit tests of
+	// allocation) addresses come from the whole range.
+	blocks     *blockSet
+	blockStore BlockStore
+	// borrowed keeps borrowing ADDs' live lists for a moment.
+	borrowed borrowSnapshots
+	// blockErrorLogged is when a failure to take a block was last logged
+	// (unix nanoseconds).
+	blockErrorLogged atomic.Int64
+	locks            *keyLocks
 	// uncertain remembers creates whose response was lost.
 	uncertain *uncertainCreates
 	metrics   *metrics
@@ -157,6 +167,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		reservations: reservations,
 		pods:         &podLookup{cached: c, live: live, node: opts.NodeName},
 		idx:          newNodeIndex(opts.NodeName),
+		blocks:       newBlockSet(opts.NodeName),
 		locks:        newKeyLocks(),
 
 		uncertain: newUncertainCreates(),
@@ -166,6 +177,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	a.store = &apiStore{c: live, metrics: a.metrics}
+	a.blockStore = &apiBlockStore{c: live, node: opts.NodeName, metrics: a.metrics}
 	a.pods.metrics = a.metrics
 	a.claims = &apiClaimStore{c: live, metrics: a.metrics}
 	a.poolStore = &apiPoolStore{cached: c, live: live, metrics: a.metrics}
@@ -244,10 +256,28 @@ func (a *Agent) start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	feed := newReservationFeed(a)
-	r := toolscache.NewReflectorWithOptions(reservationListWatch(a.live, a.reservations, a.opts.NodeName), &ipkeeperv1alpha1.IPReservation{}, feed,
-		toolscache.ReflectorOptions{Name: "ipreservations", TypeDescription: "ipkeeper.io/v1alpha1, Kind=IPReservation"})
-	go r.RunWithContext(ctx)
+	// Two reflectors: this node's labelled pod reservations, and every
+	// unlabelled one; other nodes' labelled ones lie in their blocks.
+	scopes := reservationScopes(a.opts.NodeName)
+	feeds := newReservationFeeds(a, len(scopes))
+	for i, scope := range scopes {
+		feed := feeds[i]
+		r := toolscache.NewReflectorWithOptions(reservationListWatch(a.live, a.reservations, a.opts.NodeName, scope.selector), &ipkeeperv1alpha1.IPReservation{}, feed,
+			toolscache.ReflectorOptions{Name: "ipreservations " + scope.name, TypeDescription: "ipkeeper.io/v1alpha1, Kind=IPReservation"})
+		go r.RunWithContext(ctx)
+	}
+	// Its own node's blocks only: which blocks others hold is read live
+	// when it takes one, so a block taken is not sent to every agent.
+	if err := waitForKind(ctx, a, blockCRD, func() error {
+		_, err := a.live.IsObjectNamespaced(&ipkeeperv1alpha1.IPBlock{})
+		return err
+	}); err != nil {
+		return err
+	}
+	blocks := &blockFeed{a: a}
+	br := toolscache.NewReflectorWithOptions(blockListWatch(a.live, a.opts.NodeName), &ipkeeperv1alpha1.IPBlock{}, blocks,
+		toolscache.ReflectorOptions{Name: "ipblocks of this node", TypeDescription: "ipkeeper.io/v1alpha1, Kind=IPBlock"})
+	go br.RunWithContext(ctx)
 	if err := waitForKind(ctx, a, poolCRD, func() error {
 		_, err := a.cache.GetInformer(ctx, &ipkeeperv1alpha1.IPPool{})
 		return err
@@ -264,7 +294,18 @@ func (a *Agent) start(ctx context.Context) error {
 	}()
 	start := time.Now()
 	a.setWaiting("caches not synced yet")
-	if !a.cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), feed.HasSynced) {
+	synced := func() bool {
+		if !blocks.HasSynced() {
+			return false
+		}
+		for _, f := range feeds {
+			if !f.HasSynced() {
+				return false
+			}
+		}
+		return true
+	}
+	if !a.cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), synced) {
 		return fmt.Errorf("caches did not sync: %w", context.Cause(ctx))
 	}
 	a.log.Info("caches synced", "reservations", a.idx.len(), "took", time.Since(start).Round(time.Millisecond))
@@ -275,6 +316,7 @@ func (a *Agent) start(ctx context.Context) error {
 var (
 	reservationCRD = crdName{"IPReservation", "ipreservations.ipkeeper.io"}
 	poolCRD        = crdName{"IPPool", "ippools.ipkeeper.io"}
+	blockCRD       = crdName{"IPBlock", "ipblocks.ipkeeper.io"}
 )
 
 type crdName struct{ kind, name string }

@@ -174,7 +174,7 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 			}
 			outside = append(outside, claimstatus.Outside(ip, err))
 		} else if !held {
-			if _, _, err := a.createOrAdopt(ctx, req, ip, h); errors.Is(err, ErrTaken) {
+			if _, _, err := a.createOrAdopt(ctx, req, ip, h, false); errors.Is(err, ErrTaken) {
 				why := a.describeHolder(ctx, "address", req, ip, claim.Namespace)
 				var f *failure
 				if errors.As(why, &f) {

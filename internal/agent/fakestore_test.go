@@ -152,14 +152,14 @@ func (s *fakeStore) Update(_ context.Context, r *ipkeeperv1alpha1.IPReservation)
 	return nil
 }
 
-func (s *fakeStore) TakenIn(_ context.Context, pool, _ string) (map[netip.Addr]bool, error) {
+func (s *fakeStore) TakenIn(_ context.Context, pool, _ string) (map[netip.Addr]types.UID, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls["list"]++
-	out := map[netip.Addr]bool{}
+	out := map[netip.Addr]types.UID{}
 	for _, o := range s.objs {
 		if naming.PoolOf(o.Spec.Pool, o.Spec.Network) == pool {
-			out[netip.MustParseAddr(o.Spec.IP)] = true
+			out[netip.MustParseAddr(o.Spec.IP)] = o.Spec.Owner.UID
 		}
 	}
 	return out, nil

@@ -20,26 +20,39 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// reservationFeed is where the reservation reflector writes: straight into
-// the index. An informer would also keep every reservation of the cluster
-// as a decoded object, which nothing reads: the index's compact entries are
-// all the agent needs, and objects of the whole cluster are most of its
-// memory.
+// reservationFeed is where a reservation reflector writes: straight into
+// the index. An informer would also keep every reservation it is sent as a
+// decoded object, which nothing reads: the index's compact entries are
+// all the agent needs.
 //
 // It keeps what an informer's store gives its handlers: the UID of each
 // object it delivered, so that a relist (Replace) deletes exactly the
 // delivered objects it no longer lists, as an informer's DeletedFinalState
 // does, and leaves alone the agent's own writes it never delivered.
+//
+// The agent's two reflectors (reservationScopes) share that record: an
+// object whose label moved it from one scope to the other is sent as
+// deleted by the first and added by the second, in either order, and only
+// the scope that delivered it last may take it out of the index.
 type reservationFeed struct {
-	a *Agent
+	a      *Agent
+	shared *deliveries
+	synced atomic.Bool
+}
 
+// deliveries records, by name, the last delivered object's UID and feed.
+type deliveries struct {
 	mu sync.Mutex
-	// delivered holds, by name, the UID of the object last delivered.
-	delivered map[string]types.UID
-	synced    atomic.Bool
+	m  map[string]delivery
+}
+
+type delivery struct {
+	uid  types.UID
+	feed *reservationFeed
 }
 
 var (
@@ -47,8 +60,15 @@ var (
 	_ toolscache.TransformingStore = (*reservationFeed)(nil)
 )
 
-func newReservationFeed(a *Agent) *reservationFeed {
-	return &reservationFeed{a: a, delivered: map[string]types.UID{}}
+// newReservationFeeds returns n feeds into a's index sharing one record
+// of deliveries.
+func newReservationFeeds(a *Agent, n int) []*reservationFeed {
+	shared := &deliveries{m: map[string]delivery{}}
+	feeds := make([]*reservationFeed, n)
+	for i := range feeds {
+		feeds[i] = &reservationFeed{a: a, shared: shared}
+	}
+	return feeds
 }
 
 func (f *reservationFeed) Add(obj any) error    { f.deliver(obj); return nil }
@@ -56,12 +76,19 @@ func (f *reservationFeed) Update(obj any) error { f.deliver(obj); return nil }
 func (f *reservationFeed) Resync() error        { return nil }
 
 func (f *reservationFeed) Delete(obj any) error {
-	if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
-		f.mu.Lock()
-		delete(f.delivered, r.Name)
-		f.mu.Unlock()
-		f.a.onReservationDeleted(r)
+	r, ok := obj.(*ipkeeperv1alpha1.IPReservation)
+	if !ok {
+		return nil
 	}
+	f.shared.mu.Lock()
+	if d, ok := f.shared.m[r.Name]; ok && d.feed != f {
+		// Another scope delivered it since: it only left this one.
+		f.shared.mu.Unlock()
+		return nil
+	}
+	delete(f.shared.m, r.Name)
+	f.shared.mu.Unlock()
+	f.a.onReservationDeleted(r)
 	return nil
 }
 
@@ -70,15 +97,16 @@ func (f *reservationFeed) deliver(obj any) {
 	if !ok {
 		return
 	}
-	f.mu.Lock()
-	f.delivered[r.Name] = r.UID
-	f.mu.Unlock()
+	f.shared.mu.Lock()
+	f.shared.m[r.Name] = delivery{uid: r.UID, feed: f}
+	f.shared.mu.Unlock()
 	f.a.onReservation(r)
 }
 
 // Replace takes a full list (the first one, or a relist after the watch
-// was lost): every object listed is delivered, and every object delivered
-// before that the list lacks was deleted meanwhile.
+// was lost): every object listed is delivered, and every object this feed
+// delivered before that the list lacks was deleted meanwhile (or left its
+// scope).
 func (f *reservationFeed) Replace(list []any, _ string) error {
 	listed := make(map[string]types.UID, len(list))
 	for _, obj := range list {
@@ -87,15 +115,18 @@ func (f *reservationFeed) Replace(list []any, _ string) error {
 			f.a.onReservation(r)
 		}
 	}
-	f.mu.Lock()
+	f.shared.mu.Lock()
 	gone := map[string]types.UID{}
-	for name, uid := range f.delivered {
-		if _, ok := listed[name]; !ok {
-			gone[name] = uid
+	for name, d := range f.shared.m {
+		if _, ok := listed[name]; !ok && d.feed == f {
+			gone[name] = d.uid
+			delete(f.shared.m, name)
 		}
 	}
-	f.delivered = listed
-	f.mu.Unlock()
+	for name, uid := range listed {
+		f.shared.m[name] = delivery{uid: uid, feed: f}
+	}
+	f.shared.mu.Unlock()
 	for name, uid := range gone {
 		f.a.onReservationDeleted(&ipkeeperv1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}})
 	}
@@ -132,13 +163,28 @@ func trimReservation(r *ipkeeperv1alpha1.IPReservation, node string) {
 	}
 }
 
-// reservationListWatch lists IPReservations through c and watches them
-// through rc, decoding the watch itself (reservationEventDecoder: every
-// agent decodes every reservation event of the cluster); listed objects
-// are trimmed for an agent of node.
-func reservationListWatch(c client.WithWatch, rc rest.Interface, node string) *toolscache.ListWatch {
+// reservationScope is one label selector of the reservations an agent watches.
+type reservationScope struct{ name, selector string }
+
+// reservationScopes are what the agent of node watches: its node's
+// labelled pod reservations, and every unlabelled reservation. Together
+// they are every reservation but other nodes' labelled ones, which lie in
+// those nodes' address blocks.
+func reservationScopes(node string) []reservationScope {
+	return []reservationScope{
+		{"of this node", naming.NodeLabel + "=" + naming.NodeLabelValue(node)},
+		{"of no node", "!" + naming.NodeLabel},
+	}
+}
+
+// reservationListWatch lists IPReservations matching selector through c
+// and watches them through rc, decoding the watch itself
+// (reservationEventDecoder); listed objects are trimmed for an agent of
+// node.
+func reservationListWatch(c client.WithWatch, rc rest.Interface, node, selector string) *toolscache.ListWatch {
 	return &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
 			l := &ipkeeperv1alpha1.IPReservationList{}
 			// Limit and Continue are set twice: ListOptions copies its own
 			// over Raw's, and the reflector pages its first list.
@@ -152,7 +198,7 @@ func reservationListWatch(c client.WithWatch, rc rest.Interface, node string) *t
 			return l, nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.Watch = true
+			o.Watch, o.LabelSelector = true, selector
 			body, err := rc.Get().Resource("ipreservations").VersionedParams(&o, metav1.ParameterCodec).
 				SetHeader("Accept", runtime.ContentTypeJSON).Stream(ctx)
 			if err != nil {

@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -42,7 +43,7 @@ func indexedIPs(x *index) []string {
 // the index exactly what their events gave it, relists included.
 func TestReservationFeed(t *testing.T) {
 	a := newTestAgent(t, newFakeStore(), newFakeClaims())
-	f := newReservationFeed(a)
+	f := newReservationFeeds(a, 1)[0]
 	step := func(what string, want ...string) {
 		t.Helper()
 		if got := indexedIPs(a.idx); !slices.Equal(got, want) {
@@ -83,6 +84,41 @@ func TestReservationFeed(t *testing.T) {
 	mustFeed(t, f.Add(&ipkeeperv1alpha1.IPPool{}))
 	mustFeed(t, f.Delete("not an object"))
 	step("foreign objects", "10.0.0.1=u1b")
+}
+
+// A reservation whose node label changed leaves one of the agent's two
+// scopes and enters the other: the first sends it as deleted, the second
+// as added, in either order. The index keeps it either way, and a relist
+// of the scope it left does not take it out.
+func TestReservationFeedsShareDeliveries(t *testing.T) {
+	for _, deleteFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("delete first %v", deleteFirst), func(t *testing.T) {
+			a := newTestAgent(t, newFakeStore(), newFakeClaims())
+			feeds := newReservationFeeds(a, 2)
+			labelled, unlabelled := feeds[0], feeds[1]
+			mustFeed(t, labelled.Replace([]any{feedReservation("10.0.0.1", "u1", "10")}, "10"))
+			mustFeed(t, unlabelled.Replace(nil, "10"))
+			moved := feedReservation("10.0.0.1", "u1", "11")
+			if deleteFirst {
+				mustFeed(t, labelled.Delete(moved))
+				mustFeed(t, unlabelled.Add(moved))
+			} else {
+				mustFeed(t, unlabelled.Add(moved))
+				mustFeed(t, labelled.Delete(moved))
+			}
+			if got := indexedIPs(a.idx); !slices.Equal(got, []string{"10.0.0.1=u1"}) {
+				t.Errorf("after the move the index holds %v, want 10.0.0.1=u1", got)
+			}
+			mustFeed(t, labelled.Replace(nil, "12"))
+			if got := indexedIPs(a.idx); !slices.Equal(got, []string{"10.0.0.1=u1"}) {
+				t.Errorf("a relist of the scope it left took it out: the index holds %v", got)
+			}
+			mustFeed(t, unlabelled.Delete(moved))
+			if got := indexedIPs(a.idx); len(got) != 0 {
+				t.Errorf("deleted in the scope that delivered it last, the index still holds %v", got)
+			}
+		})
+	}
 }
 
 func mustFeed(t *testing.T, err error) {
@@ -180,7 +216,7 @@ func TestSet(t *testing.T) {
 func TestReservationFeedTrims(t *testing.T) {
 	a := newTestAgent(t, newFakeStore(), newFakeClaims())
 	a.opts.NodeName = "node-a"
-	var f toolscache.TransformingStore = newReservationFeed(a)
+	var f toolscache.TransformingStore = newReservationFeeds(a, 1)[0]
 	trim := f.Transformer()
 	if trim == nil {
 		t.Fatal("the feed has no transformer: a streamed list would hold whole objects")

@@ -129,6 +129,9 @@ type index struct {
 	// conflicts are addresses a create found taken before the informer
 	// showed them; they expire in case the holder is gone by then.
 	conflicts map[string]map[netip.Addr]time.Time
+	// pending are addresses this agent's creates in flight are for: its
+	// other ADDs skip them.
+	pending map[string]map[netip.Addr]int
 	// unobserved holds the UIDs of reservations this agent wrote that the
 	// informer has not delivered yet; a lagging event for an older object of
 	// the same name must not replace them.
@@ -223,7 +226,7 @@ const (
 	// exhaustedTTL bounds how long a live confirmation of exhaustion stands
 	// without a release event (the informer may miss one while its watch
 	// is down).
-	exhaustedTTL = 30 * time.Second
+	exhaustedTTL = 10 * time.Second
 	// tombstoneTTL bounds how long a deletion waits for its informer event.
 	tombstoneTTL = 10 * time.Minute
 	// unobservedTTL bounds how long a write of this agent that the informer
@@ -250,6 +253,7 @@ func newIndex() *index {
 		byClaim:    map[types.UID]set{},
 		retired:    map[nodeKey]set{},
 		conflicts:  map[string]map[netip.Addr]time.Time{},
+		pending:    map[string]map[netip.Addr]int{},
 		unobserved: map[string]unobservedWrite{},
 		written:    map[string]time.Time{},
 		deleted:    map[string]tombstone{},
@@ -453,12 +457,40 @@ func (x *index) markConflict(pool string, ip netip.Addr, now time.Time) {
 	}
 }
 
+// markPending records that a create of ip is in flight; the returned
+// func ends it.
+func (x *index) markPending(pool string, ip netip.Addr) (done func()) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	m := x.pending[pool]
+	if m == nil {
+		m = map[netip.Addr]int{}
+		x.pending[pool] = m
+	}
+	m[ip]++
+	return func() {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if m := x.pending[pool]; m != nil {
+			if m[ip]--; m[ip] <= 0 {
+				delete(m, ip)
+			}
+			if len(m) == 0 {
+				delete(x.pending, pool)
+			}
+		}
+	}
+}
+
 // takenFunc returns the predicate the allocator scans with.
 func (x *index) takenFunc(pool string, now time.Time) func(netip.Addr) bool {
 	return func(ip netip.Addr) bool {
 		x.mu.RLock()
 		defer x.mu.RUnlock()
 		if _, ok := x.taken[pool][ip]; ok {
+			return true
+		}
+		if x.pending[pool][ip] > 0 {
 			return true
 		}
 		t, ok := x.conflicts[pool][ip]

@@ -16,6 +16,7 @@ type metrics struct {
 	allocations  prometheus.Counter
 	failures     *prometheus.CounterVec // reason
 	conflicts    prometheus.Counter
+	blocksTaken  prometheus.Counter
 	releases     *prometheus.CounterVec // verb
 	apiWrites    *prometheus.CounterVec // verb
 	apiReads     *prometheus.CounterVec // verb
@@ -39,6 +40,9 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int) (*metrics, error
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_allocation_failures_total", Help: "ADDs that failed, by reason (exhausted, conflict, invalid, pod, internal).",
 		}, []string{"reason"}),
+		blocksTaken: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipkeeper_agent_blocks_taken_total", Help: "Address blocks (IPBlocks) this agent took for its node.",
+		}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_allocation_conflicts_total", Help: "Candidate addresses found already reserved at create time (another agent won).",
 		}),
@@ -55,10 +59,10 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int) (*metrics, error
 			Name: "ipkeeper_agent_pod_lookups_total", Help: "Pod identity checks, by source (cache, or api when the cache had not seen the pod yet).",
 		}, []string{"source"}),
 		reservations: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "ipkeeper_agent_reservations", Help: "Reservations in the agent's cache (all networks, all nodes).",
+			Name: "ipkeeper_agent_reservations", Help: "Reservations in the agent's cache: its node's and every one without an ipkeeper.io/node label, of all networks.",
 		}, func() float64 { return float64(indexLen()) }),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.releases, m.apiWrites, m.apiReads, m.podLookups, m.reservations} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.blocksTaken, m.releases, m.apiWrites, m.apiReads, m.podLookups, m.reservations} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

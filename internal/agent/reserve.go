@@ -139,7 +139,7 @@ func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []ipra
 		if err := req.pool.usable(static); err != nil {
 			return entry{}, false, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("static IP %s requested for network %q: %w", static, req.cfg.Name, err))
 		}
-		e, isNew, err := a.createOrAdopt(ctx, req, static, h)
+		e, isNew, err := a.createOrAdopt(ctx, req, static, h, false)
 		if errors.Is(err, ErrTaken) {
 			return entry{}, false, a.describeHolder(ctx, "static IP", req, static, h.owner.Namespace)
 		}
@@ -156,34 +156,70 @@ func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []ipra
 	return entry{}, false, err
 }
 
-// reserveInRange reserves a free candidate of r. isNew is false when the
-// reservation existed already and is the holder's (a create whose
-// response was lost, or the other node of a migration a moment earlier).
+// reserveInRange reserves a free candidate of r: in a block of r this
+// node holds (or takes), else, borrowing, anywhere in r as a recent live
+// list shows it. isNew is false when the reservation existed already and
+// is the holder's (a create whose response was lost, or the other node of
+// a migration a moment earlier).
 func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Range, h holder) (e entry, isNew bool, err error) {
 	pool, network := req.pool.name, req.cfg.Name
 	seed := string(h.owner.UID) + "/" + req.IfName
-	taken := a.idx.takenFunc(pool, time.Now())
-	if len(req.pool.blocked) > 0 {
-		inIndex := taken
-		taken = func(ip netip.Addr) bool { return inIndex(ip) || req.pool.isBlocked(ip) }
-	}
-	verified := false
+	inIndex := a.idx.takenFunc(pool, time.Now())
+	taken := func(ip netip.Addr) bool { return inIndex(ip) || req.pool.isBlocked(ip) }
+	// Without blocks (unit tests of allocation) the index sees the whole
+	// range. A claim's first address comes from the whole range too, by a
+	// live list in which the claim's own reservations count as free: the
+	// launchers of a migration on two nodes then walk the same candidates
+	// and meet on one address (the second adopts it), where blocks would
+	// give each its own.
+	borrowing := a.blockStore == nil || h.isClaim()
+	// live is set once taken holds a live list of the pool: what a
+	// borrower must scan (the index does not show other nodes' blocks),
+	// and what exhaustion is confirmed against; shared, once it holds the
+	// list another borrowing ADD made a moment ago.
+	live, shared := false, false
 	for attempt := 0; attempt < maxConflicts; attempt++ {
-		ip, err := allocator.Candidate(r, taken, seed)
+		var ip netip.Addr
+		fromBlock := false
+		if !borrowing {
+			ip, err = a.blockCandidate(ctx, req, r, taken, seed)
+			fromBlock = err == nil
+			borrowing = errors.Is(err, errNoBlock)
+		}
+		if borrowing {
+			switch {
+			case live || shared || a.blockStore == nil:
+				ip, err = allocator.Candidate(r, taken, seed)
+			case a.idx.exhaustionConfirmed(pool, r, time.Now()):
+				// Confirmed full by a live list a moment ago, with no
+				// release seen since: the index alone would show other
+				// nodes' blocks free.
+				taken, live = func(netip.Addr) bool { return true }, true
+				err = fmt.Errorf("%w in range %s", allocator.ErrExhausted, r)
+			case h.isClaim():
+				if taken, err = a.confirmedTaken(ctx, req, r, seed, h); err != nil {
+					return entry{}, false, err
+				}
+				live = true
+				ip, err = allocator.Candidate(r, taken, seed)
+			default:
+				if taken, live, err = a.borrowView(ctx, req, r, seed); err != nil {
+					return entry{}, false, err
+				}
+				shared = !live
+				ip, err = allocator.Candidate(r, taken, seed)
+			}
+		}
 		if errors.Is(err, allocator.ErrExhausted) {
-			if !verified && !a.idx.exhaustionConfirmed(pool, r, time.Now()) {
+			if !live && !a.idx.exhaustionConfirmed(pool, r, time.Now()) {
 				// The index errs towards "taken" (an informer event for a
 				// reservation already released may arrive late), so confirm
 				// exhaustion against a live list before refusing the pod, and
 				// remember it until the next release on the network.
-				releases := a.idx.releaseCount(pool)
-				if taken, err = a.liveTaken(ctx, req); err != nil {
-					return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
+				if taken, err = a.confirmedTaken(ctx, req, r, seed, h); err != nil {
+					return entry{}, false, err
 				}
-				verified = true
-				if _, err := allocator.Candidate(r, taken, seed); errors.Is(err, allocator.ErrExhausted) {
-					a.idx.confirmExhausted(pool, r, releases, time.Now())
-				}
+				live = true
 				attempt--
 				continue
 			}
@@ -194,9 +230,13 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 				return entry{}, false, fail(reasonExhausted, codeInternal, fmt.Errorf("network %q (IPPool %q) is exhausted: %w", network, pool, err))
 			}
 		} else if err != nil {
+			var f *failure
+			if errors.As(err, &f) {
+				return entry{}, false, err
+			}
 			return entry{}, false, fail(reasonInternal, codeInternal, fmt.Errorf("network %q: %w", network, err))
 		}
-		e, isNew, err := a.createOrAdopt(ctx, req, ip, h)
+		e, isNew, err := a.createOrAdopt(ctx, req, ip, h, fromBlock)
 		if errors.Is(err, ErrTaken) {
 			a.metrics.conflicts.Inc()
 			a.idx.markConflict(pool, ip, time.Now())
@@ -207,9 +247,44 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 	return entry{}, false, fail(reasonConflict, codeTryAgainLater, fmt.Errorf("network %q: %d candidate addresses in %s were taken by others at create time; the agent's cache is lagging, retry", network, maxConflicts, r))
 }
 
+// borrowView returns what a borrowing ADD scans r with: a live list of the
+// pool, shared by the node's borrowing ADDs for borrowTTL (an address
+// taken since then costs a failed create, which marks it taken), plus the
+// index and this node's creates in flight. fresh is false for a shared
+// list: one that shows r full is not proof of it.
+func (a *Agent) borrowView(ctx context.Context, req *request, r iprange.Range, seed string) (taken func(netip.Addr) bool, fresh bool, err error) {
+	pool := req.pool.name
+	snap, ok := a.borrowed.get(pool, time.Now())
+	if !ok {
+		if snap, err = a.confirmedTaken(ctx, req, r, seed, holder{}); err != nil {
+			return nil, false, err
+		}
+		a.borrowed.put(pool, snap, time.Now())
+	}
+	inIndex := a.idx.takenFunc(pool, time.Now())
+	return func(ip netip.Addr) bool { return snap(ip) || inIndex(ip) || req.pool.isBlocked(ip) }, !ok, nil
+}
+
+// confirmedTaken returns the taken predicate of a live list of the pool
+// for holder h (see liveTaken), and remembers it when it finds r full
+// (until the next release seen on the pool, within exhaustedTTL).
+func (a *Agent) confirmedTaken(ctx context.Context, req *request, r iprange.Range, seed string, h holder) (func(netip.Addr) bool, error) {
+	pool := req.pool.name
+	releases := a.idx.releaseCount(pool)
+	taken, err := a.liveTaken(ctx, req, h)
+	if err != nil {
+		return nil, fail(reasonInternal, codeTryAgainLater, err)
+	}
+	if _, err := allocator.Candidate(r, taken, seed); errors.Is(err, allocator.ErrExhausted) {
+		a.idx.confirmExhausted(pool, r, releases, time.Now())
+	}
+	return taken, nil
+}
+
 // liveTaken returns a taken predicate built from a live list of the
-// pool's reservations plus the conflicts seen since.
-func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) bool, error) {
+// pool's reservations plus the conflicts seen since. For a claim, its own
+// reservations do not count as taken: they are its to adopt.
+func (a *Agent) liveTaken(ctx context.Context, req *request, h holder) (func(netip.Addr) bool, error) {
 	pool := req.pool.name
 	since := time.Now()
 	// Reservations made before pools existed name only their network: the
@@ -224,7 +299,9 @@ func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) b
 		return nil, err
 	}
 	return func(ip netip.Addr) bool {
-		return live[ip] || a.idx.conflictSince(pool, ip, since) || req.pool.isBlocked(ip)
+		owner, listed := live[ip]
+		ours := h.isClaim() && owner == h.owner.UID
+		return (listed && !ours) || a.idx.conflictSince(pool, ip, since) || req.pool.isBlocked(ip)
 	}, nil
 }
 
@@ -234,19 +311,30 @@ func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) b
 // other pod of a live migration a moment ago. ErrTaken means someone
 // else's. A create whose outcome is unknown is remembered, so the retry
 // finds it even before the informer shows it.
-func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, h holder) (e entry, isNew bool, err error) {
+//
+// inBlock says ip came from one of this node's address blocks: a pod's
+// reservation there is labelled with the node, and only this node's agent
+// watches it (no other agent hands out that block's addresses).
+func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, h holder, inBlock bool) (e entry, isNew bool, err error) {
 	pool, network := req.pool.name, req.cfg.Name
+	labels := naming.ReservationLabels(network, string(h.owner.Kind))
+	if inBlock && !h.isClaim() {
+		labels[naming.NodeLabel] = naming.NodeLabelValue(a.opts.NodeName)
+	}
 	obj := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   naming.Reservation(req.pool.key, ip),
-			Labels: naming.ReservationLabels(network, string(h.owner.Kind)),
+			Labels: labels,
 		},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
 			Pool: pool, Network: network, IP: ip.String(), Owner: h.owner,
 			InterfaceName: req.IfName, ContainerID: req.ContainerID, Node: a.opts.NodeName,
 		},
 	}
+	// Until the create returns, this node's other ADDs skip the address.
+	done := a.idx.markPending(pool, ip)
 	err = a.store.Create(ctx, obj)
+	done()
 	switch {
 	case err == nil:
 		e, _ = entryOf(obj)

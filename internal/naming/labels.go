@@ -15,6 +15,13 @@ const (
 	NetworkLabel = "ipkeeper.io/network"
 	// OwnerKindLabel carries the owner kind (Pod or IPAMClaim).
 	OwnerKindLabel = "ipkeeper.io/owner-kind"
+	// NodeLabel marks a pod reservation an agent made in one of its node's
+	// IPBlocks: only that node's agent watches it. Reservations without it
+	// (claims', borrowed addresses', other writers') every agent watches.
+	NodeLabel = "ipkeeper.io/node"
+	// PoolLabel carries the pool of an IPBlock, so a pool's blocks can be
+	// listed (and deleted with the pool) by label.
+	PoolLabel = "ipkeeper.io/pool"
 )
 
 // ReservationLabels returns the labels of a reservation of network held
@@ -28,10 +35,19 @@ func ReservationLabels(network, ownerKind string) map[string]string {
 // itself when it is a valid label value, else a hash of it. A network literally
 // named like such a hash would share the value, so readers that select by this
 // label must still check spec.network; the label narrows, the spec decides.
-func NetworkLabelValue(network string) string {
-	if len(validation.IsValidLabelValue(network)) == 0 {
-		return network
+func NetworkLabelValue(network string) string { return labelValue(network) }
+
+// PoolLabelValue returns the value of PoolLabel for a pool.
+func PoolLabelValue(pool string) string { return labelValue(pool) }
+
+// NodeLabelValue returns the value of NodeLabel for a node: its name, or a
+// hash of a name too long for a label value.
+func NodeLabelValue(node string) string { return labelValue(node) }
+
+func labelValue(s string) string {
+	if len(validation.IsValidLabelValue(s)) == 0 {
+		return s
 	}
-	sum := sha256.Sum256([]byte(network))
+	sum := sha256.Sum256([]byte(s))
 	return "sha256-" + hex.EncodeToString(sum[:28])
 }

@@ -46,3 +46,10 @@ func ipLabel(ip netip.Addr) string {
 	}
 	return strings.Join(groups, "-")
 }
+
+// Block returns the IPBlock name of block (an aligned prefix) of the pool
+// whose reservations are named from poolKey (PoolLockKey): the name of
+// the reservation of its first address, and its prefix length.
+func Block(poolKey string, block netip.Prefix) string {
+	return fmt.Sprintf("%s.%d", Reservation(poolKey, block.Masked().Addr()), block.Bits())
+}

@@ -114,9 +114,10 @@ func startNodes(b *testing.B, prefix string, n int) (nodes []*node, stop func())
 		addr, health := loopbackAddr(b), loopbackAddr(b)
 		proc, err := framework.StartAgentProcess(framework.AgentProcessOptions{
 			Binary: bin.Agent, Kubeconfig: cp.KubeconfigPath, NodeName: name,
-			Dir:        filepath.Join(workDir, fmt.Sprintf("s%d-n%d", nodeSeq, i)),
-			ExtraArgs:  []string{"--metrics-bind-address=" + addr, "--log-level=warn"},
-			HealthAddr: health,
+			Dir:         filepath.Join(workDir, fmt.Sprintf("s%d-n%d", nodeSeq, i)),
+			ExtraArgs:   []string{"--log-level=warn"},
+			HealthAddr:  health,
+			MetricsAddr: addr,
 		})
 		if err != nil {
 			b.Fatal(err)

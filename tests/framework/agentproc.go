@@ -34,6 +34,9 @@ type AgentProcessOptions struct {
 	// a free loopback port. Many agents started at once need ports chosen
 	// outside the ephemeral range, which their own connections draw from.
 	HealthAddr string
+	// MetricsAddr, when set, is the --metrics-bind-address; by default a
+	// free loopback port.
+	MetricsAddr string
 }
 
 // AgentProcess is a running ipkeeper-agent process.
@@ -45,6 +48,8 @@ type AgentProcess struct {
 	CNIBinDir string
 	// HealthAddr serves /readyz.
 	HealthAddr string
+	// MetricsAddr serves /metrics.
+	MetricsAddr string
 	// LogPath receives the agent's stdout and stderr.
 	LogPath string
 
@@ -57,7 +62,7 @@ type AgentProcess struct {
 // StartAgentProcess starts ipkeeper-agent with the flags of its contract:
 //
 //	--kubeconfig --node-name --socket --cni-bin-dir
-//	--metrics-bind-address=127.0.0.1:0 --health-probe-bind-address=127.0.0.1:PORT
+//	--metrics-bind-address=127.0.0.1:PORT --health-probe-bind-address=127.0.0.1:PORT
 //
 // It does not wait for readiness; see WaitReady.
 func StartAgentProcess(o AgentProcessOptions) (*AgentProcess, error) {
@@ -68,13 +73,21 @@ func StartAgentProcess(o AgentProcessOptions) (*AgentProcess, error) {
 		}
 		o.HealthAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
+	if o.MetricsAddr == "" {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		o.MetricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
 	a := &AgentProcess{
-		NodeName:   o.NodeName,
-		Socket:     filepath.Join(o.Dir, "run", "agent.sock"),
-		CNIBinDir:  filepath.Join(o.Dir, "cni-bin"),
-		HealthAddr: o.HealthAddr,
-		LogPath:    filepath.Join(o.Dir, "agent.log"),
-		done:       make(chan struct{}),
+		NodeName:    o.NodeName,
+		Socket:      filepath.Join(o.Dir, "run", "agent.sock"),
+		CNIBinDir:   filepath.Join(o.Dir, "cni-bin"),
+		HealthAddr:  o.HealthAddr,
+		MetricsAddr: o.MetricsAddr,
+		LogPath:     filepath.Join(o.Dir, "agent.log"),
+		done:        make(chan struct{}),
 	}
 	// A node has both directories before the DaemonSet pod starts (the CNI
 	// bin dir and /run are host paths); the agent owns what goes in them.
@@ -93,7 +106,7 @@ func StartAgentProcess(o AgentProcessOptions) (*AgentProcess, error) {
 		"--node-name=" + o.NodeName,
 		"--socket=" + a.Socket,
 		"--cni-bin-dir=" + a.CNIBinDir,
-		"--metrics-bind-address=127.0.0.1:0",
+		"--metrics-bind-address=" + a.MetricsAddr,
 		"--health-probe-bind-address=" + a.HealthAddr,
 	}, o.ExtraArgs...)...)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log

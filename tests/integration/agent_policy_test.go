@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reuse"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -136,6 +138,49 @@ func TestAgentWritesBoundToItsNode(t *testing.T) {
 		expectRefusedBy(t, "delete another node's expired release", onA.Delete(ctx, theirs), "may only change or delete reservations of node node-a")
 		expectAllowed(t, "delete its node's expired release", onA.Delete(ctx, own))
 		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, theirs))
+	})
+
+	// Only its node's agent watches a reservation labelled with the node,
+	// so no agent may hide one from the others by naming another node.
+	t.Run("node label", func(t *testing.T) {
+		labelled := func(ip, label string) *ipkeeperv1alpha1.IPReservation {
+			r := podRes(ip, "node-a")
+			r.Labels = map[string]string{naming.NodeLabel: label}
+			return r
+		}
+		own := labelled("10.99.3.40", "node-a")
+		expectAllowed(t, "label a reservation with its node", onA.Create(ctx, own))
+		expectRefusedBy(t, "label a reservation with another node", onA.Create(ctx, labelled("10.99.3.41", "node-b")), "may only label reservations ipkeeper.io/node=node-a")
+		own.Spec.ContainerID = "new-sandbox"
+		expectAllowed(t, "update a labelled reservation of its node", onA.Update(ctx, own))
+		delete(own.Labels, naming.NodeLabel)
+		expectRefusedBy(t, "drop the node label", onA.Update(ctx, own), "may not change a reservation's ipkeeper.io/node label")
+		unlabelled := podRes("10.99.3.42", "node-a")
+		expectAllowed(t, "create an unlabelled reservation", onA.Create(ctx, unlabelled))
+		unlabelled.Labels = map[string]string{naming.NodeLabel: "node-a"}
+		expectRefusedBy(t, "add the node label", onA.Update(ctx, unlabelled), "may not change a reservation's ipkeeper.io/node label")
+		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, own))
+		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, unlabelled))
+	})
+
+	t.Run("address blocks", func(t *testing.T) {
+		block := func(cidr, node string) *ipkeeperv1alpha1.IPBlock {
+			p := netip.MustParsePrefix(cidr)
+			return &ipkeeperv1alpha1.IPBlock{
+				ObjectMeta: metav1.ObjectMeta{Name: naming.Block("bound-net", p)},
+				Spec:       ipkeeperv1alpha1.IPBlockSpec{Pool: "bound-net", CIDR: cidr, Node: node},
+			}
+		}
+		own := block("10.99.7.0/27", "node-a")
+		expectAllowed(t, "take a block for its node", onA.Create(ctx, own))
+		t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), own) })
+		expectRefusedBy(t, "take a block for another node", onA.Create(ctx, block("10.99.7.32/27", "node-b")), "may only take address blocks for node node-a")
+		if err := onA.Delete(ctx, own); !apierrors.IsForbidden(err) {
+			t.Errorf("an agent deleted a block: %v, want forbidden by RBAC (blocks go with their Node)", err)
+		}
+		if err := cp.Client.Create(ctx, block("10.99.7.65/27", "node-a")); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "no host bits") {
+			t.Errorf("a block with host bits set: %v, want refused by the CRD's validation", err)
+		}
 	})
 
 	t.Run("pools", func(t *testing.T) {
