@@ -482,15 +482,29 @@ func (x *index) markPending(pool string, ip netip.Addr) (done func()) {
 	}
 }
 
-// takenFunc returns the predicate the allocator scans with.
-func (x *index) takenFunc(pool string, now time.Time) func(netip.Addr) bool {
+// pendingFunc reports whether a create of this agent is in flight for an
+// address of the pool: a candidate to avoid while there are others, but
+// no proof that the pool is full.
+func (x *index) pendingFunc(pool string) func(netip.Addr) bool {
 	return func(ip netip.Addr) bool {
 		x.mu.RLock()
 		defer x.mu.RUnlock()
-		if _, ok := x.taken[pool][ip]; ok {
-			return true
-		}
-		if x.pending[pool][ip] > 0 {
+		return x.pending[pool][ip] > 0
+	}
+}
+
+// takenFunc returns the predicate the allocator scans with.
+func (x *index) takenFunc(pool string, now time.Time) func(netip.Addr) bool {
+	return x.takenFuncExcept(pool, now, "")
+}
+
+// takenFuncExcept is takenFunc for a holder (a claim) whose own
+// reservations are its to adopt, not taken: those of owner, when set.
+func (x *index) takenFuncExcept(pool string, now time.Time, owner types.UID) func(netip.Addr) bool {
+	return func(ip netip.Addr) bool {
+		x.mu.RLock()
+		defer x.mu.RUnlock()
+		if name, ok := x.taken[pool][ip]; ok && (owner == "" || x.byName[name].owner.UID != owner) {
 			return true
 		}
 		t, ok := x.conflicts[pool][ip]

@@ -166,6 +166,16 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 	seed := string(h.owner.UID) + "/" + req.IfName
 	inIndex := a.idx.takenFunc(pool, time.Now())
 	taken := func(ip netip.Addr) bool { return inIndex(ip) || req.pool.isBlocked(ip) }
+	// pick prefers an address no create of this node is in flight for,
+	// and takes one that is rather than call the range full.
+	pending := a.idx.pendingFunc(pool)
+	pick := func(taken func(netip.Addr) bool) (netip.Addr, error) {
+		ip, err := allocator.Candidate(r, func(ip netip.Addr) bool { return taken(ip) || pending(ip) }, seed)
+		if errors.Is(err, allocator.ErrExhausted) {
+			return allocator.Candidate(r, taken, seed)
+		}
+		return ip, err
+	}
 	// Without blocks (unit tests of allocation) the index sees the whole
 	// range. A claim's first address comes from the whole range too, by a
 	// live list in which the claim's own reservations count as free: the
@@ -178,18 +188,21 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 	// and what exhaustion is confirmed against; shared, once it holds the
 	// list another borrowing ADD made a moment ago.
 	live, shared := false, false
+	// conflicts counts the failed creates since a claim's live list: past
+	// claimRelist, the pool is filling under it and it lists again.
+	conflicts := 0
 	for attempt := 0; attempt < maxConflicts; attempt++ {
 		var ip netip.Addr
 		fromBlock := false
 		if !borrowing {
-			ip, err = a.blockCandidate(ctx, req, r, taken, seed)
+			ip, err = a.blockCandidate(ctx, req, r, func(ip netip.Addr) bool { return taken(ip) || pending(ip) }, seed)
 			fromBlock = err == nil
 			borrowing = errors.Is(err, errNoBlock)
 		}
 		if borrowing {
 			switch {
-			case live || shared || a.blockStore == nil:
-				ip, err = allocator.Candidate(r, taken, seed)
+			case (live || shared || a.blockStore == nil) && !(h.isClaim() && conflicts >= claimRelist):
+				ip, err = pick(taken)
 			case a.idx.exhaustionConfirmed(pool, r, time.Now()):
 				// Confirmed full by a live list a moment ago, with no
 				// release seen since: the index alone would show other
@@ -197,17 +210,17 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 				taken, live = func(netip.Addr) bool { return true }, true
 				err = fmt.Errorf("%w in range %s", allocator.ErrExhausted, r)
 			case h.isClaim():
-				if taken, err = a.confirmedTaken(ctx, req, r, seed, h); err != nil {
+				if taken, err = a.claimView(ctx, req, r, seed, h); err != nil {
 					return entry{}, false, err
 				}
-				live = true
-				ip, err = allocator.Candidate(r, taken, seed)
+				live, conflicts = true, 0
+				ip, err = pick(taken)
 			default:
 				if taken, live, err = a.borrowView(ctx, req, r, seed); err != nil {
 					return entry{}, false, err
 				}
 				shared = !live
-				ip, err = allocator.Candidate(r, taken, seed)
+				ip, err = pick(taken)
 			}
 		}
 		if errors.Is(err, allocator.ErrExhausted) {
@@ -240,6 +253,7 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 		if errors.Is(err, ErrTaken) {
 			a.metrics.conflicts.Inc()
 			a.idx.markConflict(pool, ip, time.Now())
+			conflicts++
 			continue
 		}
 		return e, isNew, err
@@ -263,6 +277,23 @@ func (a *Agent) borrowView(ctx context.Context, req *request, r iprange.Range, s
 	}
 	inIndex := a.idx.takenFunc(pool, time.Now())
 	return func(ip netip.Addr) bool { return snap(ip) || inIndex(ip) || req.pool.isBlocked(ip) }, !ok, nil
+}
+
+// claimRelist is how many candidates of a claim may turn out taken before
+// it lists the pool again.
+const claimRelist = 8
+
+// claimView returns what a claim's first allocation scans r with: a live
+// list of the pool and the index (other nodes' blocks fill while it
+// walks, and the index shows this node's and every claim's), in both of
+// which the claim's own reservations count as free.
+func (a *Agent) claimView(ctx context.Context, req *request, r iprange.Range, seed string, h holder) (func(netip.Addr) bool, error) {
+	listed, err := a.confirmedTaken(ctx, req, r, seed, h)
+	if err != nil {
+		return nil, err
+	}
+	inIndex := a.idx.takenFuncExcept(req.pool.name, time.Now(), h.owner.UID)
+	return func(ip netip.Addr) bool { return listed(ip) || inIndex(ip) }, nil
 }
 
 // confirmedTaken returns the taken predicate of a live list of the pool
