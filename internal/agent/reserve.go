@@ -200,8 +200,9 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 			borrowing = errors.Is(err, errNoBlock)
 		}
 		if borrowing {
+			relist := h.isClaim() && conflicts >= claimRelist
 			switch {
-			case (live || shared || a.blockStore == nil) && !(h.isClaim() && conflicts >= claimRelist):
+			case (live || shared || a.blockStore == nil) && !relist:
 				ip, err = pick(taken)
 			case a.idx.exhaustionConfirmed(pool, r, time.Now()):
 				// Confirmed full by a live list a moment ago, with no
