@@ -59,9 +59,6 @@ const (
 	// one (an IPv6 range has too many to look at all); past that, or when
 	// every block is held, it borrows.
 	maxBlockTries = 4096
-	// guessTTL bounds how long a block whose create found it taken counts
-	// as held before the informer shows its holder: it may have gone since.
-	guessTTL = time.Minute
 	// noBlockTTL bounds how long an agent that found no block to take
 	// borrows without looking again, when no block goes meanwhile.
 	noBlockTTL = 30 * time.Second
@@ -152,8 +149,10 @@ func blocksFrom(r iprange.Range, node string) iter.Seq[netip.Prefix] {
 type blockSet struct {
 	node string
 	mu   sync.RWMutex
-	// held maps, per pool, each held block to its holder.
-	held map[string]map[netip.Prefix]blockHolder
+	// held maps, per pool, each held block to its node ("" when only a
+	// create that found it taken says it is held); a live list replaces
+	// it whenever the agent takes a block.
+	held map[string]map[netip.Prefix]string
 	// lengths counts, per pool, the held blocks of each prefix length:
 	// blocks of another length (cut from a subnet since changed) may
 	// overlap a block about to be taken.
@@ -169,14 +168,6 @@ type blockSet struct {
 	taking *keyLocks
 }
 
-// blockHolder is a block's node; guessed is set while it is only known
-// that someone holds it (a create found it taken) and the informer has not
-// said who.
-type blockHolder struct {
-	node    string
-	guessed time.Time
-}
-
 type noBlockMemo struct {
 	freed uint64
 	at    time.Time
@@ -184,7 +175,7 @@ type noBlockMemo struct {
 
 func newBlockSet(node string) *blockSet {
 	return &blockSet{
-		node: node, held: map[string]map[netip.Prefix]blockHolder{}, lengths: map[string]map[int]int{},
+		node: node, held: map[string]map[netip.Prefix]string{}, lengths: map[string]map[int]int{},
 		mine: map[string][]netip.Prefix{}, noBlock: map[string]noBlockMemo{}, taking: newKeyLocks(),
 	}
 }
@@ -197,7 +188,7 @@ func (s *blockSet) observe(b *ipkeeperv1alpha1.IPBlock) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.holdLocked(b.Spec.Pool, p.Masked(), blockHolder{node: b.Spec.Node})
+	s.holdLocked(b.Spec.Pool, p.Masked(), b.Spec.Node)
 }
 
 // setHeld records the blocks of a pool a live list found, and this node's.
@@ -207,11 +198,11 @@ func (s *blockSet) setHeld(pool string, blocks []ipkeeperv1alpha1.IPBlock) {
 	delete(s.held, pool)
 	delete(s.lengths, pool)
 	for _, p := range s.mine[pool] {
-		s.holdLocked(pool, p, blockHolder{node: s.node})
+		s.holdLocked(pool, p, s.node)
 	}
 	for _, b := range blocks {
 		if p, err := netip.ParsePrefix(b.Spec.CIDR); err == nil && b.Spec.Pool == pool {
-			s.holdLocked(pool, p.Masked(), blockHolder{node: b.Spec.Node})
+			s.holdLocked(pool, p.Masked(), b.Spec.Node)
 		}
 	}
 }
@@ -247,27 +238,28 @@ func (s *blockSet) replaceMine(blocks []*ipkeeperv1alpha1.IPBlock) bool {
 	return len(gone) > 0
 }
 
-// guess records that someone holds block p of pool.
-func (s *blockSet) guess(pool string, p netip.Prefix, now time.Time) {
+// guess records that someone holds block p of pool (a create found it
+// taken), until the next live list says who.
+func (s *blockSet) guess(pool string, p netip.Prefix) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.held[pool][p]; !ok {
-		s.holdLocked(pool, p, blockHolder{guessed: now})
+		s.holdLocked(pool, p, "")
 	}
 }
 
-func (s *blockSet) holdLocked(pool string, p netip.Prefix, h blockHolder) {
+func (s *blockSet) holdLocked(pool string, p netip.Prefix, node string) {
 	m := s.held[pool]
 	if m == nil {
-		m = map[netip.Prefix]blockHolder{}
+		m = map[netip.Prefix]string{}
 		s.held[pool] = m
 		s.lengths[pool] = map[int]int{}
 	}
 	if _, ok := m[p]; !ok {
 		s.lengths[pool][p.Bits()]++
 	}
-	m[p] = h
-	if h.node == s.node && !slices.Contains(s.mine[pool], p) {
+	m[p] = node
+	if node == s.node && !slices.Contains(s.mine[pool], p) {
 		s.mine[pool] = append(s.mine[pool], p)
 		slices.SortFunc(s.mine[pool], func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
 	}
@@ -307,24 +299,20 @@ func (s *blockSet) forget(b *ipkeeperv1alpha1.IPBlock) bool {
 
 // free reports whether nobody holds block p of pool, nor a block of
 // another size overlapping it.
-func (s *blockSet) free(pool string, p netip.Prefix, now time.Time) bool {
+func (s *blockSet) free(pool string, p netip.Prefix) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	held := s.held[pool]
-	heldNow := func(q netip.Prefix) bool {
-		h, ok := held[q]
-		return ok && (h.guessed.IsZero() || now.Sub(h.guessed) < guessTTL)
-	}
 	for bits := range s.lengths[pool] {
 		if bits <= p.Bits() {
-			if heldNow(netip.PrefixFrom(p.Addr(), bits).Masked()) {
+			if _, ok := held[netip.PrefixFrom(p.Addr(), bits).Masked()]; ok {
 				return false
 			}
 			continue
 		}
 		// Smaller blocks inside p (a subnet since widened): look at each.
 		for q := range held {
-			if q.Bits() == bits && p.Contains(q.Addr()) && heldNow(q) {
+			if q.Bits() == bits && p.Contains(q.Addr()) {
 				return false
 			}
 		}
@@ -384,7 +372,7 @@ func (a *Agent) blockCandidate(ctx context.Context, req *request, r iprange.Rang
 	}
 	a.blocks.setHeld(pool, held)
 	for b := range blocksFrom(r, a.opts.NodeName) {
-		if !a.blocks.free(pool, b, time.Now()) {
+		if !a.blocks.free(pool, b) {
 			continue
 		}
 		sub, ok := blockRange(r, b)
@@ -408,7 +396,7 @@ func (a *Agent) blockCandidate(ctx context.Context, req *request, r iprange.Rang
 		switch {
 		case errors.Is(err, ErrTaken):
 			// Another node took it since the list.
-			a.blocks.guess(pool, b, time.Now())
+			a.blocks.guess(pool, b)
 			continue
 		case err != nil:
 			// Blocks only spare watch traffic: without one (no right to

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
 // TestAgentsWatchOnlyTheirNodesPodReservations: a node's agent hands out
@@ -133,15 +134,11 @@ func cachedReservations(t testing.TB, n *Node) float64 {
 // waitCached polls until the agent caches want reservations.
 func waitCached(t testing.TB, n *Node, want float64, what string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := cachedReservations(t, n)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s caches %.0f reservations, want %.0f (%s)", n.Name, got, want, what)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var got float64
+	if err := framework.Eventually(context.Background(), 30*time.Second, 50*time.Millisecond, func(context.Context) (bool, error) {
+		got = cachedReservations(t, n)
+		return got == want, nil
+	}); err != nil {
+		t.Fatalf("%s caches %.0f reservations, want %.0f (%s): %v", n.Name, got, want, what, err)
 	}
 }
