@@ -68,6 +68,9 @@ type ControlPlane struct {
 	Scheme *runtime.Scheme
 	// KubeconfigPath is an admin kubeconfig for processes started by tests.
 	KubeconfigPath string
+	// virtControllerKubeconfig authenticates as KubeVirt's controller
+	// ServiceAccount (KubeVirtControllerServiceAccount), in system:masters.
+	virtControllerKubeconfig string
 	// Tools are the binaries in use.
 	Tools *Tools
 	// Dir holds kubeconfigs and component logs; removed by Stop.
@@ -182,6 +185,20 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 	cp.KubeconfigPath = filepath.Join(dir, "admin.kubeconfig")
 	if err := os.WriteFile(cp.KubeconfigPath, kubeconfig, 0o600); err != nil {
+		return nil, fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	// virt-controller acts as KubeVirt's controller ServiceAccount, the
+	// user admission policies know it by (with every right, as here).
+	kvUser, kvGroups := ServiceAccountUser(KubeVirtNamespace, KubeVirtControllerServiceAccount)
+	kvAdmin, err := cp.env.AddUser(envtest.User{Name: kvUser, Groups: append(kvGroups, "system:masters")}, cp.Config)
+	if err != nil {
+		return nil, fmt.Errorf("provisioning virt-controller's user: %w", err)
+	}
+	if kubeconfig, err = kvAdmin.KubeConfig(); err != nil {
+		return nil, fmt.Errorf("rendering virt-controller's kubeconfig: %w", err)
+	}
+	cp.virtControllerKubeconfig = filepath.Join(dir, "virt-controller.kubeconfig")
+	if err := os.WriteFile(cp.virtControllerKubeconfig, kubeconfig, 0o600); err != nil {
 		return nil, fmt.Errorf("writing kubeconfig: %w", err)
 	}
 

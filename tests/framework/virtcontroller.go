@@ -33,6 +33,11 @@ import (
 //   - no certificates: it logs their absence at level "fatal" and goes on.
 // One per API server: it takes the lease kubevirt/virt-controller.
 
+// KubeVirtControllerServiceAccount is the ServiceAccount (in
+// KubeVirtNamespace) virt-controller runs as in a KubeVirt install; the
+// virt-controller of tests authenticates as its user.
+const KubeVirtControllerServiceAccount = "kubevirt-controller"
+
 // VirtControllerLease is the lease the running virt-controller holds.
 const VirtControllerLease = "virt-controller"
 
@@ -63,7 +68,7 @@ func (cp *ControlPlane) StartVirtController(ctx context.Context) error {
 		return err
 	}
 	cmd := exec.Command(cp.Tools.VirtController,
-		"--kubeconfig", cp.KubeconfigPath,
+		"--kubeconfig", cp.virtControllerKubeconfig,
 		"--launcher-image", "virt-launcher",
 		// --port 0: not the default 8182, which parallel control planes share.
 		"--listen", "127.0.0.1", "--port", "0",

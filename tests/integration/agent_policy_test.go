@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -22,21 +21,13 @@ import (
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
-// nodeNameExtra is the user extra a pod-bound ServiceAccount token carries.
-const nodeNameExtra = "authentication.kubernetes.io/node-name"
-
 // agentOn is a client authenticated as ipkeeper-agent's ServiceAccount
-// with a token bound to a pod on node ("" for a token without a node),
-// through impersonation (user, groups and extra).
+// exactly as the DaemonSet's pod on node is: a token from the TokenRequest
+// API bound to a pod bound to node, so the API server itself adds the node
+// name to the user ("" for a token bound to no pod, hence no node).
 func agentOn(t testing.TB, node string) client.Client {
 	t.Helper()
-	user, groups := framework.ServiceAccountUser(installNS, "ipkeeper-agent")
-	cfg := rest.CopyConfig(cp.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
-	if node != "" {
-		cfg.Impersonate.Extra = map[string][]string{nodeNameExtra: {node}}
-	}
-	c, err := client.New(cfg, client.Options{Scheme: cp.Scheme})
+	c, err := client.New(cp.ServiceAccountConfig(t, installNS, "ipkeeper-agent", node), client.Options{Scheme: cp.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
