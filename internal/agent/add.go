@@ -67,7 +67,7 @@ func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (_ *types100.Re
 	}
 	var ips []netip.Prefix
 	if req.attach.claim != "" {
-		ips, err = a.allocateForClaim(ctx, req, pod, req.attach.claim)
+		ips, err = a.claimAddresses(ctx, req, pod, req.attach.claim, true)
 	} else {
 		ips, err = a.allocateForPod(ctx, req, pod)
 	}
@@ -116,7 +116,7 @@ func (a *Agent) allocateForPod(ctx context.Context, req *request, pod *corev1.Po
 		ifName: req.IfName,
 	}
 	defer a.locks.lock(h.key(req.pool.name))()
-	ips, _, err := a.reserve(ctx, req, h, func(ctx context.Context, e entry) (entry, error) { return a.takeOver(ctx, e, req, true) })
+	ips, err := a.reserve(ctx, req, h, func(ctx context.Context, e entry) (entry, error) { return a.takeOver(ctx, e, req, true) })
 	return ips, err
 }
 

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 )
 
 // anyPod is a pod reader that finds every pod, bound to node-a, with the
@@ -37,6 +38,12 @@ func BenchmarkAdd(b *testing.B) {
 	a := newTestAgent(b, newFakeStore(), newFakeClaims())
 	a.pods = &podLookup{cached: anyPod{}, live: anyPod{}, node: "node-a", metrics: a.metrics}
 	conf := []byte(`{"cniVersion":"1.1.0","name":"bench","type":"bridge","ipam":{"type":"ipkeeper","range":"10.128.0.0/12","gateway":"10.128.0.1"}}`)
+	// The network's pool, as ipkeeper-controller makes it from the NAD.
+	cfg, err := ipamconfig.Parse(conf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	a.poolStore.(*fakePoolStore).makeInline(b, cfg, testNAD(cfg))
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -25,6 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+
+	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto/cniserver"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -48,8 +51,12 @@ type Options struct {
 	// Logger for structured logs; slog's default logger when unset.
 	Logger logr.Logger
 	// ClaimWaitTimeout bounds how long an ADD waits for the IPAMClaim it
-	// references to be created (default 30s).
+	// references to exist and have addresses, which ipkeeper-controller
+	// records (default 30s).
 	ClaimWaitTimeout time.Duration
+	// PoolWaitTimeout bounds how long an ADD of an inline network waits for
+	// ipkeeper-controller to make its IPPool (default 10s).
+	PoolWaitTimeout time.Duration
 	// CNIGCMinAge spares, from a CNI GC, reservations this agent wrote
 	// less than this long ago: the runtime builds its list of valid
 	// attachments before it calls, so one set up meanwhile may be missing
@@ -76,17 +83,17 @@ type Agent struct {
 	reservations rest.Interface
 	store        Store
 	claims       ClaimStore
-	// poolStore reads IPPools and creates inline networks' pools; parsed
-	// caches their parsed ranges.
+	// poolStore reads IPPools; parsed caches their parsed ranges.
 	poolStore PoolStore
 	parsed    parsedPools
 	pods      *podLookup
 	idx       *index
-	// blocks are the address blocks of the cluster's nodes; blockStore
-	// takes new ones for this node. Without a blockStore (unit tests of
-	// allocation) addresses come from the whole range.
-	blocks     *blockSet
-	blockStore BlockStore
+	// blocks are the address blocks this node holds and, as last listed,
+	// the others; taker finds addresses in them and takes new ones for this
+	// node. Without a taker (unit tests of allocation) addresses come from
+	// the whole range.
+	blocks *blocks.Set
+	taker  *blocks.Taker
 	// borrowed keeps borrowing ADDs' live lists for a moment.
 	borrowed borrowSnapshots
 	// blockErrorLogged is when a failure to take a block was last logged
@@ -126,6 +133,9 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	if opts.ClaimWaitTimeout <= 0 {
 		opts.ClaimWaitTimeout = 30 * time.Second
 	}
+	if opts.PoolWaitTimeout <= 0 {
+		opts.PoolWaitTimeout = 10 * time.Second
+	}
 	if opts.CNIGCMinAge == 0 {
 		opts.CNIGCMinAge = time.Minute
 	}
@@ -141,9 +151,9 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	// IPPools get their transform as the default rather than from ByObject:
-	// a ByObject entry is resolved against the API server here, and would
-	// fail New before the CRD is installed (start waits for it).
+	// IPPools and NADs get their transform as the default rather than from
+	// ByObject: a ByObject entry is resolved against the API server here,
+	// and would fail New before the CRD is installed (start waits for it).
 	// IPReservations have no informer: a reflector feeds the index
 	// (reservationFeed).
 	c, err := cache.New(cfg, cache.Options{
@@ -154,7 +164,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 				Transform: trimPod,
 			},
 		},
-		DefaultTransform: trimPool,
+		DefaultTransform: trimCached,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating caches: %w", err)
@@ -167,7 +177,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		reservations: reservations,
 		pods:         &podLookup{cached: c, live: live, node: opts.NodeName},
 		idx:          newNodeIndex(opts.NodeName),
-		blocks:       newBlockSet(opts.NodeName),
+		blocks:       blocks.NewSet(opts.NodeName),
 		locks:        newKeyLocks(),
 
 		uncertain: newUncertainCreates(),
@@ -177,7 +187,12 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	a.store = &apiStore{c: live, metrics: a.metrics}
-	a.blockStore = &apiBlockStore{c: live, node: opts.NodeName, metrics: a.metrics}
+	a.taker = &blocks.Taker{
+		Set:    a.blocks,
+		Store:  &apiBlockStore{c: live, node: opts.NodeName, metrics: a.metrics},
+		Took:   func(*ipkeeperv1alpha1.IPBlock) { a.metrics.blocksTaken.Inc() },
+		Failed: a.noteBlockError,
+	}
 	a.pods.metrics = a.metrics
 	a.claims = &apiClaimStore{c: live, metrics: a.metrics}
 	a.poolStore = &apiPoolStore{cached: c, live: live, metrics: a.metrics}
@@ -284,6 +299,14 @@ func (a *Agent) start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	// NADs say whether a claim-backed attachment's network keeps its
+	// addresses: cached, so a VM start costs no read of its NAD.
+	if err := waitForKind(ctx, a, nadCRD, func() error {
+		_, err := a.cache.GetInformer(ctx, &nadv1.NetworkAttachmentDefinition{})
+		return err
+	}); err != nil {
+		return err
+	}
 	if _, err := a.cache.GetInformer(ctx, &corev1.Pod{}); err != nil {
 		return fmt.Errorf("pod informer: %w", err)
 	}
@@ -317,6 +340,7 @@ var (
 	reservationCRD = crdName{"IPReservation", "ipreservations.ipkeeper.io"}
 	poolCRD        = crdName{"IPPool", "ippools.ipkeeper.io"}
 	blockCRD       = crdName{"IPBlock", "ipblocks.ipkeeper.io"}
+	nadCRD         = crdName{"NetworkAttachmentDefinition", "network-attachment-definitions.k8s.cni.cncf.io"}
 )
 
 type crdName struct{ kind, name string }
@@ -326,7 +350,7 @@ func (c crdName) String() string { return "the " + c.kind + " CRD (" + c.name + 
 // missingCRD is the not-ready reason while one of ipkeeper's CRDs is absent.
 func missingCRD(crd crdName) string {
 	return crd.String() + " is not installed; " +
-		"install ipkeeper's CRDs (kubectl apply --server-side -k manifests/crds, see docs/install.md) and the agent becomes ready without a restart"
+		"install ipkeeper's CRDs (kubectl apply --server-side -k manifests/crds, see docs/install.md; Multus installs the NetworkAttachmentDefinition CRD) and the agent becomes ready without a restart"
 }
 
 // CRD polling backs off to crdPollMax: every agent of the cluster polls

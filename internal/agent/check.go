@@ -5,12 +5,13 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
 // Check verifies the attachment still holds one reservation per configured
@@ -45,28 +46,17 @@ func (a *Agent) Check(ctx context.Context, creq *cniproto.Request) (err error) {
 	return nil
 }
 
-// checkClaim verifies that the claim records an address of every family
-// of the pool and that each is reserved for the claim.
+// checkClaim verifies, as an ADD does (reading only, not waiting), that
+// the pod may use the claim and that the claim records an address of
+// every family of the pool, each reserved for the claim.
 func (a *Agent) checkClaim(ctx context.Context, req *request, pod *corev1.Pod, claimName string) error {
-	claim, err := a.claims.Get(ctx, pod.Namespace, claimName)
+	ips, err := a.claimAddresses(ctx, req, pod, claimName, false)
 	if err != nil {
-		return cniError(codeTryAgainLater, fmt.Errorf("pod %s/%s interface %s: %w", pod.Namespace, pod.Name, req.IfName, err))
+		return cniError(codeInternal, err)
 	}
 	for _, family := range req.pool.families() {
-		found := false
-		for _, s := range claim.Status.IPs {
-			ip, err := parseClaimIP(s)
-			if err != nil || ip.Is4() != family[0].Is4() {
-				continue
-			}
-			found = true
-			e, ok := a.idx.get(naming.Reservation(req.pool.key, ip))
-			if !ok || e.owner.UID != claim.UID || e.released() {
-				return cniError(codeInternal, fmt.Errorf("IPAMClaim %s/%s records %s, but it is not reserved for the claim on network %q", claim.Namespace, claim.Name, ip, req.cfg.Name))
-			}
-		}
-		if !found {
-			return cniError(codeInternal, fmt.Errorf("IPAMClaim %s/%s of pod %s/%s interface %s records no address (%s) of network %q", claim.Namespace, claim.Name, pod.Namespace, pod.Name, req.IfName, familyName(family[0].Is4()), req.cfg.Name))
+		if !slices.ContainsFunc(ips, func(p netip.Prefix) bool { return p.Addr().Is4() == family[0].Is4() }) {
+			return cniError(codeInternal, fmt.Errorf("IPAMClaim %s/%s of pod %s/%s interface %s records no address (%s) of network %q", pod.Namespace, claimName, pod.Namespace, pod.Name, req.IfName, familyName(family[0].Is4()), req.cfg.Name))
 		}
 	}
 	return nil

@@ -59,16 +59,15 @@ func (a *Agent) attachmentOf(ctx context.Context, pod *corev1.Pod, req *request)
 	return out, nil
 }
 
-// elementFor picks the attachment's element; NADs (a live read each: one
-// edited a moment ago must count) are read only when an element references
-// a claim.
+// elementFor picks the attachment's element; NADs (from the agent's cache
+// of them) are read only when an element references a claim.
 func (a *Agent) elementFor(ctx context.Context, pod *corev1.Pod, req *request, elems []multus.Element) (int, error) {
 	at := multus.Attachment{
 		IfName:          req.IfName,
 		Network:         req.cfg.Name,
 		DefaultNetworks: multus.DefaultNetworks(pod.Namespace, a.opts.MultusDefaultNetworks, a.opts.MultusSystemNamespaces),
 		NetworkOf: func(e multus.Element) (string, error) {
-			n, found, err := multus.ReadNAD(ctx, a.pods.live, e.NAD())
+			n, found, err := a.readNAD(ctx, e.NAD())
 			if err != nil || !found {
 				return "", err
 			}
@@ -107,9 +106,7 @@ func (a *Agent) persistentIPsAllowed(ctx context.Context, req *request, pod *cor
 			"%s (args.cni), but network %q does not allow persistent IPs: without a networks annotation element the flag is read from the CNI config the plugin is given, which lacks \"allowPersistentIPs\": true",
 			subject, req.cfg.Name))
 	}
-	// Read live: only claim-backed ADDs need the NAD, and a NAD edited a
-	// moment ago must count.
-	network, found, err := multus.ReadNAD(ctx, a.pods.live, *key)
+	network, found, err := a.readNAD(ctx, *key)
 	var nadErr *multus.NADError
 	switch {
 	case errors.As(err, &nadErr):
@@ -130,4 +127,17 @@ func (a *Agent) persistentIPsAllowed(ctx context.Context, req *request, pod *cor
 			subject, key, network.Name, req.cfg.Name))
 	}
 	return nil
+}
+
+// readNAD reads a NAD from the agent's cache of them, else live (one
+// created a moment ago); found is false when it does not exist. Only
+// claim-backed attachments read NADs: the cache spares every VM start an
+// API read.
+func (a *Agent) readNAD(ctx context.Context, key types.NamespacedName) (multus.Network, bool, error) {
+	n, found, err := multus.ReadNAD(ctx, a.cache, key)
+	if err != nil || found {
+		return n, found, err
+	}
+	a.metrics.apiReads.WithLabelValues("get").Inc()
+	return multus.ReadNAD(ctx, a.live, key)
 }

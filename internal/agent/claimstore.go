@@ -14,19 +14,29 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// ClaimStore reads and writes IPAMClaims, live.
+// ClaimStore reads IPAMClaims, live. The agent never writes them.
 type ClaimStore interface {
-	// Wait returns the claim, waiting up to timeout for it to be created.
+	// Wait returns the claim once it exists and records addresses
+	// (status.ips), waiting up to timeout: errClaimMissing (wrapped) when
+	// it never appeared, a *noAddressesError when it did but has none.
 	Wait(ctx context.Context, namespace, name string, timeout time.Duration) (*ipamclaimsv1alpha1.IPAMClaim, error)
-	// Get reads the claim.
+	// Get reads the claim; errClaimMissing (wrapped) when it does not exist.
 	Get(ctx context.Context, namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, error)
-	// UpdateStatus writes the claim's status; a conflict is returned as is
-	// (apierrors.IsConflict) for the caller to re-read.
-	UpdateStatus(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim) error
 }
 
 // errClaimMissing reports a claim that did not appear in time.
 var errClaimMissing = errors.New("IPAMClaim not found")
+
+// noAddressesError reports a claim that exists but recorded no addresses
+// in time: ipkeeper-controller has not filled it (yet).
+type noAddressesError struct {
+	claim   *ipamclaimsv1alpha1.IPAMClaim
+	timeout time.Duration
+}
+
+func (e *noAddressesError) Error() string {
+	return fmt.Sprintf("IPAMClaim %s/%s has no addresses (status.ips) after %s", e.claim.Namespace, e.claim.Name, e.timeout)
+}
 
 type apiClaimStore struct {
 	c       client.WithWatch
@@ -34,6 +44,7 @@ type apiClaimStore struct {
 }
 
 func (s *apiClaimStore) Get(ctx context.Context, namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+	s.metrics.apiReads.WithLabelValues("get").Inc()
 	c := &ipamclaimsv1alpha1.IPAMClaim{}
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, c); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -44,51 +55,82 @@ func (s *apiClaimStore) Get(ctx context.Context, namespace, name string) (*ipamc
 	return c, nil
 }
 
-// Wait watches for the claim instead of polling: the controller may create
-// it just after the pod (the VM's claims are normally created first).
+// filled reports whether ipkeeper-controller has recorded the claim's addresses.
+func filled(c *ipamclaimsv1alpha1.IPAMClaim) bool { return len(c.Status.IPs) > 0 }
+
+// Wait watches the one claim instead of polling: the controller creates
+// a VM's claims and fills them when the VM is created, normally long
+// before its launcher pod, but a pod may come first (a claim made by
+// another tool just before it, a controller restarting). A watch that
+// ends early (an API server restart) is made again until the deadline.
 func (s *apiClaimStore) Wait(ctx context.Context, namespace, name string, timeout time.Duration) (*ipamclaimsv1alpha1.IPAMClaim, error) {
 	c, err := s.Get(ctx, namespace, name)
-	if err == nil || !errors.Is(err, errClaimMissing) {
+	if err == nil && filled(c) || err != nil && !errors.Is(err, errClaimMissing) {
 		return c, err
 	}
+	last := c // what the claim looks like, nil while it does not exist
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	for ctx.Err() == nil {
+		if c, err := s.watchOnce(ctx, namespace, name, &last); c != nil || err != nil {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(claimRewatchDelay):
+		}
+	}
+	if last == nil {
+		return nil, fmt.Errorf("%w: %s/%s did not appear within %s", errClaimMissing, namespace, name, timeout)
+	}
+	return nil, &noAddressesError{claim: last, timeout: timeout}
+}
+
+// claimRewatchDelay spaces the watches of a claim whose watch ended early.
+const claimRewatchDelay = 200 * time.Millisecond
+
+// watchOnce watches the claim until it has addresses (returned), ctx ends
+// or the watch ends (nil, nil: the caller decides), keeping last up to
+// date with what it shows of the claim. Errors other than the claim's
+// absence end the wait.
+func (s *apiClaimStore) watchOnce(ctx context.Context, namespace, name string, last **ipamclaimsv1alpha1.IPAMClaim) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+	s.metrics.apiReads.WithLabelValues("watch").Inc()
 	w, err := s.c.Watch(ctx, &ipamclaimsv1alpha1.IPAMClaimList{}, client.InNamespace(namespace),
 		client.MatchingFields{"metadata.name": name})
 	if err != nil {
-		return nil, fmt.Errorf("watching for IPAMClaim %s/%s: %w", namespace, name, err)
+		return nil, nil
 	}
 	defer w.Stop()
-	// It may have been created between the read and the watch.
-	if c, err := s.Get(ctx, namespace, name); err == nil || !errors.Is(err, errClaimMissing) {
-		return c, err
+	// It may have changed between the last read and the watch.
+	switch c, err := s.Get(ctx, namespace, name); {
+	case err == nil && filled(c):
+		return c, nil
+	case err == nil:
+		*last = c
+	case errors.Is(err, errClaimMissing):
+		*last = nil
+	case ctx.Err() == nil:
+		return nil, err
 	}
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %s/%s did not appear within %s", errClaimMissing, namespace, name, timeout)
+			return nil, nil
 		case ev, ok := <-w.ResultChan():
-			if !ok {
-				// The watch ended early (API server restart): read once more.
-				return s.Get(ctx, namespace, name)
+			if !ok || ev.Type == watch.Error {
+				return nil, nil
 			}
-			if c, isClaim := ev.Object.(*ipamclaimsv1alpha1.IPAMClaim); isClaim && (ev.Type == watch.Added || ev.Type == watch.Modified) {
-				return c, nil
+			c, isClaim := ev.Object.(*ipamclaimsv1alpha1.IPAMClaim)
+			switch {
+			case !isClaim:
+			case ev.Type == watch.Deleted:
+				*last = nil
+			case ev.Type == watch.Added || ev.Type == watch.Modified:
+				if filled(c) {
+					return c, nil
+				}
+				*last = c
 			}
 		}
 	}
-}
-
-func (s *apiClaimStore) UpdateStatus(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim) error {
-	s.metrics.apiWrites.WithLabelValues("claim-status").Inc()
-	if c.Status.IPs == nil {
-		c.Status.IPs = []string{} // required by the CRD schema
-	}
-	if err := s.c.Status().Update(ctx, c); err != nil {
-		if apierrors.IsConflict(err) {
-			return err
-		}
-		return fmt.Errorf("writing status of IPAMClaim %s/%s: %w", c.Namespace, c.Name, err)
-	}
-	return nil
 }

@@ -17,8 +17,9 @@ import (
 
 // Del releases the ephemeral reservations of an attachment: those owned by
 // a pod on this network, this interface and this sandbox (container ID).
-// Claim-owned reservations are kept, but for those this sandbox made that
-// the claim does not record (releaseUnrecordedOfSandbox). Something already gone is success.
+// A claim's addresses are ipkeeper-controller's and are kept (reservations
+// an agent of an earlier version made for a claim carry the sandbox too).
+// Something already gone is success.
 // Each is released under its attachment's lock, at the version found for
 // this sandbox: one a newer sandbox of the pod took over in the meantime
 // is left alone.
@@ -37,16 +38,8 @@ func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
 		return cniError(codeTryAgainLater, err)
 	}
 	var errs []error
-	var claimed []entry
 	for _, e := range a.idx.sandbox(pool, creq.ContainerID, creq.IfName) {
-		if e.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim {
-			claimed = append(claimed, e)
-			continue
-		}
 		errs = append(errs, a.releaseAttachment(ctx, e, "DEL", stillThisSandbox, false))
-	}
-	if len(claimed) > 0 {
-		errs = append(errs, a.releaseUnrecordedOfSandbox(ctx, claimed))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return cniError(codeTryAgainLater, err)

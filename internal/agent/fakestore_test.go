@@ -14,11 +14,12 @@ import (
 	"github.com/go-logr/logr"
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -51,6 +52,14 @@ func (s *fakeStore) count(verb string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls[verb]
+}
+
+// writes counts the calls that would change a reservation: creates,
+// updates, deletes and retirements, applied or refused.
+func (s *fakeStore) writes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls["create"] + s.calls["update"] + s.calls["delete"] + s.calls["retire"]
 }
 
 func (s *fakeStore) nextRV() string {
@@ -152,14 +161,14 @@ func (s *fakeStore) Update(_ context.Context, r *ipkeeperv1alpha1.IPReservation)
 	return nil
 }
 
-func (s *fakeStore) TakenIn(_ context.Context, pool, _ string) (map[netip.Addr]types.UID, error) {
+func (s *fakeStore) TakenIn(_ context.Context, pool, _ string) (map[netip.Addr]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls["list"]++
-	out := map[netip.Addr]types.UID{}
+	out := map[netip.Addr]bool{}
 	for _, o := range s.objs {
 		if naming.PoolOf(o.Spec.Pool, o.Spec.Network) == pool {
-			out[netip.MustParseAddr(o.Spec.IP)] = o.Spec.Owner.UID
+			out[netip.MustParseAddr(o.Spec.IP)] = true
 		}
 	}
 	return out, nil
@@ -206,48 +215,59 @@ func (s *fakeStore) Retire(_ context.Context, name string, uid types.UID, rv str
 }
 
 // fakeClaims is an in-memory ClaimStore with resourceVersion semantics.
+// The agent only reads claims (ClaimStore has no write): the test writes
+// them, as ipkeeper-controller would.
 type fakeClaims struct {
 	mu     sync.Mutex
 	claims map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim
 	rv     int
-	// beforeStatus runs before a status write is applied: the place where
-	// another writer (the other node of a migration) gets in first.
-	beforeStatus func(c *ipamclaimsv1alpha1.IPAMClaim)
-	// failAfterStatus, once, is returned after a status write was applied.
-	failAfterStatus error
-	// failStatus, once, is returned instead of applying a status write.
-	failStatus error
+	// changed is closed, and replaced, at every write: what a watch of
+	// the claim would deliver to a waiting Wait.
+	changed chan struct{}
+	// waiting receives a claim's key each time a Wait finds it missing or
+	// without addresses and starts waiting: a test writes the claim once
+	// the ADD waits for it, with no sleep.
+	waiting chan types.NamespacedName
 	// failGet, once, is returned instead of reading a claim.
 	failGet error
 }
 
-var claimsGR = schema.GroupResource{Group: "k8s.cni.cncf.io", Resource: "ipamclaims"}
-
 func newFakeClaims(cs ...*ipamclaimsv1alpha1.IPAMClaim) *fakeClaims {
-	f := &fakeClaims{claims: map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{}}
+	f := &fakeClaims{
+		claims:  map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{},
+		changed: make(chan struct{}),
+		waiting: make(chan types.NamespacedName, 16),
+	}
 	for _, c := range cs {
 		f.put(c)
 	}
 	return f
 }
 
+// wroteLocked bumps the resourceVersion and wakes the waiting Waits.
+func (f *fakeClaims) wroteLocked(c *ipamclaimsv1alpha1.IPAMClaim) {
+	f.rv++
+	c.ResourceVersion = strconv.Itoa(f.rv)
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// put creates or replaces a claim.
 func (f *fakeClaims) put(c *ipamclaimsv1alpha1.IPAMClaim) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.rv++
 	c = c.DeepCopy()
-	c.ResourceVersion = strconv.Itoa(f.rv)
 	f.claims[types.NamespacedName{Namespace: c.Namespace, Name: c.Name}] = c
+	f.wroteLocked(c)
 }
 
-// setStatusIPs writes status.ips as another writer would.
+// setStatusIPs writes status.ips as ipkeeper-controller would.
 func (f *fakeClaims) setStatusIPs(ns, name string, ips ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.claims[types.NamespacedName{Namespace: ns, Name: name}]
 	c.Status.IPs = ips
-	f.rv++
-	c.ResourceVersion = strconv.Itoa(f.rv)
+	f.wroteLocked(c)
 }
 
 func (f *fakeClaims) Get(_ context.Context, ns, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {
@@ -264,49 +284,55 @@ func (f *fakeClaims) Get(_ context.Context, ns, name string) (*ipamclaimsv1alpha
 	return c.DeepCopy(), nil
 }
 
-func (f *fakeClaims) Wait(ctx context.Context, ns, name string, _ time.Duration) (*ipamclaimsv1alpha1.IPAMClaim, error) {
-	return f.Get(ctx, ns, name)
-}
-
-func (f *fakeClaims) UpdateStatus(_ context.Context, c *ipamclaimsv1alpha1.IPAMClaim) error {
-	if f.beforeStatus != nil {
-		hook := f.beforeStatus
-		f.beforeStatus = nil // once: the other writer gets in first, then we win
-		hook(c)
+// Wait has apiClaimStore.Wait's contract: the claim once it exists and
+// records addresses, else, after timeout, errClaimMissing (wrapped) or a
+// *noAddressesError with the claim as last seen.
+func (f *fakeClaims) Wait(ctx context.Context, ns, name string, timeout time.Duration) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	announced := false
+	for {
+		f.mu.Lock()
+		if err := f.failGet; err != nil {
+			f.failGet = nil
+			f.mu.Unlock()
+			return nil, err
+		}
+		var last *ipamclaimsv1alpha1.IPAMClaim
+		if c, ok := f.claims[key]; ok {
+			last = c.DeepCopy()
+		}
+		changed := f.changed
+		f.mu.Unlock()
+		if last != nil && len(last.Status.IPs) > 0 {
+			return last, nil
+		}
+		if !announced {
+			announced = true
+			select {
+			case f.waiting <- key:
+			default:
+			}
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			if last == nil {
+				return nil, fmt.Errorf("%w: %s/%s did not appear within %s", errClaimMissing, ns, name, timeout)
+			}
+			return nil, &noAddressesError{claim: last, timeout: timeout}
+		}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.failStatus; err != nil {
-		f.failStatus = nil
-		return err
-	}
-	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
-	o, ok := f.claims[key]
-	if !ok {
-		return apierrors.NewNotFound(claimsGR, c.Name)
-	}
-	if o.ResourceVersion != c.ResourceVersion {
-		return apierrors.NewConflict(claimsGR, c.Name, fmt.Errorf("the object has been modified"))
-	}
-	n := o.DeepCopy()
-	n.Status = *c.Status.DeepCopy()
-	f.rv++
-	n.ResourceVersion = strconv.Itoa(f.rv)
-	f.claims[key] = n
-	c.ResourceVersion = n.ResourceVersion
-	if err := f.failAfterStatus; err != nil {
-		f.failAfterStatus = nil
-		return err
-	}
-	return nil
 }
 
 // newTestAgent builds an agent for node-a on fake stores, with no API
-// server: for unit tests of allocation and release.
+// server: for unit tests of allocation and release. It has no block taker:
+// addresses come from the whole range.
 func newTestAgent(t testing.TB, store Store, claims ClaimStore) *Agent {
 	t.Helper()
 	a := &Agent{
-		opts:      Options{NodeName: "node-a", ClaimWaitTimeout: time.Second, CNIGCMinAge: time.Minute},
+		opts:      Options{NodeName: "node-a", ClaimWaitTimeout: time.Second, PoolWaitTimeout: time.Second, CNIGCMinAge: time.Minute},
 		log:       logr.Discard(),
 		store:     store,
 		claims:    claims,
@@ -324,18 +350,24 @@ func newTestAgent(t testing.TB, store Store, claims ClaimStore) *Agent {
 	return a
 }
 
-// fakePoolStore keeps IPPools in memory; Create stamps what the API server
-// would (UID, generation, creation time).
+// fakePoolStore keeps IPPools in memory; the agent only reads them, the
+// test writes them as an admin or ipkeeper-controller would.
 type fakePoolStore struct {
 	mu    sync.Mutex
 	pools map[string]*ipkeeperv1alpha1.IPPool
 	n     int
 	// failGet, while set, is returned instead of reading a pool.
 	failGet error
+	// cachedReads counts Cached calls: the polls of an ADD waiting for
+	// its inline pool.
+	cachedReads int
+	// missed receives the name of a pool a Cached call did not find: an
+	// ADD waits for it.
+	missed chan string
 }
 
 func newFakePoolStore() *fakePoolStore {
-	return &fakePoolStore{pools: map[string]*ipkeeperv1alpha1.IPPool{}}
+	return &fakePoolStore{pools: map[string]*ipkeeperv1alpha1.IPPool{}, missed: make(chan string, 1)}
 }
 
 func (s *fakePoolStore) Get(_ context.Context, name string) (*ipkeeperv1alpha1.IPPool, error) {
@@ -351,22 +383,30 @@ func (s *fakePoolStore) Get(_ context.Context, name string) (*ipkeeperv1alpha1.I
 	return p.DeepCopy(), nil
 }
 
-func (s *fakePoolStore) Create(_ context.Context, p *ipkeeperv1alpha1.IPPool) error {
+func (s *fakePoolStore) Cached(_ context.Context, name string) (*ipkeeperv1alpha1.IPPool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.pools[p.Name]; ok {
-		return fmt.Errorf("%w: IPPool %s", ErrTaken, p.Name)
+	s.cachedReads++
+	p, ok := s.pools[name]
+	if !ok {
+		select {
+		case s.missed <- name:
+		default:
+		}
+		return nil, fmt.Errorf("%w: %s", ErrPoolMissing, name)
 	}
-	s.n++
-	p.UID = types.UID(fmt.Sprintf("pool-uid-%d", s.n))
-	p.Generation = 1
-	p.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, s.n, 0, time.UTC))
-	s.pools[p.Name] = p.DeepCopy()
-	return nil
+	return p.DeepCopy(), nil
+}
+
+func (s *fakePoolStore) cachedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cachedReads
 }
 
 // put stores a pool as an admin would write it (or replaces its spec),
-// bumping the generation.
+// bumping the generation; what the API server stamps (UID, creation
+// time, a second apart) is stamped here.
 func (s *fakePoolStore) put(p *ipkeeperv1alpha1.IPPool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -383,6 +423,29 @@ func (s *fakePoolStore) put(p *ipkeeperv1alpha1.IPPool) {
 	c.Generation = 1
 	c.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, s.n, 0, time.UTC))
 	s.pools[p.Name] = c
+}
+
+// makeInline does what ipkeeper-controller does for a NAD of an inline
+// network (inlinepool.Reconciler): it makes the network's pool unless it
+// exists or the network overlaps another inline network's pool, which the
+// controller refuses. It reports whether it made one.
+func (s *fakePoolStore) makeInline(t testing.TB, cfg *ipamconfig.Config, nad types.NamespacedName) bool {
+	t.Helper()
+	if cfg.Pool != "" {
+		return false
+	}
+	pools, _ := s.List(context.Background(), true)
+	for _, p := range pools {
+		if p.Name == cfg.PoolName() {
+			return false
+		}
+	}
+	rangesOf := func(p *ipkeeperv1alpha1.IPPool) ([]iprange.Range, error) { return ipamconfig.PoolRanges(&p.Spec) }
+	if _, refused := inlinepool.FindOverlap(cfg.Name, cfg.NetworkName, cfg.Ranges, nil, pools, rangesOf); refused != nil {
+		return false
+	}
+	s.put(inlinepool.Build(cfg, nad))
+	return true
 }
 
 // remove deletes a pool, as an admin would.

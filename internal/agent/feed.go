@@ -151,8 +151,8 @@ func (f *reservationFeed) Transformer() toolscache.TransformFunc {
 }
 
 // trimReservation drops what entryOf does not read (managed fields are most
-// of a decoded reservation) and, of another node's pod reservation, what
-// the index does not keep of it (see index.remote).
+// of a decoded reservation) and, of a reservation that is not this node's
+// pods', what the index does not keep of it (see index.remote).
 func trimReservation(r *ipkeeperv1alpha1.IPReservation, node string) {
 	r.ObjectMeta = metav1.ObjectMeta{
 		Name: r.Name, UID: r.UID, ResourceVersion: r.ResourceVersion, CreationTimestamp: r.CreationTimestamp,
@@ -167,13 +167,14 @@ func trimReservation(r *ipkeeperv1alpha1.IPReservation, node string) {
 type reservationScope struct{ name, selector string }
 
 // reservationScopes are what the agent of node watches: its node's
-// labelled pod reservations, and every unlabelled reservation. Together
-// they are every reservation but other nodes' labelled ones, which lie in
-// those nodes' address blocks.
+// labelled pod reservations, and every reservation of no block's holder.
+// Together they are every reservation but those in other holders' address
+// blocks: other nodes' (labelled with the node) and IPAMClaims' (labelled
+// as in a block of claims), whose addresses this agent never hands out.
 func reservationScopes(node string) []reservationScope {
 	return []reservationScope{
 		{"of this node", naming.NodeLabel + "=" + naming.NodeLabelValue(node)},
-		{"of no node", "!" + naming.NodeLabel},
+		{"of no block's holder", "!" + naming.NodeLabel + ",!" + naming.ClaimsBlockLabel},
 	}
 }
 

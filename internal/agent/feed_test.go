@@ -128,33 +128,44 @@ func mustFeed(t *testing.T, err error) {
 	}
 }
 
-// An agent's index keeps another node's pod reservations as taken
-// addresses only; its own node's and every claim's stay whole.
-func TestIndexKeepsOtherNodesPodsCompact(t *testing.T) {
+// An agent's index keeps only its own node's pod reservations whole: of
+// another node's pods', and of every claim's (ipkeeper-controller's to
+// write, whichever node made it), it keeps the taken address, the
+// object's identity and version and the owner's kind, and no attachment,
+// sandbox or node lookup finds them.
+func TestIndexKeepsAllButOwnNodesPodsCompact(t *testing.T) {
 	x := newNodeIndex("node-a")
 	mine := podEntry(t, "blue", "10.0.0.1", "pod-1", "net1", "c1")
 	mine.node = "node-a"
 	theirs := podEntry(t, "blue", "10.0.0.2", "pod-2", "net1", "c2")
 	theirs.node = "node-b"
-	claim := claimEntry(t, "blue", "10.0.0.3", "claim-1", "net1")
-	claim.node = "node-b"
+	claimThere := claimEntry(t, "blue", "10.0.0.3", "claim-1", "net1")
+	claimThere.node = "node-b"
+	// A claim reservation an agent of an earlier version made on this
+	// node, with its sandbox: no DEL or GC of this node may find it.
+	claimHere := with(claimEntry(t, "blue", "10.0.0.5", "claim-2", "net1"), func(e *entry) { e.containerID = "c1"; e.node = "node-a" })
+	// One ipkeeper-controller made: no node, no sandbox.
+	claimOfController := with(claimEntry(t, "blue", "10.0.0.6", "claim-3", ""), func(e *entry) { e.node = "" })
 	retiredThere := with(podEntry(t, "blue", "10.0.0.4", "pod-4", "net1", "c4"), func(e *entry) {
 		e.node = "node-b"
 		e.reuseAfter = time.Now().Add(time.Hour)
 	})
-	for _, e := range []entry{mine, theirs, claim, retiredThere} {
+	all := []entry{mine, theirs, claimThere, claimHere, claimOfController, retiredThere}
+	for _, e := range all {
 		x.observe(e)
 	}
 	checkIndex(t, x)
 
 	taken := x.takenFunc("blue", time.Now())
-	for _, ip := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"} {
-		if !taken(netip.MustParseAddr(ip)) {
-			t.Errorf("%s is not taken", ip)
+	for _, e := range all {
+		if !taken(e.ip) {
+			t.Errorf("%s is not taken", e.ip)
 		}
 	}
-	if got, ok := x.get(theirs.name); !ok || got.uid != theirs.uid || got.rv != theirs.rv || got.owner.Kind != ipkeeperv1alpha1.OwnerPod || got.owner.UID != "" || got.containerID != "" {
-		t.Errorf("another node's pod reservation is held as %+v (present %v), want its identity, version and owner kind only", got, ok)
+	for _, e := range []entry{theirs, claimThere, claimHere, claimOfController} {
+		if got, ok := x.get(e.name); !ok || got.uid != e.uid || got.rv != e.rv || got.owner.Kind != e.owner.Kind || got.owner.UID != "" || got.containerID != "" || got.ifName != "" {
+			t.Errorf("%s (%s on %q) is held as %+v (present %v), want its identity, version and owner kind only", e.name, e.owner.Kind, e.node, got, ok)
+		}
 	}
 	if got, _ := x.get(retiredThere.name); !got.released() {
 		t.Error("another node's released reservation is no longer released")
@@ -162,24 +173,27 @@ func TestIndexKeepsOtherNodesPodsCompact(t *testing.T) {
 	if got := x.attachment("blue", "pod-2", "net1"); len(got) != 0 {
 		t.Errorf("another node's pod attachment found: %+v", got)
 	}
+	if got := x.attachment("blue", "claim-2", "net1"); len(got) != 0 {
+		t.Errorf("a claim's reservation found as an attachment: %+v", got)
+	}
 	if got := x.attachment("blue", "pod-1", "net1"); len(got) != 1 || got[0].containerID != "c1" {
 		t.Errorf("own pod attachment = %+v, want it whole", got)
 	}
-	if got := x.claim("blue", "claim-1"); len(got) != 1 || got[0].owner.UID != "claim-1" || got[0].ifName != "net1" {
-		t.Errorf("claim made on another node = %+v, want it whole", got)
+	if got := x.sandbox("blue", "c1", "net1"); len(got) != 1 || got[0].name != mine.name {
+		t.Errorf("sandbox c1 = %v, want only the pod's reservation, not the claim's made with the same sandbox", sortedNames(got))
 	}
 	if got := x.onNode("node-a", "blue"); len(got) != 1 || got[0].name != mine.name {
-		t.Errorf("onNode(node-a) = %+v, want only its own reservation", got)
+		t.Errorf("onNode(node-a) = %v, want only its own pod's reservation", sortedNames(got))
 	}
 
 	// Removing them leaves nothing behind.
-	for _, e := range []entry{mine, theirs, claim, retiredThere} {
+	for _, e := range all {
 		x.remove(e.name, e.uid)
 	}
 	checkIndex(t, x)
-	if x.len() != 0 || len(x.taken) != 0 || len(x.byPod) != 0 || len(x.bySandbox) != 0 || len(x.byClaim) != 0 || len(x.retired) != 0 || len(x.byNode) != 0 {
-		t.Errorf("after removing everything: %d entries, taken %v, byPod %v, bySandbox %v, byClaim %v, retired %v, byNode %v",
-			x.len(), x.taken, x.byPod, x.bySandbox, x.byClaim, x.retired, x.byNode)
+	if x.len() != 0 || len(x.taken) != 0 || len(x.byPod) != 0 || len(x.bySandbox) != 0 || len(x.retired) != 0 || len(x.byNode) != 0 {
+		t.Errorf("after removing everything: %d entries, taken %v, byPod %v, bySandbox %v, retired %v, byNode %v",
+			x.len(), x.taken, x.byPod, x.bySandbox, x.retired, x.byNode)
 	}
 }
 
@@ -236,7 +250,9 @@ func TestReservationFeedTrims(t *testing.T) {
 	}{
 		{"another node's pod", full("10.0.0.1", "node-b", ipkeeperv1alpha1.OwnerPod), false},
 		{"own node's pod", full("10.0.0.2", "node-a", ipkeeperv1alpha1.OwnerPod), true},
-		{"a claim made on another node", full("10.0.0.3", "node-b", ipkeeperv1alpha1.OwnerIPAMClaim), true},
+		{"a claim made on another node", full("10.0.0.3", "node-b", ipkeeperv1alpha1.OwnerIPAMClaim), false},
+		{"a claim made on this node", full("10.0.0.4", "node-a", ipkeeperv1alpha1.OwnerIPAMClaim), false},
+		{"a claim of no node", full("10.0.0.5", "", ipkeeperv1alpha1.OwnerIPAMClaim), false},
 	}
 	for _, c := range cases {
 		want := c.in.DeepCopy()

@@ -40,7 +40,8 @@ func podEntry(t testing.TB, network, ip string, podUID types.UID, ifName, contai
 	}
 }
 
-// claimEntry is an index entry for an IPAMClaim-owned reservation.
+// claimEntry is an index entry for an IPAMClaim-owned reservation (as an
+// agent of an earlier version made them, with interface and node).
 func claimEntry(t testing.TB, network, ip string, claimUID types.UID, ifName string) entry {
 	t.Helper()
 	e := podEntry(t, network, ip, claimUID, ifName, "")
@@ -56,7 +57,8 @@ func with(e entry, f func(*entry)) entry {
 }
 
 // checkIndex fails t when x's maps disagree with each other or hold empty
-// inner maps (which would leak per network, attachment or claim).
+// inner maps (which would leak per network, attachment or node), or link a
+// reservation that is not a pod's of the index's node.
 func checkIndex(t testing.TB, x *index) {
 	t.Helper()
 	x.mu.RLock()
@@ -72,13 +74,20 @@ func checkIndex(t testing.TB, x *index) {
 		inPod := x.byPod[k].has(name)
 		inSandbox := x.bySandbox[sandboxKey{e.pool, e.containerID, e.ifName}].has(name)
 		inNode := x.byNode[nodeKey{e.node, e.pool}].has(name)
-		inClaim := x.byClaim[e.owner.UID].has(name)
 		inRetired := x.retired[nodeKey{e.node, e.pool}].has(name)
 		if x.remote(e) {
-			// Another node's pod: only its address and identity are kept.
-			if inPod || inSandbox || inNode || inClaim || inRetired || e.owner.UID != "" || e.containerID != "" || e.ifName != "" {
-				t.Errorf("another node's %s is kept whole (%+v) or found by byPod %v, bySandbox %v, byNode %v, byClaim %v, retired %v",
-					name, e, inPod, inSandbox, inNode, inClaim, inRetired)
+			// Not a pod of this node: only its address, identity and
+			// owner kind are kept.
+			if inPod || inSandbox || inNode || inRetired || e.owner.UID != "" || e.containerID != "" || e.ifName != "" {
+				t.Errorf("%s (owner kind %s, node %q) is kept whole (%+v) or found by byPod %v, bySandbox %v, byNode %v, retired %v",
+					name, e.owner.Kind, e.node, e, inPod, inSandbox, inNode, inRetired)
+			}
+			continue
+		}
+		if e.owner.Kind != ipkeeperv1alpha1.OwnerPod {
+			// A claim's (or another owner's): the agent acts on none.
+			if inPod || inSandbox || inNode || inRetired {
+				t.Errorf("%s (owner kind %s) is found by byPod %v, bySandbox %v, byNode %v, retired %v", name, e.owner.Kind, inPod, inSandbox, inNode, inRetired)
 			}
 			continue
 		}
@@ -86,23 +95,14 @@ func checkIndex(t testing.TB, x *index) {
 			t.Errorf("%s (released %v) in retired = %v", name, e.released(), inRetired)
 		}
 		if e.released() {
-			// Nobody's: no attachment, sandbox, node or claim finds it.
-			if inPod || inSandbox || inNode || inClaim {
-				t.Errorf("released %s is still found by byPod %v, bySandbox %v, byNode %v, byClaim %v", name, inPod, inSandbox, inNode, inClaim)
+			// Nobody's: no attachment, sandbox or node finds it.
+			if inPod || inSandbox || inNode {
+				t.Errorf("released %s is still found by byPod %v, bySandbox %v, byNode %v", name, inPod, inSandbox, inNode)
 			}
 			continue
 		}
-		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerPod; inPod != want {
-			t.Errorf("%s (owner kind %s) in byPod = %v, want %v", name, e.owner.Kind, inPod, want)
-		}
-		if !inSandbox {
-			t.Errorf("%s (owner kind %s) missing from bySandbox", name, e.owner.Kind)
-		}
-		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerPod; inNode != want {
-			t.Errorf("%s (owner kind %s) in byNode = %v, want %v", name, e.owner.Kind, inNode, want)
-		}
-		if want := e.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim; inClaim != want {
-			t.Errorf("%s (owner kind %s) in byClaim = %v, want %v", name, e.owner.Kind, inClaim, want)
+		if !inPod || !inSandbox || !inNode {
+			t.Errorf("pod reservation %s missing from byPod %v, bySandbox %v or byNode %v", name, inPod, inSandbox, inNode)
 		}
 	}
 	for k, m := range x.retired {
@@ -112,17 +112,6 @@ func checkIndex(t testing.TB, x *index) {
 		for name := range m.all() {
 			if e, ok := x.byName[name]; !ok || !e.released() || (nodeKey{e.node, e.pool}) != k {
 				t.Errorf("retired[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok)
-			}
-		}
-	}
-	for uid, m := range x.byClaim {
-		if m.len() == 0 {
-			t.Errorf("byClaim[%q] is an empty set (leak)", uid)
-		}
-		for name := range m.all() {
-			e, ok := x.byName[name]
-			if !ok || e.owner.UID != uid || e.owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim {
-				t.Errorf("byClaim[%q] lists %q, which the index holds as %+v (present: %v)", uid, name, e, ok)
 			}
 		}
 	}

@@ -121,8 +121,6 @@ type index struct {
 	byPod     map[attachmentKey]set
 	bySandbox map[sandboxKey]set
 	byNode    map[nodeKey]set
-	// byClaim finds the reservations an IPAMClaim (by UID) holds.
-	byClaim map[types.UID]set
 	// retired finds the released reservations a node made on a pool,
 	// waiting out the cooldown: the ones its agent may delete once expired.
 	retired map[nodeKey]set
@@ -250,7 +248,6 @@ func newIndex() *index {
 		byPod:      map[attachmentKey]set{},
 		bySandbox:  map[sandboxKey]set{},
 		byNode:     map[nodeKey]set{},
-		byClaim:    map[types.UID]set{},
 		retired:    map[nodeKey]set{},
 		conflicts:  map[string]map[netip.Addr]time.Time{},
 		pending:    map[string]map[netip.Addr]int{},
@@ -303,20 +300,19 @@ func (x *index) observe(e entry) {
 	x.upsertLocked(e)
 }
 
-// remote reports whether e is a pod reservation of another node. An agent
-// acts only on its own node's pods (ADD, DEL, GC, cooldown expiry) and on
-// claims, which move between nodes; of another node's pod reservation it
-// needs the address, the object's identity and version, and the owner's
-// kind. In a cluster of many nodes these are almost all reservations, so
-// they are kept without the rest and found by no attachment, sandbox or
-// node.
+// remote reports whether e is anything but a pod reservation of this
+// node. An agent acts only on its own node's pods (ADD, DEL, GC, cooldown
+// expiry); of any other reservation it sees (another node's pod's, a
+// claim's, another writer's) it needs the address, the object's identity
+// and version, and the owner's kind, so those are kept without the rest
+// and found by no attachment, sandbox or node.
 func (x *index) remote(e entry) bool { return remoteTo(x.node, e.node, e.owner.Kind) }
 
 // remoteTo reports whether a reservation made on node resNode for an owner
-// of the given kind is another node's pod reservation, as seen by an agent
+// of the given kind is not one of this node's pods', as seen by an agent
 // of node ("" keeps every reservation whole).
 func remoteTo(node, resNode string, ownerKind ipkeeperv1alpha1.OwnerKind) bool {
-	return node != "" && resNode != "" && resNode != node && ownerKind == ipkeeperv1alpha1.OwnerPod
+	return node != "" && (resNode != node || ownerKind != ipkeeperv1alpha1.OwnerPod)
 }
 
 func (x *index) upsertLocked(e entry) {
@@ -336,22 +332,19 @@ func (x *index) upsertLocked(e entry) {
 	if c := x.conflicts[e.pool]; c != nil {
 		delete(c, e.ip)
 	}
-	if remote {
+	// Only pods' reservations are found by attachment, sandbox or node:
+	// the agent acts on no other.
+	if remote || e.owner.Kind != ipkeeperv1alpha1.OwnerPod {
 		return
 	}
 	if e.released() {
-		// Holds the address for nobody: no attachment or claim finds it.
+		// Holds the address for nobody: no attachment finds it.
 		link(x.retired, nodeKey{e.node, e.pool}, e.name)
 		return
 	}
 	link(x.bySandbox, sandboxKey{e.pool, e.containerID, e.ifName}, e.name)
-	switch e.owner.Kind {
-	case ipkeeperv1alpha1.OwnerPod:
-		link(x.byPod, attachmentKey{e.pool, e.owner.UID, e.ifName}, e.name)
-		link(x.byNode, nodeKey{e.node, e.pool}, e.name)
-	case ipkeeperv1alpha1.OwnerIPAMClaim:
-		link(x.byClaim, e.owner.UID, e.name)
-	}
+	link(x.byPod, attachmentKey{e.pool, e.owner.UID, e.ifName}, e.name)
+	link(x.byNode, nodeKey{e.node, e.pool}, e.name)
 }
 
 // remove drops a reservation the informer reports deleted, if the index
@@ -402,7 +395,7 @@ func (x *index) unlinkLocked(e entry) {
 			delete(x.taken, e.pool)
 		}
 	}
-	if x.remote(e) {
+	if x.remote(e) || e.owner.Kind != ipkeeperv1alpha1.OwnerPod {
 		return
 	}
 	if e.released() {
@@ -410,13 +403,8 @@ func (x *index) unlinkLocked(e entry) {
 		return
 	}
 	unlink(x.bySandbox, sandboxKey{e.pool, e.containerID, e.ifName}, e.name)
-	switch e.owner.Kind {
-	case ipkeeperv1alpha1.OwnerPod:
-		unlink(x.byPod, attachmentKey{e.pool, e.owner.UID, e.ifName}, e.name)
-		unlink(x.byNode, nodeKey{e.node, e.pool}, e.name)
-	case ipkeeperv1alpha1.OwnerIPAMClaim:
-		unlink(x.byClaim, e.owner.UID, e.name)
-	}
+	unlink(x.byPod, attachmentKey{e.pool, e.owner.UID, e.ifName}, e.name)
+	unlink(x.byNode, nodeKey{e.node, e.pool}, e.name)
 }
 
 func link[K comparable](m map[K]set, k K, name string) {
@@ -495,16 +483,10 @@ func (x *index) pendingFunc(pool string) func(netip.Addr) bool {
 
 // takenFunc returns the predicate the allocator scans with.
 func (x *index) takenFunc(pool string, now time.Time) func(netip.Addr) bool {
-	return x.takenFuncExcept(pool, now, "")
-}
-
-// takenFuncExcept is takenFunc for a holder (a claim) whose own
-// reservations are its to adopt, not taken: those of owner, when set.
-func (x *index) takenFuncExcept(pool string, now time.Time, owner types.UID) func(netip.Addr) bool {
 	return func(ip netip.Addr) bool {
 		x.mu.RLock()
 		defer x.mu.RUnlock()
-		if name, ok := x.taken[pool][ip]; ok && (owner == "" || x.byName[name].owner.UID != owner) {
+		if _, ok := x.taken[pool][ip]; ok {
 			return true
 		}
 		t, ok := x.conflicts[pool][ip]
@@ -570,7 +552,7 @@ func (x *index) attachment(pool string, podUID types.UID, ifName string) []entry
 	return x.entries(x.byPod[attachmentKey{pool, podUID, ifName}])
 }
 
-// sandbox returns the reservations (of pods and claims) a sandbox's interface made or holds.
+// sandbox returns the pod reservations a sandbox's interface made or holds.
 func (x *index) sandbox(pool, containerID, ifName string) []entry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -592,19 +574,6 @@ func (x *index) expired(node, pool string, now time.Time) []entry {
 	var out []entry
 	for name := range x.retired[nodeKey{node, pool}].all() {
 		if e := x.byName[name]; !now.Before(e.reuseAfter) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// claim returns the reservations of a pool an IPAMClaim holds.
-func (x *index) claim(pool string, claimUID types.UID) []entry {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	var out []entry
-	for name := range x.byClaim[claimUID].all() {
-		if e := x.byName[name]; e.pool == pool {
 			out = append(out, e)
 		}
 	}

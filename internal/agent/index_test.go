@@ -329,46 +329,52 @@ func TestIndexAttachment(t *testing.T) {
 	}
 }
 
-func TestIndexClaim(t *testing.T) {
-	c4 := claimEntry(t, netA, "10.0.0.5", "claim-1", "net1")
-	c6 := claimEntry(t, netA, "fd00::5", "claim-1", "net1")
-	cB := claimEntry(t, netB, "10.0.0.5", "claim-1", "net1")
-	other := claimEntry(t, netA, "10.0.0.6", "claim-2", "net1")
-	// A pod whose UID equals the claim's is still not the claim's.
-	pod := podEntry(t, netA, "10.0.0.7", "claim-1", "net1", "s1")
-
-	x := newIndex()
-	for _, e := range []entry{c4, c6, cB, other, pod} {
-		x.upsert(e)
-	}
-	checkIndex(t, x)
-	tests := []struct {
-		name    string
-		ops     func()
-		network string
-		uid     types.UID
-		want    []entry
-	}{
-		{"dual-stack claim on one network", func() {}, netA, "claim-1", []entry{c4, c6}},
-		{"same claim, other network", func() {}, netB, "claim-1", []entry{cB}},
-		{"other claim", func() {}, netA, "claim-2", []entry{other}},
-		{"unknown claim", func() {}, netA, "claim-9", nil},
-		{"unknown network", func() {}, "net-z", "claim-1", nil},
-		{"stale remove keeps it", func() { x.remove(c4.name, "stale") }, netA, "claim-1", []entry{c4, c6}},
-		{"remove one family", func() { x.remove(c4.name, c4.uid) }, netA, "claim-1", []entry{c6}},
-		{"re-upsert as pod-owned leaves the claim", func() { x.upsert(with(c6, func(e *entry) { e.owner.Kind = ipkeeperv1alpha1.OwnerPod })) }, netA, "claim-1", nil},
-		{"other network unaffected", func() {}, netB, "claim-1", []entry{cB}},
-	}
-	for _, tt := range tests { // in order: each step builds on the previous
-		t.Run(tt.name, func(t *testing.T) {
-			tt.ops()
-			checkIndex(t, x)
-			got := x.claim(tt.network, tt.uid)
-			slices.SortFunc(got, func(a, b entry) int { return a.ip.Compare(b.ip) })
-			if !slices.Equal(got, tt.want) {
-				t.Errorf("claim(%s, %s) = %v, want %v", tt.network, tt.uid, sortedNames(got), sortedNames(tt.want))
+// The agent acts only on pods' reservations (DEL, GC, cooldown expiry):
+// a claim's is ipkeeper-controller's. So a claim reservation keeps its
+// address taken but no lookup finds it, even one made, as agents of an
+// earlier version did, with a sandbox, an interface and a node that a
+// pod's DEL or GC would name.
+func TestIndexLinksOnlyPodReservations(t *testing.T) {
+	pod := podEntry(t, netA, "10.0.0.5", "uid-1", "net1", "s1")
+	// The same UID, sandbox, interface and node as the pod's.
+	claim := with(claimEntry(t, netA, "10.0.0.6", "uid-1", "net1"), func(e *entry) { e.containerID = "s1" })
+	expired := with(claimEntry(t, netA, "10.0.0.7", "claim-2", "net1"), func(e *entry) { e.reuseAfter = time.Now().Add(-time.Hour) })
+	for _, x := range []*index{newIndex(), newNodeIndex("node-a")} {
+		for _, e := range []entry{pod, claim, expired} {
+			x.upsert(e)
+		}
+		checkIndex(t, x)
+		taken := x.takenFunc(netA, time.Now())
+		if !taken(claim.ip) || !taken(expired.ip) {
+			t.Errorf("index of node %q: a claim's address is free (taken %v, %v)", x.node, taken(claim.ip), taken(expired.ip))
+		}
+		for _, tt := range []struct {
+			name   string
+			lookup func() []entry
+		}{
+			{"attachment (ADD, CHECK)", func() []entry { return x.attachment(netA, "uid-1", "net1") }},
+			{"sandbox (DEL)", func() []entry { return x.sandbox(netA, "s1", "net1") }},
+			{"node (GC)", func() []entry { return x.onNode("node-a", netA) }},
+			{"expired (reclaim)", func() []entry { return x.expired("node-a", netA, time.Now()) }},
+		} {
+			for _, e := range tt.lookup() {
+				if e.owner.Kind != ipkeeperv1alpha1.OwnerPod {
+					t.Errorf("index of node %q: %s found %s, owned by %s", x.node, tt.name, e.name, e.owner.Kind)
+				}
 			}
-		})
+		}
+		if got := x.sandbox(netA, "s1", "net1"); len(got) != 1 || got[0].name != pod.name {
+			t.Errorf("index of node %q: sandbox s1 = %v, want the pod's reservation only", x.node, sortedNames(got))
+		}
+		// A reservation whose owner became a claim leaves every lookup.
+		x.upsert(with(pod, func(e *entry) { e.owner.Kind = ipkeeperv1alpha1.OwnerIPAMClaim }))
+		checkIndex(t, x)
+		if got := x.sandbox(netA, "s1", "net1"); len(got) != 0 {
+			t.Errorf("index of node %q: sandbox s1 still finds %v after its owner became a claim", x.node, sortedNames(got))
+		}
+		if !x.takenFunc(netA, time.Now())(pod.ip) {
+			t.Errorf("index of node %q: %s is free after its owner became a claim", x.node, pod.ip)
+		}
 	}
 }
 
@@ -423,7 +429,7 @@ func TestIndexLookupsAndLen(t *testing.T) {
 		{"sandbox on a network (DEL)", func() []entry { return x.sandbox(netA, "s1", "net1") }, []entry{a1}},
 		{"same sandbox, other network", func() []entry { return x.sandbox(netB, "s1", "net1") }, []entry{b1}},
 		{"sandbox, other interface", func() []entry { return x.sandbox(netA, "s1", "net2") }, nil},
-		{"claims", func() []entry { return x.claim(netA, "claim-1") }, []entry{c1}},
+		{"a claim is no attachment", func() []entry { return x.attachment(netA, "claim-1", "net1") }, nil},
 		{"attachment", func() []entry { return x.attachment(netA, "pod-2", "net1") }, []entry{a2}},
 	}
 	byName := func(a, b entry) int {
@@ -575,9 +581,9 @@ func TestIndexConcurrentReadersAndWriters(t *testing.T) {
 						t.Errorf("attachment for %s returned %s's entry (%s)", e.owner.UID, got.owner.UID, got.owner.Kind)
 					}
 				}
-				for _, got := range x.claim(netA, e.owner.UID) {
-					if got.owner.UID != e.owner.UID || got.owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim {
-						t.Errorf("claim %s returned %s's entry (%s)", e.owner.UID, got.owner.UID, got.owner.Kind)
+				for _, got := range x.sandbox(netA, e.containerID, "net1") {
+					if got.owner.Kind != ipkeeperv1alpha1.OwnerPod {
+						t.Errorf("sandbox %s returned %s, owned by %s", e.containerID, got.name, got.owner.Kind)
 					}
 				}
 				if got, ok := x.get(e.name); ok && got.name != e.name {
@@ -588,7 +594,6 @@ func TestIndexConcurrentReadersAndWriters(t *testing.T) {
 						t.Errorf("onNode(node-a) returned %s on %s", got.name, got.node)
 					}
 				}
-				x.sandbox(netA, e.containerID, "net1")
 				x.len()
 			}
 		}()

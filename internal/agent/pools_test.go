@@ -21,11 +21,16 @@ import (
 )
 
 // addVia runs what Add does after resolving the pod: resolve the pool and
-// allocate for the pod.
+// allocate for the pod. An inline network has its pool, as
+// ipkeeper-controller makes it from the NAD before any pod attaches
+// (unless it refuses to: an overlapping network).
 func addVia(t *testing.T, a *Agent, conf, containerID string, podUID types2.UID) (string, error) {
 	t.Helper()
 	pod := testPod("pod-"+string(podUID), podUID)
 	req := testRequest(t, cniproto.CmdAdd, conf, containerID, pod)
+	if ps, ok := a.poolStore.(*fakePoolStore); ok {
+		ps.makeInline(t, req.cfg, testNAD(req.cfg))
+	}
 	pool, err := a.resolvePool(context.Background(), req)
 	if err != nil {
 		return "", err
@@ -52,7 +57,11 @@ func mustContainAll(t *testing.T, err error, subs ...string) {
 	}
 }
 
-func TestInlineNetworkGetsOnePoolAndDisagreeingNADsAreRefused(t *testing.T) {
+// ipkeeper-controller makes an inline network's pool from a NAD, and the
+// pool is the network's one definition: an ADD through a NAD writing the
+// same ranges otherwise is served from it, one through a NAD whose ranges
+// differ is refused, naming both.
+func TestInlineNADsMustAgreeWithTheirNetworksPool(t *testing.T) {
 	a := newTestAgent(t, newFakeStore(), newFakeClaims())
 	ps := a.poolStore.(*fakePoolStore)
 	first := `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.5.0.0/24","gateway":"10.5.0.1"}}`
@@ -62,26 +71,27 @@ func TestInlineNetworkGetsOnePoolAndDisagreeingNADsAreRefused(t *testing.T) {
 	if _, err := addVia(t, a, first, "c1", "p1"); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := ps.Get(context.Background(), "blue")
-	if err != nil {
-		t.Fatalf("the inline network's pool was not created: %v", err)
-	}
-	if pool.Labels[ipkeeperv1alpha1.InlineLabel] != "true" || pool.Annotations[ipkeeperv1alpha1.InlineDefinitionAnnotation] == "" ||
-		len(pool.Spec.Ranges) != 1 || pool.Spec.Ranges[0].Gateway != "10.5.0.1" {
-		t.Errorf("inline pool = %+v %+v, want labelled, with its definition and the NAD's range", pool.ObjectMeta, pool.Spec)
-	}
+	made, _ := ps.Get(context.Background(), "blue")
 	if _, err := addVia(t, a, sameWrittenOtherwise, "c2", "p2"); err != nil {
 		t.Errorf("a NAD writing the same range differently was refused: %v", err)
 	}
-	_, err = addVia(t, a, otherGateway, "c3", "p3")
+	_, err := addVia(t, a, otherGateway, "c3", "p3")
 	if !codeIs(err, codeInvalidConfig) {
 		t.Fatalf("disagreeing NAD: %v, want CNI code 7", err)
 	}
 	mustContainAll(t, err, `network "blue"`, `IPPool "blue"`, "gateway 10.5.0.1", "gateway 10.5.0.254")
+	if now, _ := ps.Get(context.Background(), "blue"); now.Generation != made.Generation || now.Spec.Ranges[0].Gateway != "10.5.0.1" {
+		t.Errorf("the pool changed under the NADs' ADDs: %+v, was %+v", now.Spec, made.Spec)
+	}
 }
 
+// An inline network overlapping an older one gets no pool (the controller
+// refuses to make it): its ADD is refused at once, naming the other
+// network, rather than wait for a pool that never comes.
 func TestOverlappingInlineNetworksAreRefused(t *testing.T) {
 	a := newTestAgent(t, newFakeStore(), newFakeClaims())
+	a.opts.PoolWaitTimeout = 50 * time.Millisecond // a wait would fail with code 11
+	ps := a.poolStore.(*fakePoolStore)
 	netA := `{"cniVersion":"1.0.0","name":"net-a","type":"bridge","ipam":{"type":"ipkeeper","range":"10.6.0.0/24"}}`
 	netB := `{"cniVersion":"1.0.0","name":"net-b","type":"bridge","ipam":{"type":"ipkeeper","range":"10.6.0.128/25"}}`
 	netC := `{"cniVersion":"1.0.0","name":"net-c","type":"bridge","ipam":{"type":"ipkeeper","range":"10.6.0.0/24","network_name":"tenant-c"}}`
@@ -93,6 +103,9 @@ func TestOverlappingInlineNetworksAreRefused(t *testing.T) {
 		t.Fatalf("overlapping network: %v, want CNI code 7", err)
 	}
 	mustContainAll(t, err, `network "net-b"`, `"net-a"`, "network_name", "migrating-from-whereabouts")
+	if n := ps.cachedCount(); n != 0 {
+		t.Errorf("the overlapping network's ADD looked for its pool %d times before refusing, want none", n)
+	}
 	if _, err := addVia(t, a, netA, "c3", "p3"); err != nil {
 		t.Errorf("the older network must keep allocating: %v", err)
 	}
@@ -336,4 +349,171 @@ func TestStaticAddressCoolingDownIsTryAgainLater(t *testing.T) {
 		t.Fatalf("static ADD of a cooling address: %v, want code 11", err)
 	}
 	mustContainAll(t, err, "10.15.0.5", "cools down until", `IPPool "cool"`)
+}
+
+// resolveVia runs resolvePool for req's ADD: with nad, through the
+// network's NAD (as resolvePod records an attachment that names one),
+// else as one through args.cni.
+func resolveVia(a *Agent, req *request, nad bool) error {
+	if nad {
+		key := testNAD(req.cfg)
+		req.attach.nad = &key
+	}
+	_, err := a.resolvePool(context.Background(), req)
+	return err
+}
+
+// An inline network's pool is made by ipkeeper-controller from its NAD;
+// an ADD that comes first waits for it (reading the agent's cache) and is
+// served once it is there.
+func TestAddWaitsForItsInlinePool(t *testing.T) {
+	a := newTestAgent(t, newFakeStore(), newFakeClaims())
+	a.opts.PoolWaitTimeout = time.Hour // the test ends the wait
+	ps := a.poolStore.(*fakePoolStore)
+	conf := `{"cniVersion":"1.0.0","name":"late","type":"bridge","ipam":{"type":"ipkeeper","range":"10.16.0.0/29"}}`
+	pod := testPod("pod-late", "pod-late")
+	req := testRequest(t, cniproto.CmdAdd, conf, "c1", pod)
+	type result struct {
+		ips string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		pool, err := a.resolvePool(context.Background(), req)
+		if err != nil {
+			done <- result{"", err}
+			return
+		}
+		req.pool = pool
+		ips, err := a.allocateForPod(context.Background(), req, pod)
+		done <- result{formatIPs(ips), err}
+	}()
+	select {
+	case <-ps.missed:
+	case r := <-done:
+		t.Fatalf("ADD returned (%q, %v) before its network had a pool", r.ips, r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("ADD did not look for its pool in the cache within 10s")
+	}
+	if !ps.makeInline(t, mustParse(t, conf), testNAD(mustParse(t, conf))) {
+		t.Fatal("the controller made no pool")
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || !strings.HasPrefix(r.ips, "10.16.0.") {
+			t.Fatalf("ADD once the pool exists = %q, %v; want an address of 10.16.0.0/29", r.ips, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ADD did not return within 10s of its pool being made")
+	}
+}
+
+// An inline network whose pool is not made within PoolWaitTimeout fails
+// the ADD with "try again later", naming the network, its pool and where
+// the controller makes it from: the NAD, when the attachment came through
+// one.
+func TestAddGivesUpOnAMissingInlinePool(t *testing.T) {
+	conf := `{"cniVersion":"1.0.0","name":"late","type":"bridge","ipam":{"type":"ipkeeper","range":"10.16.0.0/29"}}`
+	for _, tt := range []struct {
+		name  string
+		nad   bool
+		where string
+	}{
+		{"through a NAD", true, "NAD vms/nad-late"},
+		{"through args.cni", false, "this network's configuration"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newTestAgent(t, newFakeStore(), newFakeClaims())
+			a.opts.PoolWaitTimeout = 50 * time.Millisecond
+			req := testRequest(t, cniproto.CmdAdd, conf, "c1", testPod("pod-late", "pod-late"))
+			err := resolveVia(a, req, tt.nad)
+			if !codeIs(err, codeTryAgainLater) {
+				t.Fatalf("ADD without a pool = %v, want CNI code 11", err)
+			}
+			mustContainAll(t, err, `network "late"`, `IPPool "late"`, "50ms", tt.where)
+			if n := a.poolStore.(*fakePoolStore).cachedCount(); n == 0 {
+				t.Errorf("the ADD gave up without looking for the pool in the cache")
+			}
+		})
+	}
+}
+
+// ipkeeper-controller makes no pool for an inline network overlapping an
+// older inline network with the same ipam.network_name: the ADD is refused
+// at once (CNI code 7, no wait), naming the other network's pool. Networks
+// that declare different network_name values, and named pools, may
+// overlap: such an ADD waits for its pool like any other.
+func TestAddRefusesAnInlineNetworkOverlappingAnotherAtOnce(t *testing.T) {
+	const (
+		blueRange = `"range":"10.17.0.0/24"`
+		lateRange = `"range":"10.17.0.128/25"`
+	)
+	inline := func(name, networkName, rng string) string {
+		nn := ""
+		if networkName != "" {
+			nn = `,"network_name":"` + networkName + `"`
+		}
+		return `{"cniVersion":"1.0.0","name":"` + name + `","type":"bridge","ipam":{"type":"ipkeeper",` + rng + nn + `}}`
+	}
+	for _, tt := range []struct {
+		name          string
+		other         func(t *testing.T, ps *fakePoolStore)
+		networkName   string
+		refused       bool
+		wantInRefusal []string
+	}{
+		{
+			name: "an inline network's pool, no network_name on either",
+			other: func(t *testing.T, ps *fakePoolStore) {
+				cfg := mustParse(t, inline("blue", "", blueRange))
+				ps.makeInline(t, cfg, testNAD(cfg))
+			},
+			refused: true, wantInRefusal: []string{`network "late"`, "10.17.0.128/25", "10.17.0.0/24", `IPPool "blue"`},
+		},
+		{
+			name: "an inline network's pool, the same network_name",
+			other: func(t *testing.T, ps *fakePoolStore) {
+				cfg := mustParse(t, inline("blue", "tenant-x", blueRange))
+				ps.makeInline(t, cfg, testNAD(cfg))
+			},
+			networkName: "tenant-x",
+			refused:     true, wantInRefusal: []string{`network "late"`, `IPPool "blue"`},
+		},
+		{
+			name: "an inline network's pool, another network_name",
+			other: func(t *testing.T, ps *fakePoolStore) {
+				cfg := mustParse(t, inline("blue", "tenant-x", blueRange))
+				ps.makeInline(t, cfg, testNAD(cfg))
+			},
+		},
+		{
+			name: "a named pool",
+			other: func(_ *testing.T, ps *fakePoolStore) {
+				ps.put(&ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "shared"},
+					Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.17.0.0/24"}}}})
+			},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newTestAgent(t, newFakeStore(), newFakeClaims())
+			a.opts.PoolWaitTimeout = 50 * time.Millisecond
+			ps := a.poolStore.(*fakePoolStore)
+			tt.other(t, ps)
+			req := testRequest(t, cniproto.CmdAdd, inline("late", tt.networkName, lateRange), "c1", testPod("pod-late", "pod-late"))
+			err := resolveVia(a, req, true)
+			if !tt.refused {
+				if !codeIs(err, codeTryAgainLater) || ps.cachedCount() == 0 {
+					t.Fatalf("ADD = %v after %d looks for its pool; want it to wait for the pool, then CNI code 11", err, ps.cachedCount())
+				}
+				return
+			}
+			if !codeIs(err, codeInvalidConfig) {
+				t.Fatalf("ADD of an overlapping network = %v, want CNI code 7", err)
+			}
+			mustContainAll(t, err, append(tt.wantInRefusal, "NAD vms/nad-late")...)
+			if n := ps.cachedCount(); n != 0 {
+				t.Errorf("the refused ADD looked for its pool %d times first, want it refused at once", n)
+			}
+		})
+	}
 }

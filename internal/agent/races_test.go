@@ -12,11 +12,12 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types2 "k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -49,13 +50,20 @@ func testRequest(t testing.TB, command, conf, containerID string, pod *corev1.Po
 	if err != nil {
 		t.Fatalf("parseRequest: %v", err)
 	}
-	// The inline network's pool, as resolvePool finds it on a first use.
-	inline := ""
+	// The network's pool as resolvePool finds it: an inline network's as
+	// ipkeeper-controller makes it from the NAD, a named pool with the
+	// NAD's ranges.
+	pool := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: req.cfg.PoolName()}}
 	if req.cfg.Pool == "" {
-		inline = req.cfg.Name
+		pool = inlinepool.Build(req.cfg, testNAD(req.cfg))
 	}
-	req.pool = &poolView{name: req.cfg.PoolName(), key: naming.PoolLockKey(req.cfg.PoolName(), inline), ranges: req.cfg.Ranges}
+	req.pool = &poolView{name: pool.Name, key: pool.LockKey(), ranges: req.cfg.Ranges}
 	return req
+}
+
+// testNAD names the NAD a test network's attachments come through.
+func testNAD(cfg *ipamconfig.Config) types2.NamespacedName {
+	return types2.NamespacedName{Namespace: "vms", Name: "nad-" + strings.ToLower(cfg.Name)}
 }
 
 func testClaim(uid types2.UID) *ipamclaimsv1alpha1.IPAMClaim {
@@ -151,63 +159,6 @@ func TestReleaseDeletesOnlyTheVersionItDecidedOn(t *testing.T) {
 	}
 }
 
-// Defect: when two nodes make a claim's first allocation at once, the
-// loser of the status write must release only what it created, never an
-// address it adopted from the winner or one recorded in the claim's status.
-func TestClaimStatusRaceReleasesOnlyWhatThisCallCreated(t *testing.T) {
-	store := newFakeStore()
-	claim := testClaim("claim-uid-1")
-	claims := newFakeClaims(claim)
-	a := newTestAgent(t, store, claims)
-	pod := testPod("virt-launcher-vm1-abcde", "pod-uid-2")
-	req := testRequest(t, cniproto.CmdAdd, dualStackConf, "sandbox-1", pod)
-	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: claim.Name, UID: claim.UID}
-	claimRes := func(ip string) *ipkeeperv1alpha1.IPReservation {
-		return &ipkeeperv1alpha1.IPReservation{
-			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr(ip))},
-			Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: ip, Owner: owner, InterfaceName: "net1", Node: "node-b"},
-		}
-	}
-
-	// The other node (the migration target) creates the IPv4 reservation a
-	// moment before this agent tries the same candidate (same seed), and
-	// its own IPv6 address elsewhere.
-	var winnerV4 string
-	winnerUIDs := map[string]types2.UID{}
-	store.beforeCreate = func(r *ipkeeperv1alpha1.IPReservation) error {
-		if winnerV4 == "" && netip.MustParseAddr(r.Spec.IP).Is4() {
-			winnerV4 = r.Spec.IP
-			winnerUIDs[r.Name] = store.put(claimRes(r.Spec.IP)).UID
-		}
-		return nil
-	}
-	winnerV6 := "fd00::99"
-	w6 := store.put(claimRes(winnerV6))
-	winnerUIDs[w6.Name] = w6.UID
-	// ... and writes the claim's status first.
-	claims.beforeStatus = func(*ipamclaimsv1alpha1.IPAMClaim) {
-		claims.setStatusIPs("vms", claim.Name, winnerV4+"/24", winnerV6+"/120")
-	}
-
-	ips, err := a.allocateForClaim(context.Background(), req, pod, claim.Name)
-	if err != nil {
-		t.Fatalf("ADD: %v", err)
-	}
-	if got := formatIPs(ips); got != winnerV4+"/24,"+winnerV6+"/120" {
-		t.Errorf("ADD returned %s, want the winner's %s/24,%s/120", got, winnerV4, winnerV6)
-	}
-	for name, uid := range winnerUIDs {
-		// Released and made again is not kept: in between, anyone could
-		// have taken the address.
-		if r, ok := store.get(name); !ok || r.UID != uid {
-			t.Errorf("the winner's reservation %s was released by the loser (present: %v)", name, ok)
-		}
-	}
-	if got := len(reservationsOwnedBy(store, claim.UID)); got != 2 {
-		t.Errorf("the claim owns %d reservations, want 2 (the loser's own IPv6 released)", got)
-	}
-}
-
 // Defect: a create that the server applied but whose response was lost
 // must be recognised on the retry as this attachment's own reservation.
 func TestLostCreateResponseIsAdoptedOnRetry(t *testing.T) {
@@ -279,294 +230,10 @@ func TestExhaustionIsConfirmedOncePerRelease(t *testing.T) {
 	}
 }
 
-// Defect: a claim's recorded address must pass the same usability check
-// as a new allocation.
-func TestClaimAddressMustBeUsable(t *testing.T) {
-	tests := []struct {
-		name, status, rule string
-	}{
-		{"gateway", "10.0.0.1/24", "gateway"},
-		{"broadcast", "10.0.0.255/24", "broadcast"},
-		{"network address", "10.0.0.0/24", "network address"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			store := newFakeStore()
-			claim := testClaim("claim-uid-" + types2.UID(strings.ReplaceAll(tt.name, " ", "-")))
-			claim.Status.IPs = []string{tt.status, "fd00::5/120"}
-			claims := newFakeClaims(claim)
-			a := newTestAgent(t, store, claims)
-			pod := testPod("virt-launcher-vm1-abcde", "pod-uid-4")
-			_, err := a.allocateForClaim(context.Background(), testRequest(t, cniproto.CmdAdd, dualStackConf, "s", pod), pod, claim.Name)
-			if err == nil {
-				t.Fatalf("ADD handed out %s from the claim's status", tt.status)
-			}
-			addr := strings.Split(tt.status, "/")[0]
-			if !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), tt.rule) {
-				t.Errorf("error %q does not name the address %s and the rule %q", err, addr, tt.rule)
-			}
-			got, _ := claims.Get(context.Background(), "vms", claim.Name)
-			c := meta.FindStatusCondition(got.Status.Conditions, conditionIPsAllocated)
-			if c == nil || c.Status != metav1.ConditionFalse {
-				t.Errorf("IPsAllocated = %+v, want False", c)
-			}
-			if n := len(reservationsOwnedBy(store, claim.UID)); n != 0 {
-				t.Errorf("%d reservations created for an unusable claim address", n)
-			}
-		})
-	}
-}
-
 func cniCodeOf(err error) uint {
 	var ce *types.Error
 	if errors.As(err, &ce) {
 		return ce.Code
 	}
 	return 0
-}
-
-// A claim's recorded addresses are never rewritten, only read: the
-// node-bound policy refuses an agent that changes them, and "10.0.0.5/24"
-// stays so after the subnet grew to a /23.
-func TestClaimStatusAddressesAreKeptAsWritten(t *testing.T) {
-	const grown = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.0.0.0/23"}}`
-	claim := testClaim("claim-uid-grown")
-	claim.Status.IPs = []string{"10.0.0.5/24"}
-	claims := newFakeClaims(claim)
-	a := newTestAgent(t, newFakeStore(), claims)
-	pod := testPod("virt-launcher-vm1-abcde", "pod-uid-5")
-	ips, err := a.allocateForClaim(context.Background(), testRequest(t, cniproto.CmdAdd, grown, "s", pod), pod, claim.Name)
-	if err != nil || formatIPs(ips) != "10.0.0.5/23" {
-		t.Fatalf("ADD = %v, %v; want 10.0.0.5/23", ips, err)
-	}
-	got, _ := claims.Get(context.Background(), "vms", claim.Name)
-	if len(got.Status.IPs) != 1 || got.Status.IPs[0] != "10.0.0.5/24" {
-		t.Errorf("status.ips = %v, want it as written: [10.0.0.5/24]", got.Status.IPs)
-	}
-}
-
-// A status write whose response was lost may have recorded the addresses
-// this call created: they must stay reserved for the claim.
-func TestLostClaimStatusResponseKeepsReservations(t *testing.T) {
-	store := newFakeStore()
-	claim := testClaim("claim-uid-lost")
-	claims := newFakeClaims(claim)
-	a := newTestAgent(t, store, claims)
-	pod := testPod("virt-launcher-vm1-abcde", "pod-uid-6")
-	claims.failAfterStatus = errors.New("http2: client connection lost")
-	req := testRequest(t, cniproto.CmdAdd, dualStackConf, "s", pod)
-	if _, err := a.allocateForClaim(context.Background(), req, pod, claim.Name); err == nil {
-		t.Fatal("ADD succeeded although its status write's response was lost")
-	}
-	got, _ := claims.Get(context.Background(), "vms", claim.Name)
-	if len(got.Status.IPs) != 2 {
-		t.Fatalf("status.ips = %v, want the two addresses the lost write recorded", got.Status.IPs)
-	}
-	for _, s := range got.Status.IPs {
-		ip, _ := parseClaimIP(s)
-		if _, ok := store.get(naming.Reservation("blue", ip)); !ok {
-			t.Errorf("%s is recorded in the claim but its reservation was released", s)
-		}
-	}
-	ips, err := a.allocateForClaim(context.Background(), req, pod, claim.Name)
-	if err != nil || !sameAddresses(got.Status.IPs, ips) {
-		t.Fatalf("retried ADD = %v, %v; want the recorded %v", ips, err, got.Status.IPs)
-	}
-}
-
-// A status write that failed without being applied, while the other node
-// recorded its own addresses: what this call created and the claim does
-// not record is released (not left to the claim unseen), the rest kept.
-func TestFailedClaimStatusWriteDropsOnlyUnrecorded(t *testing.T) {
-	store := newFakeStore()
-	claim := testClaim("claim-uid-failed")
-	claims := newFakeClaims(claim)
-	a := newTestAgent(t, store, claims)
-	pod := testPod("virt-launcher-vm1-abcde", "pod-uid-7")
-	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: claim.Name, UID: claim.UID}
-	var winner []string
-	claims.beforeStatus = func(c *ipamclaimsv1alpha1.IPAMClaim) {
-		// The other node recorded the same IPv4 (same seed) and its own IPv6.
-		v4, _ := parseClaimIP(c.Status.IPs[0])
-		w6 := store.put(&ipkeeperv1alpha1.IPReservation{
-			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr("fd00::77"))},
-			Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: "fd00::77", Owner: owner, InterfaceName: "net1", Node: "node-b"},
-		})
-		winner = []string{v4.String() + "/24", w6.Spec.IP + "/120"}
-		claims.setStatusIPs("vms", claim.Name, winner...)
-	}
-	claims.failStatus = errors.New("etcdserver: request timed out")
-	if _, err := a.allocateForClaim(context.Background(), testRequest(t, cniproto.CmdAdd, dualStackConf, "s", pod), pod, claim.Name); err == nil {
-		t.Fatal("ADD succeeded although its status write failed")
-	}
-	var held []string
-	for _, r := range reservationsOwnedBy(store, claim.UID) {
-		held = append(held, r.Spec.IP)
-	}
-	if len(held) != len(winner) {
-		t.Fatalf("the claim holds %v, want exactly the recorded %v", held, winner)
-	}
-	for _, s := range winner {
-		ip, _ := parseClaimIP(s)
-		if _, ok := store.get(naming.Reservation("blue", ip)); !ok {
-			t.Errorf("recorded %s lost its reservation", s)
-		}
-	}
-}
-
-// Found by the chaos checker (seed 2): two nodes make a claim's first
-// allocation at once; the loser's IPv6 create is applied but its response
-// lost, so its ADD fails without knowing it holds that address, and the
-// winner records its own addresses. The loser's sandbox is then torn down:
-// its DEL must release the claim reservation it made that the claim does
-// not record (whether or not the informer shows it yet), or the claim
-// holds an address nobody uses for as long as the VM runs. The loser's
-// rollback must not release the IPv4 the winner adopted and recorded.
-func TestDelReleasesUnrecordedClaimReservationOfItsSandbox(t *testing.T) {
-	for _, tt := range []struct {
-		name           string
-		informerCaught bool // the informer delivered the lost create before the DEL
-		claimReadFails bool // the DEL's read of the claim fails
-		wantDelErr     bool
-	}{
-		{name: "informer caught up", informerCaught: true},
-		{name: "informer lagging"},
-		{name: "claim unreadable", informerCaught: true, claimReadFails: true, wantDelErr: true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			store := newFakeStore()
-			claim := testClaim("claim-uid-loser")
-			claims := newFakeClaims(claim)
-			a := newTestAgent(t, store, claims)
-			pod := testPod("virt-launcher-vm1-loser", "pod-uid-8")
-			owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: claim.Name, UID: claim.UID}
-			var winner []string
-			var lostName string
-			store.afterCreate = func(r *ipkeeperv1alpha1.IPReservation) error {
-				if !netip.MustParseAddr(r.Spec.IP).Is6() {
-					return nil
-				}
-				store.afterCreate = nil
-				lostName = r.Name
-				// Meanwhile the winner (node-b) adopted this IPv4 (same
-				// seed) and recorded it with its own IPv6.
-				w6 := store.put(&ipkeeperv1alpha1.IPReservation{
-					ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr("fd00::99"))},
-					Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: "fd00::99", Owner: owner, InterfaceName: "net1", Node: "node-b", ContainerID: "winner"},
-				})
-				for _, x := range store.all() {
-					if x.Spec.Owner.UID == claim.UID && netip.MustParseAddr(x.Spec.IP).Is4() {
-						winner = append(winner, x.Spec.IP+"/24")
-					}
-				}
-				winner = append(winner, w6.Spec.IP+"/120")
-				claims.setStatusIPs("vms", claim.Name, winner...)
-				return errors.New("http2: client connection lost")
-			}
-			req := testRequest(t, cniproto.CmdAdd, dualStackConf, "loser-sandbox", pod)
-			if _, err := a.allocateForClaim(context.Background(), req, pod, claim.Name); err == nil {
-				t.Fatal("ADD succeeded although its IPv6 create response was lost")
-			}
-			for _, s := range winner {
-				ip, _ := parseClaimIP(s)
-				if _, ok := store.get(naming.Reservation("blue", ip)); !ok {
-					t.Fatalf("the failed ADD's rollback released %s, which the winner recorded", s)
-				}
-			}
-			if tt.informerCaught {
-				for _, r := range store.all() {
-					if e, ok := entryOf(r); ok {
-						a.idx.upsert(e)
-					}
-				}
-			}
-			if tt.claimReadFails {
-				claims.failGet = errors.New("etcdserver: request timed out")
-			}
-			del := &cniproto.Request{Command: cniproto.CmdDel, ContainerID: "loser-sandbox", IfName: "net1", Config: []byte(dualStackConf),
-				Args: "K8S_POD_NAMESPACE=vms;K8S_POD_NAME=" + pod.Name + ";K8S_POD_UID=" + string(pod.UID)}
-			err := a.Del(context.Background(), del)
-			if tt.wantDelErr {
-				if c := cniCodeOf(err); c != types.ErrTryAgainLater {
-					t.Fatalf("DEL with the claim unreadable = %v (code %d), want try again later", err, c)
-				}
-				if _, ok := store.get(lostName); !ok {
-					t.Fatalf("DEL released %s without reading the claim", lostName)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("DEL: %v", err)
-			}
-			var held []string
-			for _, r := range reservationsOwnedBy(store, claim.UID) {
-				held = append(held, r.Spec.IP)
-			}
-			if len(held) != len(winner) {
-				t.Fatalf("after the loser's DEL the claim holds %v, want exactly the recorded %v", held, winner)
-			}
-			for _, s := range winner {
-				ip, _ := parseClaimIP(s)
-				if _, ok := store.get(naming.Reservation("blue", ip)); !ok {
-					t.Errorf("recorded %s lost its reservation", s)
-				}
-			}
-		})
-	}
-}
-
-// A claim-backed DEL leaves alone a reservation of its sandbox that
-// another node has taken over (spec.node): only that node may delete it.
-func TestClaimDelLeavesOtherNodesReservation(t *testing.T) {
-	store := newFakeStore()
-	claim := testClaim("claim-uid-other")
-	claims := newFakeClaims(claim)
-	claims.setStatusIPs("vms", claim.Name, "10.0.0.5/24", "fd00::5/120")
-	a := newTestAgent(t, store, claims)
-	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: claim.Name, UID: claim.UID}
-	r := store.put(&ipkeeperv1alpha1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr("10.0.0.9"))},
-		Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: "10.0.0.9", Owner: owner, InterfaceName: "net1", Node: "node-b", ContainerID: "s1"},
-	})
-	e, _ := entryOf(r)
-	a.idx.upsert(e)
-	del := &cniproto.Request{Command: cniproto.CmdDel, ContainerID: "s1", IfName: "net1", Config: []byte(dualStackConf)}
-	if err := a.Del(context.Background(), del); err != nil {
-		t.Fatalf("DEL: %v", err)
-	}
-	if _, ok := store.get(r.Name); !ok {
-		t.Fatalf("node-a's DEL deleted %s, which node-b has taken over", r.Name)
-	}
-}
-
-// A claim's first allocation, once recorded, releases the claim's other
-// reservations on the network: what failed earlier attempts left (here a
-// second IPv4 the retry did not pick) holds addresses no pod will get.
-func TestFirstClaimAllocationReleasesLeftovers(t *testing.T) {
-	store := newFakeStore()
-	claim := testClaim("claim-uid-left")
-	claims := newFakeClaims(claim)
-	a := newTestAgent(t, store, claims)
-	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: claim.Name, UID: claim.UID}
-	for _, ip := range []string{"10.0.0.20", "10.0.0.21"} {
-		r := store.put(&ipkeeperv1alpha1.IPReservation{
-			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr(ip))},
-			Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: ip, Owner: owner, InterfaceName: "net1", Node: "node-a", ContainerID: "failed-" + ip},
-		})
-		e, _ := entryOf(r)
-		a.idx.upsert(e)
-	}
-	pod := testPod("virt-launcher-vm1-left", "pod-uid-9")
-	ips, err := a.allocateForClaim(context.Background(), testRequest(t, cniproto.CmdAdd, dualStackConf, "s", pod), pod, claim.Name)
-	if err != nil {
-		t.Fatalf("ADD: %v", err)
-	}
-	got, _ := claims.Get(context.Background(), "vms", claim.Name)
-	var held []string
-	for _, r := range reservationsOwnedBy(store, claim.UID) {
-		held = append(held, r.Spec.IP+"/"+map[bool]string{true: "24", false: "120"}[netip.MustParseAddr(r.Spec.IP).Is4()])
-	}
-	if !sameAddresses(got.Status.IPs, ips) || len(held) != len(ips) {
-		t.Fatalf("ADD returned %v, status records %v, the claim holds %v: want the recorded addresses and nothing else", ips, got.Status.IPs, held)
-	}
 }

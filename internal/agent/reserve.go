@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -24,59 +25,47 @@ import (
 // hitting the bound means the index is badly out of date.
 const maxConflicts = 64
 
-// holder is who an allocation is for: a pod attachment (owner is the pod,
-// and the interface is part of its identity) or an IPAMClaim (shared by
-// every pod that references it, on any node).
+// holder is who an allocation is for: a pod attachment (the pod and its
+// interface). IPAMClaims' addresses are ipkeeper-controller's to allocate;
+// an agent only reads them (claims.go).
 type holder struct {
 	owner  ipkeeperv1alpha1.ReservationOwner
-	ifName string // the pod attachment's interface; for claims, the requester's
+	ifName string
 }
-
-func (h holder) isClaim() bool { return h.owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim }
 
 // key names the holder's allocation in a pool: the unit that is locked
 // and whose uncertain creates are remembered.
 func (h holder) key(pool string) string {
-	if h.isClaim() {
-		return "claim/" + string(h.owner.UID) + "/" + pool
-	}
 	return "pod/" + string(h.owner.UID) + "/" + h.ifName + "/" + pool
 }
 
 // owns reports whether a reservation read from the API server is this
-// holder's: the same claim, or the same pod and interface.
+// holder's: the same pod and interface, not released.
 func (h holder) owns(r *ipkeeperv1alpha1.IPReservation) bool {
 	o := r.Spec.Owner
-	if o.Kind != h.owner.Kind || o.UID != h.owner.UID || r.Spec.Released() {
-		return false
-	}
-	return h.isClaim() || r.Spec.InterfaceName == h.ifName
+	return o.Kind == h.owner.Kind && o.UID == h.owner.UID && !r.Spec.Released() && r.Spec.InterfaceName == h.ifName
 }
 
 // held returns the reservations the index shows for the holder in a pool.
 func (a *Agent) held(pool string, h holder) []entry {
-	if h.isClaim() {
-		return a.idx.claim(pool, h.owner.UID)
-	}
 	return a.idx.attachment(pool, h.owner.UID, h.ifName)
 }
 
-// reserve is the one allocation path, for pods and claims alike: one
-// address per configured range, reusing what the holder already holds
-// (passing it to keep, which may rewrite it), else a static or free
-// address. On failure it rolls back what it created and returns nothing;
-// on success created lists the reservations this call made (not those it
-// reused or adopted from another node), for the claim path to release if
-// it loses the status race. The caller holds the holder's lock.
-func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(context.Context, entry) (entry, error)) (ips []netip.Prefix, created []entry, err error) {
+// reserve is the one allocation path: one address per configured range,
+// reusing what the holder already holds (passing it to keep, which may
+// rewrite it), else a static or free address. On failure it deletes what
+// it created and returns nothing. The caller holds the holder's lock.
+func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(context.Context, entry) (entry, error)) (ips []netip.Prefix, err error) {
 	held, err := a.resolveUncertain(ctx, req.pool.name, h)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	var created []entry
 	defer func() {
 		if err != nil {
-			a.rollback(context.WithoutCancel(ctx), h, created)
-			ips, created = nil, nil
+			// Never handed out: nothing to cool down.
+			_ = a.discard(context.WithoutCancel(ctx), created, "rollback") // logged by discard
+			ips = nil
 		}
 	}()
 	for _, family := range req.pool.families() {
@@ -84,32 +73,19 @@ func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(c
 		isNew := false
 		if !ok {
 			if e, isNew, err = a.reserveInFamily(ctx, req, family, h); err != nil {
-				return nil, created, err
+				return nil, err
 			}
 		}
 		if isNew {
 			created = append(created, e)
 		} else if keep != nil {
 			if e, err = keep(ctx, e); err != nil {
-				return nil, created, err
+				return nil, err
 			}
 		}
 		ips = append(ips, req.pool.prefixOf(e.ip, family))
 	}
-	return ips, created, nil
-}
-
-// rollback releases what a failed reserve created. A claim's reservation
-// may meanwhile be the other node's too (it adopts the claim's reservations
-// it finds) and recorded by it, so for a claim only what a fresh read of
-// the claim shows it does not record goes; with nothing recorded yet it is
-// all kept for the retry (or the DEL of this sandbox) to sort out.
-func (a *Agent) rollback(ctx context.Context, h holder, created []entry) {
-	if h.isClaim() {
-		a.dropUnrecorded(ctx, h.owner, created)
-		return
-	}
-	_ = a.discard(ctx, created, "rollback") // logged by discard
+	return ips, nil
 }
 
 // heldIn returns the holder's reservation of an IP family, in a current
@@ -159,8 +135,7 @@ func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []ipra
 // reserveInRange reserves a free candidate of r: in a block of r this
 // node holds (or takes), else, borrowing, anywhere in r as a recent live
 // list shows it. isNew is false when the reservation existed already and
-// is the holder's (a create whose response was lost, or the other node of
-// a migration a moment earlier).
+// is the holder's (a create whose response was lost).
 func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Range, h holder) (e entry, isNew bool, err error) {
 	pool, network := req.pool.name, req.cfg.Name
 	seed := string(h.owner.UID) + "/" + req.IfName
@@ -177,32 +152,24 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 		return ip, err
 	}
 	// Without blocks (unit tests of allocation) the index sees the whole
-	// range. A claim's first address comes from the whole range too, by a
-	// live list in which the claim's own reservations count as free: the
-	// launchers of a migration on two nodes then walk the same candidates
-	// and meet on one address (the second adopts it), where blocks would
-	// give each its own.
-	borrowing := a.blockStore == nil || h.isClaim()
+	// range.
+	borrowing := a.taker == nil
 	// live is set once taken holds a live list of the pool: what a
 	// borrower must scan (the index does not show other nodes' blocks),
 	// and what exhaustion is confirmed against; shared, once it holds the
 	// list another borrowing ADD made a moment ago.
 	live, shared := false, false
-	// conflicts counts the failed creates since a claim's live list: past
-	// claimRelist, the pool is filling under it and it lists again.
-	conflicts := 0
 	for attempt := 0; attempt < maxConflicts; attempt++ {
 		var ip netip.Addr
 		fromBlock := false
 		if !borrowing {
 			ip, err = a.blockCandidate(ctx, req, r, func(ip netip.Addr) bool { return taken(ip) || pending(ip) }, seed)
 			fromBlock = err == nil
-			borrowing = errors.Is(err, errNoBlock)
+			borrowing = errors.Is(err, blocks.ErrNoBlock)
 		}
 		if borrowing {
-			relist := h.isClaim() && conflicts >= claimRelist
 			switch {
-			case (live || shared || a.blockStore == nil) && !relist:
+			case live || shared || a.taker == nil:
 				ip, err = pick(taken)
 			case a.idx.exhaustionConfirmed(pool, r, time.Now()):
 				// Confirmed full by a live list a moment ago, with no
@@ -210,12 +177,6 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 				// nodes' blocks free.
 				taken, live = func(netip.Addr) bool { return true }, true
 				err = fmt.Errorf("%w in range %s", allocator.ErrExhausted, r)
-			case h.isClaim():
-				if taken, err = a.claimView(ctx, req, r, seed, h); err != nil {
-					return entry{}, false, err
-				}
-				live, conflicts = true, 0
-				ip, err = pick(taken)
 			default:
 				if taken, live, err = a.borrowView(ctx, req, r, seed); err != nil {
 					return entry{}, false, err
@@ -230,7 +191,7 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 				// reservation already released may arrive late), so confirm
 				// exhaustion against a live list before refusing the pod, and
 				// remember it until the next release on the network.
-				if taken, err = a.confirmedTaken(ctx, req, r, seed, h); err != nil {
+				if taken, err = a.confirmedTaken(ctx, req, r, seed); err != nil {
 					return entry{}, false, err
 				}
 				live = true
@@ -254,7 +215,6 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 		if errors.Is(err, ErrTaken) {
 			a.metrics.conflicts.Inc()
 			a.idx.markConflict(pool, ip, time.Now())
-			conflicts++
 			continue
 		}
 		return e, isNew, err
@@ -271,7 +231,7 @@ func (a *Agent) borrowView(ctx context.Context, req *request, r iprange.Range, s
 	pool := req.pool.name
 	snap, ok := a.borrowed.get(pool, time.Now())
 	if !ok {
-		if snap, err = a.confirmedTaken(ctx, req, r, seed, holder{}); err != nil {
+		if snap, err = a.confirmedTaken(ctx, req, r, seed); err != nil {
 			return nil, false, err
 		}
 		a.borrowed.put(pool, snap, time.Now())
@@ -280,30 +240,13 @@ func (a *Agent) borrowView(ctx context.Context, req *request, r iprange.Range, s
 	return func(ip netip.Addr) bool { return snap(ip) || inIndex(ip) || req.pool.isBlocked(ip) }, !ok, nil
 }
 
-// claimRelist is how many candidates of a claim may turn out taken before
-// it lists the pool again.
-const claimRelist = 8
-
-// claimView returns what a claim's first allocation scans r with: a live
-// list of the pool and the index (other nodes' blocks fill while it
-// walks, and the index shows this node's and every claim's), in both of
-// which the claim's own reservations count as free.
-func (a *Agent) claimView(ctx context.Context, req *request, r iprange.Range, seed string, h holder) (func(netip.Addr) bool, error) {
-	listed, err := a.confirmedTaken(ctx, req, r, seed, h)
-	if err != nil {
-		return nil, err
-	}
-	inIndex := a.idx.takenFuncExcept(req.pool.name, time.Now(), h.owner.UID)
-	return func(ip netip.Addr) bool { return listed(ip) || inIndex(ip) }, nil
-}
-
 // confirmedTaken returns the taken predicate of a live list of the pool
-// for holder h (see liveTaken), and remembers it when it finds r full
-// (until the next release seen on the pool, within exhaustedTTL).
-func (a *Agent) confirmedTaken(ctx context.Context, req *request, r iprange.Range, seed string, h holder) (func(netip.Addr) bool, error) {
+// (see liveTaken), and remembers it when it finds r full (until the next
+// release seen on the pool, within exhaustedTTL).
+func (a *Agent) confirmedTaken(ctx context.Context, req *request, r iprange.Range, seed string) (func(netip.Addr) bool, error) {
 	pool := req.pool.name
 	releases := a.idx.releaseCount(pool)
-	taken, err := a.liveTaken(ctx, req, h)
+	taken, err := a.liveTaken(ctx, req)
 	if err != nil {
 		return nil, fail(reasonInternal, codeTryAgainLater, err)
 	}
@@ -314,9 +257,8 @@ func (a *Agent) confirmedTaken(ctx context.Context, req *request, r iprange.Rang
 }
 
 // liveTaken returns a taken predicate built from a live list of the
-// pool's reservations plus the conflicts seen since. For a claim, its own
-// reservations do not count as taken: they are its to adopt.
-func (a *Agent) liveTaken(ctx context.Context, req *request, h holder) (func(netip.Addr) bool, error) {
+// pool's reservations plus the conflicts seen since.
+func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) bool, error) {
 	pool := req.pool.name
 	since := time.Now()
 	// Reservations made before pools existed name only their network: the
@@ -331,26 +273,23 @@ func (a *Agent) liveTaken(ctx context.Context, req *request, h holder) (func(net
 		return nil, err
 	}
 	return func(ip netip.Addr) bool {
-		owner, listed := live[ip]
-		ours := h.isClaim() && owner == h.owner.UID
-		return (listed && !ours) || a.idx.conflictSince(pool, ip, since) || req.pool.isBlocked(ip)
+		return live[ip] || a.idx.conflictSince(pool, ip, since) || req.pool.isBlocked(ip)
 	}, nil
 }
 
 // createOrAdopt creates the reservation of ip for the holder. When the
 // name exists and the reservation is already the holder's, it is adopted
-// (isNew false): a create whose response was lost, or, for a claim, the
-// other pod of a live migration a moment ago. ErrTaken means someone
+// (isNew false): a create whose response was lost. ErrTaken means someone
 // else's. A create whose outcome is unknown is remembered, so the retry
 // finds it even before the informer shows it.
 //
-// inBlock says ip came from one of this node's address blocks: a pod's
+// inBlock says ip came from one of this node's address blocks: the
 // reservation there is labelled with the node, and only this node's agent
 // watches it (no other agent hands out that block's addresses).
 func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, h holder, inBlock bool) (e entry, isNew bool, err error) {
 	pool, network := req.pool.name, req.cfg.Name
 	labels := naming.ReservationLabels(network, string(h.owner.Kind))
-	if inBlock && !h.isClaim() {
+	if inBlock {
 		labels[naming.NodeLabel] = naming.NodeLabelValue(a.opts.NodeName)
 	}
 	obj := &ipkeeperv1alpha1.IPReservation{

@@ -39,11 +39,10 @@ type Store interface {
 	// Update rewrites a reservation (only its mutable attachment fields
 	// change) if it is still the version read; ErrChanged otherwise.
 	Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error
-	// TakenIn lists, live, the addresses reserved in a pool, with the UID
-	// of each one's owner. legacyNetwork, when set, is the network whose
-	// inline pool it is: reservations made before pools existed name only
-	// the network.
-	TakenIn(ctx context.Context, pool, legacyNetwork string) (map[netip.Addr]types.UID, error)
+	// TakenIn lists, live, the addresses reserved in a pool.
+	// legacyNetwork, when set, is the network whose inline pool it is:
+	// reservations made before pools existed name only the network.
+	TakenIn(ctx context.Context, pool, legacyNetwork string) (map[netip.Addr]bool, error)
 	// Delete deletes the reservation with that name only if it is still
 	// that object (uid) at that version (resourceVersion): ErrGone when it
 	// does not exist, ErrChanged when it is another object or version.
@@ -87,8 +86,8 @@ func (s *apiStore) Get(ctx context.Context, name string) (*ipkeeperv1alpha1.IPRe
 	return r, nil
 }
 
-func (s *apiStore) TakenIn(ctx context.Context, pool, legacyNetwork string) (map[netip.Addr]types.UID, error) {
-	taken := map[netip.Addr]types.UID{}
+func (s *apiStore) TakenIn(ctx context.Context, pool, legacyNetwork string) (map[netip.Addr]bool, error) {
+	taken := map[netip.Addr]bool{}
 	if err := s.listInto(ctx, taken, "spec.pool", pool, pool); err != nil {
 		return nil, err
 	}
@@ -102,7 +101,7 @@ func (s *apiStore) TakenIn(ctx context.Context, pool, legacyNetwork string) (map
 
 // listInto adds the addresses of the reservations of pool whose field
 // equals value, page by page.
-func (s *apiStore) listInto(ctx context.Context, taken map[netip.Addr]types.UID, field, value, pool string) error {
+func (s *apiStore) listInto(ctx context.Context, taken map[netip.Addr]bool, field, value, pool string) error {
 	opts := []client.ListOption{client.MatchingFields{field: value}, client.Limit(listPageSize)}
 	for cont := ""; ; {
 		s.metrics.apiReads.WithLabelValues("list").Inc()
@@ -115,7 +114,7 @@ func (s *apiStore) listInto(ctx context.Context, taken map[netip.Addr]types.UID,
 				continue
 			}
 			if ip, err := netip.ParseAddr(r.Spec.IP); err == nil {
-				taken[ip] = r.Spec.Owner.UID
+				taken[ip] = true
 			}
 		}
 		if cont = list.Continue; cont == "" {

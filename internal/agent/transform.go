@@ -5,14 +5,15 @@ package agent
 import (
 	corev1 "k8s.io/api/core/v1"
 
-	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// trimPool drops an IPPool's managed fields (most of its size); its
-// annotations hold an inline network's definition and stay.
-func trimPool(obj any) (any, error) {
-	if o, ok := obj.(*ipkeeperv1alpha1.IPPool); ok {
-		o.ManagedFields = nil
+// trimCached drops the managed fields (most of an object's size) of what
+// the cache keeps without a transform of its own: IPPools (their
+// annotations hold an inline network's definition and stay) and NADs.
+func trimCached(obj any) (any, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		o.SetManagedFields(nil)
 	}
 	return obj, nil
 }

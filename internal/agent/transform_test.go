@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -121,9 +123,20 @@ func fullPool() *ipkeeperv1alpha1.IPPool {
 	}
 }
 
-func TestTrimPool(t *testing.T) {
+// The cache keeps IPPools and NADs with trimCached: managed fields go;
+// a pool's annotations (an inline network's definition) and a NAD's
+// config, which the agent reads, stay.
+func TestTrimCached(t *testing.T) {
 	want := fullPool()
 	want.ManagedFields = nil
+	nad := func() *nadv1.NetworkAttachmentDefinition {
+		return &nadv1.NetworkAttachmentDefinition{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "blue", ManagedFields: managedFields},
+			Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: `{"cniVersion":"1.0.0","name":"blue","allowPersistentIPs":true}`},
+		}
+	}
+	wantNAD := nad()
+	wantNAD.ManagedFields = nil
 
 	tests := []struct {
 		name string
@@ -132,16 +145,17 @@ func TestTrimPool(t *testing.T) {
 	}{
 		{"pool: managed fields go, annotations (its definition) stay", fullPool(), want},
 		{"already trimmed", want.DeepCopy(), want},
-		{"other types pass through", fullReservation(), fullReservation()},
+		{"NAD: managed fields go, its config stays", nad(), wantNAD},
+		{"not an object: passes through", "not an object", "not an object"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := trimPool(tt.in)
+			got, err := trimCached(tt.in)
 			if err != nil {
-				t.Fatalf("trimPool: %v", err)
+				t.Fatalf("trimCached: %v", err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("trimPool =\n  %+v\nwant\n  %+v", got, tt.want)
+				t.Errorf("trimCached =\n  %+v\nwant\n  %+v", got, tt.want)
 			}
 		})
 	}

@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
@@ -50,6 +50,9 @@ type ClaimReconciler struct {
 	// Reservations reads IPReservations from the cache that has the
 	// reservationindex indexes (the main manager's).
 	Reservations client.Reader
+	// Alloc reserves addresses: the controller's one allocator of claims'
+	// addresses.
+	Alloc *claimalloc.Allocator
 	// APIReader reads from the API server, where the cache may be behind.
 	APIReader client.Reader
 	// WatchClusters: Cluster API's Cluster kind is served; without it a
@@ -106,24 +109,21 @@ func (r *ClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPAddressC
 		}
 		return r.notReady(ctx, claim, ipamv1.IPAddressClaimReadyPoolNotReadyReason, fmt.Sprintf("IPPool %s not found", poolName))
 	}
-	ranges, err := ipamconfig.PoolRanges(&pool.Spec)
+	if !r.Alloc.Ready() {
+		return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil // the controller's caches are still filling
+	}
+	parsed, err := claimalloc.PoolOf(pool)
 	if err != nil {
 		return r.notReady(ctx, claim, ipamv1.IPAddressClaimReadyPoolNotReadyReason, fmt.Sprintf("IPPool %s is invalid: %v", poolName, err))
 	}
-	// This provider names reservations from the pool; the pool of an
-	// inline network whose name is not a valid object name has them named
-	// from the network (naming.PoolLockKey), which only its agents know.
-	if naming.PoolLockKey(pool.Name, pool.Annotations[v1alpha1.InlineNetworkAnnotation]) != pool.Name {
-		return r.notReady(ctx, claim, ipamv1.IPAddressClaimReadyPoolNotReadyReason,
-			fmt.Sprintf("IPPool %s is the inline definition of a network whose name is not a valid object name; give Cluster API claims an IPPool of their own", poolName))
-	}
-	res, err := r.held(ctx, claim, poolName)
+	ranges := parsed.Ranges
+	res, err := r.held(ctx, claim, parsed)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if res == nil {
-		res, err = r.reserve(ctx, claim, poolName, ranges)
-		if errors.Is(err, errExhausted) {
+		res, err = r.Alloc.Assign(ctx, parsed, holder(claim, poolName), claimRanges(ranges), string(claim.UID))
+		if errors.Is(err, claimalloc.ErrExhausted) {
 			return r.notReady(ctx, claim, ipamv1.IPAddressClaimReadyPoolExhaustedReason, fmt.Sprintf("IPPool %s has no free %s address", poolName, family(ranges[0].Is4())))
 		}
 		if err != nil {
@@ -159,14 +159,14 @@ func (r *ClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPAddressC
 // names, as that is the address the machine uses (also when the cache does
 // not show that reservation yet); without an IPAddress, the oldest (then
 // the first by name), which allocate then writes into the IPAddress.
-func (r *ClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddressClaim, pool string) (*v1alpha1.IPReservation, error) {
+func (r *ClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *claimalloc.Pool) (*v1alpha1.IPReservation, error) {
 	all, err := reservationindex.ByOwner(ctx, r.Reservations, claim.UID)
 	if err != nil {
 		return nil, err
 	}
 	var inPool []*v1alpha1.IPReservation
 	for i := range all {
-		if owns(claim, &all[i]) && naming.PoolOf(all[i].Spec.Pool, all[i].Spec.Network) == pool {
+		if owns(claim, &all[i]) && naming.PoolOf(all[i].Spec.Pool, all[i].Spec.Network) == pool.Name {
 			inPool = append(inPool, &all[i])
 		}
 	}
@@ -197,7 +197,7 @@ func (r *ClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddressClaim
 // named is the claim's reservation in pool that its IPAddress names: from
 // cached (the claim's reservations the cache shows), else read live; nil
 // when there is no IPAddress or it names no reservation of the claim's.
-func (r *ClaimReconciler) named(ctx context.Context, claim *ipamv1.IPAddressClaim, pool string, cached []*v1alpha1.IPReservation) (*v1alpha1.IPReservation, error) {
+func (r *ClaimReconciler) named(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *claimalloc.Pool, cached []*v1alpha1.IPReservation) (*v1alpha1.IPReservation, error) {
 	addr, err := r.cachedClaimAddress(ctx, claim)
 	if err != nil || addr == nil {
 		return nil, err
@@ -206,7 +206,7 @@ func (r *ClaimReconciler) named(ctx context.Context, claim *ipamv1.IPAddressClai
 	if err != nil {
 		return nil, nil //nolint:nilerr // not an address we wrote: ensureAddress reports the conflict
 	}
-	name := naming.Reservation(pool, ip)
+	name := naming.Reservation(pool.Key, ip)
 	if i := slices.IndexFunc(cached, func(res *v1alpha1.IPReservation) bool { return res.Name == name }); i >= 0 {
 		return cached[i], nil
 	}
@@ -243,7 +243,7 @@ func (r *ClaimReconciler) release(ctx context.Context, claim *ipamv1.IPAddressCl
 		// show it yet.
 		if ip, perr := netip.ParseAddr(addr.Spec.Address); perr == nil {
 			res := &v1alpha1.IPReservation{}
-			err := r.APIReader.Get(ctx, client.ObjectKey{Name: naming.Reservation(addr.Spec.PoolRef.Name, ip)}, res)
+			err := r.APIReader.Get(ctx, client.ObjectKey{Name: naming.Reservation(r.lockKey(ctx, addr.Spec.PoolRef.Name), ip)}, res)
 			switch {
 			case err == nil:
 				// The live copy replaces a cached one, which may be older.
@@ -272,6 +272,17 @@ func (r *ClaimReconciler) release(ctx context.Context, claim *ipamv1.IPAddressCl
 	}
 	log.FromContext(ctx).Info("released the IPAddressClaim's address", "addresses", len(held))
 	return nil
+}
+
+// lockKey is what the reservations of a pool are named from
+// (IPPool.LockKey); a pool that is gone names them after itself, as it did
+// unless it was an inline network's.
+func (r *ClaimReconciler) lockKey(ctx context.Context, pool string) string {
+	var p v1alpha1.IPPool
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: pool}, &p); err == nil {
+		return p.LockKey()
+	}
+	return pool
 }
 
 func (r *ClaimReconciler) releaseOne(ctx context.Context, res *v1alpha1.IPReservation) error {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -53,6 +54,10 @@ func fakeWithIndexes(t *testing.T, s *runtime.Scheme, objs ...client.Object) cli
 	}
 	return b.Build()
 }
+
+// machines is the claims' pool, as allocation sees it: its reservations
+// are named after it (a pool of no inline network).
+var machines = &claimalloc.Pool{Name: "machines", Key: "machines"}
 
 func testClaim() *ipamv1.IPAddressClaim {
 	return &ipamv1.IPAddressClaim{
@@ -130,7 +135,7 @@ func TestHeldKeepsTheAddressInUse(t *testing.T) {
 			}
 			c := fakeWithIndexes(t, s, objs...)
 			r := &ClaimReconciler{Client: c, Reservations: c, APIReader: c}
-			got, err := r.held(context.Background(), claim, "machines")
+			got, err := r.held(context.Background(), claim, machines)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,7 +162,7 @@ func TestHeldPrefersTheIPAddressOverTheCache(t *testing.T) {
 	cached := fakeWithIndexes(t, s, claim, r1.DeepCopy())
 	live := fakeWithIndexes(t, s, claim, r1.DeepCopy(), r2.DeepCopy(), claimIPAddress(t, s, claim, "10.0.0.9"))
 	r := &ClaimReconciler{Client: cached, Reservations: cached, APIReader: live}
-	got, err := r.held(context.Background(), claim, "machines")
+	got, err := r.held(context.Background(), claim, machines)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,5 +201,30 @@ func TestReleaseOneReadsThePoolLive(t *testing.T) {
 	}
 	if after.Spec.ReuseAfter == nil || !after.Spec.ReuseAfter.Time.Equal(now.Add(time.Minute)) {
 		t.Errorf("reuseAfter = %v, want %s", after.Spec.ReuseAfter, now.Add(time.Minute))
+	}
+}
+
+// The reservations of an inline network's pool are named from the
+// network (Pool.Key), not the pool: the reservation an IPAddress names is
+// looked up live under that name when the cache does not show it yet.
+func TestHeldFindsTheNamedReservationByLockKey(t *testing.T) {
+	s := testScheme(t)
+	claim := testClaim()
+	pool := &claimalloc.Pool{Name: "net-blue.0123456789abcdef", Key: "Blue_Net"}
+	res := claimReservation(claim, "10.0.0.9", time.Now())
+	res.Name = naming.Reservation(pool.Key, netip.MustParseAddr("10.0.0.9"))
+	res.Spec.Pool, res.Spec.Network = pool.Name, pool.Name
+	if res.Name == naming.Reservation(pool.Name, netip.MustParseAddr("10.0.0.9")) {
+		t.Fatalf("the test needs a key that names reservations apart from the pool name")
+	}
+	cached := fakeWithIndexes(t, s, claim, claimIPAddress(t, s, claim, "10.0.0.9"))
+	live := fakeWithIndexes(t, s, claim, res.DeepCopy())
+	r := &ClaimReconciler{Client: cached, Reservations: cached, APIReader: live}
+	got, err := r.held(context.Background(), claim, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.Name != res.Name {
+		t.Fatalf("held = %+v, want %s (named from the pool's lock key)", got, res.Name)
 	}
 }

@@ -145,6 +145,23 @@ func (o Owner) Runs(l Launcher) bool {
 	return false
 }
 
+// RunsVMI reports whether a launcher pod of the VMI vmiName (uid vmiUID)
+// runs this owner, as far as the pod itself tells: for a VMI owner by the
+// VMI's UID; for a VM owner by the VMI's name, which KubeVirt gives a VM's
+// VMI (also the owner-less VMI an orphan deletion of the VM leaves). The
+// VM's UID is on the VMI only; a pod's word on its VMI is KubeVirt's
+// controller's, since the launcher-identity admission policy lets nobody
+// else write it.
+func (o Owner) RunsVMI(vmiName string, vmiUID types.UID) bool {
+	switch o.Kind {
+	case KindVMI:
+		return vmiUID != "" && vmiUID == o.UID
+	case KindVM:
+		return vmiName != "" && vmiName == o.Name
+	}
+	return false
+}
+
 // HasVMI reports whether vmi is one of the owner's: a VMI the owner runs
 // (Runs), or an owner-less VMI of a VM owner's name, which is what orphan
 // deletion of that VM leaves, also while the claim still has its controller

@@ -31,21 +31,16 @@ const (
 	ReasonClaimConflict EventReason = "IPAMClaimConflict"
 	ReasonClaimMismatch EventReason = "IPAMClaimSpecMismatch"
 	ReasonNADProblem    EventReason = "NetworkAttachmentDefinitionProblem"
-	// Requested addresses (RequestedAddressesAnnotation) reserved for the
-	// claim, or not, with the claim's RequestedAddresses condition's reason.
-	ReasonRequestedReserved    EventReason = "RequestedAddressesReserved"
-	ReasonRequestedNotHonoured EventReason = "RequestedAddressesNotHonoured"
+	// The VM's requested addresses (RequestedAddressesAnnotation) cannot
+	// be read; what becomes of a readable request ipkeeper-controller's
+	// claim address controller says (package claimaddrs).
+	ReasonRequestInvalid EventReason = "RequestedAddressesInvalid"
 )
 
 // claimWriter creates an owner's missing claims; the VM and VMI reconcilers share it.
 type claimWriter struct {
 	client   client.Client
 	recorder record.EventRecorder
-	// pools reads IPPools and the reservations (indexed by
-	// reservationindex) from the main manager's cache; live reads
-	// reservations from the API server.
-	pools client.Reader
-	live  client.Reader
 }
 
 // ensureResult says what is still pending after ensure.
@@ -53,8 +48,7 @@ type ensureResult struct {
 	// conflicts are claims of the wanted names held by another owner.
 	conflicts int
 	// waiting counts our own claims still being deleted (an unplug undone
-	// quickly): they are recreated once gone; and requested addresses that
-	// may become available (taken, pool missing).
+	// quickly): they are recreated once gone.
 	waiting int
 }
 
@@ -68,11 +62,7 @@ func (w *claimWriter) ensure(ctx context.Context, ownerObj client.Object, owner 
 		err := w.client.Get(ctx, types.NamespacedName{Namespace: ownerObj.GetNamespace(), Name: d.Name}, &claim)
 		switch {
 		case apierrors.IsNotFound(err):
-			created, err := w.create(ctx, ownerObj, owner, d)
-			if err != nil {
-				return res, err
-			}
-			if err := w.request(ctx, ownerObj, created, d, &res); err != nil {
+			if err := w.create(ctx, ownerObj, owner, d); err != nil {
 				return res, err
 			}
 			continue
@@ -106,24 +96,11 @@ func (w *claimWriter) ensure(ctx context.Context, ownerObj client.Object, owner 
 		if err := w.adopt(ctx, &claim, owner, d); err != nil {
 			return res, err
 		}
-		if err := w.request(ctx, ownerObj, &claim, d, &res); err != nil {
-			return res, err
-		}
 	}
 	return res, nil
 }
 
-// request honours the addresses d requests, counting in res a request
-// that is worth another look later.
-func (w *claimWriter) request(ctx context.Context, ownerObj client.Object, claim *ipamclaimsv1alpha1.IPAMClaim, d Desired, res *ensureResult) error {
-	retry, err := w.honourRequest(ctx, ownerObj, claim, d)
-	if retry {
-		res.waiting++
-	}
-	return err
-}
-
-func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner claimowner.Owner, d Desired) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner claimowner.Owner, d Desired) error {
 	gvk := kubevirtv1.SchemeGroupVersion.WithKind(owner.Kind)
 	claim := &ipamclaimsv1alpha1.IPAMClaim{
 		ObjectMeta: metav1.ObjectMeta{
@@ -135,21 +112,21 @@ func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner 
 		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: d.Network, Interface: d.Interface},
 	}
 	setIdentity(claim, owner, d)
-	// With the claim, in one write, so no launcher pod sees the claim
-	// without it (the agent allocates nothing while it is pending).
+	// With the claim, in one write, so that ipkeeper-controller reserves
+	// the requested addresses, never others, when it fills the claim.
 	setRequest(claim, d)
 	if err := w.client.Create(ctx, claim); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Our cache has not seen it yet; the claim watch brings us back.
-			return nil, fmt.Errorf("IPAMClaim %s/%s appeared while creating it (cache behind): %w", claim.Namespace, claim.Name, err)
+			return fmt.Errorf("IPAMClaim %s/%s appeared while creating it (cache behind): %w", claim.Namespace, claim.Name, err)
 		}
-		return nil, fmt.Errorf("creating IPAMClaim %s/%s for %s network %q: %w", claim.Namespace, claim.Name, owner, d.LogicalNetwork, err)
+		return fmt.Errorf("creating IPAMClaim %s/%s for %s network %q: %w", claim.Namespace, claim.Name, owner, d.LogicalNetwork, err)
 	}
 	claimsCreated.Inc()
 	log.FromContext(ctx).Info("created IPAMClaim", "claim", claim.Name, "network", d.LogicalNetwork, "cniNetwork", d.Network, "interface", d.Interface)
 	w.recorder.Eventf(ownerObj, corev1.EventTypeNormal, string(ReasonClaimCreated),
 		"created IPAMClaim %s for network %q (CNI network %q, pod interface %s)", claim.Name, d.LogicalNetwork, d.Network, d.Interface)
-	return claim, nil
+	return nil
 }
 
 // adopt adds our labels, annotations and finalizer to a claim this owner
@@ -157,6 +134,7 @@ func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner 
 func (w *claimWriter) adopt(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, d Desired) error {
 	if controllerutil.ContainsFinalizer(claim, Finalizer) && claimowner.Managed(claim) &&
 		claim.Labels[claimowner.OwnerUIDLabel] == string(owner.UID) && claim.Annotations[NetworkAnnotation] == d.LogicalNetwork &&
+		claim.Annotations[claimstatus.NADAnnotation] == d.NAD.String() &&
 		(len(claim.Status.IPs) > 0 || requestRecorded(claim, d)) {
 		return nil
 	}
@@ -174,9 +152,12 @@ func (w *claimWriter) adopt(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	return nil
 }
 
+// setIdentity records on the claim its owner, its KubeVirt network and
+// the NAD its addresses come from (claimstatus.NADAnnotation).
 func setIdentity(claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, d Desired) {
 	claimowner.Record(claim, owner)
 	claim.Annotations[NetworkAnnotation] = d.LogicalNetwork
+	claim.Annotations[claimstatus.NADAnnotation] = d.NAD.String()
 }
 
 // setRequest records d's requested addresses on the claim

@@ -2,6 +2,8 @@
 
 package claims
 
+import "github.com/ipkeeper/ipkeeper/internal/claimstatus"
+
 const (
 	// Finalizer keeps a claim (and so the VM's addresses) until no VMI or
 	// launcher pod uses it; the name is the one existing tools use.
@@ -9,7 +11,7 @@ const (
 
 	// NetworkAnnotation records the KubeVirt logical network name, which a
 	// hashed claim name no longer shows.
-	NetworkAnnotation = "ipkeeper.io/logical-network"
+	NetworkAnnotation = claimstatus.LogicalNetworkAnnotation
 )
 
 // RequestedAddressesAnnotation asks for given addresses on a VM's networks:

@@ -39,9 +39,9 @@ type ownerSync struct {
 	backoff workqueue.TypedRateLimiter[reconcile.Request]
 }
 
-func newOwnerSync(c client.Client, recorder record.EventRecorder, gate kubevirt.Gate, pools, live client.Reader) *ownerSync {
+func newOwnerSync(c client.Client, recorder record.EventRecorder, gate kubevirt.Gate) *ownerSync {
 	return &ownerSync{
-		claimWriter: claimWriter{client: c, recorder: recorder, pools: pools, live: live},
+		claimWriter: claimWriter{client: c, recorder: recorder},
 		gate:        gate,
 		backoff:     workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
 	}
@@ -68,7 +68,14 @@ func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj cl
 		nadProblems.Inc()
 		s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonNADProblem), "no persistent IPs for %v", p)
 	}
-	res, err := s.ensure(ctx, ownerObj, owner, withRequests(want, annotations))
+	want = withRequests(want, annotations)
+	for _, d := range want {
+		if d.Request != nil && d.Request.err != nil {
+			s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonRequestInvalid), "network %q: %v", d.LogicalNetwork, d.Request.err)
+			break // the same error for every network
+		}
+	}
+	res, err := s.ensure(ctx, ownerObj, owner, want)
 	if err != nil {
 		return reconcile.Result{}, err
 	}

@@ -22,10 +22,6 @@ type VMReconciler struct {
 	Client   client.Client
 	Recorder record.EventRecorder
 	Gate     kubevirt.Gate
-	// Pools reads IPPools and reservations (indexed by reservationindex):
-	// the main manager's cache. APIReader reads reservations live.
-	Pools     client.Reader
-	APIReader client.Reader
 	// WatchKubeVirt re-queues every VM when the KubeVirt CR changes, so
 	// turning the gate on takes effect at once.
 	WatchKubeVirt bool
@@ -51,7 +47,7 @@ func (r *VMReconciler) Reconcile(ctx context.Context, req reconcile.Request) (re
 
 // SetupWithManager registers the reconciler.
 func (r *VMReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate, r.Pools, r.APIReader)
+	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate)
 	return setupOwnerController(mgr, "vm-claims", &kubevirtv1.VirtualMachine{},
 		func() client.ObjectList { return &kubevirtv1.VirtualMachineList{} }, r.WatchKubeVirt, r)
 }

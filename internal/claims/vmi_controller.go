@@ -26,9 +26,6 @@ type VMIReconciler struct {
 	Recorder      record.EventRecorder
 	Gate          kubevirt.Gate
 	WatchKubeVirt bool
-	// Pools and APIReader: as for VMReconciler.
-	Pools     client.Reader
-	APIReader client.Reader
 
 	sync *ownerSync
 }
@@ -80,7 +77,7 @@ func (r *VMIReconciler) orphanedFromVM(ctx context.Context, vmi *kubevirtv1.Virt
 
 // SetupWithManager registers the reconciler.
 func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate, r.Pools, r.APIReader)
+	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate)
 	return setupOwnerController(mgr, "vmi-claims", &kubevirtv1.VirtualMachineInstance{},
 		func() client.ObjectList { return &kubevirtv1.VirtualMachineInstanceList{} }, r.WatchKubeVirt, r)
 }

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package claimstatus holds the IPAMClaim conditions ipkeeper sets that
-// more than one component writes: one definition of their type, reasons
-// and messages for the agent (at ADD) and the controller (when a pool
-// changes under a running VM).
+// Package claimstatus holds what ipkeeper reads and writes on IPAMClaims
+// beyond their spec: the conditions (their type, reasons and messages),
+// the annotations that ask for addresses or name the claim's NAD, and how
+// status.ips entries are read. ipkeeper-controller writes a claim's status;
+// the agent and the kubectl plugin read it.
 package claimstatus
 
 import (
@@ -16,8 +17,8 @@ import (
 
 // ConditionIPsAllocated is the condition the IPAM sets when it allocates
 // a claim's addresses, with OVN-Kubernetes' type and reasons so tools
-// reading claims work with either IPAM. The agent writes it at ADD; an
-// import of another IPAM's addresses writes it too.
+// reading claims work with either IPAM. ipkeeper-controller writes it when
+// it fills the claim; an import of another IPAM's addresses writes it too.
 const ConditionIPsAllocated = "IPsAllocated"
 
 // Reasons of ConditionIPsAllocated.
@@ -66,15 +67,41 @@ func quote(ss []string) []string {
 	return out
 }
 
-// RequestedAnnotation, on an IPAMClaim, holds the addresses the claim's VM
-// requested for the network (a JSON list, as in the VM's
-// network.kubevirt.io/addresses), or "invalid" when the VM's request could
-// not be read. ipkeeper-controller sets it when it creates the claim, so
-// that it is there before any launcher pod can see the claim: while it is
-// present and the claim's status.ips is empty, ipkeeper-agent allocates
-// nothing for the claim (the controller reserves the requested addresses
-// and records them, or says in ConditionRequested why it cannot).
+// RequestedAnnotation, on an IPAMClaim, holds the addresses asked for on
+// the claim's network (a JSON list of one address per IP family, bare or
+// with a prefix length), or "invalid" when a VM's request could not be
+// read. ipkeeper-controller sets it on the claims it makes for VMs, from
+// the VM's network.kubevirt.io/addresses; on a claim made by hand or by
+// another tool, whoever creates the claim sets it. Before the claim's
+// first addresses, the controller reserves exactly these (or says in
+// ConditionRequested why it cannot), never others.
 const RequestedAnnotation = "ipkeeper.io/requested-addresses"
+
+// LogicalNetworkAnnotation, on the IPAMClaims ipkeeper-controller makes
+// for VMs, records the KubeVirt network name (spec.networks[].name), which
+// a hashed claim name no longer shows; messages name the network by it.
+const LogicalNetworkAnnotation = "ipkeeper.io/logical-network"
+
+// NADAnnotation, on an IPAMClaim, names ("namespace/name") the
+// NetworkAttachmentDefinition its network is attached through: the claim's
+// addresses come from that NAD's pool. ipkeeper-controller sets it on the
+// claims it makes for VMs; without it, the NADs of the claim's
+// spec.network whose IPAM is ipkeeper say where (those of the claim's
+// namespace first).
+const NADAnnotation = "ipkeeper.io/network-attachment-definition"
+
+// ParseIP reads an entry of a claim's status.ips: "10.0.0.5/24" (what
+// IPAMs write) or a bare address.
+func ParseIP(s string) (netip.Addr, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Addr(), nil
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("not an IP address or CIDR: %w", err)
+	}
+	return ip, nil
+}
 
 // ConditionRequested says whether the addresses the VM requested for the
 // network are the claim's: True once reserved and recorded in status.ips.

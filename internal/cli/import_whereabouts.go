@@ -26,6 +26,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
@@ -165,6 +166,9 @@ type importWorld struct {
 	// claims are read once, so the steps of one claim (two families)
 	// update one object.
 	claims map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim
+	// pools are ipkeeper's IPPools, by name: a reservation's name comes
+	// from its pool's lock key (IPPool.LockKey).
+	pools map[string]*ipkeeperv1alpha1.IPPool
 }
 
 // planWhereaboutsImport reads whereabouts' objects and the NADs and decides
@@ -179,9 +183,17 @@ func planWhereaboutsImport(ctx context.Context, c client.Reader) (steps []Import
 	if err != nil && !meta.IsNoMatchError(err) {
 		return nil, nil, err
 	}
-	w := &importWorld{c: c, nads: map[string]*nadv1.NetworkAttachmentDefinition{}, reservations: map[string]*ipkeeperv1alpha1.IPReservation{}, planned: map[string]string{}, claims: map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{}}
+	w := &importWorld{c: c, nads: map[string]*nadv1.NetworkAttachmentDefinition{}, reservations: map[string]*ipkeeperv1alpha1.IPReservation{}, planned: map[string]string{},
+		claims: map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{}, pools: map[string]*ipkeeperv1alpha1.IPPool{}}
 	if w.nets, problems, err = w.readNADs(ctx); err != nil {
 		return nil, nil, err
+	}
+	var pl ipkeeperv1alpha1.IPPoolList
+	if err := c.List(ctx, &pl); err != nil {
+		return nil, nil, fmt.Errorf("listing IPPools: %w", err)
+	}
+	for i := range pl.Items {
+		w.pools[pl.Items[i].Name] = &pl.Items[i]
 	}
 	all, err := listReservations(ctx, c, "")
 	if err != nil {
@@ -315,7 +327,7 @@ func (w *importWorld) plan(ctx context.Context, a wb.Address) (ImportStep, error
 	}
 	st.cfg, st.NAD, st.Network, st.Pool = net.Config, net.NAD, net.Config.Name, net.Config.PoolName()
 	st.prefix = netip.PrefixFrom(a.IP, a.Subnet.Bits())
-	st.Reservation = naming.Reservation(net.Config.LockKey(), a.IP)
+	st.Reservation = naming.Reservation(w.lockKey(net), a.IP)
 	st.node = pod.Spec.NodeName
 
 	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
@@ -363,6 +375,17 @@ func (w *importWorld) plan(ctx context.Context, a wb.Address) (ImportStep, error
 	return st, nil
 }
 
+// lockKey is what an inline network's reservations are named from: its
+// IPPool's lock key, or, before ipkeeper-controller has made the pool from
+// the NAD, the lock key of the pool it will make.
+func (w *importWorld) lockKey(net *wb.Network) string {
+	if p, ok := w.pools[net.Config.PoolName()]; ok {
+		return p.LockKey()
+	}
+	ns, name, _ := strings.Cut(net.NAD, "/")
+	return inlinepool.Build(net.Config, types.NamespacedName{Namespace: ns, Name: name}).LockKey()
+}
+
 // networkOf picks, among the networks using an address's whereabouts
 // pool, the one the pod attaches: when they are all one ipkeeper pool any
 // will do, else the one the pod's networks annotation names.
@@ -373,7 +396,7 @@ func (w *importWorld) networkOf(a wb.Address, pod *corev1.Pod) (*wb.Network, str
 	}
 	same := true
 	for _, n := range cands[1:] {
-		same = same && n.Config.LockKey() == cands[0].Config.LockKey()
+		same = same && w.lockKey(&n) == w.lockKey(&cands[0])
 	}
 	if same {
 		return &cands[0], ""

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ipkeeper/ipkeeper/internal/capi"
+	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/gc"
 )
 
@@ -39,10 +40,11 @@ var clusterAPIKey = clusterv1.GroupVersion.String() + "/clusters"
 type clusterAPISupport struct {
 	main      ctrl.Manager
 	collector *gc.Reconciler
+	alloc     *claimalloc.Allocator
 }
 
 // newClusterAPISupport is the optional API runner for Cluster API.
-func newClusterAPISupport(cfg *rest.Config, s *runtime.Scheme, main ctrl.Manager, o Options, collector *gc.Reconciler) (*optionalAPI, error) {
+func newClusterAPISupport(cfg *rest.Config, s *runtime.Scheme, main ctrl.Manager, o Options, collector *gc.Reconciler, alloc *claimalloc.Allocator) (*optionalAPI, error) {
 	return newOptionalAPI(cfg, s, main, apiSpec{
 		name:     "Cluster API",
 		what:     "IPAM provider: IPAddressClaims of ipkeeper IPPools",
@@ -50,7 +52,7 @@ func newClusterAPISupport(cfg *rest.Config, s *runtime.Scheme, main ctrl.Manager
 		optional: []apiResources{{groupVersion: clusterv1.GroupVersion.String(), resources: []string{"clusters"}}},
 		interval: o.ClusterAPIDiscoveryInterval,
 		gauge:    clusterAPISupportGauge,
-		feature:  &clusterAPISupport{main: main, collector: collector},
+		feature:  &clusterAPISupport{main: main, collector: collector, alloc: alloc},
 	})
 }
 
@@ -65,6 +67,7 @@ func (c *clusterAPISupport) setup(ctx context.Context, child ctrl.Manager, serve
 	r := &capi.ClaimReconciler{
 		Client:        child.GetClient(),
 		Reservations:  c.main.GetClient(), // the main cache has the reservation indexes
+		Alloc:         c.alloc,
 		APIReader:     child.GetAPIReader(),
 		WatchClusters: served[clusterAPIKey],
 	}

@@ -10,9 +10,12 @@ package controllermanager
 // admission path of every VM, so its webhook is called only when it can
 // matter and answers within bounds.
 //
-// One manager (manager.go) runs what every cluster needs: the reservation
-// garbage collector and the IPPool status controllers (leader), the
-// webhook server and certificates (every replica) and the probes. The
+// One manager (manager.go) runs what every cluster needs: on the leader,
+// the reservation garbage collector, the IPPool status controllers, the
+// inline pool controller (IPPools made from NADs) and the IPAMClaim
+// address controller (every claim's addresses, chosen and recorded by
+// this one writer); on every replica, the webhook server and certificates
+// and the probes. The
 // parts for optional APIs, KubeVirt
 // (kubevirt.go) and Cluster API (clusterapi.go), are not wired into that
 // manager: each follows discovery for its CRDs (optional.go) and runs a
@@ -31,10 +34,15 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/capi"
+	"github.com/ipkeeper/ipkeeper/internal/claimaddrs"
+	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/gc"
+	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/poolstatus"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
 )
 
@@ -64,9 +72,27 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	if err := collector.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("setting up the reservation garbage collector: %w", err)
 	}
-	pools := &poolstatus.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("ipkeeper-controller")}
+	recorder := mgr.GetEventRecorderFor("ipkeeper-controller")
+	// One cache of held addresses, fed once: pool status counts from it,
+	// the claims' allocator picks from it.
+	addrs := reservationindex.NewAddresses()
+	pools := &poolstatus.Reconciler{Client: mgr.GetClient(), Recorder: recorder, Index: addrs}
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the IPPool status controller: %w", err)
+	}
+	claimBlocks := blocks.NewSet(string(ipkeeperv1alpha1.HolderIPAMClaims))
+	blocksSynced, err := claimalloc.WatchBlocks(ctx, mgr.GetCache(), claimBlocks)
+	if err != nil {
+		return nil, err
+	}
+	alloc := claimalloc.New(mgr.GetClient(), mgr.GetAPIReader(), addrs, claimBlocks, blocksSynced, mgr.GetLogger().WithName("claim-allocator"))
+	fill := &claimaddrs.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Alloc: alloc, Recorder: recorder, Workers: o.ClaimWorkers}
+	if err := fill.SetupWithManager(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("setting up the IPAMClaim address controller: %w", err)
+	}
+	inline := &inlinepool.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder}
+	if err := inline.SetupWithManager(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("setting up the inline pool controller: %w", err)
 	}
 	inPool := &poolstatus.ClaimReconciler{Client: mgr.GetClient()}
 	if err := inPool.SetupWithManager(mgr); err != nil {
@@ -83,7 +109,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	if err := kv.add("kubevirt-support"); err != nil {
 		return nil, err
 	}
-	capiSupport, err := newClusterAPISupport(cfg, s, mgr, o, collector)
+	capiSupport, err := newClusterAPISupport(cfg, s, mgr, o, collector, alloc)
 	if err != nil {
 		return nil, err
 	}

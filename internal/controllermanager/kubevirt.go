@@ -106,11 +106,8 @@ func (k *kubeVirtSupport) setupChild(ctx context.Context, child ctrl.Manager) (*
 		name  string
 		setup func(ctrl.Manager) error
 	}{
-		// Requested addresses read pools and reservations from the main cache, which has their indexes.
-		{"VM claims controller", (&claims.VMReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, WatchKubeVirt: k.o.RequireGate,
-			Pools: k.main.GetClient(), APIReader: child.GetAPIReader()}).SetupWithManager},
-		{"VMI claims controller", (&claims.VMIReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, WatchKubeVirt: k.o.RequireGate,
-			Pools: k.main.GetClient(), APIReader: child.GetAPIReader()}).SetupWithManager},
+		{"VM claims controller", (&claims.VMReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, WatchKubeVirt: k.o.RequireGate}).SetupWithManager},
+		{"VMI claims controller", (&claims.VMIReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, WatchKubeVirt: k.o.RequireGate}).SetupWithManager},
 		{"claim release controller", (&claims.ClaimReleaser{Client: child.GetClient(), APIReader: child.GetAPIReader(), Recorder: recorder, ResyncPeriod: k.o.ClaimResync}).SetupWithManager},
 	}
 	if k.hook != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/certs"
+	"github.com/ipkeeper/ipkeeper/internal/claimaddrs"
 )
 
 // Certificate modes for the webhook.
@@ -49,6 +50,8 @@ type Options struct {
 	CertValidity  time.Duration
 	CAValidity    time.Duration
 
+	ClaimWorkers int
+
 	KubeVirtDiscoveryInterval   time.Duration
 	ClusterAPIDiscoveryInterval time.Duration
 	WebhookLiveReadQPS          float64
@@ -65,8 +68,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LeaderElectID, "leader-election-id", "ipkeeper-controller", "name of the leader election Lease")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":9920", "address for Prometheus /metrics; 0 disables")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":9921", "address for /healthz and /readyz; 0 disables")
-	fs.Float64Var(&o.APIQPS, "kube-api-qps", 50, "API requests per second (sustained)")
-	fs.IntVar(&o.APIBurst, "kube-api-burst", 100, "API requests in a burst")
+	fs.Float64Var(&o.APIQPS, "kube-api-qps", 200, "API requests per second (sustained): the controller writes every VM's first addresses, so a VM boot storm is bounded by this")
+	fs.IntVar(&o.APIBurst, "kube-api-burst", 400, "API requests in a burst")
+	fs.IntVar(&o.ClaimWorkers, "claim-workers", claimaddrs.DefaultWorkers, "IPAMClaims whose addresses are chosen and recorded at once")
 	fs.BoolVar(&o.RequireGate, "require-kubevirt-feature-gate", true, "act only while the KubeVirt CR lists the PersistentIPs feature gate; false: act as if it always did")
 	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", 2*time.Minute, "how long a pod must stay gone before the garbage collector releases its reservations")
 	fs.DurationVar(&o.ClaimResync, "claim-resync-period", 10*time.Minute, "how often every IPAMClaim ipkeeper manages is checked again without an event (a release interrupted by a crash is also resumed at start-up); 0 disables")
@@ -104,6 +108,9 @@ func (o Options) Validate() error {
 	}
 	if o.ClaimResync < 0 {
 		return fmt.Errorf("--claim-resync-period %s: must not be negative", o.ClaimResync)
+	}
+	if o.ClaimWorkers < 0 {
+		return fmt.Errorf("--claim-workers %d: must not be negative (0: the default, %d)", o.ClaimWorkers, claimaddrs.DefaultWorkers)
 	}
 	if o.APIQPS <= 0 || o.APIBurst <= 0 {
 		return fmt.Errorf("--kube-api-qps %v / --kube-api-burst %d: must be positive", o.APIQPS, o.APIBurst)

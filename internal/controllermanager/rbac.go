@@ -7,9 +7,7 @@ package controllermanager
 //
 // Claims controllers: read VMs, VMIs, the KubeVirt CR (feature gate) and
 // NADs; create, adopt and release IPAMClaims; read launcher pods (metadata);
-// events on VMs. A VM's requested addresses: read pools, create (and, for
-// a failed request, delete) reservations and write the claim's status
-// (rules below).
+// events on VMs, claims and NADs.
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachines;virtualmachineinstances;kubevirts,verbs=get;list;watch
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=ipamclaims,verbs=get;list;watch;create;update;patch;delete
@@ -27,8 +25,17 @@ package controllermanager
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools/status,verbs=get;update;patch
 //
-// Claims' AddressesInPool: set the condition when a pool changes under a
-// claim's address (claims and reservations are read as above).
+// Inline pools: make the IPPool of an inline network from its NADs.
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools,verbs=create
+//
+// IPAMClaim addresses (and Cluster API claims' below): the one writer of
+// claims' reservations, in blocks it takes for them (owned by their pool);
+// claims' status (addresses, conditions, owner pod).
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ipblocks,verbs=get;list;watch;create
+//
+// Claims' status: addresses, IPsAllocated and RequestedAddresses, owner
+// pod, and AddressesInPool when a pool changes under a claim's address.
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=ipamclaims/status,verbs=get;update;patch
 //
 // Cluster API IPAM provider: serve IPAddressClaims (finalizer, status);

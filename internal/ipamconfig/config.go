@@ -55,17 +55,6 @@ type Config struct {
 	IgnoredKeys []string
 }
 
-// LockKey returns what the network's reservations are named from
-// (naming.PoolLockKey): for an inline network its name, else the pool's.
-// The agent reads it from the pool itself; a controller that reserves
-// before the pool exists derives it here.
-func (c *Config) LockKey() string {
-	if c.Pool == "" {
-		return naming.PoolLockKey(c.PoolName(), c.Name)
-	}
-	return c.Pool
-}
-
 // PoolName returns the IPPool the network's addresses belong to: ipam.pool,
 // else the network's inline pool.
 func (c *Config) PoolName() string {

@@ -16,9 +16,14 @@ const (
 	// OwnerKindLabel carries the owner kind (Pod or IPAMClaim).
 	OwnerKindLabel = "ipkeeper.io/owner-kind"
 	// NodeLabel marks a pod reservation an agent made in one of its node's
-	// IPBlocks: only that node's agent watches it. Reservations without it
-	// (claims', borrowed addresses', other writers') every agent watches.
+	// IPBlocks: only that node's agent watches it. Reservations with
+	// neither it nor ClaimsBlockLabel (borrowed addresses, static ones,
+	// other writers') every agent watches.
 	NodeLabel = "ipkeeper.io/node"
+	// ClaimsBlockLabel marks a reservation ipkeeper-controller made for an
+	// IPAMClaim in one of its blocks of IPAMClaims: no agent hands out those
+	// addresses, so no agent watches it.
+	ClaimsBlockLabel = "ipkeeper.io/claims-block"
 	// PoolLabel carries the pool of an IPBlock, so a pool's blocks can be
 	// listed (and deleted with the pool) by label.
 	PoolLabel = "ipkeeper.io/pool"

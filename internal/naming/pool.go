@@ -24,19 +24,6 @@ func InlinePool(network string) string {
 	return hint(network, 40, "net") + "." + hex.EncodeToString(sum[:16])
 }
 
-// PoolLockKey returns what a pool's reservations are named from
-// (Reservation(key, ip)): the network of an inline pool (its
-// ipkeeper.io/inline-network annotation), so that reservations made
-// before pools existed, named from the network, keep the lock on their
-// addresses; else the pool's name. Every writer (agent, controller) names
-// a pool's reservations from this key, whichever network asks.
-func PoolLockKey(pool, inlineNetwork string) string {
-	if inlineNetwork != "" {
-		return inlineNetwork
-	}
-	return pool
-}
-
 // PoolOf returns the pool of a reservation from its spec.pool and
 // spec.network: the pool when set, else (a reservation made before pools
 // existed) the inline pool of its network.

@@ -48,7 +48,7 @@ func ipLabel(ip netip.Addr) string {
 }
 
 // Block returns the IPBlock name of block (an aligned prefix) of the pool
-// whose reservations are named from poolKey (PoolLockKey): the name of
+// whose reservations are named from poolKey (IPPool.LockKey): the name of
 // the reservation of its first address, and its prefix length.
 func Block(poolKey string, block netip.Prefix) string {
 	return fmt.Sprintf("%s.%d", Reservation(poolKey, block.Masked().Addr()), block.Bits())

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -48,7 +49,7 @@ func benchReservationsOf(n int) []*v1alpha1.IPReservation {
 // reservations in the pool: count against the ranges and build the status.
 func BenchmarkRecount50k(b *testing.B) {
 	pool := benchPool()
-	x := NewIndex()
+	x := reservationindex.NewAddresses()
 	for _, r := range benchReservationsOf(benchReservations) {
 		x.Set(r)
 	}
@@ -70,7 +71,7 @@ func BenchmarkFeed50k(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		x := NewIndex()
+		x := reservationindex.NewAddresses()
 		for _, r := range rs {
 			x.Set(r)
 		}
@@ -81,7 +82,7 @@ func BenchmarkFeed50k(b *testing.B) {
 // pool of 50k.
 func BenchmarkEvent(b *testing.B) {
 	rs := benchReservationsOf(benchReservations)
-	x := NewIndex()
+	x := reservationindex.NewAddresses()
 	for _, r := range rs {
 		x.Set(r)
 	}

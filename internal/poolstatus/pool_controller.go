@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -39,7 +40,7 @@ type Reconciler struct {
 	Recorder record.EventRecorder
 	// Index holds the reservation counts; SetupWithManager feeds it. A
 	// new one is made when nil.
-	Index *Index
+	Index *reservationindex.Addresses
 	// WriteInterval is the least time between two status writes of one
 	// pool; DefaultWriteInterval when 0.
 	WriteInterval time.Duration
@@ -141,13 +142,13 @@ func (r *Reconciler) forget(pool string) {
 // count of its reservations does.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Index == nil {
-		r.Index = NewIndex()
+		r.Index = reservationindex.NewAddresses()
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pool-status").
 		WithOptions(retry.Options()).
 		// Our own status writes change no generation: they need no recount.
 		For(&v1alpha1.IPPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WatchesRawSource(&reservationSource{informers: mgr.GetCache(), index: r.Index}).
+		WatchesRawSource(reservationindex.NewSource(mgr.GetCache(), r.Index)).
 		Complete(r)
 }

@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 )
 
 // A pool written less than WriteInterval ago is not even read: its
@@ -16,7 +18,7 @@ import (
 // reservation events costs one write per pool per interval.
 func TestWritesAreCoalesced(t *testing.T) {
 	now := time.Unix(1000, 0)
-	r := &Reconciler{WriteInterval: time.Second, Now: func() time.Time { return now }, Index: NewIndex()}
+	r := &Reconciler{WriteInterval: time.Second, Now: func() time.Time { return now }, Index: reservationindex.NewAddresses()}
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "p"}}
 	if wait := r.untilWritable("p"); wait > 0 {
 		t.Fatalf("a pool never written waits %s", wait)

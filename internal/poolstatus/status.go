@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -56,7 +57,7 @@ type familyUsage struct {
 // desiredStatus is the status pool should have given its parsed ranges (or
 // the error parsing them) and the count of its reservations. Conditions
 // start from the current ones so unchanged ones keep their transition time.
-func desiredStatus(pool *v1alpha1.IPPool, ranges []iprange.Range, specErr error, c Count) v1alpha1.IPPoolStatus {
+func desiredStatus(pool *v1alpha1.IPPool, ranges []iprange.Range, specErr error, c reservationindex.Count) v1alpha1.IPPoolStatus {
 	st := v1alpha1.IPPoolStatus{
 		ObservedGeneration: pool.Generation,
 		OutOfRange:         c.OutOfRange,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -46,7 +47,7 @@ func poolOf(name string, ranges ...v1alpha1.PoolRange) *v1alpha1.IPPool {
 // statusOf feeds rs into a fresh Index and returns pool's desired status.
 func statusOf(t *testing.T, pool *v1alpha1.IPPool, rs ...*v1alpha1.IPReservation) v1alpha1.IPPoolStatus {
 	t.Helper()
-	x := NewIndex()
+	x := reservationindex.NewAddresses()
 	for _, r := range rs {
 		x.Set(r)
 	}
@@ -207,71 +208,6 @@ func TestCounting(t *testing.T) {
 				t.Errorf("Ready = %+v, want True", c)
 			}
 		})
-	}
-}
-
-// Updates and deletes move an address between pools and out of them.
-func TestIndexFollowsUpdatesAndDeletes(t *testing.T) {
-	x := NewIndex()
-	r := res("", "blue", "10.0.0.5")
-	if pool, old, changed := x.Set(r); pool != "blue" || old != "" || !changed {
-		t.Fatalf("Set = %q, %q, %v; want blue, \"\", true", pool, old, changed)
-	}
-	if _, _, changed := x.Set(r.DeepCopy()); changed {
-		t.Errorf("setting the same reservation again reported a change")
-	}
-	moved := r.DeepCopy()
-	moved.Spec.Pool = "shared"
-	if pool, old, changed := x.Set(moved); pool != "shared" || old != "blue" || !changed {
-		t.Fatalf("moving pool: Set = %q, %q, %v; want shared, blue, true", pool, old, changed)
-	}
-	ranges, _ := ipamconfig.PoolRanges(&poolOf("x", v1alpha1.PoolRange{Range: "10.0.0.0/24"}).Spec)
-	if c := x.Count("blue", ranges); c.Used[0] != 0 || len(c.Networks) != 0 {
-		t.Errorf("old pool still counts the moved reservation: %+v", c)
-	}
-	if c := x.Count("shared", ranges); c.Used[0] != 1 {
-		t.Errorf("new pool does not count it: %+v", c)
-	}
-	released := cooling(moved.DeepCopy())
-	if _, _, changed := x.Set(released); !changed {
-		t.Errorf("a release (reuseAfter set) reported no change")
-	}
-	if c := x.Count("shared", ranges); c.Used[0] != 1 || c.CoolingDown != 1 {
-		t.Errorf("released reservation: %+v, want used 1, cooling 1", c)
-	}
-	if pool, changed := x.Delete(r.Name); pool != "shared" || !changed {
-		t.Errorf("Delete = %q, %v; want shared, true", pool, changed)
-	}
-	if _, changed := x.Delete(r.Name); changed {
-		t.Errorf("deleting twice reported a change")
-	}
-	if c := x.Count("shared", ranges); c.Used[0] != 0 || c.CoolingDown != 0 || len(c.Networks) != 0 {
-		t.Errorf("deleted reservation still counted: %+v", c)
-	}
-	if len(x.pools) != 0 || len(x.byName) != 0 {
-		t.Errorf("index keeps %d pools, %d names after every reservation is gone", len(x.pools), len(x.byName))
-	}
-}
-
-// A claim's reservation adds no network on Set and takes none away on
-// Delete, while a CNI reservation of the same pool keeps its network.
-func TestIndexClaimReservationsHaveNoNetwork(t *testing.T) {
-	x := NewIndex()
-	pod := res("p", "a", "10.0.0.1")
-	claim := claimRes(res("p", "p", "10.0.0.2"))
-	x.Set(pod)
-	x.Set(claim)
-	ranges, _ := ipamconfig.PoolRanges(&poolOf("p", v1alpha1.PoolRange{Range: "10.0.0.0/24"}).Spec)
-	if c := x.Count("p", ranges); c.Used[0] != 2 || !slices.Equal(c.Networks, []string{"a"}) {
-		t.Errorf("count = %+v, want used 2, networks [a]", c)
-	}
-	x.Delete(claim.Name)
-	if c := x.Count("p", ranges); c.Used[0] != 1 || !slices.Equal(c.Networks, []string{"a"}) {
-		t.Errorf("after deleting the claim's: %+v, want used 1, networks [a]", c)
-	}
-	x.Delete(pod.Name)
-	if len(x.pools) != 0 || len(x.byName) != 0 {
-		t.Errorf("index keeps %d pools, %d names after every reservation is gone", len(x.pools), len(x.byName))
 	}
 }
 

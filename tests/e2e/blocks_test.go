@@ -40,6 +40,7 @@ func TestAgentsWatchOnlyTheirNodesPodReservations(t *testing.T) {
 	subnet := netip.MustParsePrefix("10.77.9.0/24")
 	list := bridgeNetwork(t, home, network, map[string]any{"range": subnet.String()})
 	ns := c.NewNamespace(t, "e2e-blocks")
+	c.Define(t, ns, list)
 
 	homeBefore, otherBefore := cachedReservations(t, home), cachedReservations(t, other)
 	var first *corev1.Pod

@@ -38,6 +38,7 @@ func TestBridgeTwoNamespacesPing(t *testing.T) {
 	list := bridgeNetwork(t, n, network, map[string]any{"range": subnet.String(), "gateway": gateway.String()})
 
 	ns := c.NewNamespace(t, "e2e-bridge")
+	c.Define(t, ns, list)
 	sfx := UniqueSuffix(6)
 	a1 := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-1"), "eth0", c.CreatePod(t, ns, "pod-1", n.Name, ""))
 	a2 := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-2"), "eth0", c.CreatePod(t, ns, "pod-2", n.Name, ""))

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
 // cniTimeout bounds one plugin chain invocation. The shim itself gives the
@@ -213,4 +216,17 @@ func (a *Attachment) ipamInvocation(command, ifname string) (string, []byte, *in
 		Path:        a.Node.BinDir,
 	}
 	return filepath.Join(a.Node.Agent.CNIBinDir, "ipkeeper"), stdin, args, nil
+}
+
+// Define makes list a network of the cluster, as a NetworkAttachmentDefinition
+// in namespace (named after it, lowercased) carrying the list, and waits for
+// ipkeeper-controller to make the inline network's IPPool from it: an
+// inline network's addresses come from that pool, which no agent makes.
+func (c *Cluster) Define(t testing.TB, namespace string, list *libcni.NetworkConfigList) {
+	t.Helper()
+	name := strings.ToLower(list.Name)
+	c.CP.CreateNAD(t, namespace, name, list.Bytes)
+	if _, err := c.CP.WaitPool(context.Background(), naming.InlinePool(list.Name)); err != nil {
+		t.Fatalf("network %q: %v", list.Name, err)
+	}
 }

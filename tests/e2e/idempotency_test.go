@@ -24,6 +24,7 @@ func TestAddIsIdempotent(t *testing.T) {
 	list := bridgeNetwork(t, n, network, map[string]any{"range": subnet.String(), "gateway": gateway.String()})
 
 	ns := c.NewNamespace(t, "e2e-idem")
+	c.Define(t, ns, list)
 	a := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+UniqueSuffix(6)), "eth0", c.CreatePod(t, ns, "pod-1", n.Name, ""))
 	a.MustAdd(t)
 	first := a.IP(t)
@@ -82,7 +83,9 @@ func TestNewSandboxOfPodKeepsAddress(t *testing.T) {
 	const network = "e2e-sandbox"
 	list := bridgeNetwork(t, n, network, map[string]any{"range": "10.77.4.0/24", "gateway": "10.77.4.1"})
 
-	pod := c.CreatePod(t, c.NewNamespace(t, "e2e-sandbox"), "pod-1", n.Name, "")
+	ns := c.NewNamespace(t, "e2e-sandbox")
+	c.Define(t, ns, list)
+	pod := c.CreatePod(t, ns, "pod-1", n.Name, "")
 	sfx := UniqueSuffix(6)
 	old := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-old"), "eth0", pod)
 	old.MustAdd(t)

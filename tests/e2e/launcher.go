@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -50,7 +51,7 @@ func (c *Cluster) runLauncher(ctx context.Context, pod *corev1.Pod, ifaces []str
 			chains[iface] = conf
 		}
 		var err error
-		if s, err = c.RunPod(ctx, pod); err != nil {
+		if s, err = c.runRetried(ctx, pod); err != nil {
 			return nil, err
 		}
 		s.mu.Lock()
@@ -77,6 +78,31 @@ func (c *Cluster) runLauncher(ctx context.Context, pod *corev1.Pod, ifaces []str
 		addrs[iface] = []string{p.String()}
 	}
 	return addrs, nil
+}
+
+// launcherRetryFor bounds how long a launcher's sandbox is tried again
+// after a failed ADD, and launcherRetryEvery spaces the tries.
+const (
+	launcherRetryFor   = 2 * time.Minute
+	launcherRetryEvery = time.Second
+)
+
+// runRetried runs a launcher pod's sandbox as a kubelet does: a sandbox
+// whose ADD failed (its IPAMClaim has no addresses yet, say) is torn down
+// and tried again, until launcherRetryFor has passed.
+func (c *Cluster) runRetried(ctx context.Context, pod *corev1.Pod) (*Sandbox, error) {
+	deadline := time.Now().Add(launcherRetryFor)
+	for {
+		s, err := c.RunPod(ctx, pod)
+		if err == nil || time.Now().After(deadline) {
+			return s, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(launcherRetryEvery):
+		}
+	}
 }
 
 // attach runs ADD of the NAD behind the pod's networks annotation element

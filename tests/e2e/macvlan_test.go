@@ -30,6 +30,7 @@ func TestMacvlanTwoNamespacesPing(t *testing.T) {
 	})
 
 	ns := c.NewNamespace(t, "e2e-macvlan")
+	c.Define(t, ns, list)
 	a1 := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-1"), "net1", c.CreatePod(t, ns, "pod-1", n.Name, ""))
 	a2 := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-2"), "net1", c.CreatePod(t, ns, "pod-2", n.Name, ""))
 	a1.MustAdd(t)

@@ -25,6 +25,7 @@ func TestReleasedAddressIsHandedOutAgain(t *testing.T) {
 	pool := map[netip.Addr]bool{netip.MustParseAddr("10.77.1.10"): true, netip.MustParseAddr("10.77.1.11"): true}
 
 	ns := c.NewNamespace(t, "e2e-reuse")
+	c.Define(t, ns, list)
 	sfx := UniqueSuffix(6)
 	a1 := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-1"), "eth0", c.CreatePod(t, ns, "pod-1", n.Name, ""))
 	a2 := n.NewAttachment(t, list, NewNetNS(t, "ipke2e-"+sfx+"-2"), "eth0", c.CreatePod(t, ns, "pod-2", n.Name, ""))

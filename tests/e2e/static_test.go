@@ -32,6 +32,7 @@ func TestStaticIPThroughIPsCapability(t *testing.T) {
 		"ipam":         n.IPAM(map[string]any{"range": "10.77.5.0/24", "gateway": "10.77.5.1"}),
 	})
 	ns := c.NewNamespace(t, "e2e-static")
+	c.Define(t, ns, list)
 	sfx := UniqueSuffix(6)
 
 	want := netip.MustParsePrefix("10.77.5.50/24")

@@ -29,6 +29,7 @@ func TestAgentsRacingHaveNoDuplicates(t *testing.T) {
 	ns := cp.NewNamespace(t, "race")
 	const network, perNode = "race-net", 200
 	conf := framework.NetConf(network, map[string]any{"range": "10.60.0.0/22"})
+	cp.InlinePool(t, ns, conf) // no controller here: the pool it would make from the NAD
 	agents := []*framework.Agent{cp.StartAgent(t, "node-a"), cp.StartAgent(t, "node-b"), cp.StartAgent(t, "node-c")}
 
 	type job struct {
@@ -102,7 +103,8 @@ func TestAgentExhaustion(t *testing.T) {
 	ns := cp.NewNamespace(t, "exhaust")
 	const network = "exhaust-net"
 	conf := framework.NetConf(network, map[string]any{"range": "10.61.0.0/24", "gateway": "10.61.0.1"})
-	const capacity = 253 // .1 is the gateway, .0 and .255 are never handed out
+	cp.InlinePool(t, ns, conf) // no controller here: the pool it would make from the NAD
+	const capacity = 253       // .1 is the gateway, .0 and .255 are never handed out
 	agents := []*framework.Agent{cp.StartAgent(t, "node-x"), cp.StartAgent(t, "node-y")}
 	pods := map[*framework.Agent][]*corev1.Pod{}
 	for _, a := range agents {
@@ -184,6 +186,7 @@ func TestAgentAddIsIdempotentAndDelReleases(t *testing.T) {
 	ns := cp.NewNamespace(t, "lifecycle")
 	const network = "lifecycle-net"
 	conf := framework.NetConf(network, map[string]any{"range": "10.62.0.0/28"})
+	cp.InlinePool(t, ns, conf) // no controller here: the pool it would make from the NAD
 	a := cp.StartAgent(t, "node-l")
 	pod := cp.CreatePods(t, ns, a.Node, "p", 1)[0]
 
@@ -261,6 +264,7 @@ func TestAgentStaticIPs(t *testing.T) {
 	ns := cp.NewNamespace(t, "static")
 	const network = "static-net"
 	base := framework.NetConf(network, map[string]any{"range": "10.63.0.0/24", "gateway": "10.63.0.1"})
+	cp.InlinePool(t, ns, base) // no controller here: the pool it would make from the NAD
 	a := cp.StartAgent(t, "node-s")
 	pods := cp.CreatePods(t, ns, a.Node, "s", 3)
 
@@ -291,6 +295,7 @@ func TestAgentDualStack(t *testing.T) {
 		map[string]any{"range": "10.64.0.0/30"}, // 2 usable
 		map[string]any{"range": "fd00:64::/64"},
 	}})
+	cp.InlinePool(t, ns, conf) // no controller here: the pool it would make from the NAD
 	a := cp.StartAgent(t, "node-d")
 	pods := cp.CreatePods(t, ns, a.Node, "d", 3)
 	for _, p := range pods[:2] {
@@ -316,6 +321,7 @@ func TestAgentRefusesUnknownPods(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "pods")
 	conf := framework.NetConf("pods-net", map[string]any{"range": "10.65.0.0/24"})
+	cp.InlinePool(t, ns, conf) // no controller here: the pool it would make from the NAD
 	a := cp.StartAgent(t, "node-p")
 	pod := cp.CreatePods(t, ns, a.Node, "real", 1)[0]
 
@@ -346,7 +352,9 @@ func TestAgentGC(t *testing.T) {
 	ns := cp.NewNamespace(t, "gc-verb")
 	const network = "gc-net"
 	conf := framework.NetConf(network, map[string]any{"range": "10.66.0.0/24"})
+	cp.InlinePool(t, ns, conf) // no controller here: the pool it would make from the NAD
 	otherConf := framework.NetConf("gc-other-net", map[string]any{"range": "10.67.0.0/24"})
+	cp.InlinePool(t, ns, otherConf) // no controller here: the pool it would make from the NAD
 	// Every reservation here was just written: spare none (--cni-gc-min-age).
 	noMinAge := func(o *agent.Options) { o.CNIGCMinAge = -1 }
 	here, there := cp.StartAgent(t, "node-g1", noMinAge), cp.StartAgent(t, "node-g2", noMinAge)
@@ -391,6 +399,7 @@ func TestAgentStatusAndCheck(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "check")
 	conf := framework.NetConf("check-net", map[string]any{"range": "10.68.0.0/24"})
+	cp.InlinePool(t, ns, conf) // no controller here: the pool it would make from the NAD
 	a := cp.StartAgent(t, "node-c1")
 	if err := a.Client.Status(ctx); err != nil {
 		t.Fatalf("STATUS on a synced agent: %v", err)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,19 +18,24 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/agent"
+	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
-// These tests stand in for what KubeVirt and ipkeeper's claims controller
-// write (KubeVirt is simulated): an IPAMClaim per VM network, and
-// virt-launcher pods whose networks annotation carries ipam-claim-reference.
-// The launcher's interface name is KubeVirt's hashed pod interface name.
+// These tests stand in for what KubeVirt and a claims controller write: an
+// IPAMClaim per VM network made as another tool makes them (no VM owns
+// it), and virt-launcher-like pods whose networks annotation carries
+// ipam-claim-reference (KubeVirt is not involved here: VM tests with the
+// real virt-controller are in kubevirt_test.go). ipkeeper-controller runs
+// in-process and fills the claims; the agents only read them. The
+// launcher's interface name is KubeVirt's hashed pod interface name.
 
 const launcherIf = "pod16477688c0e"
 
@@ -46,20 +52,50 @@ func persistentConf(network string, ipam map[string]any) json.RawMessage {
 
 // persistentNAD creates (unless it exists) NAD name in ns for network with
 // allowPersistentIPs at the top level: the agent reads the flag from the
-// NAD a pod's networks annotation element names.
-func persistentNAD(t testing.TB, ns, name, network string) {
+// NAD a pod's networks annotation element names. Without conf its config
+// has no ipam section, so no IPAM serves the network (the claims of such a
+// network are another IPAM's); with conf it is that config.
+func persistentNAD(t testing.TB, ns, name, network string, conf ...json.RawMessage) {
 	t.Helper()
+	config := fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","allowPersistentIPs":true}`, network)
+	if len(conf) > 0 {
+		config = string(conf[0])
+	}
 	n := &nadv1.NetworkAttachmentDefinition{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","allowPersistentIPs":true}`, network)},
+		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: config},
 	}
 	if err := cp.Client.Create(context.Background(), n); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("creating NAD %s/%s: %v", ns, name, err)
 	}
 }
 
+// claimNetwork starts ipkeeper-controller for the test (it fills claims
+// and makes the inline network's pool; no KubeVirt here, so no webhook)
+// and creates the NAD blue-nad of the persistent network conf in ns, which
+// createLaunchers' pods name.
+func claimNetwork(t testing.TB, ns string, conf json.RawMessage) *framework.Controller {
+	t.Helper()
+	c := startClaimController(t, ns)
+	cfg := struct {
+		Name string `json:"name"`
+	}{}
+	if err := json.Unmarshal(conf, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	persistentNAD(t, ns, "blue-nad", cfg.Name, conf)
+	return c
+}
+
+// startClaimController runs ipkeeper-controller without its pod webhook.
+func startClaimController(t testing.TB, ns string) *framework.Controller {
+	t.Helper()
+	return cp.StartController(t, ns, func(o *controllermanager.Options) { o.EnableWebhook = false })
+}
+
 // createClaim creates a claim (owned by nothing, as other tools make them)
-// and the NAD blue-nad for its network that createLaunchers' pods name.
+// and, unless it exists, the NAD blue-nad of its network (without ipam:
+// claimNetwork makes the one ipkeeper serves).
 func createClaim(t testing.TB, ns, name, network string) *ipamclaimsv1alpha1.IPAMClaim {
 	t.Helper()
 	persistentNAD(t, ns, "blue-nad", network)
@@ -86,6 +122,38 @@ func networksAnnotation(ns, claim string) string {
 	return string(annot)
 }
 
+// waitFilled waits until ipkeeper-controller has recorded the claim's
+// addresses and returns it.
+func waitFilled(t testing.TB, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
+	t.Helper()
+	var c ipamclaimsv1alpha1.IPAMClaim
+	if err := framework.Eventually(context.Background(), 30*time.Second, 20*time.Millisecond, func(ctx context.Context) (bool, error) {
+		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c)
+		return err == nil && len(c.Status.IPs) > 0, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("IPAMClaim %s/%s never got addresses (conditions %+v): %v", ns, name, c.Status.Conditions, err)
+	}
+	return &c
+}
+
+// setClaimIPs writes a claim's status.ips as an administrator editing it
+// would (retrying on the conflicts ipkeeper-controller's own status writes
+// cause).
+func setClaimIPs(t testing.TB, ns, name string, ips ...string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := getClaim(t, ns, name)
+		c.Status.IPs = ips
+		return cp.Client.Status().Update(context.Background(), c)
+	})
+	if err != nil {
+		t.Fatalf("writing status.ips of IPAMClaim %s/%s: %v", ns, name, err)
+	}
+}
+
+// agentWrites is the number of API writes an agent made.
+func agentWrites(a *framework.Agent) float64 { return a.CounterSum("ipkeeper_agent_api_writes_total") }
+
 func getClaim(t testing.TB, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
 	t.Helper()
 	c := &ipamclaimsv1alpha1.IPAMClaim{}
@@ -95,48 +163,59 @@ func getClaim(t testing.TB, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
 	return c
 }
 
-// TestClaimKeepsAddressesAcrossPods: the first launcher's ADD fills the
-// claim's status; DEL keeps the reservation; a new launcher on another node
-// (VM stopped and started) gets the same addresses.
-func TestClaimKeepsAddressesAcrossPods(t *testing.T) {
+// TestClaimFilledBeforeLaunchersWhichOnlyRead: ipkeeper-controller
+// reserves a claim's addresses and records them as soon as the claim
+// exists, with no launcher pod anywhere; a launcher's ADD returns them
+// without a write of its agent; the DEL keeps them; a new launcher on
+// another node (VM stopped and started) gets the same, and ownerPod
+// follows the newest launcher.
+func TestClaimFilledBeforeLaunchersWhichOnlyRead(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "claim")
 	const network = "claim-net"
 	conf := persistentConf(network, map[string]any{"ipRanges": []any{
 		map[string]any{"range": "10.70.0.0/24"}, map[string]any{"range": "fd00:70::/64"}}})
+	claimNetwork(t, ns, conf)
 	a1, a2 := cp.StartAgent(t, "node-c1"), cp.StartAgent(t, "node-c2")
 	claim := createClaim(t, ns, "vm1.blue", network)
-	first := createLaunchers(t, ns, a1.Node, "virt-launcher-vm1-a", claim.Name, 1)[0]
 
-	res, err := a1.Add(ctx, first, launcherIf, conf)
-	if err != nil {
-		t.Fatal(err)
+	filled := waitFilled(t, ns, claim.Name)
+	if len(filled.Status.IPs) != 2 {
+		t.Fatalf("dual-stack claim: status.ips = %v, want one address per family", filled.Status.IPs)
 	}
-	ips := resultIPs(t, res)
-	if len(ips) != 2 {
-		t.Fatalf("dual-stack claim: want 2 addresses, got %v", ips)
-	}
-	got := getClaim(t, ns, claim.Name)
-	want := []string{netip.PrefixFrom(ips[0], 24).String(), netip.PrefixFrom(ips[1], 64).String()}
-	if fmt.Sprint(got.Status.IPs) != fmt.Sprint(want) {
-		t.Fatalf("claim status.ips = %v, want %v", got.Status.IPs, want)
-	}
-	if got.Status.OwnerPod == nil || got.Status.OwnerPod.Name != first.Name {
-		t.Fatalf("claim status.ownerPod = %v, want %s", got.Status.OwnerPod, first.Name)
-	}
-	cond := meta.FindStatusCondition(got.Status.Conditions, "IPsAllocated")
+	cond := meta.FindStatusCondition(filled.Status.Conditions, "IPsAllocated")
 	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "SuccessfulAllocation" {
 		t.Fatalf("IPsAllocated condition = %+v, want True/SuccessfulAllocation", cond)
 	}
-	for _, ip := range ips {
+	var want []netip.Addr
+	for _, s := range filled.Status.IPs {
+		ip := netip.MustParsePrefix(s).Addr()
+		want = append(want, ip)
 		r := &ipkeeperv1alpha1.IPReservation{}
 		if err := cp.Client.Get(ctx, keyOf(naming.Reservation(network, ip)), r); err != nil {
 			t.Fatal(err)
 		}
-		if r.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim || r.Spec.Owner.UID != claim.UID {
-			t.Fatalf("reservation of %s owned by %+v, want the claim", ip, r.Spec.Owner)
+		if r.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim || r.Spec.Owner.UID != claim.UID || r.Spec.Node != "" {
+			t.Fatalf("reservation of %s: owner %+v node %q, want the claim's, made by no node", ip, r.Spec.Owner, r.Spec.Node)
+		}
+		if r.Labels[naming.ClaimsBlockLabel] != "true" {
+			t.Errorf("reservation of %s lacks %s: every agent would watch it", ip, naming.ClaimsBlockLabel)
 		}
 	}
+
+	first := createLaunchers(t, ns, a1.Node, "virt-launcher-vm1-a", claim.Name, 1)[0]
+	before := agentWrites(a1)
+	res, err := a1.Add(ctx, first, launcherIf, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultIPs(t, res); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("launcher got %v, want the claim's %v", got, want)
+	}
+	if w := agentWrites(a1) - before; w != 0 {
+		t.Errorf("the launcher's agent made %v API writes for a claim-backed ADD, want none", w)
+	}
+	waitOwnerPod(t, ns, claim.Name, first.Name)
 
 	// VM stopped: the launcher's DEL keeps the claim's reservations.
 	if err := a1.Del(ctx, first, framework.SandboxID(first), launcherIf, conf); err != nil {
@@ -151,22 +230,35 @@ func TestClaimKeepsAddressesAcrossPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(resultIPs(t, res)) != fmt.Sprint(ips) {
-		t.Fatalf("restarted VM got %v, want %v", resultIPs(t, res), ips)
+	if fmt.Sprint(resultIPs(t, res)) != fmt.Sprint(want) {
+		t.Fatalf("restarted VM got %v, want %v", resultIPs(t, res), want)
 	}
-	if got := getClaim(t, ns, claim.Name); got.Status.OwnerPod.Name != second.Name {
-		t.Fatalf("ownerPod = %s, want the most recent launcher %s", got.Status.OwnerPod.Name, second.Name)
+	waitOwnerPod(t, ns, claim.Name, second.Name)
+}
+
+// waitOwnerPod waits for the claim's status.ownerPod to name pod.
+func waitOwnerPod(t testing.TB, ns, claim, pod string) {
+	t.Helper()
+	var got *ipamclaimsv1alpha1.OwnerPod
+	if err := framework.Eventually(context.Background(), 20*time.Second, 20*time.Millisecond, func(context.Context) (bool, error) {
+		got = getClaim(t, ns, claim).Status.OwnerPod
+		return got != nil && got.Name == pod, nil
+	}); err != nil {
+		t.Fatalf("claim %s ownerPod = %+v, want %s: %v", claim, got, pod, err)
 	}
 }
 
 // TestClaimLiveMigration: source and target launchers ADD at the same time
-// on different nodes; both get the claim's addresses, one reservation per IP.
+// on different nodes; both read the one status: the same addresses, one
+// reservation per address, no write by either agent.
 func TestClaimLiveMigration(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "migration")
 	const network = "migration-net"
 	conf := persistentConf(network, map[string]any{"range": "10.71.0.0/24"})
+	claimNetwork(t, ns, conf)
 	src, dst := cp.StartAgent(t, "node-m1"), cp.StartAgent(t, "node-m2")
+	writes := agentWrites(src) + agentWrites(dst)
 	for round := range 10 {
 		claim := createClaim(t, ns, fmt.Sprintf("vm%d.blue", round), network)
 		ps := createLaunchers(t, ns, src.Node, fmt.Sprintf("src-%d", round), claim.Name, 1)[0]
@@ -206,17 +298,23 @@ func TestClaimLiveMigration(t *testing.T) {
 	if n := len(reservationsOf(t, network)); n != 10 {
 		t.Fatalf("%d reservations for 10 claims, want exactly one each", n)
 	}
+	if w := agentWrites(src) + agentWrites(dst) - writes; w != 0 {
+		t.Fatalf("the agents made %v API writes for claim-backed ADDs and DELs, want none", w)
+	}
 }
 
 // TestClaimCreatedLateOrNever: the ADD waits for a claim created after it
-// started, and fails naming the claim when it never comes.
+// started, which the controller then fills; it fails with "try again
+// later" naming the claim when it never comes; and a claim that exists but
+// is not filled (the controller is down) is waited for, then refused with
+// the same code, saying so.
 func TestClaimCreatedLateOrNever(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "late")
 	const network = "late-net"
 	conf := persistentConf(network, map[string]any{"range": "10.72.0.0/24"})
+	ctrl := claimNetwork(t, ns, conf)
 	a := cp.StartAgent(t, "node-late", func(o *agent.Options) { o.ClaimWaitTimeout = 8 * time.Second })
-	persistentNAD(t, ns, "blue-nad", network)
 	pods := createLaunchers(t, ns, a.Node, "launcher", "vm-late.blue", 1)
 	never := createLaunchers(t, ns, a.Node, "never", "vm-never.blue", 1)[0]
 
@@ -237,61 +335,80 @@ func TestClaimCreatedLateOrNever(t *testing.T) {
 
 	_, err = a.Add(ctx, never, launcherIf, conf)
 	mustContain(t, err, "vm-never.blue", "did not appear within 8s")
+	if cniCode(err) != 11 {
+		t.Errorf("a claim that never appeared: CNI code %d, want 11 (try again later)", cniCode(err))
+	}
+
+	// The controller down: a new claim gets no addresses, and its ADD says why.
+	ctrl.Stop()
+	unfilled := createClaim(t, ns, "vm-down.blue", network)
+	pod := createLaunchers(t, ns, a.Node, "down", unfilled.Name, 1)[0]
+	_, err = a.Add(ctx, pod, launcherIf, conf)
+	mustContain(t, err, "vm-down.blue", "has no addresses", "ipkeeper-controller")
+	if cniCode(err) != 11 {
+		t.Errorf("an unfilled claim: CNI code %d, want 11 (try again later)", cniCode(err))
+	}
+	if n := len(reservationsOf(t, network)); n != 1 {
+		t.Fatalf("%d reservations: the agent reserved something for an unfilled claim", n)
+	}
+	// Back up: it fills the claim, and the retried ADD gets its addresses.
+	startClaimController(t, ns)
+	if _, err := a.Add(ctx, pod, launcherIf, conf); err != nil {
+		t.Fatalf("ADD once the controller is back: %v", err)
+	}
 }
 
-// TestClaimRetryAfterCrashKeepsAddresses: a reservation owned by the claim
-// exists but the status was never written (the agent died in between). The
-// retried ADD returns that address and writes the status; nothing leaks.
-func TestClaimRetryAfterCrashKeepsAddresses(t *testing.T) {
+// TestClaimFilledAfterControllerCrash: the controller reserved a claim's
+// address and died before writing its status. Started again, it finds the
+// claim's reservation and records it: the address neither leaks nor
+// changes.
+func TestClaimFilledAfterControllerCrash(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "crash")
 	const network = "crash-net"
 	conf := persistentConf(network, map[string]any{"range": "10.73.0.0/24"})
-	a := cp.StartAgent(t, "node-crash")
+	persistentNAD(t, ns, "blue-nad", network, conf)
+	cp.InlinePool(t, ns, conf)
 	claim := createClaim(t, ns, "vm1.blue", network)
-	pod := createLaunchers(t, ns, a.Node, "launcher", claim.Name, 1)[0]
-	// What the agent had written before the simulated crash.
+	// What the controller had written before the simulated crash.
 	orphan := netip.MustParseAddr("10.73.0.99")
 	r := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(network, orphan)},
-		Spec: ipkeeperv1alpha1.IPReservationSpec{Network: network, IP: orphan.String(),
+		Spec: ipkeeperv1alpha1.IPReservationSpec{Network: network, Pool: network, IP: orphan.String(),
 			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: claim.Name, UID: claim.UID}},
 	}
-	cached := a.Gauge("ipkeeper_agent_reservations")
 	if err := cp.Client.Create(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	// A restarted agent serves only after its cache holds every reservation;
-	// wait for this one agent's cache to show the orphan the same way.
-	if err := framework.Eventually(ctx, 10*time.Second, 20*time.Millisecond, func(context.Context) (bool, error) {
-		return a.Gauge("ipkeeper_agent_reservations") > cached, nil
-	}); err != nil {
-		t.Fatalf("agent cache never saw the orphaned reservation: %v", err)
+	startClaimController(t, ns)
+	a := cp.StartAgent(t, "node-crash")
+	if got := waitFilled(t, ns, claim.Name).Status.IPs; len(got) != 1 || got[0] != "10.73.0.99/24" {
+		t.Fatalf("claim status %v, want [10.73.0.99/24]: its existing reservation", got)
 	}
+	pod := createLaunchers(t, ns, a.Node, "launcher", claim.Name, 1)[0]
 	res, err := a.Add(ctx, pod, launcherIf, conf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := resultIPs(t, res)[0]; got != orphan {
-		t.Fatalf("retried ADD got %s, want the claim's existing %s", got, orphan)
+		t.Fatalf("ADD got %s, want the claim's existing %s", got, orphan)
 	}
 	if n := len(reservationsOf(t, network)); n != 1 {
 		t.Fatalf("%d reservations, want 1 (nothing leaked)", n)
 	}
-	if got := getClaim(t, ns, claim.Name).Status.IPs; len(got) != 1 || got[0] != "10.73.0.99/24" {
-		t.Fatalf("claim status %v, want [10.73.0.99/24]", got)
-	}
 }
 
 // TestClaimFailuresSetConditions: exhaustion and conflicts are reported on
-// the claim with OVN-Kubernetes' reasons; a claim on a network without
+// the claim with OVN-Kubernetes' reasons, by the controller, and a
+// launcher's ADD says why; a claim on a network without
 // allowPersistentIPs and an address outside the ranges are clear errors.
 func TestClaimFailuresSetConditions(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "claimfail")
 	const network = "claimfail-net"
 	conf := persistentConf(network, map[string]any{"range": "10.174.0.0/30"}) // 2 usable
-	a := cp.StartAgent(t, "node-f")
+	claimNetwork(t, ns, conf)
+	a := cp.StartAgent(t, "node-f", func(o *agent.Options) { o.ClaimWaitTimeout = 2 * time.Second })
 	plain := cp.CreatePods(t, ns, a.Node, "plain", 2)
 	for _, p := range plain {
 		if _, err := a.Add(ctx, p, "net1", conf); err != nil {
@@ -299,33 +416,40 @@ func TestClaimFailuresSetConditions(t *testing.T) {
 		}
 	}
 	claim := createClaim(t, ns, "vm-full.blue", network)
+	waitCondition(t, ns, claim.Name, "SubnetExhausted")
 	pod := createLaunchers(t, ns, a.Node, "full", claim.Name, 1)[0]
 	_, err := a.Add(ctx, pod, launcherIf, conf)
-	mustContain(t, err, "exhausted")
-	assertCondition(t, ns, claim.Name, "SubnetExhausted")
+	mustContain(t, err, "has no addresses", "SubnetExhausted", "exhausted")
+	if cniCode(err) != 11 {
+		t.Errorf("exhausted: CNI code %d, want 11", cniCode(err))
+	}
 
-	// The claim says it holds an address a pod has.
+	// The claim says it holds an address a pod has (its status written by
+	// hand): the controller cannot reserve it for the claim.
 	taken := reservationsOf(t, network)[0].Spec.IP
 	conflicted := createClaim(t, ns, "vm-conflict.blue", network)
-	conflicted.Status.IPs = []string{taken + "/30"}
-	if err := cp.Client.Status().Update(ctx, conflicted); err != nil {
-		t.Fatal(err)
+	setClaimIPs(t, ns, conflicted.Name, taken+"/30")
+	c := waitCondition(t, ns, conflicted.Name, "IPAddressConflict")
+	if !strings.Contains(c.Message, taken) || !strings.Contains(c.Message, "reserved by Pod") {
+		t.Errorf("conflict condition message %q: want the address and its holder", c.Message)
 	}
 	pod2 := createLaunchers(t, ns, a.Node, "conflict", conflicted.Name, 1)[0]
 	_, err = a.Add(ctx, pod2, launcherIf, conf)
-	mustContain(t, err, "IPAMClaim "+ns+"/vm-conflict.blue: address "+taken, "already reserved")
-	assertCondition(t, ns, conflicted.Name, "IPAddressConflict")
+	mustContain(t, err, "IPAMClaim "+ns+"/vm-conflict.blue records "+taken, "reserved by Pod")
+	if cniCode(err) != 7 {
+		t.Errorf("conflict: CNI code %d, want 7", cniCode(err))
+	}
 
 	// An address outside the network's ranges: error, nothing released.
 	outside := createClaim(t, ns, "vm-outside.blue", network)
-	outside.Status.IPs = []string{"10.99.0.5/24"}
-	if err := cp.Client.Status().Update(ctx, outside); err != nil {
-		t.Fatal(err)
+	setClaimIPs(t, ns, outside.Name, "10.99.0.5/24")
+	c = waitCondition(t, ns, outside.Name, "InternalError")
+	if !strings.Contains(c.Message, "10.99.0.5") || !strings.Contains(c.Message, "outside every range") {
+		t.Errorf("outside condition message %q: want the address and why", c.Message)
 	}
 	pod3 := createLaunchers(t, ns, a.Node, "outside", outside.Name, 1)[0]
 	_, err = a.Add(ctx, pod3, launcherIf, conf)
-	mustContain(t, err, "10.99.0.5", "outside every range")
-	assertCondition(t, ns, outside.Name, "InternalError")
+	mustContain(t, err, "10.99.0.5", "no reservation")
 	if got := getClaim(t, ns, outside.Name).Status.IPs; len(got) != 1 || got[0] != "10.99.0.5/24" {
 		t.Fatalf("claim status changed to %v", got)
 	}
@@ -336,29 +460,46 @@ func TestClaimFailuresSetConditions(t *testing.T) {
 	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "blue-nad"}, &n); err != nil {
 		t.Fatal(err)
 	}
-	n.Spec.Config = fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge"}`, network)
+	var m map[string]any
+	if err := json.Unmarshal([]byte(n.Spec.Config), &m); err != nil {
+		t.Fatal(err)
+	}
+	delete(m, "allowPersistentIPs")
+	b, _ := json.Marshal(m)
+	n.Spec.Config = string(b)
 	if err := cp.Client.Update(ctx, &n); err != nil {
 		t.Fatal(err)
 	}
-	_, err = a.Add(ctx, pod, launcherIf, conf)
+	if err := framework.Eventually(ctx, 10*time.Second, 20*time.Millisecond, func(ctx context.Context) (bool, error) {
+		_, err = a.Add(ctx, pod, launcherIf, conf)
+		return err != nil && strings.Contains(err.Error(), "allowPersistentIPs"), nil
+	}); err != nil {
+		t.Fatalf("ADD through a NAD without allowPersistentIPs: %v", err)
+	}
 	mustContain(t, err, "allowPersistentIPs", claim.Name, "NetworkAttachmentDefinition "+ns+"/blue-nad")
 }
 
-func assertCondition(t testing.TB, ns, claim, reason string) {
+// waitCondition waits for the claim's IPsAllocated to be False with reason.
+func waitCondition(t testing.TB, ns, claim, reason string) *metav1.Condition {
 	t.Helper()
-	c := meta.FindStatusCondition(getClaim(t, ns, claim).Status.Conditions, "IPsAllocated")
-	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != reason {
-		t.Fatalf("claim %s IPsAllocated = %+v, want False/%s", claim, c, reason)
+	var c *metav1.Condition
+	if err := framework.Eventually(context.Background(), 20*time.Second, 20*time.Millisecond, func(context.Context) (bool, error) {
+		c = meta.FindStatusCondition(getClaim(t, ns, claim).Status.Conditions, "IPsAllocated")
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason, nil
+	}); err != nil {
+		t.Fatalf("claim %s IPsAllocated = %+v, want False/%s: %v", claim, c, reason, err)
 	}
+	return c
 }
 
-// TestClaimsAndPodsNeverShareAnAddress: a mixed storm of claim-backed and
-// ephemeral ADDs on one network from two agents.
+// TestClaimsAndPodsNeverShareAnAddress: a mixed storm of claims (filled
+// by the controller) and pods' ADDs on one network from two agents.
 func TestClaimsAndPodsNeverShareAnAddress(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "mixed")
 	const network = "mixed-net"
 	conf := persistentConf(network, map[string]any{"range": "10.75.0.0/24"})
+	claimNetwork(t, ns, conf)
 	agents := []*framework.Agent{cp.StartAgent(t, "node-mx1"), cp.StartAgent(t, "node-mx2")}
 	type job struct {
 		a *framework.Agent
@@ -412,6 +553,7 @@ func TestClaimReferenceAddedByHotplug(t *testing.T) {
 	ns := cp.NewNamespace(t, "hotplug")
 	const network = "hotplug-net"
 	conf := persistentConf(network, map[string]any{"range": "10.76.0.0/24"})
+	claimNetwork(t, ns, conf)
 	a := cp.StartAgent(t, "node-h")
 	claim := createClaim(t, ns, "vm1.blue", network)
 	for i := range 10 {
@@ -438,10 +580,12 @@ func TestClaimReferenceFromCNIArgs(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "cniargs")
 	const network = "cniargs-net"
+	base := persistentConf(network, map[string]any{"range": "10.177.0.0/24"})
+	claimNetwork(t, ns, base)
 	a := cp.StartAgent(t, "node-ca")
 	claim := createClaim(t, ns, "vm1.blue", network)
 	var m map[string]any
-	if err := json.Unmarshal(persistentConf(network, map[string]any{"range": "10.177.0.0/24"}), &m); err != nil {
+	if err := json.Unmarshal(base, &m); err != nil {
 		t.Fatal(err)
 	}
 	m["args"] = map[string]any{"cni": map[string]any{"ipam-claim-reference": claim.Name}}
@@ -458,44 +602,54 @@ func TestClaimReferenceFromCNIArgs(t *testing.T) {
 
 // TestClaimStatusWithoutReservationIsRepaired: the claim's status names an
 // address whose reservation is gone (deleted by hand, or lost with a
-// restored backup); the next ADD recreates it for the claim and returns it.
-// And a static request with a claim seeds only a claim without addresses.
+// restored backup) or was never made (status written by hand): the
+// controller reserves it for the claim, and the ADD returns it. A pod's
+// static ips never choose a claim's addresses: a request that differs is
+// refused, one that agrees passes.
 func TestClaimStatusWithoutReservationIsRepaired(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "repair")
 	const network = "repair-net"
 	conf := persistentConf(network, map[string]any{"range": "10.78.0.0/24"})
+	claimNetwork(t, ns, conf)
 	a := cp.StartAgent(t, "node-r")
 
 	claim := createClaim(t, ns, "vm1.blue", network)
-	claim.Status.IPs = []string{"10.78.0.42/24"}
-	if err := cp.Client.Status().Update(ctx, claim); err != nil {
-		t.Fatal(err)
-	}
-	pod := createLaunchers(t, ns, a.Node, "launcher", claim.Name, 1)[0]
-	res, err := a.Add(ctx, pod, launcherIf, withRuntimeIPs(t, conf, "10.78.0.7/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := resultIPs(t, res)[0]; got != netip.MustParseAddr("10.78.0.42") {
-		t.Fatalf("got %s, want the claim's 10.78.0.42 (the claim's addresses win over a static request)", got)
-	}
+	waitFilled(t, ns, claim.Name)
+	setClaimIPs(t, ns, claim.Name, "10.78.0.42/24") // an administrator's edit
 	r := &ipkeeperv1alpha1.IPReservation{}
-	if err := cp.Client.Get(ctx, keyOf(naming.Reservation(network, netip.MustParseAddr("10.78.0.42"))), r); err != nil {
-		t.Fatalf("missing reservation not recreated: %v", err)
+	if err := framework.Eventually(ctx, 20*time.Second, 20*time.Millisecond, func(ctx context.Context) (bool, error) {
+		err := cp.Client.Get(ctx, keyOf(naming.Reservation(network, netip.MustParseAddr("10.78.0.42"))), r)
+		return err == nil, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("the recorded address was never reserved for the claim: %v", err)
 	}
 	if r.Spec.Owner.UID != claim.UID {
-		t.Fatalf("recreated reservation owned by %+v, want the claim", r.Spec.Owner)
+		t.Fatalf("reservation owned by %+v, want the claim", r.Spec.Owner)
 	}
-
-	// A claim without addresses takes the static request.
-	fresh := createClaim(t, ns, "vm2.blue", network)
-	pod2 := createLaunchers(t, ns, a.Node, "launcher2", fresh.Name, 1)[0]
-	res, err = a.Add(ctx, pod2, launcherIf, withRuntimeIPs(t, conf, "10.78.0.7/24"))
+	pod := createLaunchers(t, ns, a.Node, "launcher", claim.Name, 1)[0]
+	res, err := a.Add(ctx, pod, launcherIf, withRuntimeIPs(t, conf, "10.78.0.42/24"))
 	if err != nil {
+		t.Fatalf("static ips equal to the claim's: %v", err)
+	}
+	if got := resultIPs(t, res)[0]; got != netip.MustParseAddr("10.78.0.42") {
+		t.Fatalf("got %s, want the claim's 10.78.0.42", got)
+	}
+	// Deleted by hand: reserved again.
+	if err := cp.Client.Delete(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if got := getClaim(t, ns, fresh.Name).Status.IPs; len(got) != 1 || got[0] != "10.78.0.7/24" || resultIPs(t, res)[0] != netip.MustParseAddr("10.78.0.7") {
-		t.Fatalf("static request with a new claim: claim %v, pod %v; want 10.78.0.7", got, resultIPs(t, res))
+	if err := framework.Eventually(ctx, 20*time.Second, 20*time.Millisecond, func(ctx context.Context) (bool, error) {
+		var again ipkeeperv1alpha1.IPReservation
+		err := cp.Client.Get(ctx, keyOf(r.Name), &again)
+		return err == nil && again.UID != r.UID && again.Spec.Owner.UID == claim.UID, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("a recorded address whose reservation was deleted was not reserved again: %v", err)
+	}
+
+	_, err = a.Add(ctx, pod, launcherIf, withRuntimeIPs(t, conf, "10.78.0.7/24"))
+	mustContain(t, err, "static ips 10.78.0.7", "vm1.blue", "10.78.0.42")
+	if cniCode(err) != 7 {
+		t.Errorf("static ips that differ from the claim's: CNI code %d, want 7", cniCode(err))
 	}
 }

@@ -417,6 +417,7 @@ func TestMixedStormOnOnePool(t *testing.T) {
 	pool := e.pool("p", ipkeeperv1alpha1.PoolRange{Range: "10.95.0.0/24", RangeStart: "10.95.0.10", RangeEnd: "10.95.0.34"}) // 25
 	podConf := framework.NetConf("mixed-pods", map[string]any{"pool": pool.Name})
 	vmConf := persistentConf("mixed-vms", map[string]any{"pool": pool.Name})
+	persistentNAD(t, e.ns, "blue-nad", "mixed-vms", vmConf) // the network whose claims the controller fills
 	agents := []*framework.Agent{cp.StartAgent(t, "node-mixed-a"), cp.StartAgent(t, "node-mixed-b")}
 
 	type holder struct{ who, ip string }

@@ -210,6 +210,7 @@ func TestAgentWaitsForTheReservationCRD(t *testing.T) {
 	mustContain(t, err, why)
 
 	ns := bare.NewNamespace(t, "early")
+	bare.InlinePool(t, ns, conf) // no controller here: the pool it would make from the NAD
 	pod := bare.CreatePods(t, ns, a.Node, "p", 1)[0]
 	_, err = a.Add(ctx, pod, "net1", conf)
 	if cniCode(err) != types.ErrTryAgainLater {

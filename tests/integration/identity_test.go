@@ -37,6 +37,7 @@ func TestAgentRefusesPodsOfOtherNodes(t *testing.T) {
 	ns := cp.NewNamespace(t, "nodes")
 	const network = "nodes-net"
 	conf := framework.NetConf(network, map[string]any{"range": "10.166.0.0/24"})
+	cp.InlinePool(t, ns, conf) // no controller here: the pool it would make from the NAD
 	a := cp.StartAgent(t, "node-n1")
 	elsewhere := cp.CreatePods(t, ns, "node-n2", "elsewhere", 1)[0]
 	unbound := cp.CreatePods(t, ns, "", "unbound", 1)[0]
@@ -341,7 +342,9 @@ func TestPersistentIPsFlagOnBothNADShapes(t *testing.T) {
 		t.Errorf("flag only in a plugin: CNI code %d, want 7", cniCode(err))
 	}
 	for _, r := range reservationsOf(t, "flag-nested") {
-		t.Errorf("reservation %s left by a refused ADD", r.Name)
+		if r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerPod {
+			t.Errorf("reservation %s left by a refused ADD", r.Name)
+		}
 	}
 }
 
@@ -351,9 +354,10 @@ func TestPersistentIPsFlagOnBothNADShapes(t *testing.T) {
 func TestClaimReferenceWithMultusDefaultNetwork(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "defnet")
+	startClaimController(t, ns)
 	a := cp.StartAgent(t, "node-defnet")
-	for _, n := range []string{"def-a", "def-b"} {
-		persistentNAD(t, ns, n, n)
+	for n, r := range map[string]string{"def-a": "10.80.0.0/24", "def-b": "10.80.1.0/24"} {
+		persistentNAD(t, ns, n, n, persistentConf(n, map[string]any{"range": r}))
 		createClaim(t, ns, "vm1."+n, n)
 	}
 	annot := `[{"name":"def-a","ipam-claim-reference":"vm1.def-a"},{"name":"def-b","ipam-claim-reference":"vm1.def-b"}]`
@@ -375,8 +379,9 @@ func TestClaimReferenceByPosition(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "position")
 	const network = "pos-net"
-	persistentNAD(t, ns, "pos", network)
 	conf := persistentConf(network, map[string]any{"range": "10.81.0.0/24"})
+	startClaimController(t, ns)
+	persistentNAD(t, ns, "pos", network, conf)
 	createClaim(t, ns, "vm1.first", network)
 	createClaim(t, ns, "vm1.second", network)
 	annot := `[{"name":"pos","ipam-claim-reference":"vm1.first"},{"name":"pos","ipam-claim-reference":"vm1.second"}]`

@@ -141,7 +141,7 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		var c ipamclaimsv1alpha1.IPAMClaim
 		expectAllowed(t, "get IPAMClaim", agent.Get(ctx, client.ObjectKeyFromObject(claim), &c))
 		c.Status.IPs = []string{"10.99.0.2/24"}
-		expectAllowed(t, "update IPAMClaim status", agent.Status().Update(ctx, &c))
+		expectForbidden(t, "update IPAMClaim status (the controller's)", agent.Status().Update(ctx, &c))
 		c.Spec.Network = "other"
 		expectForbidden(t, "update IPAMClaim spec", agent.Update(ctx, &c))
 		expectForbidden(t, "delete IPAMClaim", agent.Delete(ctx, claim))
@@ -150,20 +150,23 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		expectForbidden(t, "create Pod", agent.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}))
 		expectAllowed(t, "list IPAMClaims", agent.List(ctx, &ipamclaimsv1alpha1.IPAMClaimList{}, client.InNamespace(ns)))
 		expectForbidden(t, "list VirtualMachines", agent.List(ctx, &kubevirtv1.VirtualMachineList{}, client.InNamespace(ns)))
-		// Claim-backed ADDs read the attachment's NAD and the launcher's VMI.
+		// Claim-backed ADDs read the attachment's NAD (cached: listed and
+		// watched), never a VM or VMI.
 		expectAllowed(t, "get NetworkAttachmentDefinition", agent.Get(ctx, client.ObjectKey{Namespace: ns, Name: "blue-nad"}, &nadv1.NetworkAttachmentDefinition{}))
-		expectForbidden(t, "list NetworkAttachmentDefinitions", agent.List(ctx, &nadv1.NetworkAttachmentDefinitionList{}, client.InNamespace(ns)))
-		expectAllowed(t, "get VirtualMachineInstance", agent.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm1"}, &kubevirtv1.VirtualMachineInstance{}))
-		expectForbidden(t, "list VirtualMachineInstances", agent.List(ctx, &kubevirtv1.VirtualMachineInstanceList{}, client.InNamespace(ns)))
+		expectAllowed(t, "list NetworkAttachmentDefinitions", agent.List(ctx, &nadv1.NetworkAttachmentDefinitionList{}, client.InNamespace(ns)))
+		expectForbidden(t, "get VirtualMachineInstance", agent.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm1"}, &kubevirtv1.VirtualMachineInstance{}))
+		// Pools are made by the controller and the administrator.
+		expectForbidden(t, "create IPPool", agent.Create(ctx, &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: ns + "-agent"},
+			Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.99.2.0/24"}}}}))
 	})
 
 	t.Run("controller", func(t *testing.T) {
 		ctrl := clientAs(t, "ipkeeper-controller")
 		own := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1.blue"}, Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "n", Interface: "pod1"}}
 		expectAllowed(t, "create IPAMClaim", ctrl.Create(ctx, own))
-		// Claim status: RBAC allows it for the AddressesInPool condition;
-		// the controller's admission policy (manifests/policy) keeps its
-		// addresses the agent's (TestControllerMayOnlySetClaimConditions).
+		// Claim status: the controller writes it (addresses, conditions,
+		// owner pod); its admission policy (manifests/policy) keeps it from
+		// changing addresses a claim has (TestControllerMayOnlySetClaimConditions).
 		own.Status.IPs = []string{"10.99.0.3/24"}
 		meta.SetStatusCondition(&own.Status.Conditions, metav1.Condition{Type: "AddressesInPool", Status: metav1.ConditionTrue, Reason: "InPool", Message: "x"})
 		expectAllowed(t, "set an IPAMClaim condition", ctrl.Status().Update(ctx, own))
@@ -201,6 +204,11 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		pool.Spec.Ranges[0].Exclude = []string{"10.99.1.1"}
 		expectForbidden(t, "update IPPool spec", ctrl.Update(ctx, pool))
 		expectForbidden(t, "delete IPPool", ctrl.Delete(ctx, pool))
+		// It makes inline networks' pools from their NADs.
+		inline := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: ns + "-inline"},
+			Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.99.3.0/24"}}}}
+		expectAllowed(t, "create IPPool (inline network)", ctrl.Create(ctx, inline))
+		_ = cp.Client.Delete(ctx, inline)
 	})
 }
 

@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +39,7 @@ func TestRequestedAddressOfAPoolNADHasOneHolder(t *testing.T) {
 	e := startKubeVirtEnv(t)
 	agent := cp.StartAgent(t, "node-lockkey")
 	network := "VLAN_" + strings.ReplaceAll(e.ns, "-", "_") // not an object name
-	inline := fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","ipam":{"type":"ipkeeper","range":"10.73.0.0/24","network_name":%q}}`, network, network)
+	inline := fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","ipam":{"type":"ipkeeper","range":"10.57.0.0/24","network_name":%q}}`, network, network)
 	e.nad(t, "vlan", inline)
 	pool := naming.InlinePool(network)
 	if pool == network {
@@ -105,7 +107,7 @@ func TestCopiedLauncherGetsNothing(t *testing.T) {
 	e := startKubeVirtEnv(t)
 	agent := cp.StartAgent(t, "node-copy")
 	network := "copy-" + e.ns
-	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.72.0.0/24","network_name":%q}}`, network, network)
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.58.0.0/24","network_name":%q}}`, network, network)
 	e.nad(t, "blue", conf)
 	vm := framework.NewVM(e.ns, "vm-copied", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err := cp.Client.Create(ctx, vm); err != nil {
@@ -200,4 +202,78 @@ func TestCopiedLauncherGetsNothing(t *testing.T) {
 	if r.Spec.Owner.Name != "vm-copied.blue" {
 		t.Fatalf("the VM's address is held by %+v", r.Spec.Owner)
 	}
+}
+
+// TestVMClaimFilledBeforeItsLauncher: KubeVirt's real virt-controller
+// runs the VM. Its claim has its addresses (status.ips, IPsAllocated) as
+// soon as the VM exists, stopped, before any launcher pod: ipkeeper-controller
+// chose them. The launcher's ADD returns them without a write of its
+// agent; during a live migration the source's repeated ADD and the
+// target's ADD, on two nodes at once, read the one status; ownerPod
+// follows the launcher KubeVirt made last.
+func TestVMClaimFilledBeforeItsLauncher(t *testing.T) {
+	ctx := context.Background()
+	e := startKubeVirtEnv(t)
+	const network = "filled-blue"
+	conf := bridgeNAD(network, true)
+	e.nad(t, "blue", conf)
+	a, b := cp.StartAgent(t, "node-fill-a"), cp.StartAgent(t, "node-fill-b")
+
+	vm, err := e.kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := waitFilled(t, e.ns, "vm1.blue")
+	var pods corev1.PodList
+	if err := cp.Client.List(ctx, &pods, client.InNamespace(e.ns)); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("pods of the stopped VM: %d (%v), want none", len(pods.Items), err)
+	}
+	if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionIPsAllocated); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("IPsAllocated of the stopped VM's claim = %+v, want True", c)
+	}
+	if claim.Annotations[claimstatus.NADAnnotation] != e.ns+"/blue" {
+		t.Errorf("claim annotation %s = %q, want %s/blue", claimstatus.NADAnnotation, claim.Annotations[claimstatus.NADAnnotation], e.ns)
+	}
+	want := netip.MustParsePrefix(claim.Status.IPs[0]).Addr()
+
+	ifName := kubevirt.PodInterfaceName("blue")
+	writes := agentWrites(a) + agentWrites(b)
+	vmi, source, err := e.kv.Start(ctx, vm, a.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.Add(ctx, source, ifName, json.RawMessage(conf))
+	if err != nil || resultIPs(t, res)[0] != want {
+		t.Fatalf("the launcher's ADD: %v, %v; want the claim's %s", res, err, want)
+	}
+	waitOwnerPod(t, e.ns, claim.Name, source.Name)
+
+	_, target, err := e.kv.Migrate(ctx, vmi, b.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	got := make([]netip.Addr, 2)
+	errs := make([]error, 2)
+	for i, l := range []struct {
+		agent *framework.Agent
+		pod   *corev1.Pod
+	}{{a, source}, {b, target}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := l.agent.Add(ctx, l.pod, ifName, json.RawMessage(conf))
+			if errs[i] = err; err == nil {
+				got[i] = resultIPs(t, res)[0]
+			}
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil || got[0] != want || got[1] != want {
+		t.Fatalf("source and target ADDs at once: %v %v (%v, %v); want both the claim's %s", got[0], got[1], errs[0], errs[1], want)
+	}
+	if w := agentWrites(a) + agentWrites(b) - writes; w != 0 {
+		t.Errorf("the agents made %v API writes for a VM's launchers, want none", w)
+	}
+	waitOwnerPod(t, e.ns, claim.Name, target.Name)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -137,30 +138,37 @@ func TestPoolGrowsAndShrinksLive(t *testing.T) {
 }
 
 // TestDisagreeingNADsOfOneNetwork: the first NAD of an inline network
-// defines its pool; a second NAD of the same network name whose ranges
-// differ (another gateway here) is refused with a configuration error that
-// names both definitions, and allocates nothing.
+// defines its pool (ipkeeper-controller makes it from the NAD); a second
+// NAD of the same network name whose ranges differ (another gateway here)
+// gets a Warning event naming both definitions, and an ADD through it is
+// refused with a configuration error that names them, allocating nothing.
 func TestDisagreeingNADsOfOneNetwork(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "disagree")
 	const network = "disagree-net"
 	first := framework.NetConf(network, map[string]any{"range": "10.92.0.0/24", "gateway": "10.92.0.1"})
 	second := framework.NetConf(network, map[string]any{"range": "10.92.0.0/24", "gateway": "10.92.0.254"})
+	startClaimController(t, ns)
+	cp.CreateNAD(t, ns, "first", first)
+	pool, err := cp.WaitPool(ctx, network)
+	if err != nil {
+		t.Fatalf("the inline network has no IPPool: %v", err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), pool) })
+	if pool.Labels[ipkeeperv1alpha1.InlineLabel] != "true" || len(pool.Spec.Ranges) != 1 || pool.Spec.Ranges[0].Gateway != "10.92.0.1" ||
+		pool.Annotations[ipkeeperv1alpha1.DefinedByAnnotation] != "NAD "+ns+"/first" {
+		t.Errorf("inline pool %+v %+v %+v, want the first NAD's definition", pool.Labels, pool.Annotations, pool.Spec)
+	}
+	nad := cp.CreateNAD(t, ns, "second", second)
+	waitEvent(t, nad, string(inlinepool.ReasonDisagrees), "gateway 10.92.0.254")
+
 	a := cp.StartAgent(t, "node-disagree")
 	pods := cp.CreatePods(t, ns, a.Node, "p", 2)
 	if _, err := a.Add(ctx, pods[0], "net1", first); err != nil {
 		t.Fatal(err)
 	}
-	pool := &ipkeeperv1alpha1.IPPool{}
-	if err := cp.Client.Get(ctx, client.ObjectKey{Name: network}, pool); err != nil {
-		t.Fatalf("the inline network has no IPPool: %v", err)
-	}
-	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), pool) })
-	if pool.Labels[ipkeeperv1alpha1.InlineLabel] != "true" || len(pool.Spec.Ranges) != 1 || pool.Spec.Ranges[0].Gateway != "10.92.0.1" {
-		t.Errorf("inline pool %+v %+v, want the first NAD's definition", pool.Labels, pool.Spec)
-	}
 	before := len(reservationsOf(t, network))
-	_, err := a.Add(ctx, pods[1], "net1", second)
+	_, err = a.Add(ctx, pods[1], "net1", second)
 	if cniCode(err) != types.ErrInvalidNetworkConfig {
 		t.Fatalf("ADD through the disagreeing NAD = %v (code %d), want code 7", err, cniCode(err))
 	}
@@ -198,6 +206,7 @@ func TestReservationsOfThePreviousVersionAreHonoured(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	cp.InlinePool(t, ns, conf) // no controller here: the pool it would make from the NAD
 	a := cp.StartAgent(t, "node-upgrade")
 	// New pods fill the rest, never the legacy addresses.
 	fresh := cp.CreatePods(t, ns, a.Node, "new", 5)
@@ -279,22 +288,42 @@ func TestClaimAddressLeavingItsPoolIsReported(t *testing.T) {
 
 // TestOverlappingInlineNetworksRefused: whereabouts shares addresses
 // between NADs of different names and one range; here each inline network
-// has its own pool, so the second network whose range overlaps is refused
-// with a configuration error naming the first network's pool, allocating
-// nothing; a network that declares its own ipam.network_name (a separate
-// L2 network reusing the range) is not.
+// has its own pool, so ipkeeper-controller makes no pool for a second
+// network whose range overlaps the first's (a Warning event on its NAD
+// says why), and an ADD through it is refused with a configuration error
+// naming the first network's pool, allocating nothing. The first network
+// keeps all its addresses: the refused one left no object behind. A
+// network that declares its own ipam.network_name (a separate L2 network
+// reusing the range) is not refused.
 func TestOverlappingInlineNetworksRefused(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "overlap")
-	a := cp.StartAgent(t, "node-overlap")
-	pods := cp.CreatePods(t, ns, a.Node, "p", 3)
-	first := framework.NetConf("overlap-a", map[string]any{"range": "10.96.0.0/24"})
+	first := framework.NetConf("overlap-a", map[string]any{"range": "10.96.0.0/30"}) // 2 usable
 	second := framework.NetConf("overlap-b", map[string]any{"range": "10.96.0.0/25"})
 	separate := framework.NetConf("overlap-c", map[string]any{"range": "10.96.0.0/24", "network_name": "tenant-c"})
-	if _, err := a.Add(ctx, pods[0], "net1", first); err != nil {
+	startClaimController(t, ns)
+	for _, name := range []string{"overlap-a", "overlap-b", "overlap-c"} {
+		p := &ipkeeperv1alpha1.IPPool{}
+		p.Name = name
+		t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), p) })
+	}
+	cp.CreateNAD(t, ns, "a", first)
+	if _, err := cp.WaitPool(ctx, "overlap-a"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := a.Add(ctx, pods[1], "net1", second)
+	nadB := cp.CreateNAD(t, ns, "b", second)
+	waitEvent(t, nadB, string(inlinepool.ReasonNetworksOverlap), `IPPool "overlap-a"`)
+	cp.CreateNAD(t, ns, "c", separate)
+	if _, err := cp.WaitPool(ctx, "overlap-c"); err != nil {
+		t.Fatalf("a network with its own network_name: %v", err)
+	}
+	if err := cp.Client.Get(ctx, client.ObjectKey{Name: "overlap-b"}, &ipkeeperv1alpha1.IPPool{}); err == nil {
+		t.Fatalf("the controller made a pool for the refused, overlapping network overlap-b")
+	}
+
+	a := cp.StartAgent(t, "node-overlap")
+	pods := cp.CreatePods(t, ns, a.Node, "p", 4)
+	_, err := a.Add(ctx, pods[0], "net1", second)
 	if cniCode(err) != types.ErrInvalidNetworkConfig {
 		t.Fatalf("ADD on an overlapping network = %v (code %d), want code 7", err, cniCode(err))
 	}
@@ -302,12 +331,13 @@ func TestOverlappingInlineNetworksRefused(t *testing.T) {
 	if n := len(reservationsOf(t, "overlap-b")); n != 0 {
 		t.Errorf("the refused network holds %d reservations", n)
 	}
-	if _, err := a.Add(ctx, pods[2], "net1", separate); err != nil {
-		t.Errorf("a network with its own network_name: %v", err)
+	// Every address of the first network is still its own to hand out.
+	for _, p := range pods[1:3] {
+		if _, err := a.Add(ctx, p, "net1", first); err != nil {
+			t.Errorf("ADD on the first network, next to the refused one: %v", err)
+		}
 	}
-	for _, name := range []string{"overlap-a", "overlap-b", "overlap-c"} {
-		p := &ipkeeperv1alpha1.IPPool{}
-		p.Name = name
-		t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), p) })
+	if _, err := a.Add(ctx, pods[3], "net1", separate); err != nil {
+		t.Errorf("a network with its own network_name: %v", err)
 	}
 }

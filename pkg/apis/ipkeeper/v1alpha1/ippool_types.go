@@ -163,12 +163,12 @@ const (
 	InlineDefinitionAnnotation = "ipkeeper.io/inline-definition"
 	// InlineNetworkAnnotation holds the CNI network name an inline pool is
 	// the definition of. Its reservations are named from it rather than
-	// from the pool (naming.PoolLockKey): for a network name that is not a
-	// valid object name the pool's name is a hash, and reservations made
-	// before pools existed are named from the network.
+	// from the pool (LockKey): for a network name that is not a valid
+	// object name the pool's name is a hash, and reservations made before
+	// pools existed are named from the network.
 	InlineNetworkAnnotation = "ipkeeper.io/inline-network"
-	// DefinedByAnnotation says what an inline pool was created from: "NAD
-	// namespace/name", or "pod namespace/name (args.cni)".
+	// DefinedByAnnotation says what an inline pool was created from:
+	// "NAD namespace/name".
 	DefinedByAnnotation = "ipkeeper.io/defined-by"
 	// NetworkNameAnnotation holds the ipam.network_name (whereabouts' key)
 	// of an inline pool's NAD: inline pools whose ranges overlap must
@@ -206,6 +206,21 @@ type IPPoolList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []IPPool `json:"items"`
+}
+
+// LockKey returns what the pool's reservations and blocks are named from
+// (naming.Reservation(key, ip)): for the pool of an inline network, that
+// network's name (InlineNetworkAnnotation; reservations made before pools
+// existed are named from it, and a network name that is not an object
+// name gives the pool a hashed name), else the pool's name. It depends on
+// the pool object alone, never on the NAD or the writer that asks, so
+// every writer names an address of the pool alike: the agent, the
+// controller, the Cluster API provider and the import.
+func (p *IPPool) LockKey() string {
+	if n := p.Annotations[InlineNetworkAnnotation]; n != "" {
+		return n
+	}
+	return p.Name
 }
 
 func init() {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package poolstatus
+package reservationindex
 
 import (
 	"context"
@@ -17,24 +17,33 @@ import (
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// reservationSource feeds the Index from the reservation informer's events
-// and queues the pools whose counts changed.
+// Source feeds the Addresses from the reservation informer's events and
+// queues (as reconcile requests named after the pool) the pools whose
+// counts changed: the source of the pool status controller, which counts
+// from the Addresses. Once it has fed every reservation that existed at
+// start, the Addresses report Synced, for other readers.
 //
 // It is a source of its own, not a handler on a Kind source, for one
 // reason: a Kind source is synced when the informer is, which (the informer
 // being shared with the garbage collector) can be before this handler has
 // been handed every existing reservation. WaitForSync here waits for the
-// handler's own registration, so the workers never count a partial Index.
-type reservationSource struct {
+// handler's own registration, so the workers never count a partial Addresses.
+type Source struct {
 	informers cache.Informers
-	index     *Index
+	index     *Addresses
 	reg       toolscache.ResourceEventHandlerRegistration
 }
 
-func (s *reservationSource) String() string { return "IPReservation counts" }
+// NewSource returns the Source feeding addrs from informers' reservation
+// informer.
+func NewSource(informers cache.Informers, addrs *Addresses) *Source {
+	return &Source{informers: informers, index: addrs}
+}
+
+func (s *Source) String() string { return "IPReservation counts" }
 
 // Start registers the handler; it does not block.
-func (s *reservationSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+func (s *Source) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	inf, err := s.informers.GetInformer(ctx, &v1alpha1.IPReservation{}, cache.BlockUntilSynced(false))
 	if err != nil {
 		return fmt.Errorf("getting the IPReservation informer: %w", err)
@@ -83,10 +92,14 @@ func (s *reservationSource) Start(ctx context.Context, q workqueue.TypedRateLimi
 }
 
 // WaitForSync returns once every reservation that existed at start has
-// reached the Index.
-func (s *reservationSource) WaitForSync(ctx context.Context) error {
+// reached the Addresses.
+func (s *Source) WaitForSync(ctx context.Context) error {
 	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		return s.reg.HasSynced(), nil
+		synced := s.reg.HasSynced()
+		if synced {
+			s.index.synced.Store(true)
+		}
+		return synced, nil
 	}); err != nil {
 		return fmt.Errorf("waiting for the IPReservation counts to sync: %w", err)
 	}

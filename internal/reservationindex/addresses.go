@@ -1,18 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package poolstatus
+package reservationindex
 
 import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// entry is what the Index keeps of one reservation: only what counting
+// entry is what the Addresses keeps of one reservation: only what counting
 // needs. network is "" for a reservation of no CNI network.
 type entry struct {
 	pool, network string
@@ -27,25 +28,29 @@ type holders struct {
 	n, cooling int32
 }
 
-// poolSet is the part of the Index for one pool.
+// poolSet is the part of the Addresses for one pool.
 type poolSet struct {
 	addrs    map[netip.Addr]holders
 	networks map[string]int // network -> reservations of it in the pool
 }
 
-// Index holds, per pool, the distinct addresses its reservations hold and
-// the networks they came from. It is fed by the reservation informer's
-// events (Set, Delete) and read by the reconciler (Count); it is safe for
-// concurrent use.
-type Index struct {
+// Addresses holds, per pool, the distinct addresses its reservations hold
+// and the networks they came from. It is fed by the reservation informer's
+// events (Set, Delete, through Source) and read by the pool status
+// controller (Count) and the controller's allocator (Held), so every
+// reservation is cached once; it is safe for concurrent use.
+type Addresses struct {
+	synced atomic.Bool
+	// onHeld are called with each address a reservation's arrival holds.
+	onHeld []func(pool string, ip netip.Addr)
 	mu     sync.RWMutex
 	byName map[string]entry
 	pools  map[string]*poolSet
 }
 
-// NewIndex returns an empty Index.
-func NewIndex() *Index {
-	return &Index{byName: map[string]entry{}, pools: map[string]*poolSet{}}
+// NewAddresses returns an empty Addresses.
+func NewAddresses() *Addresses {
+	return &Addresses{byName: map[string]entry{}, pools: map[string]*poolSet{}}
 }
 
 func entryOf(r *v1alpha1.IPReservation) entry {
@@ -69,8 +74,13 @@ func entryOf(r *v1alpha1.IPReservation) entry {
 // Set records r, added or updated. It returns the pools whose counts
 // changed (none when only, say, the container ID moved): old is the pool
 // r was counted in before when that differs from its pool now.
-func (x *Index) Set(r *v1alpha1.IPReservation) (pool, old string, changed bool) {
+func (x *Addresses) Set(r *v1alpha1.IPReservation) (pool, old string, changed bool) {
 	e := entryOf(r)
+	defer func() {
+		for _, f := range x.onHeld {
+			f(e.pool, e.ip) // once Held says so
+		}
+	}()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	prev, had := x.byName[r.Name]
@@ -102,7 +112,7 @@ func (x *Index) Set(r *v1alpha1.IPReservation) (pool, old string, changed bool) 
 }
 
 // Delete forgets the reservation called name and returns its pool.
-func (x *Index) Delete(name string) (pool string, changed bool) {
+func (x *Addresses) Delete(name string) (pool string, changed bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	prev, had := x.byName[name]
@@ -115,7 +125,7 @@ func (x *Index) Delete(name string) (pool string, changed bool) {
 }
 
 // remove takes e's contribution out of its pool; x.mu is held.
-func (x *Index) remove(e entry) {
+func (x *Addresses) remove(e entry) {
 	ps := x.pools[e.pool]
 	h := ps.addrs[e.ip]
 	h.n--
@@ -137,6 +147,29 @@ func (x *Index) remove(e entry) {
 	}
 }
 
+// OnHeld registers f to be called with the pool and address of every
+// reservation the Addresses learn of: a writer that remembers its own
+// creates until the cache shows them learns here that it does. Register
+// before the Source starts; f must not block.
+func (x *Addresses) OnHeld(f func(pool string, ip netip.Addr)) { x.onHeld = append(x.onHeld, f) }
+
+// Synced reports whether the Addresses have seen every reservation that
+// existed when their Source started (until then, Held may miss some).
+func (x *Addresses) Synced() bool { return x.synced.Load() }
+
+// Held reports whether a reservation of pool holds ip (a released one
+// waiting out its cooldown included: it is not free yet).
+func (x *Addresses) Held(pool string, ip netip.Addr) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	ps := x.pools[pool]
+	if ps == nil {
+		return false
+	}
+	_, ok := ps.addrs[ip]
+	return ok
+}
+
 // Count is the usage of one pool against its current ranges.
 type Count struct {
 	// Used is the number of held addresses per range, in range order: an
@@ -156,7 +189,7 @@ type Count struct {
 
 // Count counts pool's held addresses against ranges (nil when the spec is
 // invalid: then every held address is out of range).
-func (x *Index) Count(pool string, ranges []iprange.Range) Count {
+func (x *Addresses) Count(pool string, ranges []iprange.Range) Count {
 	c := Count{Used: make([]int64, len(ranges))}
 	x.mu.RLock()
 	defer x.mu.RUnlock()

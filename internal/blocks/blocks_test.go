@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package blocks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+func TestBlockGeometry(t *testing.T) {
+	for _, tt := range []struct{ subnet, ip, want, why string }{
+		{"10.1.0.0/20", "10.1.3.77", "10.1.3.64/27", "32 IPv4 addresses"},
+		{"10.2.0.0/24", "10.2.0.10", "10.2.0.8/30", "a /24 is cut into 64 blocks of 4"},
+		{"10.2.0.8/30", "10.2.0.10", "10.2.0.8/30", "a /30 is one block"},
+		{"10.2.0.8/31", "10.2.0.9", "10.2.0.8/31", "a subnet smaller than the smallest block is one block"},
+		{"fd00::/64", "fd00::1:2", "fd00::1:0/120", "256 IPv6 addresses"},
+	} {
+		r := iprange.MustNew(iprange.Spec{Subnet: netip.MustParsePrefix(tt.subnet)})
+		if got := Of(r, netip.MustParseAddr(tt.ip)); got != netip.MustParsePrefix(tt.want) {
+			t.Errorf("Of(%s, %s) = %s, want %s (%s)", tt.subnet, tt.ip, got, tt.want, tt.why)
+		}
+	}
+
+	// A range that starts and ends inside blocks, with an exclude and a gateway.
+	r := iprange.MustNew(iprange.Spec{
+		Subnet: netip.MustParsePrefix("10.3.0.0/20"), Start: netip.MustParseAddr("10.3.0.10"), End: netip.MustParseAddr("10.3.0.200"),
+		Gateway: netip.MustParseAddr("10.3.0.33"), Exclude: []netip.Prefix{netip.MustParsePrefix("10.3.0.64/27")},
+	})
+	// Of depends only on the subnet: a range whose start or end changed
+	// keeps its blocks.
+	if got, whole := Of(r, netip.MustParseAddr("10.3.0.77")), Of(iprange.MustNew(iprange.Spec{Subnet: r.Subnet()}), netip.MustParseAddr("10.3.0.77")); got != whole {
+		t.Errorf("Of a range = %s, of its whole subnet = %s: holders would cut it differently", got, whole)
+	}
+	blocks := slices.Collect(From(r, "node-a"))
+	if len(blocks) != 7 { // 10.3.0.0/27 .. 10.3.0.192/27
+		t.Fatalf("From(10.3.0.10-10.3.0.200) = %v, want the 7 /27s it touches", blocks)
+	}
+	seen := map[netip.Prefix]bool{}
+	for _, b := range blocks {
+		if seen[b] || b.Bits() != 27 || !r.Subnet().Contains(b.Addr()) {
+			t.Errorf("block %s repeated or not a /27 of the range", b)
+		}
+		seen[b] = true
+	}
+	if slices.Collect(From(r, "node-b"))[0] == blocks[0] && slices.Collect(From(r, "node-c"))[0] == blocks[0] {
+		t.Errorf("three holders start at the same block %s: they would race for it", blocks[0])
+	}
+	if again := slices.Collect(From(r, "node-a")); !slices.Equal(again, blocks) {
+		t.Errorf("From is not deterministic for one seed: %v, then %v", blocks, again)
+	}
+	for _, tt := range []struct {
+		block      string
+		start, end string // "" when the range hands out nothing there
+	}{
+		{"10.3.0.0/27", "10.3.0.10", "10.3.0.31"},
+		{"10.3.0.32/27", "10.3.0.32", "10.3.0.63"},
+		{"10.3.0.64/27", "", ""},
+		{"10.3.0.192/27", "10.3.0.192", "10.3.0.200"},
+		{"10.3.0.224/27", "", ""},
+		{"10.4.0.0/27", "", ""},
+	} {
+		sub, ok := Part(r, netip.MustParsePrefix(tt.block))
+		if ok != (tt.start != "") {
+			t.Errorf("Part(%s) ok = %v, want %v", tt.block, ok, tt.start != "")
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if sub.Start().String() != tt.start || sub.End().String() != tt.end {
+			t.Errorf("Part(%s) = %s-%s, want %s-%s", tt.block, sub.Start(), sub.End(), tt.start, tt.end)
+		}
+		if sub.Usable(netip.MustParseAddr("10.3.0.33")) == nil {
+			t.Errorf("Part(%s) hands out the gateway", tt.block)
+		}
+	}
+
+	huge := iprange.MustNew(iprange.Spec{Subnet: netip.MustParsePrefix("fd00::/48")})
+	if got := len(slices.Collect(From(huge, "node-a"))); got != MaxTries {
+		t.Errorf("a /48 yields %d blocks to try, want at most %d", got, MaxTries)
+	}
+}
+
+func blk(cidr, node string) *ipkeeperv1alpha1.IPBlock {
+	return &ipkeeperv1alpha1.IPBlock{Spec: ipkeeperv1alpha1.IPBlockSpec{Pool: "blue", CIDR: cidr, Holder: ipkeeperv1alpha1.HolderNode, Node: node}}
+}
+
+func claimsBlk(cidr string) *ipkeeperv1alpha1.IPBlock {
+	return &ipkeeperv1alpha1.IPBlock{Spec: ipkeeperv1alpha1.IPBlockSpec{Pool: "blue", CIDR: cidr, Holder: ipkeeperv1alpha1.HolderIPAMClaims}}
+}
+
+func TestSetSeesOverlapsGuessesAndFreedBlocks(t *testing.T) {
+	now := time.Now()
+	s := NewSet("node-a")
+	p := netip.MustParsePrefix
+	s.Observe(blk("10.0.0.4/30", "node-b"))
+	s.Observe(blk("10.0.1.0/27", "node-b"))
+	s.Observe(blk("10.0.2.0/30", "node-a"))
+	s.Observe(claimsBlk("10.0.5.0/30"))
+	for _, tt := range []struct {
+		block string
+		free  bool
+	}{
+		{"10.0.0.4/30", false}, // held
+		{"10.0.0.0/30", true},
+		{"10.0.0.0/27", false}, // holds a smaller held block
+		{"10.0.1.8/30", false}, // inside a larger held block
+		{"10.0.2.0/30", false}, // this holder's
+		{"10.0.3.0/30", true},
+		{"10.0.5.0/30", false}, // IPAMClaims'
+	} {
+		if got := s.Free("blue", p(tt.block)); got != tt.free {
+			t.Errorf("Free(%s) = %v, want %v", tt.block, got, tt.free)
+		}
+	}
+	if got := s.Own("blue"); len(got) != 1 || got[0] != p("10.0.2.0/30") {
+		t.Errorf("Own = %v, want [10.0.2.0/30]", got)
+	}
+	if !s.Owns("blue", netip.MustParseAddr("10.0.2.1")) || s.Owns("blue", netip.MustParseAddr("10.0.0.5")) || s.Owns("green", netip.MustParseAddr("10.0.2.1")) {
+		t.Errorf("Owns: wrong for an address of this holder's block, of another's, or of another pool")
+	}
+
+	// A create found it taken: held until a live list says by whom (or
+	// that it went: see SetHeld below, which lacks it).
+	s.Guess("blue", p("10.0.3.0/30"))
+	if s.Free("blue", p("10.0.3.0/30")) {
+		t.Errorf("a block a create found taken is not held")
+	}
+
+	// "No block free" stands until a block is deleted, at most noneFreeTTL.
+	s.rememberNoneFree("k", now)
+	if !s.noneFreeNow("k", now) || s.noneFreeNow("k", now.Add(noneFreeTTL)) {
+		t.Errorf("noneFreeNow does not stand for exactly noneFreeTTL")
+	}
+	if mine := s.Forget(blk("10.0.0.4/30", "node-b")); mine {
+		t.Errorf("Forget says node-b's block was node-a's")
+	}
+	if s.noneFreeNow("k", now) {
+		t.Errorf("noneFreeNow stands after a block was deleted")
+	}
+	if !s.Free("blue", p("10.0.0.0/27")) || !s.Free("blue", p("10.0.0.4/30")) {
+		t.Errorf("a deleted block is still held")
+	}
+
+	// A live list of the pool's blocks replaces what was known of others.
+	s.SetHeld("blue", []ipkeeperv1alpha1.IPBlock{*blk("10.0.4.0/30", "node-c")})
+	if !s.Free("blue", p("10.0.1.8/30")) || !s.Free("blue", p("10.0.3.0/30")) || s.Free("blue", p("10.0.4.0/30")) || s.Free("blue", p("10.0.2.0/30")) {
+		t.Errorf("after a live list: node-b's unlisted block or the guessed one still held, node-c's listed one free, or this holder's own forgotten")
+	}
+	// A relist of this holder's blocks that lacks one: it went.
+	if gone := s.ReplaceMine(nil); !gone || len(s.Own("blue")) != 0 {
+		t.Errorf("a relist without this holder's block: gone %v, Own %v", gone, s.Own("blue"))
+	}
+	if gone := s.ReplaceMine([]*ipkeeperv1alpha1.IPBlock{blk("10.0.6.0/30", "node-a")}); gone || len(s.Own("blue")) != 1 {
+		t.Errorf("a relist with a new block of this holder: gone %v, Own %v; want nothing gone, the new block owned", gone, s.Own("blue"))
+	}
+}
+
+// The controller's Set is keyed by holder "IPAMClaims": the blocks of
+// holder IPAMClaims are its own, a node's are not, whatever the node's name.
+func TestSetOfIPAMClaimsOwnsClaimsBlocksOnly(t *testing.T) {
+	s := NewSet(string(ipkeeperv1alpha1.HolderIPAMClaims))
+	s.Observe(claimsBlk("10.0.0.0/30"))
+	s.Observe(blk("10.0.0.4/30", "node-a"))
+	if got := s.Own("blue"); !slices.Equal(got, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/30")}) {
+		t.Errorf("Own = %v, want only the IPAMClaims block 10.0.0.0/30", got)
+	}
+	if mine := s.Forget(claimsBlk("10.0.0.0/30")); !mine || len(s.Own("blue")) != 0 {
+		t.Errorf("Forget of its own block = %v, Own after = %v", mine, s.Own("blue"))
+	}
+}
+
+// fakeStore keeps IPBlocks in memory, its creates node-a's, and counts
+// its calls.
+type fakeStore struct {
+	mu      sync.Mutex
+	objs    map[netip.Prefix]*ipkeeperv1alpha1.IPBlock
+	creates int
+	lists   int
+	// failCreate, when set, fails every create (not as ErrTaken).
+	failCreate error
+	// takeFirst, when set, has another holder take the block of the next
+	// create just before it.
+	takeFirst bool
+}
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{objs: map[netip.Prefix]*ipkeeperv1alpha1.IPBlock{}}
+}
+
+func (f *fakeStore) Create(_ context.Context, pool, key string, b netip.Prefix) (*ipkeeperv1alpha1.IPBlock, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.creates++
+	if f.failCreate != nil {
+		return nil, f.failCreate
+	}
+	if f.takeFirst {
+		f.takeFirst = false
+		f.objs[b] = blk(b.String(), "node-z")
+	}
+	if _, ok := f.objs[b]; ok {
+		return nil, fmt.Errorf("%w: IPBlock %s.%s", ErrTaken, key, b)
+	}
+	o := blk(b.String(), "node-a")
+	o.Spec.Pool = pool
+	f.objs[b] = o
+	return o.DeepCopy(), nil
+}
+
+func (f *fakeStore) Held(_ context.Context, pool string) ([]ipkeeperv1alpha1.IPBlock, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists++
+	var out []ipkeeperv1alpha1.IPBlock
+	for _, b := range f.objs {
+		if b.Spec.Pool == pool {
+			out = append(out, *b.DeepCopy())
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) counts() (creates, lists int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.creates, f.lists
+}
+
+// The Taker hands out addresses of its holder's blocks, takes a new block
+// only when those are full, steps over a block another holder took since
+// the list, and answers ErrNoBlock (remembered, without a new list) when
+// none is free.
+func TestTakerTakesBlocksOnlyWhenFull(t *testing.T) {
+	// A /28 is four blocks of four (a small subnet is cut into blocks of
+	// at least four addresses); its first and last addresses are not
+	// handed out.
+	r := iprange.MustNew(iprange.Spec{Subnet: netip.MustParsePrefix("10.9.0.0/28")})
+	store := newFakeStore()
+	var took []string
+	tk := &Taker{Set: NewSet("node-a"), Store: store, Took: func(b *ipkeeperv1alpha1.IPBlock) { took = append(took, b.Spec.CIDR) }}
+	taken := map[netip.Addr]bool{}
+	isTaken := func(ip netip.Addr) bool { return taken[ip] }
+	ctx := context.Background()
+
+	var got []netip.Addr
+	for range 6 {
+		ip, err := tk.Candidate(ctx, "blue", "blue", r, isTaken, "seed")
+		if err != nil {
+			t.Fatalf("Candidate after %v: %v", got, err)
+		}
+		if taken[ip] {
+			t.Fatalf("Candidate returned %s, which is taken", ip)
+		}
+		taken[ip] = true
+		got = append(got, ip)
+	}
+	for _, ip := range got {
+		if !tk.Set.Owns("blue", ip) {
+			t.Errorf("%s lies in no block of node-a (%v)", ip, tk.Set.Own("blue"))
+		}
+	}
+	// Any two blocks hold six addresses (the outer blocks three each: the
+	// range's first and last addresses are not handed out): a third block
+	// taken means one was taken before the others were full.
+	if creates, _ := store.counts(); creates != 2 || len(took) != 2 {
+		t.Errorf("%d creates, blocks taken %v, for 6 addresses in blocks of 4, want 2", creates, took)
+	}
+
+	// Another holder takes the next block between the list and the create:
+	// the Taker steps over it and takes another.
+	store.takeFirst = true
+	ownFull := func(ip netip.Addr) bool { return taken[ip] || tk.Set.Owns("blue", ip) }
+	ip, err := tk.Candidate(ctx, "blue", "blue", r, ownFull, "seed")
+	if err != nil || !tk.Set.Owns("blue", ip) || len(took) != 3 {
+		t.Fatalf("Candidate with the next block taken by another holder = %s, %v (blocks taken %v); want an address of a third block", ip, err, took)
+	}
+
+	// Fill every address: then there is no block to take, and asking
+	// again costs no list until a block goes.
+	all := func(netip.Addr) bool { return true }
+	if _, err := tk.Candidate(ctx, "blue", "blue", r, all, "seed"); !errors.Is(err, ErrNoBlock) {
+		t.Fatalf("Candidate with every address taken = %v, want ErrNoBlock", err)
+	}
+	_, lists := store.counts()
+	for range 5 {
+		if _, err := tk.Candidate(ctx, "blue", "blue", r, all, "seed"); !errors.Is(err, ErrNoBlock) {
+			t.Fatalf("Candidate again = %v, want ErrNoBlock", err)
+		}
+	}
+	if _, again := store.counts(); again != lists {
+		t.Errorf("%d more lists of blocks after none was free, want none until a block goes", again-lists)
+	}
+	// A block goes: the next Candidate looks again.
+	for p, b := range store.objs {
+		if b.Spec.Node != "node-a" {
+			delete(store.objs, p)
+			tk.Set.Forget(b)
+			break
+		}
+	}
+	_, _ = tk.Candidate(ctx, "blue", "blue", r, all, "seed")
+	if _, again := store.counts(); again != lists+1 {
+		t.Errorf("after a block went, %d lists, want one", again-lists)
+	}
+}
+
+// A create that fails for another reason than a taken block (no right to
+// take one, say) is reported through Failed and answered ErrNoBlock: the
+// caller borrows instead.
+func TestTakerBorrowsWhenACreateFails(t *testing.T) {
+	r := iprange.MustNew(iprange.Spec{Subnet: netip.MustParsePrefix("10.9.0.0/24")})
+	store := newFakeStore()
+	store.failCreate = errors.New("admission webhook denied the request")
+	var failed []error
+	tk := &Taker{Set: NewSet("node-a"), Store: store, Failed: func(err error) { failed = append(failed, err) }}
+	_, err := tk.Candidate(context.Background(), "blue", "blue", r, func(netip.Addr) bool { return false }, "seed")
+	if !errors.Is(err, ErrNoBlock) {
+		t.Fatalf("Candidate with creates refused = %v, want ErrNoBlock", err)
+	}
+	if len(failed) != 1 || !errors.Is(failed[0], store.failCreate) {
+		t.Errorf("Failed got %v, want the create's error once", failed)
+	}
+	if len(tk.Set.Own("blue")) != 0 {
+		t.Errorf("a refused create left the holder a block: %v", tk.Set.Own("blue"))
+	}
+}

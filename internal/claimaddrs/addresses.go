@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package claimaddrs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
+	"github.com/ipkeeper/ipkeeper/internal/reuse"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// outcome is what one look at a claim's addresses found, for its status.
+type outcome struct {
+	// ips are the addresses to record, for a claim that has none yet.
+	ips []netip.Prefix
+	// failure, when set, is why the claim lacks (some of) its addresses:
+	// IPsAllocated=False; nil: True.
+	failure *failure
+	// requested is the RequestedAddresses condition of a claim that asks
+	// for given addresses; nil when it asks for none.
+	requested *metav1.Condition
+	// retry: the outcome may change without the claim changing.
+	retry bool
+}
+
+// held is a reservation the claim holds in its pool.
+type held struct {
+	res *ipkeeperv1alpha1.IPReservation
+	ip  netip.Addr
+}
+
+// addresses reserves what the claim needs and says what to record.
+func (r *Reconciler) addresses(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network) (outcome, error) {
+	pool, err := r.poolOf(ctx, claim, net)
+	if err != nil {
+		return outcome{}, err
+	}
+	mine, err := r.heldBy(ctx, claim, pool)
+	if err != nil {
+		return outcome{}, err
+	}
+	if len(claim.Status.IPs) > 0 {
+		return r.keep(ctx, claim, net, pool, mine)
+	}
+	if _, ok := claim.Annotations[claimstatus.RequestedAnnotation]; ok {
+		return r.fillRequested(ctx, claim, net, pool, mine)
+	}
+	return r.fill(ctx, claim, net, pool, mine)
+}
+
+// heldBy returns the claim's reservations in the pool (not released), the
+// oldest first: after a status write that failed half-way, or agents of an
+// earlier version racing, a claim can hold more than one of a family.
+func (r *Reconciler) heldBy(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool *claimalloc.Pool) ([]held, error) {
+	all, err := reservationindex.ByOwner(ctx, r.Client, claim.UID)
+	if err != nil {
+		return nil, err
+	}
+	var out []held
+	for i := range all {
+		res := &all[i]
+		ip, err := netip.ParseAddr(res.Spec.IP)
+		if err != nil || res.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim || res.Spec.Released() ||
+			naming.PoolOf(res.Spec.Pool, res.Spec.Network) != pool.Name {
+			continue
+		}
+		out = append(out, held{res: res, ip: ip})
+	}
+	slices.SortFunc(out, func(a, b held) int {
+		if c := a.res.CreationTimestamp.Compare(b.res.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.res.Name, b.res.Name)
+	})
+	return out, nil
+}
+
+func holderOf(claim *ipamclaimsv1alpha1.IPAMClaim, net *network) claimalloc.Holder {
+	return claimalloc.Holder{
+		Owner:     ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
+		Network:   net.cfg.Name,
+		Interface: claim.Spec.Interface,
+	}
+}
+
+// fill chooses the first addresses of a claim that asks for none in
+// particular: one per IP family of the pool, reusing what the claim holds
+// already (a reconcile that reserved and then failed to write its status).
+func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held) (outcome, error) {
+	var ips []netip.Prefix
+	for _, family := range pool.Families() {
+		if h, ok := oldestOf(mine, family[0].Is4()); ok {
+			ips = append(ips, prefixOf(pool, h.ip, family))
+			continue
+		}
+		res, err := r.Alloc.Assign(ctx, pool, holderOf(claim, net), family, string(claim.UID))
+		if errors.Is(err, claimalloc.ErrExhausted) {
+			// What was reserved of the other family stays the claim's: the
+			// retry uses it.
+			return outcome{failure: &failure{claimstatus.ReasonExhausted, fmt.Sprintf("network %q (IPPool %q) is exhausted: %v", net.cfg.Name, pool.Name, err)}, retry: true}, nil
+		}
+		if err != nil {
+			return outcome{}, fmt.Errorf("IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+		ip, _ := netip.ParseAddr(res.Spec.IP)
+		ips = append(ips, prefixOf(pool, ip, family))
+	}
+	return outcome{ips: ips}, nil
+}
+
+// keep makes sure a claim holds what it records: each recorded address is
+// reserved for it (an address written by an administrator, or a
+// reservation deleted by hand, is reserved again if free), and what it
+// holds but no longer records is released.
+func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held) (outcome, error) {
+	var out outcome
+	recorded := map[netip.Addr]bool{}
+	for i, s := range claim.Status.IPs {
+		ip, err := claimstatus.ParseIP(s)
+		if err != nil {
+			return outcome{failure: &failure{claimstatus.ReasonInternal, fmt.Sprintf("status.ips[%d] %q: %v", i, s, err)}}, nil
+		}
+		recorded[ip] = true
+		if slices.ContainsFunc(mine, func(h held) bool { return h.ip == ip }) {
+			continue
+		}
+		if _, err := pool.RangeFor(ip); err != nil {
+			out.failure = &failure{claimstatus.ReasonInternal, fmt.Sprintf(
+				"the claim records %s (status.ips[%d]), which network %q (IPPool %q) does not hand out: %v; nothing was released: fix the pool or the claim",
+				ip, i, net.cfg.Name, pool.Name, err)}
+			continue
+		}
+		_, err = r.Alloc.Reserve(ctx, pool, holderOf(claim, net), ip)
+		var taken *claimalloc.TakenError
+		switch {
+		case errors.As(err, &taken):
+			out.failure = &failure{claimstatus.ReasonConflict, fmt.Sprintf("the claim records %s (status.ips[%d]), which on network %q is %s", ip, i, net.cfg.Name, taken)}
+			out.retry = true
+		case err != nil:
+			return outcome{}, fmt.Errorf("IPAMClaim %s/%s: reserving recorded %s: %w", claim.Namespace, claim.Name, ip, err)
+		}
+	}
+	// What the claim holds but no longer records goes only once it holds
+	// all it records: a recorded address it cannot have (a typo, someone
+	// else's) must not cost it the address it had.
+	var superseded []held
+	for _, h := range mine {
+		if !recorded[h.ip] {
+			superseded = append(superseded, h)
+		}
+	}
+	if out.failure == nil {
+		if err := r.releaseSuperseded(ctx, claim, pool, superseded); err != nil {
+			return outcome{}, err
+		}
+	}
+	if _, ok := claim.Annotations[claimstatus.RequestedAnnotation]; ok {
+		out.requested = judgeRecorded(claim)
+	}
+	return out, nil
+}
+
+// releaseSuperseded releases reservations the claim holds but does not
+// record (status.ips was edited, or a first allocation wrote twice): each
+// went to the claim's pods, perhaps, so it cools down like any release.
+// The claim is read live first, so that a status the cache does not show
+// yet never loses its addresses.
+func (r *Reconciler) releaseSuperseded(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool *claimalloc.Pool, superseded []held) error {
+	if len(superseded) == 0 {
+		return nil
+	}
+	var fresh ipamclaimsv1alpha1.IPAMClaim
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(claim), &fresh); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // gone: the garbage collector releases everything
+		}
+		return fmt.Errorf("reading IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	if fresh.UID != claim.UID || !slices.Equal(fresh.Status.IPs, claim.Status.IPs) {
+		return fmt.Errorf("IPAMClaim %s/%s changed since the cache showed it; looking again", claim.Namespace, claim.Name)
+	}
+	cooldown, err := reuse.PoolCooldown(ctx, r.Client, r.APIReader, pool.Name)
+	if err != nil {
+		return err
+	}
+	for _, h := range superseded {
+		if _, err := reuse.Release(ctx, r.Client, h.res, cooldown, time.Now()); err != nil {
+			return fmt.Errorf("IPAMClaim %s/%s: releasing %s, which it no longer records: %w", claim.Namespace, claim.Name, h.ip, err)
+		}
+		log.FromContext(ctx).Info("released an address the claim no longer records", "claim", claim.Namespace+"/"+claim.Name, "ip", h.ip, "reservation", h.res.Name)
+	}
+	return nil
+}
+
+// oldestOf returns the oldest held reservation of an IP family.
+func oldestOf(mine []held, is4 bool) (held, bool) {
+	for _, h := range mine { // oldest first
+		if h.ip.Is4() == is4 {
+			return h, true
+		}
+	}
+	return held{}, false
+}
+
+// prefixOf returns ip with the prefix length of the pool's range that
+// hands it out, else (a range removed or narrowed since it was reserved)
+// of the first range whose subnet contains it, else of the family's first
+// range.
+func prefixOf(pool *claimalloc.Pool, ip netip.Addr, family []iprange.Range) netip.Prefix {
+	if r, err := pool.RangeFor(ip); err == nil {
+		return netip.PrefixFrom(ip, r.Subnet().Bits())
+	}
+	for _, r := range pool.Ranges {
+		if r.Contains(ip) {
+			return netip.PrefixFrom(ip, r.Subnet().Bits())
+		}
+	}
+	return netip.PrefixFrom(ip, family[0].Subnet().Bits())
+}

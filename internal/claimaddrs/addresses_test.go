@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package claimaddrs
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// An address is recorded with the prefix length of the pool's range that
+// holds it; one whose range was removed since it was reserved gets that
+// of the family's first range.
+func TestPrefixOf(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		ranges []ipkeeperv1alpha1.PoolRange
+		ip     string
+		want   string
+	}{
+		{name: "first range", ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.0.0.0/24"}, {Range: "10.0.1.0/25"}}, ip: "10.0.0.5", want: "10.0.0.5/24"},
+		{name: "second range", ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.0.0.0/24"}, {Range: "10.0.1.0/25"}}, ip: "10.0.1.5", want: "10.0.1.5/25"},
+		{name: "range removed since", ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.0.1.0/25"}, {Range: "10.0.2.0/23"}}, ip: "10.0.0.5", want: "10.0.0.5/25"},
+		{name: "IPv6", ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.0.0.0/24"}, {Range: "fd00::/64"}}, ip: "fd00::5", want: "fd00::5/64"},
+		// PoolRanges admits a range whose subnet holds another range's
+		// (their start-end spans do not overlap): the address belongs to
+		// the range that hands it out, not to the first whose subnet
+		// contains it.
+		{name: "nested subnets", ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.0.0.0/16", RangeStart: "10.0.0.1", RangeEnd: "10.0.0.100"}, {Range: "10.0.1.0/24"}},
+			ip: "10.0.1.5", want: "10.0.1.5/24"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ranges, err := ipamconfig.PoolRanges(&ipkeeperv1alpha1.IPPoolSpec{Ranges: tt.ranges})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool := &claimalloc.Pool{Name: "p", Key: "p", Ranges: ranges}
+			ip := netip.MustParseAddr(tt.ip)
+			var family []iprange.Range
+			for _, f := range pool.Families() {
+				if f[0].Is4() == ip.Is4() {
+					family = f
+				}
+			}
+			if got := prefixOf(pool, ip, family); got.String() != tt.want {
+				t.Errorf("prefixOf(%s) = %s, want %s", ip, got, tt.want)
+			}
+		})
+	}
+}
+
+// oldestOf picks, per family, the first of the claim's reservations,
+// which heldBy sorts oldest first.
+func TestOldestOf(t *testing.T) {
+	h := func(ip string) held {
+		res := &ipkeeperv1alpha1.IPReservation{}
+		res.Name = ip
+		return held{res: res, ip: netip.MustParseAddr(ip)}
+	}
+	mine := []held{h("fd00::9"), h("10.0.0.9"), h("10.0.0.5"), h("fd00::5")}
+	for _, tt := range []struct {
+		mine []held
+		is4  bool
+		want string // "" for none
+	}{
+		{mine: mine, is4: true, want: "10.0.0.9"},
+		{mine: mine, is4: false, want: "fd00::9"},
+		{mine: mine[:1], is4: true},
+		{mine: nil, is4: false},
+	} {
+		got, ok := oldestOf(tt.mine, tt.is4)
+		if ok != (tt.want != "") || (ok && got.ip.String() != tt.want) {
+			t.Errorf("oldestOf(%d held, IPv4 %v) = %v, %v; want %q", len(tt.mine), tt.is4, got.ip, ok, tt.want)
+		}
+	}
+}

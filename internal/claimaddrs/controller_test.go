@@ -1,0 +1,625 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package claimaddrs
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ipkeeper/ipkeeper/internal/blocks"
+	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
+)
+
+// syncedInformers stand in for the manager's informers where
+// reservationindex.Source reads: its registration is synced at once, so
+// the Addresses report Synced as after a real start.
+type syncedInformers struct{ cache.Informers }
+
+type syncedInformer struct {
+	cache.Informer
+	mu       sync.Mutex
+	handlers []toolscache.ResourceEventHandler
+}
+
+func (i *syncedInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.handlers = append(i.handlers, h)
+	return i, nil
+}
+
+func (i *syncedInformer) RemoveEventHandler(toolscache.ResourceEventHandlerRegistration) error {
+	return nil
+}
+
+func (i *syncedInformer) HasSynced() bool { return true }
+
+func (syncedInformers) GetInformer(context.Context, client.Object, ...cache.InformerGetOption) (cache.Informer, error) {
+	return &syncedInformer{}, nil
+}
+
+func (syncedInformers) GetInformerForKind(context.Context, schema.GroupVersionKind, ...cache.InformerGetOption) (cache.Informer, error) {
+	return nil, errors.New("not faked")
+}
+
+// syncedAddresses returns Addresses holding rs that report Synced.
+func syncedAddresses(t *testing.T, rs ...*ipkeeperv1alpha1.IPReservation) *reservationindex.Addresses {
+	t.Helper()
+	addrs := reservationindex.NewAddresses()
+	for _, r := range rs {
+		addrs.Set(r)
+	}
+	src := reservationindex.NewSource(syncedInformers{}, addrs)
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	t.Cleanup(q.ShutDown)
+	if err := src.Start(t.Context(), q); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.WaitForSync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return addrs
+}
+
+// builderIndexer registers field indexes on a fake client builder.
+type builderIndexer struct{ b *fake.ClientBuilder }
+
+func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	i.b.WithIndex(obj, field, fn)
+	return nil
+}
+
+const (
+	ns       = "ns"
+	dualConf = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24","ipRanges":[{"range":"fd00::/120"}]}}`
+)
+
+func nad(namespace, name, conf string) *nadv1.NetworkAttachmentDefinition {
+	return &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: conf}}
+}
+
+// poolOfNAD is the inline pool ipkeeper-controller makes from n.
+func poolOfNAD(t *testing.T, n *nadv1.NetworkAttachmentDefinition) *ipkeeperv1alpha1.IPPool {
+	t.Helper()
+	cfg, found, err := inlinepool.Network(n)
+	if err != nil || !found {
+		t.Fatalf("NAD %s: %v, found %v", n.Name, err, found)
+	}
+	p := inlinepool.Build(cfg, client.ObjectKeyFromObject(n))
+	p.UID = types.UID("uid-pool-" + p.Name)
+	p.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	return p
+}
+
+// claim is an IPAMClaim of network blue recording its NAD.
+func claim(name string) *ipamclaimsv1alpha1.IPAMClaim {
+	return &ipamclaimsv1alpha1.IPAMClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name),
+			Annotations: map[string]string{claimstatus.NADAnnotation: ns + "/blue"}},
+		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "blue", Interface: "pod16367aacb67"},
+	}
+}
+
+// reservation is owner's reservation of ip in the inline pool of blue.
+func reservation(ip string, owner ipkeeperv1alpha1.ReservationOwner) *ipkeeperv1alpha1.IPReservation {
+	return &ipkeeperv1alpha1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr(ip)), UID: types.UID("uid-res-" + ip)},
+		Spec:       ipkeeperv1alpha1.IPReservationSpec{Pool: "blue", Network: "blue", IP: ip, Owner: owner},
+	}
+}
+
+func claimOwner(c *ipamclaimsv1alpha1.IPAMClaim) ipkeeperv1alpha1.ReservationOwner {
+	return ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: c.Namespace, Name: c.Name, UID: c.UID}
+}
+
+type fixture struct {
+	r   *Reconciler
+	c   client.Client
+	rec *record.FakeRecorder
+}
+
+// newFixture is a Reconciler over a fake API server holding objs, with
+// the indexes it reads and a synced cache of the reservations among objs.
+func newFixture(t *testing.T, objs ...client.Object) *fixture {
+	t.Helper()
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{})
+	if err := setupIndexes(context.Background(), builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reservationindex.Setup(context.Background(), builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
+	c := b.Build()
+	var rs []*ipkeeperv1alpha1.IPReservation
+	for _, o := range objs {
+		if r, ok := o.(*ipkeeperv1alpha1.IPReservation); ok {
+			rs = append(rs, r)
+		}
+	}
+	alloc := claimalloc.New(c, c, syncedAddresses(t, rs...), blocks.NewSet(string(ipkeeperv1alpha1.HolderIPAMClaims)), func() bool { return true }, logr.Discard())
+	rec := record.NewFakeRecorder(20)
+	return &fixture{
+		r: &Reconciler{Client: c, APIReader: c, Alloc: alloc, Recorder: rec,
+			backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, time.Minute)},
+		c: c, rec: rec,
+	}
+}
+
+func (f *fixture) reconcile(t *testing.T, name string) reconcile.Result {
+	t.Helper()
+	res, err := f.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
+	if err != nil {
+		t.Fatalf("Reconcile %s: %v", name, err)
+	}
+	return res
+}
+
+func (f *fixture) claim(t *testing.T, name string) *ipamclaimsv1alpha1.IPAMClaim {
+	t.Helper()
+	var c ipamclaimsv1alpha1.IPAMClaim
+	if err := f.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &c); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+// held returns the addresses the claim's live reservations hold, sorted.
+func (f *fixture) held(t *testing.T, c *ipamclaimsv1alpha1.IPAMClaim) []string {
+	t.Helper()
+	rs, err := reservationindex.ByOwner(context.Background(), f.c, c.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range rs {
+		if !r.Spec.Released() {
+			out = append(out, r.Spec.IP)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// events drains the recorder: events are recorded before Reconcile returns.
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func condition(t *testing.T, c *ipamclaimsv1alpha1.IPAMClaim, typ string) *metav1.Condition {
+	t.Helper()
+	cond := meta.FindStatusCondition(c.Status.Conditions, typ)
+	if cond == nil {
+		t.Fatalf("claim %s has no %s condition: %+v", c.Name, typ, c.Status.Conditions)
+	}
+	return cond
+}
+
+func addrsOf(t *testing.T, status []string) []string {
+	t.Helper()
+	out := make([]string, 0, len(status))
+	for _, s := range status {
+		ip, err := claimstatus.ParseIP(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ip.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// A claim on an inline dual-stack network gets one address per family,
+// reserved for it, recorded with the range's prefix length, and
+// IPsAllocated=True; a second look changes nothing.
+func TestReconcileFillsAClaim(t *testing.T) {
+	n := nad(ns, "blue", dualConf)
+	f := newFixture(t, n, poolOfNAD(t, n), claim("vm1.blue"))
+	if res := f.reconcile(t, "vm1.blue"); res.RequeueAfter != 0 {
+		t.Errorf("a filled claim is looked at again after %s", res.RequeueAfter)
+	}
+	c := f.claim(t, "vm1.blue")
+	if len(c.Status.IPs) != 2 || !strings.HasSuffix(c.Status.IPs[0], "/24") || !strings.HasPrefix(c.Status.IPs[0], "10.0.0.") ||
+		!strings.HasSuffix(c.Status.IPs[1], "/120") || !strings.HasPrefix(c.Status.IPs[1], "fd00::") {
+		t.Fatalf("status.ips = %v, want an IPv4 /24 then an IPv6 /120", c.Status.IPs)
+	}
+	if cond := condition(t, c, claimstatus.ConditionIPsAllocated); cond.Status != metav1.ConditionTrue || cond.Reason != claimstatus.ReasonAllocated {
+		t.Errorf("IPsAllocated = %+v, want True %s", cond, claimstatus.ReasonAllocated)
+	}
+	if got, want := f.held(t, c), addrsOf(t, c.Status.IPs); !slices.Equal(got, want) {
+		t.Errorf("the claim's reservations hold %v, its status records %v", got, want)
+	}
+	for _, s := range c.Status.IPs {
+		ip, _ := claimstatus.ParseIP(s)
+		var r ipkeeperv1alpha1.IPReservation
+		if err := f.c.Get(context.Background(), client.ObjectKey{Name: naming.Reservation("blue", ip)}, &r); err != nil {
+			t.Fatalf("no reservation named from the network for %s: %v", ip, err)
+		}
+		if r.Spec.Owner != claimOwner(c) || r.Spec.InterfaceName != "pod16367aacb67" || r.Spec.Network != "blue" {
+			t.Errorf("reservation %s spec = %+v, want the claim's, on network blue, interface pod16367aacb67", r.Name, r.Spec)
+		}
+	}
+	if ev := f.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Normal "+string(ReasonIPsAllocated)) {
+		t.Errorf("events %q, want one %s", ev, ReasonIPsAllocated)
+	}
+
+	before := c.Status.IPs
+	f.reconcile(t, "vm1.blue")
+	c = f.claim(t, "vm1.blue")
+	if !slices.Equal(c.Status.IPs, before) || len(f.held(t, c)) != 2 {
+		t.Errorf("a second look changed status.ips %v -> %v, or the claim's reservations: %v", before, c.Status.IPs, f.held(t, c))
+	}
+	if ev := f.events(); len(ev) != 0 {
+		t.Errorf("a second look recorded %q", ev)
+	}
+}
+
+// A claim keeps the reservations it already holds (a status write that
+// failed after they were made) rather than reserving more.
+func TestReconcileReusesWhatTheClaimHolds(t *testing.T) {
+	n := nad(ns, "blue", dualConf)
+	cl := claim("vm1.blue")
+	f := newFixture(t, n, poolOfNAD(t, n), cl, reservation("10.0.0.42", claimOwner(cl)))
+	f.reconcile(t, "vm1.blue")
+	c := f.claim(t, "vm1.blue")
+	if len(c.Status.IPs) != 2 || c.Status.IPs[0] != "10.0.0.42/24" {
+		t.Fatalf("status.ips = %v, want 10.0.0.42/24 first, then an IPv6 address", c.Status.IPs)
+	}
+	if got := f.held(t, c); len(got) != 2 {
+		t.Errorf("the claim holds %v, want two addresses", got)
+	}
+}
+
+// Requested addresses are reserved exactly, the other family chosen;
+// one someone else holds is refused, and what this attempt reserved goes.
+func TestReconcileRequestedAddresses(t *testing.T) {
+	stranger := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "elsewhere", Name: "db.blue", UID: "uid-stranger"}
+	for _, tt := range []struct {
+		name      string
+		request   string
+		taken     []string // held by a claim of another namespace
+		wantIPs   []string // "" prefix: any address of that family
+		reason    string   // IPsAllocated's
+		requested string   // RequestedAddresses' reason
+		msgHas    string
+		retry     bool
+	}{
+		{name: "one family requested", request: `["10.0.0.50"]`, wantIPs: []string{"10.0.0.50/24", "fd00::"},
+			reason: claimstatus.ReasonAllocated, requested: claimstatus.ReasonRequestedReserved, msgHas: "requested 10.0.0.50 reserved"},
+		{name: "both requested", request: `["fd00::50/64","10.0.0.50"]`, wantIPs: []string{"10.0.0.50/24", "fd00::50/120"},
+			reason: claimstatus.ReasonAllocated, requested: claimstatus.ReasonRequestedReserved},
+		{name: "taken by another namespace", request: `["10.0.0.50","fd00::50"]`, taken: []string{"fd00::50"},
+			reason: claimstatus.ReasonConflict, requested: claimstatus.ReasonRequestedTaken, msgHas: "fd00::50 on network \"blue\" is reserved by a workload in another namespace", retry: true},
+		{name: "outside the pool", request: `["10.0.1.50"]`,
+			reason: claimstatus.ReasonInternal, requested: claimstatus.ReasonRequestedOutsidePool, msgHas: "10.0.1.50 is outside every range", retry: true},
+		{name: "unreadable", request: `"10.0.0.50"`, reason: claimstatus.ReasonInternal, requested: claimstatus.ReasonRequestedInvalid, msgHas: "not a JSON list"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := nad(ns, "blue", dualConf)
+			cl := claim("vm1.blue")
+			cl.Annotations[claimstatus.RequestedAnnotation] = tt.request
+			objs := []client.Object{n, poolOfNAD(t, n), cl}
+			for _, ip := range tt.taken {
+				objs = append(objs, reservation(ip, stranger))
+			}
+			f := newFixture(t, objs...)
+			res := f.reconcile(t, "vm1.blue")
+			if (res.RequeueAfter > 0) != tt.retry {
+				t.Errorf("RequeueAfter = %s, want a retry: %v", res.RequeueAfter, tt.retry)
+			}
+			c := f.claim(t, "vm1.blue")
+			if len(c.Status.IPs) != len(tt.wantIPs) {
+				t.Fatalf("status.ips = %v, want %v", c.Status.IPs, tt.wantIPs)
+			}
+			for i, w := range tt.wantIPs {
+				if !strings.HasPrefix(c.Status.IPs[i], w) {
+					t.Errorf("status.ips[%d] = %s, want %s...", i, c.Status.IPs[i], w)
+				}
+			}
+			// A refused request leaves the claim holding nothing: the
+			// addresses this attempt reserved were given back.
+			if got, want := f.held(t, c), addrsOf(t, c.Status.IPs); !slices.Equal(got, want) {
+				t.Errorf("the claim holds %v, records %v", got, want)
+			}
+			if cond := condition(t, c, claimstatus.ConditionIPsAllocated); cond.Reason != tt.reason {
+				t.Errorf("IPsAllocated = %+v, want reason %s", cond, tt.reason)
+			}
+			cond := condition(t, c, claimstatus.ConditionRequested)
+			if cond.Reason != tt.requested || !strings.Contains(cond.Message, tt.msgHas) {
+				t.Errorf("RequestedAddresses = %+v, want %s with %q", cond, tt.requested, tt.msgHas)
+			}
+			if strings.Contains(cond.Message, "elsewhere") || strings.Contains(cond.Message, "db.blue") {
+				t.Errorf("the message names another namespace's claim: %q", cond.Message)
+			}
+		})
+	}
+}
+
+// A full network is SubnetExhausted, retried.
+func TestReconcileExhausted(t *testing.T) {
+	const conf = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24","range_start":"10.0.0.4","range_end":"10.0.0.5"}}`
+	n := nad(ns, "blue", conf)
+	other := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: ns, Name: "web", UID: "uid-web"}
+	f := newFixture(t, n, poolOfNAD(t, n), claim("vm1.blue"), reservation("10.0.0.4", other), reservation("10.0.0.5", other))
+	if res := f.reconcile(t, "vm1.blue"); res.RequeueAfter <= 0 {
+		t.Errorf("an exhausted claim is not retried")
+	}
+	c := f.claim(t, "vm1.blue")
+	if cond := condition(t, c, claimstatus.ConditionIPsAllocated); cond.Status != metav1.ConditionFalse || cond.Reason != claimstatus.ReasonExhausted ||
+		!strings.Contains(cond.Message, `network "blue" (IPPool "blue") is exhausted`) {
+		t.Errorf("IPsAllocated = %+v, want False %s", cond, claimstatus.ReasonExhausted)
+	}
+	if len(c.Status.IPs) != 0 {
+		t.Errorf("status.ips = %v", c.Status.IPs)
+	}
+	if ev := f.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+string(ReasonIPsNotAllocated)+" "+claimstatus.ReasonExhausted) {
+		t.Errorf("events %q, want one %s", ev, ReasonIPsNotAllocated)
+	}
+}
+
+// A claim that records addresses holds exactly those: a recorded address
+// without a reservation is reserved again, one the claim holds but no
+// longer records is released, and one someone else holds is a conflict.
+func TestReconcileKeepsWhatTheClaimRecords(t *testing.T) {
+	const conf = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}`
+	pod := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: ns, Name: "web", UID: "uid-web"}
+	for _, tt := range []struct {
+		name     string
+		recorded string
+		holds    []string // the claim's reservations
+		podHolds string   // a pod's reservation
+		wantHeld []string
+		reason   string
+		msgHas   string
+	}{
+		{name: "a recorded address is reserved", recorded: "10.0.0.77/24", wantHeld: []string{"10.0.0.77"}, reason: claimstatus.ReasonAllocated},
+		{name: "a superseded one is released", recorded: "10.0.0.77/24", holds: []string{"10.0.0.77", "10.0.0.9"}, wantHeld: []string{"10.0.0.77"}, reason: claimstatus.ReasonAllocated},
+		{name: "someone else's", recorded: "10.0.0.77/24", podHolds: "10.0.0.77", reason: claimstatus.ReasonConflict,
+			msgHas: "the claim records 10.0.0.77 (status.ips[0]), which on network \"blue\" is reserved by Pod web in this namespace"},
+		// The condition promises that nothing was released: the address
+		// the claim held (its VM's, before status.ips was mistyped) stays.
+		{name: "one the pool does not hand out", recorded: "10.9.0.7/24", holds: []string{"10.0.0.9"}, wantHeld: []string{"10.0.0.9"}, reason: claimstatus.ReasonInternal,
+			msgHas: "nothing was released"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := nad(ns, "blue", conf)
+			cl := claim("vm1.blue")
+			cl.Status.IPs = []string{tt.recorded}
+			objs := []client.Object{n, poolOfNAD(t, n), cl}
+			for _, ip := range tt.holds {
+				objs = append(objs, reservation(ip, claimOwner(cl)))
+			}
+			if tt.podHolds != "" {
+				objs = append(objs, reservation(tt.podHolds, pod))
+			}
+			f := newFixture(t, objs...)
+			f.reconcile(t, "vm1.blue")
+			c := f.claim(t, "vm1.blue")
+			if !slices.Equal(c.Status.IPs, []string{tt.recorded}) {
+				t.Errorf("status.ips changed to %v", c.Status.IPs)
+			}
+			if got := f.held(t, c); !slices.Equal(got, tt.wantHeld) {
+				t.Errorf("the claim holds %v, want %v", got, tt.wantHeld)
+			}
+			if cond := condition(t, c, claimstatus.ConditionIPsAllocated); cond.Reason != tt.reason || !strings.Contains(cond.Message, tt.msgHas) {
+				t.Errorf("IPsAllocated = %+v, want %s with %q", cond, tt.reason, tt.msgHas)
+			}
+		})
+	}
+}
+
+// Without its pool, an inline network's claim waits, saying why.
+func TestReconcilePoolMissing(t *testing.T) {
+	f := newFixture(t, nad(ns, "blue", dualConf), claim("vm1.blue"))
+	if res := f.reconcile(t, "vm1.blue"); res.RequeueAfter <= 0 {
+		t.Error("a claim whose pool is missing is not retried")
+	}
+	cond := condition(t, f.claim(t, "vm1.blue"), claimstatus.ConditionIPsAllocated)
+	if cond.Status != metav1.ConditionFalse || cond.Reason != claimstatus.ReasonInternal || !strings.Contains(cond.Message, `the IPPool "blue" of inline network "blue" does not exist yet`) {
+		t.Errorf("IPsAllocated = %+v", cond)
+	}
+}
+
+// Claims ipkeeper does not serve, gone, or being deleted are left alone;
+// nothing is done before the allocator's caches are synced.
+func TestReconcileLeavesAlone(t *testing.T) {
+	foreign := claim("other.net")
+	foreign.Annotations = nil
+	foreign.Spec.Network = "not-ours"
+	deleting := claim("going.blue")
+	deleting.Finalizers = []string{"example.com/hold"}
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	n := nad(ns, "blue", dualConf)
+	f := newFixture(t, n, poolOfNAD(t, n), foreign, deleting)
+	for _, name := range []string{"other.net", "going.blue", "absent"} {
+		if res := f.reconcile(t, name); res.RequeueAfter != 0 {
+			t.Errorf("%s: requeued after %s", name, res.RequeueAfter)
+		}
+	}
+	for _, name := range []string{"other.net", "going.blue"} {
+		if c := f.claim(t, name); len(c.Status.IPs) != 0 || len(c.Status.Conditions) != 0 {
+			t.Errorf("%s: status written: %+v", name, c.Status)
+		}
+	}
+
+	// An allocator whose caches have not synced yet: looked at again soon.
+	cl := claim("vm1.blue")
+	f = newFixture(t, n, poolOfNAD(t, n), cl)
+	f.r.Alloc = claimalloc.New(f.c, f.c, reservationindex.NewAddresses(), blocks.NewSet(string(ipkeeperv1alpha1.HolderIPAMClaims)), func() bool { return true }, logr.Discard())
+	if res := f.reconcile(t, "vm1.blue"); res.RequeueAfter != notSyncedRetry {
+		t.Errorf("not synced: RequeueAfter = %s, want %s", res.RequeueAfter, notSyncedRetry)
+	}
+	if c := f.claim(t, "vm1.blue"); len(c.Status.IPs) != 0 || len(f.held(t, c)) != 0 {
+		t.Errorf("addresses chosen before the caches synced: %v", c.Status.IPs)
+	}
+}
+
+// status.ownerPod names the newest pod that references the claim and is
+// not being deleted.
+func TestReconcileOwnerPod(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pod := func(name string, created time.Time, claimRef string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: metav1.NewTime(created),
+			Annotations: map[string]string{multus.Annotation: `[{"name":"blue","` + multus.ClaimRefKey + `":"` + claimRef + `"}]`}}}
+	}
+	leaving := pod("virt-launcher-vm1-newest", t0.Add(2*time.Hour), "vm1.blue")
+	leaving.Finalizers = []string{"example.com/hold"}
+	leaving.DeletionTimestamp = &metav1.Time{Time: t0.Add(3 * time.Hour)}
+	n := nad(ns, "blue", dualConf)
+	f := newFixture(t, n, poolOfNAD(t, n), claim("vm1.blue"),
+		pod("virt-launcher-vm1-old", t0, "vm1.blue"),
+		pod("virt-launcher-vm1-new", t0.Add(time.Hour), "vm1.blue"),
+		leaving,
+		pod("virt-launcher-vm2", t0.Add(4*time.Hour), "vm2.blue"))
+	f.reconcile(t, "vm1.blue")
+	c := f.claim(t, "vm1.blue")
+	if c.Status.OwnerPod == nil || c.Status.OwnerPod.Name != "virt-launcher-vm1-new" {
+		t.Errorf("ownerPod = %+v, want virt-launcher-vm1-new", c.Status.OwnerPod)
+	}
+}
+
+// A VM's claim tells the VM (where whoever asked looks) whether its
+// requested addresses were reserved.
+func TestReconcileTellsTheVM(t *testing.T) {
+	n := nad(ns, "blue", dualConf)
+	cl := claim("vm1.blue")
+	cl.Annotations[claimstatus.RequestedAnnotation] = `["10.0.0.50"]`
+	cl.OwnerReferences = []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine", Name: "vm1", UID: "uid-vm1", Controller: ptrTo(true)}}
+	f := newFixture(t, n, poolOfNAD(t, n), cl)
+	f.reconcile(t, "vm1.blue")
+	ev := f.events()
+	if !slices.ContainsFunc(ev, func(e string) bool {
+		return strings.HasPrefix(e, "Normal "+string(ReasonRequestedReserved)+" IPAMClaim vm1.blue: requested 10.0.0.50 reserved")
+	}) {
+		t.Errorf("events %q lack %s", ev, ReasonRequestedReserved)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// networkOf finds where a claim's addresses come from: the NAD it records,
+// else the NADs of its network, its own namespace's first; NADs of one
+// network naming different pools are ambiguous.
+func TestNetworkOf(t *testing.T) {
+	const (
+		inline = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}`
+		pooled = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","pool":"shared"}}`
+		red    = `{"cniVersion":"1.0.0","name":"red","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}`
+		whb    = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"whereabouts","range":"10.0.0.0/24"}}`
+		broken = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/33"}}`
+	)
+	for _, tt := range []struct {
+		name     string
+		nadRef   string // the claim's NAD annotation
+		network  string // spec.network; "blue" when empty
+		nads     []*nadv1.NetworkAttachmentDefinition
+		wantNAD  string // "" for no network
+		wantPool string
+		errHas   string
+		retry    bool
+		errNot   []string
+	}{
+		{name: "the recorded NAD", nadRef: "ns/a", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "a", pooled), nad(ns, "b", inline)}, wantNAD: "ns/a", wantPool: "shared"},
+		{name: "the recorded NAD, in the claim's namespace", nadRef: "a", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "a", pooled)}, wantNAD: "ns/a", wantPool: "shared"},
+		{name: "the recorded NAD is missing", nadRef: "ns/gone", errHas: "NetworkAttachmentDefinition ns/gone (annotation " + claimstatus.NADAnnotation + ") does not exist", retry: true},
+		{name: "the recorded NAD is another IPAM's", nadRef: "ns/w", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "w", whb)}},
+		{name: "the recorded NAD is invalid", nadRef: "ns/x", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "x", broken)}, errHas: "ipam.range"},
+		{name: "the recorded NAD is of another network", nadRef: "ns/r", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "r", red)},
+			errHas: `NetworkAttachmentDefinition ns/r is network "red", but the claim's spec.network is "blue"`},
+		{name: "a malformed reference", nadRef: "a/b/c", errHas: "annotation " + claimstatus.NADAnnotation},
+		{name: "the network's NAD", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "a", inline), nad(ns, "r", red)}, wantNAD: "ns/a", wantPool: "blue"},
+		{name: "another namespace's NAD", nads: []*nadv1.NetworkAttachmentDefinition{nad("team", "a", inline)}, wantNAD: "team/a", wantPool: "blue"},
+		{name: "the namespace's NAD first", nads: []*nadv1.NetworkAttachmentDefinition{nad("team", "a", inline), nad(ns, "z", pooled)}, wantNAD: "ns/z", wantPool: "shared"},
+		{name: "no NAD", network: "-"},
+		{name: "two pools in the namespace", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "a", inline), nad(ns, "b", pooled)},
+			errHas: `IPPool "blue" (NetworkAttachmentDefinition ns/a); IPPool "shared" (NetworkAttachmentDefinition ns/b)`},
+		{name: "two pools elsewhere", nads: []*nadv1.NetworkAttachmentDefinition{nad("team-a", "a", inline), nad("team-b", "b", pooled)},
+			errHas: "a NetworkAttachmentDefinition in another namespace", errNot: []string{"team-a", "team-b"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := claim("vm1.blue")
+			cl.Annotations = map[string]string{}
+			if tt.nadRef != "" {
+				cl.Annotations[claimstatus.NADAnnotation] = tt.nadRef
+			}
+			switch tt.network {
+			case "-":
+				cl.Spec.Network = ""
+			case "":
+			default:
+				cl.Spec.Network = tt.network
+			}
+			var objs []client.Object
+			for _, n := range tt.nads {
+				objs = append(objs, n)
+			}
+			f := newFixture(t, objs...)
+			net, err := f.r.networkOf(context.Background(), cl)
+			if tt.errHas != "" {
+				ce := asConfigError(err)
+				if ce == nil || !strings.Contains(err.Error(), tt.errHas) || ce.retry != tt.retry || ce.failure.reason != claimstatus.ReasonInternal {
+					t.Fatalf("networkOf error = %v (%+v), want an InternalError condition with %q, retry %v", err, ce, tt.errHas, tt.retry)
+				}
+				for _, n := range tt.errNot {
+					if strings.Contains(err.Error(), n) {
+						t.Errorf("error %q names %q, another namespace", err, n)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantNAD == "" {
+				if net != nil {
+					t.Fatalf("network %+v, want none", net)
+				}
+				return
+			}
+			if net == nil || net.nad.String() != tt.wantNAD || net.cfg.PoolName() != tt.wantPool {
+				t.Fatalf("network = %+v, want NAD %s, pool %s", net, tt.wantNAD, tt.wantPool)
+			}
+		})
+	}
+}

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package claimaddrs
+
+import (
+	"context"
+	"fmt"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
+)
+
+// Field indexes on the main manager's cache.
+const (
+	// indexClaimNetwork maps claims to their spec.network: a NAD of that
+	// network appearing or changing looks at them again.
+	indexClaimNetwork = "claimaddrs.network"
+	// indexClaimFilled maps claims to "true" or "false": whether they
+	// record addresses. A pool appearing looks at those that do not.
+	indexClaimFilled = "claimaddrs.filled"
+	// indexNADNetwork maps the NADs whose IPAM is ipkeeper to their CNI
+	// network: where a claim of that network gets its addresses.
+	indexNADNetwork = "claimaddrs.nadNetwork"
+	// indexPodClaim maps pods (metadata) to the claims their networks
+	// annotation references: a claim's owner pod.
+	indexPodClaim = "claimaddrs.podClaim"
+)
+
+func setupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
+	indexes := []struct {
+		obj   client.Object
+		field string
+		fn    client.IndexerFunc
+	}{
+		{&ipamclaimsv1alpha1.IPAMClaim{}, indexClaimNetwork, func(o client.Object) []string {
+			return []string{o.(*ipamclaimsv1alpha1.IPAMClaim).Spec.Network}
+		}},
+		{&ipamclaimsv1alpha1.IPAMClaim{}, indexClaimFilled, func(o client.Object) []string {
+			return []string{fmt.Sprint(len(o.(*ipamclaimsv1alpha1.IPAMClaim).Status.IPs) > 0)}
+		}},
+		{&nadv1.NetworkAttachmentDefinition{}, indexNADNetwork, func(o client.Object) []string {
+			cfg, found, err := inlinepool.Network(o.(*nadv1.NetworkAttachmentDefinition))
+			if err != nil || !found {
+				return nil
+			}
+			return []string{cfg.Name}
+		}},
+		{podMetadata(), indexPodClaim, func(o client.Object) []string {
+			return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
+		}},
+	}
+	for _, ix := range indexes {
+		if err := indexer.IndexField(ctx, ix.obj, ix.field, ix.fn); err != nil {
+			return fmt.Errorf("indexing %T by %s: %w", ix.obj, ix.field, err)
+		}
+	}
+	return nil
+}

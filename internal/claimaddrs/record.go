@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package claimaddrs
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
+)
+
+// EventReason is the reason of an Event on a claim or on its VM.
+type EventReason string
+
+// The Event reasons, listed in docs/troubleshooting.md.
+const (
+	// On the claim: its addresses recorded, or why not (IPsAllocated).
+	ReasonIPsAllocated    EventReason = "IPsAllocated"
+	ReasonIPsNotAllocated EventReason = "IPsNotAllocated"
+	// On the claim's VM (or standalone VMI): requested addresses reserved
+	// for the claim, or not, with the RequestedAddresses condition's reason.
+	ReasonRequestedReserved    EventReason = "RequestedAddressesReserved"
+	ReasonRequestedNotHonoured EventReason = "RequestedAddressesNotHonoured"
+)
+
+// record writes what a look at the claim found into its status (one
+// write, only when something changed) and tells of changes in Events:
+// status.ips of a claim that had none, IPsAllocated, RequestedAddresses
+// and ownerPod (the newest pod that references the claim).
+func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, out outcome) error {
+	updated := claim.DeepCopy()
+	st := &updated.Status
+	changed := false
+	if len(out.ips) > 0 && len(st.IPs) == 0 {
+		st.IPs = make([]string, len(out.ips))
+		for i, p := range out.ips {
+			st.IPs[i] = p.String()
+		}
+		changed = true
+	}
+	allocated := metav1.Condition{Type: claimstatus.ConditionIPsAllocated, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonAllocated, ObservedGeneration: claim.Generation}
+	if out.failure != nil {
+		allocated.Status, allocated.Reason, allocated.Message = metav1.ConditionFalse, out.failure.reason, out.failure.message
+	} else if net != nil {
+		allocated.Message = fmt.Sprintf("%s allocated on network %q", strings.Join(st.IPs, ", "), net.cfg.Name)
+	}
+	wasAllocated := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionIPsAllocated)
+	if out.failure != nil || len(st.IPs) > 0 {
+		changed = meta.SetStatusCondition(&st.Conditions, allocated) || changed
+	}
+	wasRequested := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionRequested)
+	switch {
+	case out.requested != nil:
+		out.requested.ObservedGeneration = claim.Generation
+		changed = meta.SetStatusCondition(&st.Conditions, *out.requested) || changed
+	case wasRequested != nil && len(st.IPs) == 0:
+		// The request was withdrawn before the first allocation.
+		changed = meta.RemoveStatusCondition(&st.Conditions, claimstatus.ConditionRequested) || changed
+	}
+	if pod, err := r.ownerPod(ctx, claim); err != nil {
+		return err
+	} else if pod != "" && (st.OwnerPod == nil || st.OwnerPod.Name != pod) {
+		st.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: pod}
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	if st.IPs == nil {
+		st.IPs = []string{} // required by the CRD schema
+	}
+	// An update, not a patch: it holds only for the version judged, so
+	// addresses someone wrote meanwhile are never overwritten.
+	if err := r.Client.Status().Update(ctx, updated); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("writing the status of IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	if len(claim.Status.IPs) == 0 && len(st.IPs) > 0 {
+		fills.Inc()
+		log.FromContext(ctx).Info("recorded the claim's addresses", "claim", claim.Namespace+"/"+claim.Name, "ips", st.IPs)
+	}
+	r.tell(claim, updated, wasAllocated, wasRequested)
+	return nil
+}
+
+// tell records Events for condition changes: IPsAllocated on the claim,
+// RequestedAddresses on the claim's VM, where whoever asked looks.
+func (r *Reconciler) tell(claim, updated *ipamclaimsv1alpha1.IPAMClaim, wasAllocated, wasRequested *metav1.Condition) {
+	changedCond := func(was *metav1.Condition, typ string) *metav1.Condition {
+		now := meta.FindStatusCondition(updated.Status.Conditions, typ)
+		if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason && was.Message == now.Message) {
+			return nil
+		}
+		return now
+	}
+	if c := changedCond(wasAllocated, claimstatus.ConditionIPsAllocated); c != nil {
+		if c.Status == metav1.ConditionTrue {
+			r.Recorder.Event(updated, corev1.EventTypeNormal, string(ReasonIPsAllocated), c.Message)
+		} else {
+			r.Recorder.Eventf(updated, corev1.EventTypeWarning, string(ReasonIPsNotAllocated), "%s: %s", c.Reason, c.Message)
+		}
+	}
+	c := changedCond(wasRequested, claimstatus.ConditionRequested)
+	owner := ownerObject(claim)
+	if c == nil || owner == nil {
+		return
+	}
+	if c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(owner, corev1.EventTypeNormal, string(ReasonRequestedReserved), "IPAMClaim %s: %s", claim.Name, c.Message)
+	} else {
+		r.Recorder.Eventf(owner, corev1.EventTypeWarning, string(ReasonRequestedNotHonoured), "IPAMClaim %s (%s): %s", claim.Name, c.Reason, c.Message)
+	}
+}
+
+// ownerObject is the claim's VM or VMI, for Events (nil for claims no VM
+// or VMI owns).
+func ownerObject(claim *ipamclaimsv1alpha1.IPAMClaim) client.Object {
+	owner, ok := claimowner.Of(claim)
+	if !ok {
+		return nil
+	}
+	var o client.Object = &kubevirtv1.VirtualMachine{}
+	if owner.Kind == claimowner.KindVMI {
+		o = &kubevirtv1.VirtualMachineInstance{}
+	}
+	o.SetNamespace(claim.Namespace)
+	o.SetName(owner.Name)
+	o.SetUID(owner.UID)
+	return o
+}
+
+// ownerPod names the newest pod (not being deleted) that references the
+// claim in its networks annotation: the launcher that runs the VM now, or
+// the target of a live migration from when it is created; "" when none.
+func (r *Reconciler) ownerPod(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) (string, error) {
+	pods := podMetadataList()
+	if err := r.Client.List(ctx, pods, client.InNamespace(claim.Namespace), client.MatchingFields{indexPodClaim: claim.Name}); err != nil {
+		return "", fmt.Errorf("listing the pods that use IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	live := slices.DeleteFunc(pods.Items, func(p metav1.PartialObjectMetadata) bool { return p.DeletionTimestamp != nil })
+	if len(live) == 0 {
+		return "", nil
+	}
+	newest := slices.MaxFunc(live, func(a, b metav1.PartialObjectMetadata) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return newest.Name, nil
+}
+
+func rangeList(ranges []iprange.Range) string {
+	s := make([]string, len(ranges))
+	for i, r := range ranges {
+		s[i] = r.String()
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package claimaddrs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// A claim may ask for given addresses before its first allocation
+// (claimstatus.RequestedAnnotation: from a VM's network.kubevirt.io/addresses,
+// or written on the claim by whoever makes it). They are reserved exactly,
+// or not at all: two VMs asking for one address learn which has it from a
+// condition and an Event when they are created, not when the second fails
+// to start, and the address is held from then on, running or not. On a
+// dual-stack network asked for one family, the other family's address is
+// chosen as for any claim.
+
+// logicalNetwork is how messages name the claim's network: the KubeVirt
+// network name of a VM's claim, else its CNI network.
+func logicalNetwork(claim *ipamclaimsv1alpha1.IPAMClaim) string {
+	if n := claim.Annotations[claimstatus.LogicalNetworkAnnotation]; n != "" {
+		return n
+	}
+	return claim.Spec.Network
+}
+
+// requestRefused is the outcome of a request that is not honoured: the
+// RequestedAddresses condition, and IPsAllocated=False with the nearest of
+// OVN-Kubernetes' reasons.
+func requestRefused(reason string, retry bool, format string, args ...any) outcome {
+	msg := fmt.Sprintf(format, args...)
+	ipsReason := claimstatus.ReasonInternal
+	switch reason {
+	case claimstatus.ReasonRequestedTaken:
+		ipsReason = claimstatus.ReasonConflict
+	case claimstatus.ReasonRequestedExhausted:
+		ipsReason = claimstatus.ReasonExhausted
+	}
+	return outcome{
+		failure:   &failure{ipsReason, "the requested addresses are not the claim's: " + msg},
+		requested: &metav1.Condition{Type: claimstatus.ConditionRequested, Status: metav1.ConditionFalse, Reason: reason, Message: msg},
+		retry:     retry,
+	}
+}
+
+// fillRequested reserves the requested addresses of a claim that has none
+// yet, and an address of each family the request does not cover.
+func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held) (outcome, error) {
+	name := logicalNetwork(claim)
+	addrs, err := parseRequest(claim.Annotations[claimstatus.RequestedAnnotation])
+	if err != nil {
+		return requestRefused(claimstatus.ReasonRequestedInvalid, false, "network %q: %v", name, err), nil
+	}
+	for _, ip := range addrs {
+		if _, err := pool.RangeFor(ip); err != nil {
+			// Retried: a pool edit (a range added, an exclude dropped)
+			// fixes it without the claim changing.
+			return requestRefused(claimstatus.ReasonRequestedOutsidePool, true, "network %q cannot hand out the requested address: %v", name, err), nil
+		}
+	}
+	h := holderOf(claim, net)
+	// created are the reservations this attempt made: on failure they go,
+	// deleted at once whatever the pool's cooldown, as no pod ever got
+	// them (agents read a claim's addresses from its status only).
+	var created []*ipkeeperv1alpha1.IPReservation
+	rollback := func() {
+		for _, res := range created {
+			if err := r.Client.Delete(context.WithoutCancel(ctx), res, client.Preconditions{UID: &res.UID}); client.IgnoreNotFound(err) != nil {
+				log.FromContext(ctx).Error(err, "releasing a requested address after the request failed", "reservation", res.Name)
+			}
+		}
+	}
+	var ips []netip.Prefix
+	for _, family := range pool.Families() {
+		var ip netip.Addr
+		if i := slices.IndexFunc(addrs, func(a netip.Addr) bool { return a.Is4() == family[0].Is4() }); i >= 0 {
+			ip = addrs[i]
+			if !slices.ContainsFunc(mine, func(h held) bool { return h.ip == ip }) {
+				res, err := r.Alloc.Reserve(ctx, pool, h, ip)
+				var taken *claimalloc.TakenError
+				if errors.As(err, &taken) {
+					rollback()
+					return requestRefused(claimstatus.ReasonRequestedTaken, true, "%s on network %q is %s", ip, name, taken), nil
+				}
+				if err != nil {
+					rollback()
+					return outcome{}, fmt.Errorf("IPAMClaim %s/%s: reserving requested %s: %w", claim.Namespace, claim.Name, ip, err)
+				}
+				created = append(created, res) // not held before: this attempt's
+
+			}
+		} else if prev, ok := oldestOf(mine, family[0].Is4()); ok && !slices.Contains(addrs, prev.ip) {
+			ip = prev.ip
+		} else {
+			res, err := r.Alloc.Assign(ctx, pool, h, family, string(claim.UID))
+			if errors.Is(err, claimalloc.ErrExhausted) {
+				rollback()
+				return requestRefused(claimstatus.ReasonRequestedExhausted, true, "%s is free, but network %q has no free address of the other IP family (%s), which the claim did not request",
+					joinAddrs(addrs), name, rangeList(family)), nil
+			}
+			if err != nil {
+				rollback()
+				return outcome{}, fmt.Errorf("IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+			}
+			created = append(created, res)
+			ip, _ = netip.ParseAddr(res.Spec.IP)
+		}
+		ips = append(ips, prefixOf(pool, ip, family))
+	}
+	return outcome{ips: ips, requested: &metav1.Condition{Type: claimstatus.ConditionRequested, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonRequestedReserved,
+		Message: fmt.Sprintf("requested %s reserved for network %q; claim addresses %s", joinAddrs(addrs), name, joinPrefixes(ips))}}, nil
+}
+
+// judgeRecorded compares a claim's request with the addresses it already
+// records: a request applies only before the first allocation.
+func judgeRecorded(claim *ipamclaimsv1alpha1.IPAMClaim) *metav1.Condition {
+	name := logicalNetwork(claim)
+	addrs, err := parseRequest(claim.Annotations[claimstatus.RequestedAnnotation])
+	recorded := map[netip.Addr]bool{}
+	for _, s := range claim.Status.IPs {
+		if ip, err := claimstatus.ParseIP(s); err == nil {
+			recorded[ip] = true
+		}
+	}
+	if err == nil && !slices.ContainsFunc(addrs, func(a netip.Addr) bool { return !recorded[a] }) {
+		return &metav1.Condition{Type: claimstatus.ConditionRequested, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonRequestedReserved,
+			Message: fmt.Sprintf("requested %s reserved for network %q; claim addresses %s", joinAddrs(addrs), name, strings.Join(claim.Status.IPs, ", "))}
+	}
+	return &metav1.Condition{Type: claimstatus.ConditionRequested, Status: metav1.ConditionFalse, Reason: claimstatus.ReasonRequestedAlreadyAllocated,
+		Message: fmt.Sprintf("the claim already holds %s; a requested address applies only before a claim's first allocation (deleting the claim while the VM is stopped gives the VM the requested address, or a new one)",
+			strings.Join(claim.Status.IPs, ", "))}
+}
+
+// parseRequest reads claimstatus.RequestedAnnotation: one or two
+// addresses (one per family), each bare or with a prefix length (the
+// length is the range's, whatever is written); "invalid" is what the
+// claims controller records for a VM annotation it could not read.
+func parseRequest(v string) ([]netip.Addr, error) {
+	if v == "invalid" {
+		return nil, fmt.Errorf("the VM's network.kubevirt.io/addresses annotation could not be read (its Events say why)")
+	}
+	var raw []string
+	if err := json.Unmarshal([]byte(v), &raw); err != nil {
+		return nil, fmt.Errorf("annotation %s %q is not a JSON list of addresses: %w", claimstatus.RequestedAnnotation, v, err)
+	}
+	if len(raw) == 0 || len(raw) > 2 {
+		return nil, fmt.Errorf("%d addresses requested (%s); give one or two, one per IP family", len(raw), strings.Join(raw, ", "))
+	}
+	out := make([]netip.Addr, 0, len(raw))
+	for _, s := range raw {
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			p, perr := netip.ParsePrefix(s)
+			if perr != nil {
+				return nil, fmt.Errorf("%q is not an IP address (or address/prefix length)", s)
+			}
+			ip = p.Addr()
+		}
+		if ip.Zone() != "" || ip.Is4In6() {
+			return nil, fmt.Errorf("%q: write the address without a zone, and an IPv4 address as IPv4", s)
+		}
+		for _, prev := range out {
+			if prev.Is4() == ip.Is4() {
+				return nil, fmt.Errorf("%s and %s are of the same IP family; a network gets one address per family", prev, ip)
+			}
+		}
+		out = append(out, ip)
+	}
+	return out, nil
+}
+
+func joinAddrs(ips []netip.Addr) string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}

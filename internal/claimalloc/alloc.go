@@ -1,0 +1,348 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package claimalloc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/go-logr/logr"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/blocks"
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// ErrExhausted reports that a family's ranges have no free address.
+var ErrExhausted = allocator.ErrExhausted
+
+// maxConflicts bounds the creates one allocation may lose to holders the
+// cache did not show yet; past it the caller retries later.
+const maxConflicts = 64
+
+// recentTTL is how long the allocator counts an address it created, or
+// found taken, as held while its cache does not show it: far longer than a
+// watch event takes to arrive (once the cache shows it, the cache decides).
+const recentTTL = time.Minute
+
+// Allocator holds addresses for claims. It is safe for concurrent use by
+// the workers of several reconcilers.
+type Allocator struct {
+	client client.Client // writes; reads from the cache
+	live   client.Reader // reads from the API server
+	addrs  *reservationindex.Addresses
+	taker  *blocks.Taker
+	log    logr.Logger
+	// blocksSynced reports whether the IPBlock watch has delivered every
+	// block (WatchBlocks).
+	blocksSynced func() bool
+
+	// picking serialises, per pool, choosing a candidate and remembering
+	// it, so the workers of the controller never pick the same address.
+	picking sync.Map // pool -> *sync.Mutex
+	mu      sync.Mutex
+	// recent holds, per pool, addresses being created or created (or
+	// found taken) that the cache may not show yet.
+	recent map[string]map[netip.Addr]time.Time
+	// blockErrorLogged is when a failure to take a block was last logged.
+	blockErrorLogged time.Time
+}
+
+// New returns an Allocator writing through c (whose reads are the cache
+// that has the IPPools and IPBlocks), reading live through live, seeing
+// what is held in addrs, with claimBlocks, the Set of the blocks of
+// IPAMClaims (blocks.NewSet(string(HolderIPAMClaims)), fed by WatchBlocks,
+// whose synced func is blocksSynced).
+func New(c client.Client, live client.Reader, addrs *reservationindex.Addresses, claimBlocks *blocks.Set, blocksSynced func() bool, log logr.Logger) *Allocator {
+	a := &Allocator{client: c, live: live, addrs: addrs, log: log, blocksSynced: blocksSynced, recent: map[string]map[netip.Addr]time.Time{}}
+	addrs.OnHeld(a.forget)
+	a.taker = &blocks.Taker{
+		Set: claimBlocks, Store: &blockStore{c: c},
+		Took:   func(*ipkeeperv1alpha1.IPBlock) { blocksTaken.Inc() },
+		Failed: a.noteBlockError,
+	}
+	return a
+}
+
+// Ready reports whether the allocator's caches have seen every
+// reservation and every block: until then it would pick addresses and
+// blocks it cannot see are held (a failed create each).
+func (a *Allocator) Ready() bool { return a.addrs.Synced() && a.blocksSynced() }
+
+// noteBlockError logs a failure to take a block, at most once a minute.
+func (a *Allocator) noteBlockError(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if time.Since(a.blockErrorLogged) < time.Minute {
+		return
+	}
+	a.blockErrorLogged = time.Now()
+	a.log.Error(err, "cannot take an address block for IPAMClaims; borrowing addresses instead (every agent then watches their reservations)")
+}
+
+// Pool is what an allocation needs of an IPPool.
+type Pool struct {
+	// Name is the pool's; Key what its reservations are named from
+	// (IPPool.LockKey).
+	Name, Key string
+	// Ranges are the pool's parsed spec.ranges, in spec order.
+	Ranges []iprange.Range
+	// Blocked are ranges of younger overlapping inline networks
+	// (inlinepool.FindOverlap): theirs, never handed out here.
+	Blocked []iprange.Range
+}
+
+// PoolOf parses an IPPool for allocation; errors name the field.
+func PoolOf(p *ipkeeperv1alpha1.IPPool) (*Pool, error) {
+	ranges, err := ipamconfig.PoolRanges(&p.Spec)
+	if err != nil {
+		return nil, err
+	}
+	return &Pool{Name: p.Name, Key: p.LockKey(), Ranges: ranges}, nil
+}
+
+// Families groups the pool's ranges by IP family, in order of first
+// appearance: a claim gets one address per family, from the first range
+// of the family that has one free.
+func (p *Pool) Families() [][]iprange.Range {
+	var out [][]iprange.Range
+	for _, r := range p.Ranges {
+		placed := false
+		for i, f := range out {
+			if f[0].Is4() == r.Is4() {
+				out[i], placed = append(f, r), true
+				break
+			}
+		}
+		if !placed {
+			out = append(out, []iprange.Range{r})
+		}
+	}
+	return out
+}
+
+// RangeFor returns the range of the pool that hands ip out, or why none does.
+func (p *Pool) RangeFor(ip netip.Addr) (iprange.Range, error) {
+	if p.blocked(ip) {
+		return iprange.Range{}, fmt.Errorf("%s is in the range of a younger inline network that overlaps IPPool %q", ip, p.Name)
+	}
+	if err := iprange.UsableIn(p.Ranges, ip, p.Name); err != nil {
+		return iprange.Range{}, err
+	}
+	for _, r := range p.Ranges {
+		if r.Contains(ip) && r.Usable(ip) == nil {
+			return r, nil
+		}
+	}
+	return iprange.Range{}, fmt.Errorf("%s is not handed out by IPPool %q", ip, p.Name)
+}
+
+func (p *Pool) blocked(ip netip.Addr) bool {
+	for _, r := range p.Blocked {
+		if !ip.Less(r.Start()) && !r.End().Less(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// Holder is who a reservation is made for.
+type Holder struct {
+	Owner ipkeeperv1alpha1.ReservationOwner
+	// Network is the reservation's spec.network: the claim's CNI network
+	// (a Cluster API claim's is its pool).
+	Network string
+	// Interface is the IPAMClaim's pod interface (spec.interface).
+	Interface string
+}
+
+// owns reports whether res is the holder's, and not released.
+func (h Holder) owns(res *ipkeeperv1alpha1.IPReservation) bool {
+	o := res.Spec.Owner
+	return o.Kind == h.Owner.Kind && o.UID == h.Owner.UID && !res.Spec.Released()
+}
+
+// Assign reserves a free address of one IP family of the pool (family:
+// its ranges, in spec order) for the holder; seed (the claim's UID) picks
+// the first candidate, so a retry tries the same address first. It
+// returns ErrExhausted (wrapped) when every range of the family is full.
+func (a *Allocator) Assign(ctx context.Context, pool *Pool, h Holder, family []iprange.Range, seed string) (*ipkeeperv1alpha1.IPReservation, error) {
+	var err error
+	for _, r := range family {
+		var res *ipkeeperv1alpha1.IPReservation
+		if res, err = a.assignInRange(ctx, pool, h, r, seed); !errors.Is(err, ErrExhausted) {
+			return res, err
+		}
+	}
+	return nil, err
+}
+
+// assignInRange runs the phases of the search in one range.
+func (a *Allocator) assignInRange(ctx context.Context, pool *Pool, h Holder, r iprange.Range, seed string) (*ipkeeperv1alpha1.IPReservation, error) {
+	for range maxConflicts {
+		ip, inBlock, err := a.pick(ctx, pool, r, seed)
+		if err != nil {
+			return nil, err
+		}
+		res, err := a.create(ctx, pool, h, ip, inBlock)
+		var te *TakenError
+		if errors.As(err, &te) {
+			// The cache has not shown its holder yet: the next candidate.
+			conflicts.Inc()
+			continue
+		}
+		return res, err
+	}
+	return nil, fmt.Errorf("%d addresses of %s (IPPool %q) the controller's cache showed free were held: the cache is behind; retrying", maxConflicts, r, pool.Name)
+}
+
+// pick chooses a candidate of r and remembers it, so no other worker
+// picks it before the cache shows it; inBlock says it lies in a block of
+// IPAMClaims.
+func (a *Allocator) pick(ctx context.Context, pool *Pool, r iprange.Range, seed string) (ip netip.Addr, inBlock bool, err error) {
+	mu, _ := a.picking.LoadOrStore(pool.Name, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	taken := a.takenFunc(pool)
+	// Phases 1 and 2: a free address in a block of IPAMClaims, taking a
+	// new block when those are full. No agent watches reservations there:
+	// the block's addresses are no node's to hand out.
+	ip, err = a.taker.Candidate(ctx, pool.Name, pool.Key, r, taken, seed)
+	inBlock = err == nil
+	if errors.Is(err, blocks.ErrNoBlock) {
+		// Phase 3: borrow. Every block is held (or the controller may not
+		// take one): any address the cache shows free, left unlabelled, so
+		// the agent of the node whose block it lies in sees it and skips it.
+		ip, err = allocator.Candidate(r, taken, seed)
+	}
+	if err != nil {
+		return netip.Addr{}, false, err
+	}
+	a.remember(pool.Name, ip)
+	return ip, inBlock, nil
+}
+
+// Reserve makes ip the holder's: an address a claim requests or records.
+// A reservation of ip the holder already has is returned as it is; one of
+// anyone else's is a *TakenError saying whose, in words fit for the
+// holder's namespace.
+func (a *Allocator) Reserve(ctx context.Context, pool *Pool, h Holder, ip netip.Addr) (*ipkeeperv1alpha1.IPReservation, error) {
+	return a.create(ctx, pool, h, ip, a.taker.Set.Owns(pool.Name, ip))
+}
+
+// create creates the reservation of ip for the holder (labelled as in a
+// block of IPAMClaims when inBlock), adopting one that is already the
+// holder's (a create whose answer was lost).
+func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.Addr, inBlock bool) (*ipkeeperv1alpha1.IPReservation, error) {
+	if err := ipkeeperv1alpha1.ValidateIP(ip); err != nil {
+		return nil, fmt.Errorf("address %s of IPPool %s: %w", ip, pool.Name, err)
+	}
+	labels := naming.ReservationLabels(h.Network, string(h.Owner.Kind))
+	if inBlock {
+		labels[naming.ClaimsBlockLabel] = "true"
+	}
+	res := &ipkeeperv1alpha1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(pool.Key, ip), Labels: labels},
+		Spec: ipkeeperv1alpha1.IPReservationSpec{
+			Pool: pool.Name, Network: h.Network, IP: ip.String(), Owner: h.Owner, InterfaceName: h.Interface,
+		},
+	}
+	a.remember(pool.Name, ip)
+	creates.Inc()
+	err := a.client.Create(ctx, res)
+	if err == nil {
+		return res, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating IPReservation %s: %w", res.Name, err)
+	}
+	cur := &ipkeeperv1alpha1.IPReservation{}
+	if err := a.live.Get(ctx, client.ObjectKeyFromObject(res), cur); err != nil {
+		// Gone meanwhile: the next attempt may get it.
+		return nil, fmt.Errorf("reading IPReservation %s: %w", res.Name, err)
+	}
+	if h.owns(cur) {
+		return cur, nil
+	}
+	return nil, &TakenError{Reservation: cur, Namespace: h.Owner.Namespace}
+}
+
+// TakenError says an address is someone else's.
+type TakenError struct {
+	Reservation *ipkeeperv1alpha1.IPReservation
+	// Namespace is the requester's: only its own objects are named.
+	Namespace string
+}
+
+func (e *TakenError) Error() string {
+	r, o := e.Reservation, e.Reservation.Spec.Owner
+	switch {
+	case r.Spec.Released():
+		return fmt.Sprintf("released by its previous holder and held until %s (the pool's reuse cooldown)", r.Spec.ReuseAfter.UTC().Format("2006-01-02T15:04:05Z"))
+	case o.Namespace != e.Namespace:
+		return "reserved by a workload in another namespace"
+	default:
+		return fmt.Sprintf("reserved by %s %s in this namespace", o.Kind, o.Name)
+	}
+}
+
+// takenFunc reports what the allocator counts as held in the pool: what
+// the cache shows, its own creates the cache does not show yet, and the
+// ranges of younger overlapping networks. An address the cache has shown
+// is no longer remembered (forget): once released, it is free at once.
+func (a *Allocator) takenFunc(pool *Pool) func(netip.Addr) bool {
+	now := time.Now()
+	return func(ip netip.Addr) bool {
+		if pool.blocked(ip) {
+			return true
+		}
+		return a.addrs.Held(pool.Name, ip) || a.isRecent(pool.Name, ip, now)
+	}
+}
+
+func (a *Allocator) remember(pool string, ip netip.Addr) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := a.recent[pool]
+	if m == nil {
+		m = map[netip.Addr]time.Time{}
+		a.recent[pool] = m
+	}
+	now := time.Now()
+	m[ip] = now
+	if len(m)%256 == 0 {
+		for k, at := range m {
+			if now.Sub(at) >= recentTTL {
+				delete(m, k)
+			}
+		}
+	}
+}
+
+// forget drops a remembered address: the cache shows it now.
+func (a *Allocator) forget(pool string, ip netip.Addr) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m := a.recent[pool]; m != nil {
+		delete(m, ip)
+	}
+}
+
+func (a *Allocator) isRecent(pool string, ip netip.Addr, now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, ok := a.recent[pool][ip]
+	return ok && now.Sub(at) < recentTTL
+}

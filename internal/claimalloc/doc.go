@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package claimalloc is ipkeeper-controller's one way to hold addresses
+// for claims: IPAMClaims (a VM's addresses, which move between nodes with
+// the VM) and Cluster API IPAddressClaims. Every controller writer of a
+// claim's reservation calls it; nothing else in the controller builds a
+// reservation or runs a create-as-lock loop.
+//
+// Why the controller, and why blocks: a claim's addresses are chosen once,
+// when the claim exists, by one leader-elected writer, so the launchers
+// of a migration never race for them on two nodes. They come from address
+// blocks ipkeeper-controller holds for claims (IPBlock holder IPAMClaims;
+// package blocks), labelled naming.ClaimsBlockLabel, so that no agent
+// hands out, or needs to watch, a claim's address: an agent's memory and
+// watch traffic do not grow with the number of VMs. When no block is left
+// to take, an address is borrowed from anywhere in the range, unlabelled,
+// so the node whose block it lies in sees it.
+//
+// What is free comes from the controller's one cache of reservations
+// (reservationindex.Addresses) plus the creates of its own it has not seen
+// come back yet; the IPReservation's name is still the lock, so a stale
+// cache costs a failed create, never a duplicate.
+//
+// The allocation reads as phases (Assign): the claims' blocks, a new
+// block, then borrowing, each with its reason.
+package claimalloc

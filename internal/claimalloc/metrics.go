@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package claimalloc
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	creates = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipkeeper_controller_claim_reservation_creates_total",
+		Help: "IPReservations ipkeeper-controller tried to create for claims (IPAMClaims and Cluster API IPAddressClaims).",
+	})
+	conflicts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipkeeper_controller_claim_allocation_conflicts_total",
+		Help: "Candidate addresses for claims that turned out held at create time (the controller's cache was behind).",
+	})
+	blocksTaken = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipkeeper_controller_claim_blocks_taken_total",
+		Help: "Address blocks (IPBlocks of holder IPAMClaims) ipkeeper-controller took for claims' addresses.",
+	})
+)
+
+func init() { metrics.Registry.MustRegister(creates, conflicts, blocksTaken) }
