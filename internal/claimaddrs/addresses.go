@@ -48,7 +48,11 @@ type held struct {
 
 // addresses reserves what the claim needs and says what to record.
 func (r *Reconciler) addresses(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network) (outcome, error) {
+	_, requested := claim.Annotations[claimstatus.RequestedAnnotation]
 	pool, err := r.poolOf(ctx, claim, net)
+	if ce := asConfigError(err); ce != nil && ce.poolMissing && requested && len(claim.Status.IPs) == 0 {
+		return requestRefused(claimstatus.ReasonRequestedPoolNotFound, true, "%s", ce.failure.message), nil
+	}
 	if err != nil {
 		return outcome{}, err
 	}
@@ -59,7 +63,7 @@ func (r *Reconciler) addresses(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 	if len(claim.Status.IPs) > 0 {
 		return r.keep(ctx, claim, net, pool, mine)
 	}
-	if _, ok := claim.Annotations[claimstatus.RequestedAnnotation]; ok {
+	if requested {
 		return r.fillRequested(ctx, claim, net, pool, mine)
 	}
 	return r.fill(ctx, claim, net, pool, mine)

@@ -43,6 +43,8 @@ type failure struct {
 type configError struct {
 	failure failure
 	retry   bool
+	// poolMissing: the network's IPPool does not exist (yet).
+	poolMissing bool
 }
 
 func (e *configError) Error() string { return e.failure.message }
@@ -150,11 +152,16 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	if apierrors.IsNotFound(err) {
 		err = r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &obj)
 	}
+	missing := func(format string, args ...any) error {
+		err := refuse(claimstatus.ReasonInternal, true, format, args...)
+		err.(*configError).poolMissing = true
+		return err
+	}
 	switch {
 	case apierrors.IsNotFound(err) && cfg.Pool != "":
-		return nil, refuse(claimstatus.ReasonInternal, true, "network %q uses IPPool %q, which does not exist; create it (see docs/pools.md)", cfg.Name, name)
+		return nil, missing("network %q uses IPPool %q, which does not exist; create it (see docs/pools.md)", cfg.Name, name)
 	case apierrors.IsNotFound(err):
-		return nil, refuse(claimstatus.ReasonInternal, true, "the IPPool %q of inline network %q does not exist yet; ipkeeper-controller makes it from the network's NetworkAttachmentDefinitions (their events say why it has not)", name, cfg.Name)
+		return nil, missing("the IPPool %q of inline network %q does not exist yet; ipkeeper-controller makes it from the network's NetworkAttachmentDefinitions (their events say why it has not)", name, cfg.Name)
 	case err != nil:
 		return nil, fmt.Errorf("reading IPPool %s: %w", name, err)
 	}

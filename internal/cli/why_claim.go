@@ -21,8 +21,8 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// The IPsAllocated condition the agent writes on claims (internal/agent,
-// OVN-Kubernetes' type and reasons).
+// The IPsAllocated condition ipkeeper-controller writes on claims
+// (internal/claimaddrs, OVN-Kubernetes' type and reasons).
 const (
 	conditionIPsAllocated = claimstatus.ConditionIPsAllocated
 	reasonExhausted       = claimstatus.ReasonExhausted
@@ -162,14 +162,17 @@ func claimNext(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, held []ipkeeper
 		case reasonConflict:
 			rep.next("an address of IPAMClaim %s is held by someone else (see the condition): free that address (kubectl ipkeeper who-has IP), or delete the claim so the VM gets new addresses", name)
 		default:
-			rep.next("the last allocation for IPAMClaim %s failed (%s): the condition says why; the next ADD of a launcher pod retries", name, c.Reason)
+			rep.next("ipkeeper-controller could not give IPAMClaim %s its addresses (%s): the condition says why; it retries, and at once when the pool, the NAD or the claim changes", name, c.Reason)
 		}
 	}
 	if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionInPool); c != nil && c.Status == metav1.ConditionFalse {
 		rep.next("IPAMClaim %s holds addresses its pool no longer hands out: put the range back, or delete the claim (the VM then gets new addresses)", name)
 	}
+	if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionRequested); c != nil && c.Status == metav1.ConditionFalse && len(claim.Status.IPs) == 0 {
+		rep.next("the addresses IPAMClaim %s requests are not its yet (%s: %s): ipkeeper-controller gives it no others; fix that, or drop the request", name, c.Reason, c.Message)
+	}
 	if len(claim.Status.IPs) == 0 && len(rep.Next) == 0 {
-		rep.next("IPAMClaim %s has no addresses yet: they are allocated at the first ADD of a launcher pod that references it; start the VM", name)
+		rep.next("IPAMClaim %s has no addresses yet: ipkeeper-controller records them as soon as it sees the claim; if this lasts, is ipkeeper-controller running, and is the claim's network one of ipkeeper's (a NetworkAttachmentDefinition with ipam.type ipkeeper, and its IPPool)?", name)
 		return
 	}
 	have := map[string]bool{}
@@ -179,7 +182,7 @@ func claimNext(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, held []ipkeeper
 	for _, ipnet := range claim.Status.IPs {
 		ip, _, _ := strings.Cut(ipnet, "/")
 		if !have[ip] {
-			rep.next("status.ips lists %s but no reservation of the claim holds it: the next ADD of a launcher pod re-creates it (and fails with IPAddressConflict if someone else took it)", ip)
+			rep.next("status.ips lists %s but no reservation of the claim holds it: ipkeeper-controller reserves it again (IPsAllocated=False, IPAddressConflict, if someone else took it); launcher pods fail until it does", ip)
 		}
 	}
 }

@@ -31,10 +31,10 @@ func TestSystemVMsStartWhileControllerIsKilled(t *testing.T) {
 	const vms = 50
 	c := setup(t)
 	ctx := context.Background()
-	ns := c.CP.NewNamespace(t, "sys-storm")
+	ns := c.CP.NewNamespace(t, "sys-ctlkill")
 	c.DumpOnFailure(t, ns)
-	const network = "sys-storm"
-	c.BridgeNAD(t, ns, "blue", network, true, map[string]any{"range": "10.88.0.0/24"})
+	const network = "sys-ctlkill"
+	c.BridgeNAD(t, ns, "blue", network, true, map[string]any{"range": "10.89.0.0/24"})
 	iface := kubevirt.PodInterfaceName("blue")
 	t.Log(c.KV.Simulated())
 
