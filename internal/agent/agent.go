@@ -94,6 +94,8 @@ type Agent struct {
 	// the whole range.
 	blocks *blocks.Set
 	taker  *blocks.Taker
+	// blockOwner is the owner of the node's new blocks, its Node.
+	blockOwner *nodeOwner
 	// borrowed keeps borrowing ADDs' live lists for a moment.
 	borrowed borrowSnapshots
 	// blockErrorLogged is when a failure to take a block was last logged
@@ -187,9 +189,14 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	a.store = &apiStore{c: live, metrics: a.metrics}
+	a.blockOwner = &nodeOwner{c: live, node: opts.NodeName, metrics: a.metrics}
 	a.taker = &blocks.Taker{
-		Set:    a.blocks,
-		Store:  &apiBlockStore{c: live, node: opts.NodeName, metrics: a.metrics},
+		Set: a.blocks,
+		Store: &blocks.KubeStore{
+			Client: live, Holder: ipkeeperv1alpha1.HolderNode, Node: opts.NodeName,
+			Owner:   a.blockOwner.owner,
+			Writing: func(verb string) { a.metrics.apiWrites.WithLabelValues(verb).Inc() },
+		},
 		Took:   func(*ipkeeperv1alpha1.IPBlock) { a.metrics.blocksTaken.Inc() },
 		Failed: a.noteBlockError,
 	}

@@ -19,7 +19,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -97,10 +96,10 @@ func (b *borrowSnapshots) put(pool string, taken func(netip.Addr) bool, now time
 	b.m[pool] = borrowSnapshot{taken: taken, at: now}
 }
 
-// apiBlockStore implements blocks.Store with an uncached client. A block's
-// owner is its node's Node object, so that the garbage collector gives
-// back the blocks of a node that is deleted.
-type apiBlockStore struct {
+// nodeOwner is the owner of the node's IPBlocks: its Node object, so
+// that the garbage collector gives back the blocks of a node that is
+// deleted.
+type nodeOwner struct {
 	c       client.Client
 	node    string
 	metrics *metrics
@@ -109,41 +108,9 @@ type apiBlockStore struct {
 	nodeRef *metav1.OwnerReference
 }
 
-func (s *apiBlockStore) Create(ctx context.Context, pool, key string, p netip.Prefix) (*ipkeeperv1alpha1.IPBlock, error) {
-	b := &ipkeeperv1alpha1.IPBlock{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:   naming.Block(key, p),
-			Labels: map[string]string{naming.PoolLabel: naming.PoolLabelValue(pool), naming.NodeLabel: naming.NodeLabelValue(s.node)},
-		},
-		Spec: ipkeeperv1alpha1.IPBlockSpec{Pool: pool, CIDR: p.String(), Holder: ipkeeperv1alpha1.HolderNode, Node: s.node},
-	}
-	if ref, err := s.owner(ctx); err != nil {
-		return nil, err
-	} else if ref != nil {
-		b.OwnerReferences = []metav1.OwnerReference{*ref}
-	}
-	s.metrics.apiWrites.WithLabelValues("create").Inc()
-	err := s.c.Create(ctx, b)
-	if apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("%w: IPBlock %s", blocks.ErrTaken, b.Name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("creating IPBlock %s: %w", b.Name, err)
-	}
-	return b, nil
-}
-
-func (s *apiBlockStore) Held(ctx context.Context, pool string) ([]ipkeeperv1alpha1.IPBlock, error) {
-	var list ipkeeperv1alpha1.IPBlockList
-	if err := s.c.List(ctx, &list, client.MatchingLabels{naming.PoolLabel: naming.PoolLabelValue(pool)}); err != nil {
-		return nil, fmt.Errorf("listing the IPBlocks of pool %q: %w", pool, err)
-	}
-	return list.Items, nil
-}
-
 // resetOwner forgets the Node read: one of the node's blocks went, maybe
 // because the Node was deleted (and recreated with another UID).
-func (s *apiBlockStore) resetOwner() {
+func (s *nodeOwner) resetOwner() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nodeRef = nil
@@ -152,7 +119,7 @@ func (s *apiBlockStore) resetOwner() {
 // owner returns the reference to the agent's Node, read once (until
 // resetOwner); nil when the Node does not exist (a simulated node), and
 // then blocks have no owner.
-func (s *apiBlockStore) owner(ctx context.Context) (*metav1.OwnerReference, error) {
+func (s *nodeOwner) owner(ctx context.Context, _ string) (*metav1.OwnerReference, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.nodeRef != nil {
@@ -213,11 +180,8 @@ func (f *blockFeed) Replace(list []any, _ string) error {
 // nodeMayHaveChanged: a block of this node went, maybe because its Node
 // was deleted (and recreated with another UID), the owner of new blocks.
 func (f *blockFeed) nodeMayHaveChanged() {
-	if f.a.taker == nil {
-		return
-	}
-	if r, ok := f.a.taker.Store.(interface{ resetOwner() }); ok {
-		r.resetOwner()
+	if f.a.blockOwner != nil {
+		f.a.blockOwner.resetOwner()
 	}
 }
 

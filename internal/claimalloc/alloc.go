@@ -69,7 +69,10 @@ func New(c client.Client, live client.Reader, addrs *reservationindex.Addresses,
 	a := &Allocator{client: c, live: live, addrs: addrs, log: log, blocksSynced: blocksSynced, recent: map[string]map[netip.Addr]time.Time{}}
 	addrs.OnHeld(a.forget)
 	a.taker = &blocks.Taker{
-		Set: claimBlocks, Store: &blockStore{c: c},
+		Set: claimBlocks,
+		// Which blocks are held is read from the controller's cache of
+		// IPBlocks (every holder's).
+		Store:  &blocks.KubeStore{Client: c, Holder: ipkeeperv1alpha1.HolderIPAMClaims, Owner: poolOwner(c)},
 		Took:   func(*ipkeeperv1alpha1.IPBlock) { blocksTaken.Inc() },
 		Failed: a.noteBlockError,
 	}
