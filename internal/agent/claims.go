@@ -99,7 +99,9 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 		r, err := a.store.Get(ctx, name)
 		switch {
 		case errors.Is(err, ErrGone):
-			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
+			// Try again later: ipkeeper-controller reserves what a claim
+			// records (an administrator's edit of status.ips) within moments.
+			return nil, fail(reasonClaim, codeTryAgainLater, fmt.Errorf(
 				"IPAMClaim %s/%s records %s (status.ips[%d]), but network %q (IPPool %q) has no reservation of it (%s); ipkeeper-controller reserves the addresses a claim records: see `kubectl ipkeeper why claim %s -n %s`",
 				claim.Namespace, claim.Name, ip, i, network, pool, name, claim.Name, claim.Namespace))
 		case err != nil:

@@ -110,7 +110,11 @@ func holderOf(claim *ipamclaimsv1alpha1.IPAMClaim, net *network) claimalloc.Hold
 func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held) (outcome, error) {
 	var ips []netip.Prefix
 	for _, family := range pool.Families() {
-		if h, ok := oldestOf(mine, family[0].Is4()); ok {
+		h, ok, err := r.stillHeld(ctx, claim, mine, func(h held) bool { return h.ip.Is4() == family[0].Is4() })
+		if err != nil {
+			return outcome{}, err
+		}
+		if ok {
 			ips = append(ips, prefixOf(pool, h.ip, family))
 			continue
 		}
@@ -213,14 +217,30 @@ func (r *Reconciler) releaseSuperseded(ctx context.Context, claim *ipamclaimsv1a
 	return nil
 }
 
-// oldestOf returns the oldest held reservation of an IP family.
-func oldestOf(mine []held, is4 bool) (held, bool) {
+// stillHeld returns the oldest reservation of mine that match accepts and
+// that the claim still holds, read live: mine comes from the cache, which
+// may still show a reservation an earlier attempt rolled back or someone
+// deleted, and recording an address whose reservation is gone would hand
+// the VM an address nobody holds for it. Only reused reservations (the
+// rare path: an attempt that failed after reserving) cost a read.
+func (r *Reconciler) stillHeld(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, mine []held, match func(held) bool) (held, bool, error) {
 	for _, h := range mine { // oldest first
-		if h.ip.Is4() == is4 {
-			return h, true
+		if !match(h) {
+			continue
 		}
+		var cur ipkeeperv1alpha1.IPReservation
+		err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(h.res), &cur)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return held{}, false, fmt.Errorf("IPAMClaim %s/%s: reading IPReservation %s: %w", claim.Namespace, claim.Name, h.res.Name, err)
+		case cur.UID != h.res.UID || cur.Spec.Owner.UID != claim.UID || cur.Spec.Released():
+			continue
+		}
+		return held{res: &cur, ip: h.ip}, true, nil
 	}
-	return held{}, false
+	return held{}, false, nil
 }
 
 // prefixOf returns ip with the prefix length of the pool's range that

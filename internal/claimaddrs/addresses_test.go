@@ -52,29 +52,3 @@ func TestPrefixOf(t *testing.T) {
 		})
 	}
 }
-
-// oldestOf picks, per family, the first of the claim's reservations,
-// which heldBy sorts oldest first.
-func TestOldestOf(t *testing.T) {
-	h := func(ip string) held {
-		res := &ipkeeperv1alpha1.IPReservation{}
-		res.Name = ip
-		return held{res: res, ip: netip.MustParseAddr(ip)}
-	}
-	mine := []held{h("fd00::9"), h("10.0.0.9"), h("10.0.0.5"), h("fd00::5")}
-	for _, tt := range []struct {
-		mine []held
-		is4  bool
-		want string // "" for none
-	}{
-		{mine: mine, is4: true, want: "10.0.0.9"},
-		{mine: mine, is4: false, want: "fd00::9"},
-		{mine: mine[:1], is4: true},
-		{mine: nil, is4: false},
-	} {
-		got, ok := oldestOf(tt.mine, tt.is4)
-		if ok != (tt.want != "") || (ok && got.ip.String() != tt.want) {
-			t.Errorf("oldestOf(%d held, IPv4 %v) = %v, %v; want %q", len(tt.mine), tt.is4, got.ip, ok, tt.want)
-		}
-	}
-}

@@ -114,8 +114,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		WithOptions(opts).
 		For(&ipamclaimsv1alpha1.IPAMClaim{}).
 		// A reservation of a claim changed or went: check the claim holds
-		// what it records.
-		Watches(&ipkeeperv1alpha1.IPReservation{}, handler.EnqueueRequestsFromMapFunc(claimOfReservation)).
+		// what it records. A reservation of an address other claims
+		// record or request changed or went: they may get it now.
+		Watches(&ipkeeperv1alpha1.IPReservation{}, handler.EnqueueRequestsFromMapFunc(claimsOfReservation(c))).
 		// A NAD appeared or changed: the claims of its network may be
 		// served now, or from another pool.
 		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(claimsOfNAD(c))).
@@ -127,12 +128,25 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Complete(r)
 }
 
-func claimOfReservation(_ context.Context, o client.Object) []reconcile.Request {
-	res, ok := o.(*ipkeeperv1alpha1.IPReservation)
-	if !ok || res.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim {
-		return nil
+func claimsOfReservation(c client.Client) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		res, ok := o.(*ipkeeperv1alpha1.IPReservation)
+		if !ok {
+			return nil
+		}
+		var reqs []reconcile.Request
+		if res.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: res.Spec.Owner.Namespace, Name: res.Spec.Owner.Name}})
+		}
+		// Claims of other pools recording the same address are looked at
+		// too, in vain but harmlessly: the index is by address alone.
+		for _, r := range listClaims(ctx, c, client.MatchingFields{indexClaimAddress: res.Spec.IP}) {
+			if len(reqs) == 0 || r != reqs[0] {
+				reqs = append(reqs, r)
+			}
+		}
+		return reqs
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: res.Spec.Owner.Namespace, Name: res.Spec.Owner.Name}}}
 }
 
 func claimsOfNAD(c client.Client) handler.MapFunc {

@@ -623,3 +623,109 @@ func TestNetworkOf(t *testing.T) {
 		})
 	}
 }
+
+// staleCache makes the reconciler's live reads see a world without the
+// reservations named: the cache still shows them (a rollback or a release
+// the watch has not delivered yet).
+func (f *fixture) staleCache(t *testing.T, gone ...*ipkeeperv1alpha1.IPReservation) {
+	t.Helper()
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := fake.NewClientBuilder().WithScheme(s).Build()
+	f.r.APIReader = live
+	var all ipkeeperv1alpha1.IPReservationList
+	if err := f.c.List(context.Background(), &all); err != nil {
+		t.Fatal(err)
+	}
+	for i := range all.Items {
+		r := all.Items[i].DeepCopy()
+		if slices.ContainsFunc(gone, func(g *ipkeeperv1alpha1.IPReservation) bool { return g.Name == r.Name }) {
+			continue
+		}
+		r.ResourceVersion = ""
+		if err := live.Create(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A claim's reservation the cache still shows but that is gone (an
+// earlier attempt rolled it back) is never recorded: the claim would
+// record an address nobody holds for it. Found by the chaos checker.
+func TestReconcileDoesNotRecordAReservationThatIsGone(t *testing.T) {
+	for _, tt := range []struct{ name, request string }{
+		{name: "fill"},
+		{name: "requested other family", request: `["fd00::5"]`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := nad(ns, "blue", dualConf)
+			cl := claim("vm1.blue")
+			if tt.request != "" {
+				cl.Annotations[claimstatus.RequestedAnnotation] = tt.request
+			}
+			gone := reservation("10.0.0.42", claimOwner(cl))
+			f := newFixture(t, n, poolOfNAD(t, n), cl, gone)
+			f.staleCache(t, gone)
+			f.reconcile(t, "vm1.blue")
+			c := f.claim(t, "vm1.blue")
+			if len(c.Status.IPs) != 2 {
+				t.Fatalf("status.ips = %v, want two addresses", c.Status.IPs)
+			}
+			if slices.Contains(addrsOf(t, c.Status.IPs), "10.0.0.42") {
+				t.Errorf("status.ips = %v records 10.0.0.42, whose reservation is gone", c.Status.IPs)
+			}
+		})
+	}
+}
+
+// A request refused because another holds the address leaves the claim
+// holding nothing, including what earlier attempts reserved of the other
+// family: a request is reserved exactly or not at all.
+func TestRefusedRequestHoldsNothing(t *testing.T) {
+	stranger := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "elsewhere", Name: "db.blue", UID: "uid-stranger"}
+	n := nad(ns, "blue", dualConf)
+	cl := claim("vm1.blue")
+	cl.Annotations[claimstatus.RequestedAnnotation] = `["fd00::5"]`
+	f := newFixture(t, n, poolOfNAD(t, n), cl, reservation("10.0.0.42", claimOwner(cl)), reservation("fd00::5", stranger))
+	f.reconcile(t, "vm1.blue")
+	c := f.claim(t, "vm1.blue")
+	if len(c.Status.IPs) != 0 {
+		t.Fatalf("status.ips = %v, want none: the request was refused", c.Status.IPs)
+	}
+	if cond := condition(t, c, claimstatus.ConditionRequested); cond.Reason != claimstatus.ReasonRequestedTaken {
+		t.Errorf("RequestedAddresses = %+v, want %s", cond, claimstatus.ReasonRequestedTaken)
+	}
+	if got := f.held(t, c); len(got) != 0 {
+		t.Errorf("the refused claim still holds %v", got)
+	}
+}
+
+// A reservation that goes wakes the claims recording or requesting its
+// address, not only its owner: a claim waiting for an address someone
+// else held gets it at once, not on its backoff.
+func TestReservationWakesClaimsWaitingForItsAddress(t *testing.T) {
+	stranger := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "elsewhere", Name: "web", UID: "uid-web"}
+	n := nad(ns, "blue", dualConf)
+	edited := claim("edited.blue")
+	edited.Status.IPs = []string{"10.0.0.7/24"}
+	asking := claim("asking.blue")
+	asking.Annotations[claimstatus.RequestedAnnotation] = `["10.0.0.7"]`
+	other := claim("other.blue")
+	other.Status.IPs = []string{"10.0.0.8/24"}
+	f := newFixture(t, n, poolOfNAD(t, n), edited, asking, other)
+	got := claimsOfReservation(f.c)(context.Background(), reservation("10.0.0.7", stranger))
+	var names []string
+	for _, r := range got {
+		names = append(names, r.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"asking.blue", "edited.blue"}; !slices.Equal(names, want) {
+		t.Errorf("a reservation of 10.0.0.7 woke %v, want %v", names, want)
+	}
+	own := claimsOfReservation(f.c)(context.Background(), reservation("10.0.0.8", claimOwner(other)))
+	if len(own) != 1 || own[0].Name != "other.blue" {
+		t.Errorf("a claim's own reservation woke %v, want the claim once", own)
+	}
+}

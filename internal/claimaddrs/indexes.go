@@ -10,6 +10,7 @@ import (
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
@@ -22,6 +23,12 @@ const (
 	// indexClaimFilled maps claims to "true" or "false": whether they
 	// record addresses. A pool appearing looks at those that do not.
 	indexClaimFilled = "claimaddrs.filled"
+	// indexClaimAddress maps claims to the addresses they record, or,
+	// before their first allocation, request: a reservation of one of them
+	// that changes or goes (someone else's released) looks at them again,
+	// so a claim waiting for an address someone else holds gets it at
+	// once, not on its backoff.
+	indexClaimAddress = "claimaddrs.address"
 	// indexNADNetwork maps the NADs whose IPAM is ipkeeper to their CNI
 	// network: where a claim of that network gets its addresses.
 	indexNADNetwork = "claimaddrs.nadNetwork"
@@ -42,6 +49,9 @@ func setupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 		{&ipamclaimsv1alpha1.IPAMClaim{}, indexClaimFilled, func(o client.Object) []string {
 			return []string{fmt.Sprint(len(o.(*ipamclaimsv1alpha1.IPAMClaim).Status.IPs) > 0)}
 		}},
+		{&ipamclaimsv1alpha1.IPAMClaim{}, indexClaimAddress, func(o client.Object) []string {
+			return claimAddresses(o.(*ipamclaimsv1alpha1.IPAMClaim))
+		}},
 		{&nadv1.NetworkAttachmentDefinition{}, indexNADNetwork, func(o client.Object) []string {
 			cfg, found, err := inlinepool.Network(o.(*nadv1.NetworkAttachmentDefinition))
 			if err != nil || !found {
@@ -59,4 +69,25 @@ func setupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 		}
 	}
 	return nil
+}
+
+// claimAddresses returns what indexClaimAddress holds of a claim.
+func claimAddresses(claim *ipamclaimsv1alpha1.IPAMClaim) []string {
+	var out []string
+	for _, s := range claim.Status.IPs {
+		if ip, err := claimstatus.ParseIP(s); err == nil {
+			out = append(out, ip.String())
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	if v, ok := claim.Annotations[claimstatus.RequestedAnnotation]; ok {
+		if addrs, err := parseRequest(v); err == nil {
+			for _, ip := range addrs {
+				out = append(out, ip.String())
+			}
+		}
+	}
+	return out
 }

@@ -74,56 +74,85 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 		}
 	}
 	h := holderOf(claim, net)
-	// created are the reservations this attempt made: on failure they go,
-	// deleted at once whatever the pool's cooldown, as no pod ever got
-	// them (agents read a claim's addresses from its status only).
+	// undo releases, on failure, what this attempt made and what earlier
+	// ones left (an answer lost, an attempt cut short): a refused claim
+	// holds nothing, so a request is reserved exactly or not at all. It
+	// deletes at once whatever the pool's cooldown, as no pod ever got
+	// these addresses (agents read a claim's addresses from its status
+	// only, and it records none).
 	var created []*ipkeeperv1alpha1.IPReservation
-	rollback := func() {
-		for _, res := range created {
-			if err := r.Client.Delete(context.WithoutCancel(ctx), res, client.Preconditions{UID: &res.UID}); client.IgnoreNotFound(err) != nil {
-				log.FromContext(ctx).Error(err, "releasing a requested address after the request failed", "reservation", res.Name)
+	undo := func() {
+		for _, res := range append(created, reservationsOf(mine)...) {
+			err := r.Client.Delete(context.WithoutCancel(ctx), res, client.Preconditions{UID: &res.UID})
+			if client.IgnoreNotFound(err) != nil {
+				log.FromContext(ctx).Error(err, "releasing an address of a claim whose request failed", "reservation", res.Name)
 			}
 		}
 	}
-	var ips []netip.Prefix
-	for _, family := range pool.Families() {
-		var ip netip.Addr
-		if i := slices.IndexFunc(addrs, func(a netip.Addr) bool { return a.Is4() == family[0].Is4() }); i >= 0 {
-			ip = addrs[i]
-			if !slices.ContainsFunc(mine, func(h held) bool { return h.ip == ip }) {
-				res, err := r.Alloc.Reserve(ctx, pool, h, ip)
-				var taken *claimalloc.TakenError
-				if errors.As(err, &taken) {
-					rollback()
-					return requestRefused(claimstatus.ReasonRequestedTaken, true, "%s on network %q is %s", ip, name, taken), nil
-				}
-				if err != nil {
-					rollback()
-					return outcome{}, fmt.Errorf("IPAMClaim %s/%s: reserving requested %s: %w", claim.Namespace, claim.Name, ip, err)
-				}
-				created = append(created, res) // not held before: this attempt's
-
-			}
-		} else if prev, ok := oldestOf(mine, family[0].Is4()); ok && !slices.Contains(addrs, prev.ip) {
-			ip = prev.ip
-		} else {
-			res, err := r.Alloc.Assign(ctx, pool, h, family, string(claim.UID))
-			if errors.Is(err, claimalloc.ErrExhausted) {
-				rollback()
-				return requestRefused(claimstatus.ReasonRequestedExhausted, true, "%s is free, but network %q has no free address of the other IP family (%s), which the claim did not request",
-					joinAddrs(addrs), name, rangeList(family)), nil
+	// The requested addresses first: when one is someone else's, nothing
+	// of the other family is taken in vain.
+	got := map[bool]netip.Addr{} // by IPv4-ness
+	for _, ip := range addrs {
+		_, ok, err := r.stillHeld(ctx, claim, mine, func(h held) bool { return h.ip == ip })
+		if err != nil {
+			return outcome{}, err
+		}
+		if !ok {
+			res, err := r.Alloc.Reserve(ctx, pool, h, ip)
+			var taken *claimalloc.TakenError
+			if errors.As(err, &taken) {
+				undo()
+				return requestRefused(claimstatus.ReasonRequestedTaken, true, "%s on network %q is %s", ip, name, taken), nil
 			}
 			if err != nil {
-				rollback()
-				return outcome{}, fmt.Errorf("IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+				undo()
+				return outcome{}, fmt.Errorf("IPAMClaim %s/%s: reserving requested %s: %w", claim.Namespace, claim.Name, ip, err)
 			}
 			created = append(created, res)
-			ip, _ = netip.ParseAddr(res.Spec.IP)
 		}
+		got[ip.Is4()] = ip
+	}
+	// Then the families the request does not cover, as for any claim.
+	var ips []netip.Prefix
+	for _, family := range pool.Families() {
+		is4 := family[0].Is4()
+		if ip, ok := got[is4]; ok {
+			ips = append(ips, prefixOf(pool, ip, family))
+			continue
+		}
+		prev, ok, err := r.stillHeld(ctx, claim, mine, func(h held) bool { return h.ip.Is4() == is4 && !slices.Contains(addrs, h.ip) })
+		if err != nil {
+			undo()
+			return outcome{}, err
+		}
+		if ok {
+			ips = append(ips, prefixOf(pool, prev.ip, family))
+			continue
+		}
+		res, err := r.Alloc.Assign(ctx, pool, h, family, string(claim.UID))
+		if errors.Is(err, claimalloc.ErrExhausted) {
+			undo()
+			return requestRefused(claimstatus.ReasonRequestedExhausted, true, "%s is free, but network %q has no free address of the other IP family (%s), which the claim did not request",
+				joinAddrs(addrs), name, rangeList(family)), nil
+		}
+		if err != nil {
+			undo()
+			return outcome{}, fmt.Errorf("IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+		created = append(created, res)
+		ip, _ := netip.ParseAddr(res.Spec.IP)
 		ips = append(ips, prefixOf(pool, ip, family))
 	}
 	return outcome{ips: ips, requested: &metav1.Condition{Type: claimstatus.ConditionRequested, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonRequestedReserved,
 		Message: fmt.Sprintf("requested %s reserved for network %q; claim addresses %s", joinAddrs(addrs), name, joinPrefixes(ips))}}, nil
+}
+
+func reservationsOf(mine []held) []*ipkeeperv1alpha1.IPReservation {
+	out := make([]*ipkeeperv1alpha1.IPReservation, len(mine))
+	for i, h := range mine {
+		out[i] = h.res
+	}
+	return out
 }
 
 // judgeRecorded compares a claim's request with the addresses it already
