@@ -60,15 +60,14 @@ func filled(c *ipamclaimsv1alpha1.IPAMClaim) bool { return len(c.Status.IPs) > 0
 
 // Wait watches the one claim instead of polling: the controller creates
 // a VM's claims and fills them when the VM is created, normally long
-// before its launcher pod, but a pod may come first (a claim made by
-// another tool just before it, a controller restarting). A watch that
-// ends early (an API server restart) is made again until the deadline.
+// before its launcher pod, but a pod may come first (a VM created just
+// before, a controller restarting). The watch starts with the claim as it
+// is (the API server's initial event of a watch without a resourceVersion),
+// so one request reads a filled claim and waits for an unfilled one: an
+// ADD makes no other read of the claim. A watch that ends early (an API
+// server restart) is made again until the deadline.
 func (s *apiClaimStore) Wait(ctx context.Context, namespace, name string, timeout time.Duration) (*ipamclaimsv1alpha1.IPAMClaim, error) {
-	c, err := s.Get(ctx, namespace, name)
-	if err == nil && filled(c) || err != nil && !errors.Is(err, errClaimMissing) {
-		return c, err
-	}
-	last := c // what the claim looks like, nil while it does not exist
+	var last *ipamclaimsv1alpha1.IPAMClaim // what the claim looks like, nil while it does not exist
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for ctx.Err() == nil {
@@ -91,27 +90,19 @@ const claimRewatchDelay = 200 * time.Millisecond
 
 // watchOnce watches the claim until it has addresses (returned), ctx ends
 // or the watch ends (nil, nil: the caller decides), keeping last up to
-// date with what it shows of the claim. Errors other than the claim's
-// absence end the wait.
+// date with what it shows of the claim. A watch the API server refuses
+// for good (forbidden, bad request) ends the wait with its error.
 func (s *apiClaimStore) watchOnce(ctx context.Context, namespace, name string, last **ipamclaimsv1alpha1.IPAMClaim) (*ipamclaimsv1alpha1.IPAMClaim, error) {
 	s.metrics.apiReads.WithLabelValues("watch").Inc()
 	w, err := s.c.Watch(ctx, &ipamclaimsv1alpha1.IPAMClaimList{}, client.InNamespace(namespace),
 		client.MatchingFields{"metadata.name": name})
 	if err != nil {
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsBadRequest(err) || apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("watching IPAMClaim %s/%s: %w", namespace, name, err)
+		}
 		return nil, nil
 	}
 	defer w.Stop()
-	// It may have changed between the last read and the watch.
-	switch c, err := s.Get(ctx, namespace, name); {
-	case err == nil && filled(c):
-		return c, nil
-	case err == nil:
-		*last = c
-	case errors.Is(err, errClaimMissing):
-		*last = nil
-	case ctx.Err() == nil:
-		return nil, err
-	}
 	for {
 		select {
 		case <-ctx.Done():

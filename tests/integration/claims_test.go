@@ -154,6 +154,8 @@ func setClaimIPs(t testing.TB, ns, name string, ips ...string) {
 // agentWrites is the number of API writes an agent made.
 func agentWrites(a *framework.Agent) float64 { return a.CounterSum("ipkeeper_agent_api_writes_total") }
 
+func agentReads(a *framework.Agent) float64 { return a.CounterSum("ipkeeper_agent_api_reads_total") }
+
 func getClaim(t testing.TB, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
 	t.Helper()
 	c := &ipamclaimsv1alpha1.IPAMClaim{}
@@ -321,13 +323,18 @@ func TestClaimCreatedLateOrNever(t *testing.T) {
 	// The scenario itself is "the claim appears 2 s after the ADD started".
 	timer := time.AfterFunc(2*time.Second, func() { createClaim(t, ns, "vm-late.blue", network) })
 	defer timer.Stop()
-	start := time.Now()
+	start, reads := time.Now(), agentReads(a)
 	res, err := a.Add(ctx, pods[0], launcherIf, conf)
 	if err != nil {
 		t.Fatalf("ADD waiting for a late claim: %v", err)
 	}
 	if time.Since(start) < 2*time.Second {
 		t.Fatalf("ADD returned before the claim existed")
+	}
+	// One watch of the claim saw it appear and get its address; one read
+	// of that address's reservation.
+	if r := agentReads(a) - reads; r > 2 {
+		t.Errorf("the waiting ADD made %v live reads, want at most 2", r)
 	}
 	if got := getClaim(t, ns, "vm-late.blue").Status.IPs; len(got) != 1 || netip.MustParsePrefix(got[0]).Addr() != resultIPs(t, res)[0] {
 		t.Fatalf("claim status %v, pod got %v", got, resultIPs(t, res))
