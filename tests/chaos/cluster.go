@@ -28,11 +28,15 @@ import (
 
 // Settings of the simulated cluster.
 const (
-	numNodes          = 3
-	namespace         = "chaos"
-	controllerNS      = "ipkeeper-system"
-	gcGracePeriod     = 3 * time.Second
-	claimWaitTimeout  = 5 * time.Second
+	numNodes      = 3
+	namespace     = "chaos"
+	controllerNS  = "ipkeeper-system"
+	gcGracePeriod = 3 * time.Second
+	// claimWaitTimeout is how long a launcher's ADD waits for its claim's
+	// addresses: short, so that a claim the controller has not filled (it
+	// is down, or the claim's request is refused) costs an operation
+	// seconds, not the agent's default half minute.
+	claimWaitTimeout  = 3 * time.Second
 	readyTimeout      = 2 * time.Minute
 	cniRequestTimeout = 60 * time.Second
 )
@@ -63,10 +67,11 @@ func (n *network) netConf(static string) json.RawMessage {
 }
 
 // The networks: a /24 for ordinary and static-IP pods (its inline pool is
-// made by the agents); two networks drawing from one explicit pool, a /28
-// the schedule drives past capacity, which the pool-resize operation grows
-// and shrinks under them and whose released addresses cool down; and a
-// dual-stack network with persistent IPs for claim-backed pods.
+// made by ipkeeper-controller from the NAD); two networks drawing from one
+// explicit pool, a /28 the schedule drives past capacity, which the
+// pool-resize operation grows and shrinks under them and whose released
+// addresses cool down; and a dual-stack network with persistent IPs for
+// claim-backed pods, whose inline pool also serves pods without a claim.
 var networks = map[string]*network{
 	"pods": {nad: "pods", name: "chaos-pods", pool: "chaos-pods", config: map[string]any{
 		"cniVersion": "1.0.0", "name": "chaos-pods", "type": "bridge",
@@ -192,9 +197,10 @@ func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err 
 		Binary: c.bins.Controller, Kubeconfig: kubeconfig, Dir: dir, Namespace: controllerNS,
 		WebhookConfigName: "ipkeeper-chaos", GCGracePeriod: gcGracePeriod,
 		// No VMs run here (claims are made as another tool would); the
-		// controller runs for its reservation garbage collector. Without
-		// leader election a restarted controller does not wait out the
-		// killed one's lease.
+		// controller makes the inline pools, fills every claim (reserves
+		// and records its addresses) and runs the reservation garbage
+		// collector. Without leader election a restarted controller does
+		// not wait out the killed one's lease.
 		ExtraArgs: []string{"--enable-webhook=false", "--leader-elect=false", "--require-kubevirt-feature-gate=false"},
 	})
 	if err != nil {

@@ -4,22 +4,36 @@
 // invariants on the real control plane, under faults.
 //
 // What runs: etcd, kube-apiserver and kube-controller-manager (package
-// framework), the ipkeeper-controller process (for its reservation garbage
-// collector, with a short grace period) and one ipkeeper-agent process per
-// node. The agents and the controller reach the API server only through a
-// fault-injecting reverse proxy (proxy.go). The harness plays the kubelet
-// and the container runtime (runtime.go): it creates real Pod objects
-// bound to an agent's node, with a Multus networks annotation naming a
-// real NetworkAttachmentDefinition, and sends CNI requests through the
-// agent's socket as the ipkeeper shim does. IPAMClaims are made as a tool
-// other than ipkeeper-controller would make them (no owner labels), so no
-// VM is needed; KubeVirt is not simulated beyond that.
+// framework), the ipkeeper-controller process and one ipkeeper-agent
+// process per node. The controller makes the inline pools, fills every
+// IPAMClaim (reserves its addresses, then records them in status.ips) and
+// garbage-collects reservations (with a short grace period). The agents
+// and the controller reach the API server only through a fault-injecting
+// reverse proxy (proxy.go). The harness plays the kubelet and the
+// container runtime (runtime.go): it creates real Pod objects bound to an
+// agent's node, with a Multus networks annotation naming a real
+// NetworkAttachmentDefinition, and sends CNI requests through the agent's
+// socket as the ipkeeper shim does. IPAMClaims are made as a tool other
+// than ipkeeper-controller would make them (no owner labels), so no VM is
+// needed; KubeVirt is not simulated beyond that. A launcher pod's ADD only
+// reads its claim: it waits (--claim-wait-timeout, 3s here) for
+// status.ips and fails with CNI code 11 when the controller has not filled
+// the claim by then (it is down, or the claim's request is refused): an
+// expected outcome, counted as claim-unfilled, after which the pod is torn
+// down as for any failed ADD.
 //
 // Operations (schedule.go, ops.go, claims.go), concurrently on slots:
 // ADD (new pod, new sandbox, repeated ADD), late DEL of an old sandbox
 // racing the new one's ADD, DEL, CHECK, CNI GC, pod deletion with or
 // without its DEL, claim-backed pods starting on one or two nodes at once,
-// live migration, VM restart, claim deletion and re-creation, static-IP
+// live migration, VM restart, claim deletion and re-creation (a quarter
+// of the new claims ask for free addresses of the network with the
+// ipkeeper.io/requested-addresses annotation, a quarter for an address
+// another claim or pod holds, which must be refused as Taken until it is
+// free), an administrator's edit of a filled claim's status.ips to other
+// free addresses (its pods stopped first, a pod started again at once or
+// later), pods without a claim on the claims' network (the agents' blocks
+// and the controller's blocks of IPAMClaims share its pool), static-IP
 // requests, and two networks drawing from one explicit IPPool (a /28,
 // hammered past capacity, with a 2s reuse cooldown) that the pool-resize
 // operation grows by a range and shrinks again while addresses there are
@@ -30,17 +44,32 @@
 // every watch cut (re-watches from compacted revisions get 410 Gone),
 // watch cuts, and bursts of proxy faults; the proxy also injects, at a
 // low background rate, responses dropped after the server applied the
-// request, delays, 429s, 500s and 410s to watch requests.
+// request, delays, 429s, 500s and 410s to watch requests. The controller
+// filling claims gets them all.
 //
-// Invariants (invariants.go) I1-I5 are checked continuously, from the
-// harness's record of attachments (model.go) and live reads, and again at
-// quiescence. I1 covers the pool, not the network (two networks of one
-// pool never share an address), and no address released in the cooldown
-// pool goes to another holder before its cooldown ends; I3 also wants
-// every released reservation gone once its cooldown is over.
-// A continuous check only judges attachments whose holder no
-// operation touched between the snapshot and the re-check, so an
-// operation's intermediate state is never taken for a violation.
+// Invariants (invariants.go, claimchecks.go) I1-I6 are checked
+// continuously, from the harness's record of attachments (model.go) and
+// live reads, and again at quiescence. I1 covers the pool, not the
+// network (two networks of one pool never share an address), and no
+// address released in the cooldown pool goes to another holder before its
+// cooldown ends; I3 also wants every released reservation gone once its
+// cooldown is over. I4 (a claim's status.ips are its reservations'
+// addresses and its pods get exactly those; a launcher's ADD refused for a
+// recorded address that is not the claim's, code 11 when nobody holds it
+// or 7 when someone else does, only for a claim the harness edited) lists, without counting them
+// as violations, the controller's transient states: reservations of a
+// claim that records none yet, reservations beyond what it records (a
+// create whose answer was lost), and after an edit the old addresses held
+// until the new ones are reserved (or while someone else holds one). I6:
+// the controller is the one writer of claims' addresses (a claim's
+// recorded addresses never change except by the harness's edit; a
+// request, once filled, is what the claim records; at quiescence every
+// claim is filled unless its request is refused for an address someone
+// else holds) and no agent writes a claim, a claim's reservation or a
+// block of IPAMClaims. A continuous check only judges attachments and
+// claims no operation of the harness touched between the snapshot and the
+// re-check, so an operation's intermediate state is never taken for a
+// violation.
 //
 // Reproducibility: the operation schedule, the fault schedule and the
 // proxy's decisions come from generators seeded by CHAOS_SEED; the same

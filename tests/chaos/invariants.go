@@ -34,14 +34,32 @@ import (
 //	I3 at quiescence, after the GC grace period, no reservation without a
 //	   live owner (a pod attachment the harness holds, or an existing claim);
 //	I4 a claim's status.ips equals the addresses of its reservations, and
-//	   its pods get exactly those (a reservation the status does not record
-//	   is allowed only while the DEL of the sandbox that made it is owed);
+//	   its pods get exactly those; a launcher's ADD is refused with code 7
+//	   (a recorded address not the claim's) only for a claim the harness
+//	   edited. Allowed, listed, never violations, are the transient states
+//	   of ipkeeper-controller: reservations of a claim that records none
+//	   yet (made before the status write, or a request's address reserved
+//	   while the rest of the request cannot be), reservations the claim
+//	   holds beyond what it records (a create whose answer was lost,
+//	   released once seen), and, after the harness's edit, the old
+//	   addresses still held while a new one is not reserved yet (or someone
+//	   else holds it). At quiescence only the last (someone else holding
+//	   the new address) and the first (for a claim whose request is
+//	   refused) may remain;
 //	I5 no panic in any process log, and every failed request returned a
-//	   CNI error with a code (never a transport error while the agent is up).
+//	   CNI error with a code (never a transport error while the agent is up);
+//	I6 ipkeeper-controller is the one writer of claims' addresses: a
+//	   claim's recorded addresses never change once recorded except by the
+//	   harness's own edit; a claim filled while asking for given addresses
+//	   records them; at quiescence every claim records addresses unless its
+//	   request is refused because another holds an address it asks for; no
+//	   agent writes a claim, a claim's reservation or a block of IPAMClaims
+//	   (no ipkeeper-agent field manager, an empty spec.node), and only
+//	   claims' reservations carry the claims-block label.
 //
-// I1 is checked on every successful ADD against the harness's record; I2
-// and I4 continuously from live reads, judging only holders no operation
-// is changing; everything again at quiescence.
+// I1 is checked on every successful ADD against the harness's record; I2,
+// I4 and I6 continuously from live reads, judging only holders no
+// operation of the harness is changing; everything again at quiescence.
 
 // maxDetailed is how many violations of one class are printed in full.
 const maxDetailed = 3
@@ -168,16 +186,21 @@ func (r *runner) readLive(ctx context.Context) (*liveState, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c := r.c.cp.Client
-	var res ipkv1alpha1.IPReservationList
-	if err := c.List(ctx, &res); err != nil {
-		return nil, err
-	}
+	// Claims first, reservations last: ipkeeper-controller reserves a
+	// claim's addresses before it records them, so every address a claim
+	// read here records is in the reservations read after it (read the
+	// other way round, a claim filled in between would record addresses
+	// the older list lacks).
 	var claims ipamclaimsv1alpha1.IPAMClaimList
 	if err := c.List(ctx, &claims, client.InNamespace(namespace)); err != nil {
 		return nil, err
 	}
 	var pods corev1.PodList
 	if err := c.List(ctx, &pods, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	var res ipkv1alpha1.IPReservationList
+	if err := c.List(ctx, &res); err != nil {
 		return nil, err
 	}
 	ls := &liveState{res: map[string]*ipkv1alpha1.IPReservation{}, claims: claims.Items, pods: map[types.UID]bool{}}
@@ -238,61 +261,14 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 				a.podName, a.containerID, a.claimName, name)
 		}
 	}
-	// I4: a claim's status.ips are its reservations' addresses.
-	for _, claim := range ls.claims {
-		h := "claim/" + string(claim.UID)
-		gen, ok := gens(h)
-		if !ok {
-			continue
-		}
-		r.counts.inc("check:I4")
-		status := claimIPs(claim.Status.IPs)
-		var held []netip.Addr
-		keys := []string{claim.Name}
-		for _, res := range ls.res {
-			if res.Spec.Owner.Kind == ipkv1alpha1.OwnerIPAMClaim && res.Spec.Owner.UID == claim.UID {
-				ip, err := netip.ParseAddr(res.Spec.IP)
-				if err != nil {
-					continue
-				}
-				// A sandbox whose ADD failed half-way (its agent killed,
-				// say) may hold an address the claim does not record until
-				// its DEL reaches the agent; the runtime owes that DEL.
-				if !slices.Contains(status, ip) && r.model.owesDel(res.Spec.ContainerID) {
-					continue
-				}
-				held = append(held, ip)
-				keys = append(keys, res.Spec.ContainerID) // the sandbox whose ADD made it
-			}
-		}
-		liveAtts := r.model.liveOfHolder(h)
-		// Reservations are made before the status is written; with no
-		// status yet and no pod attached, the next ADD adopts them.
-		if len(status) == 0 && len(liveAtts) == 0 {
-			continue
-		}
-		var problems []string
-		if !sameSet(status, held) {
-			problems = append(problems, fmt.Sprintf("status.ips %v but reservations hold %v", status, held))
-		}
-		for _, a := range liveAtts {
-			if ips := r.model.ipsOf(a); !sameSet(ips, status) {
-				problems = append(problems, fmt.Sprintf("pod %s got %v", a.podName, ips))
-			}
-		}
-		if len(problems) == 0 {
-			continue
-		}
-		if g, q := r.model.holderQuiet(h); !q || g != gen {
-			continue
-		}
-		for _, a := range liveAtts {
-			keys = append(keys, a.podName)
-		}
-		r.violate("I4", "claim-status", fmt.Sprintf("IPAMClaim %s/%s (uid %s): %s", claim.Namespace, claim.Name, claim.UID, strings.Join(problems, "; ")), keys...)
+	// I4 and I6, claim by claim; I6's writers, object by object.
+	for i := range ls.claims {
+		r.checkClaim(ls, &ls.claims[i], gens, final)
 	}
+	r.checkWriters(ls)
 	if final {
 		r.checkOwners(ls)
+		r.checkBlocks(ctx)
 	}
 }
 
@@ -369,16 +345,18 @@ func (r *runner) checkOwners(ls *liveState) {
 	}
 }
 
-// waitGC waits, after quiescence, for the controller's garbage collector
-// to release the reservations of deleted pods and claims.
-func (r *runner) waitGC(ctx context.Context, timeout time.Duration) {
+// waitSettled waits, after quiescence, for the controller's garbage
+// collector to release the reservations of deleted pods and claims, and
+// for its claim controller to settle every claim (filled, holding what
+// it records, or refused for someone else's address).
+func (r *runner) waitSettled(ctx context.Context, timeout time.Duration) {
 	_ = framework.Eventually(ctx, timeout, 500*time.Millisecond, func(ctx context.Context) (bool, error) {
 		ls, err := r.readLive(ctx)
 		if err != nil {
 			return false, err
 		}
 		gone, _, overdue := r.orphans(ls)
-		return len(gone) == 0 && len(overdue) == 0, nil
+		return len(gone) == 0 && len(overdue) == 0 && r.claimsSettled(ls), nil
 	})
 }
 

@@ -82,6 +82,22 @@ type model struct {
 	// cooldown go (its DEL sent or pod deleted), so that no other holder
 	// gets it within the cooldown (I1).
 	released map[string]release
+	// claims are the harness's facts about each IPAMClaim, by UID.
+	claims map[types.UID]*claimFacts
+}
+
+// claimFacts is what the harness knows of one IPAMClaim: what it asked
+// for when the harness made it, what it records (as first seen, or as the
+// harness's own edit set it), and the harness's last edit of it.
+type claimFacts struct {
+	requested []netip.Addr
+	recorded  []netip.Addr
+	edit      *claimEdit
+}
+
+// claimEdit is an administrator's edit of status.ips: from, to.
+type claimEdit struct {
+	from, to []netip.Addr
 }
 
 // release is the earliest moment an address can have been released, and by whom.
@@ -91,7 +107,7 @@ type release struct {
 }
 
 func newModel() *model {
-	return &model{busy: map[string]int{}, gen: map[string]uint64{}, released: map[string]release{}}
+	return &model{busy: map[string]int{}, gen: map[string]uint64{}, released: map[string]release{}, claims: map[types.UID]*claimFacts{}}
 }
 
 // touch marks holders busy until the returned function is called.
@@ -136,21 +152,6 @@ func (m *model) setState(a *attachment, s attState) {
 		}
 	}
 	a.state, a.since = s, time.Now()
-}
-
-// owesDel reports whether the sandbox containerID has an attachment whose
-// DEL has not succeeded yet although no ADD of it succeeds any more: its
-// ADD is in flight or failed, or its DEL was sent (or its pod deleted)
-// without success so far.
-func (m *model) owesDel(containerID string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, a := range m.atts {
-		if a.containerID == containerID && (a.state == attAdding || a.state == attFailed || a.state == attReleasing) {
-			return true
-		}
-	}
-	return false
 }
 
 // stateOf returns a's state.
@@ -277,6 +278,58 @@ func (m *model) liveOfHolder(h string) []*attachment {
 		}
 	}
 	return out
+}
+
+// claimCreated records a claim the harness made, and what it asked for.
+func (m *model) claimCreated(uid types.UID, requested []netip.Addr) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.claims[uid] = &claimFacts{requested: slices.Clone(requested)}
+}
+
+// claimEdited records the harness's edit of a claim's status.ips: from
+// now on the claim records to.
+func (m *model) claimEdited(uid types.UID, from, to []netip.Addr) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.claimFactsLocked(uid)
+	f.recorded, f.edit = slices.Clone(to), &claimEdit{from: slices.Clone(from), to: slices.Clone(to)}
+}
+
+// claimFacts returns a copy of what the harness knows of a claim.
+func (m *model) claimFacts(uid types.UID) claimFacts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := *m.claimFactsLocked(uid)
+	if f.edit != nil {
+		e := *f.edit
+		f.edit = &e
+	}
+	return f
+}
+
+func (m *model) claimFactsLocked(uid types.UID) *claimFacts {
+	f := m.claims[uid]
+	if f == nil {
+		f = &claimFacts{}
+		m.claims[uid] = f
+	}
+	return f
+}
+
+// recordedOf returns the addresses the claim of holder h is known to
+// record. The first time it is seen with addresses (status, read while
+// h's generation was gen), those are what it records from then on, if no
+// operation of the harness touched h since: a status read in the middle
+// of the harness's own edit is never taken for the claim's record.
+func (m *model) recordedOf(h string, uid types.UID, gen uint64, status []netip.Addr) []netip.Addr {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.claimFactsLocked(uid)
+	if f.recorded == nil && len(status) > 0 && m.busy[h] == 0 && m.gen[h] == gen {
+		f.recorded = slices.Clone(status)
+	}
+	return slices.Clone(f.recorded)
 }
 
 func formatAddrs(ips []netip.Addr) string {

@@ -77,12 +77,14 @@ type runner struct {
 	idMu    sync.Mutex
 	// unused are reservations of live pods no live attachment holds, at quiescence.
 	unused []string
+	// allowed are the claims in an allowed state (I4) at quiescence.
+	allowed []string
 }
 
 func newRunner(c *cluster, v *violations) *runner {
 	r := &runner{c: c, model: newModel(), hist: v.hist, counts: &counters{}, viol: v,
 		slots: map[string][]*slot{}, gcLocks: map[string]*sync.RWMutex{}}
-	for _, pool := range []string{poolPods, poolStatic, poolSmall} {
+	for _, pool := range []string{poolPods, poolStatic, poolSmall, poolVMPods} {
 		for i := range poolSizes[pool] {
 			s := &slot{pool: pool, idx: i, node: c.nodes[i%numNodes], net: slotNetwork(pool, i)}
 			if pool == poolStatic {
@@ -119,7 +121,7 @@ func (r *runner) run(ctx context.Context, st step) {
 	case opGC:
 		r.gc(ctx, st)
 		return
-	case opClaimStart, opClaimMigrate, opClaimRestart, opClaimDelete:
+	case opClaimStart, opClaimMigrate, opClaimRestart, opClaimDelete, opClaimEdit:
 		r.claimOp(ctx, st, r.claims[st.slot])
 		return
 	case opCheck:
@@ -221,7 +223,7 @@ func (r *runner) newSandbox(ctx context.Context, st step, s *slot, raceDel bool)
 			r.del(ctx, st.seq, prev, &prevUnpaid)
 		}()
 	}
-	r.add(ctx, st.seq, s.node, s.net, a, s.static, &s.pending)
+	_ = r.add(ctx, st.seq, s.node, s.net, a, s.static, &s.pending)
 	wg.Wait()
 	s.pending = append(s.pending, prevUnpaid...)
 	if r.model.stateOf(a) != attLive {
@@ -230,23 +232,26 @@ func (r *runner) newSandbox(ctx context.Context, st step, s *slot, raceDel bool)
 }
 
 // add sends the ADD of a new attachment; on failure the runtime tears the
-// sandbox down with a DEL (kept pending until it succeeds).
-func (r *runner) add(ctx context.Context, op int, n *node, net *network, a *attachment, static string, pending *[]*attachment) {
+// sandbox down with a DEL (kept pending until it succeeds). It returns the
+// ADD's error (nil when it succeeded).
+func (r *runner) add(ctx context.Context, op int, n *node, net *network, a *attachment, static string, pending *[]*attachment) error {
 	lock := r.gcLocks[n.name+"/"+net.name]
 	lock.RLock()
 	r.model.add(a)
 	resp, err := r.cni(ctx, op, n, cniproto.CmdAdd, a, net.netConf(static))
 	lock.RUnlock()
 	if err == nil {
-		if ips, perr := parseResult(resp); perr != nil {
-			r.violate("I5", "bad-result", fmt.Sprintf("ADD of %s succeeded with an unreadable result: %v", a.containerID, perr), a.podName)
-		} else {
+		ips, perr := parseResult(resp)
+		if perr == nil {
 			r.addSucceeded(a, ips, static)
-			return
+			return nil
 		}
+		r.violate("I5", "bad-result", fmt.Sprintf("ADD of %s succeeded with an unreadable result: %v", a.containerID, perr), a.podName)
+		err = perr
 	}
 	r.model.setState(a, attFailed)
 	r.del(ctx, op, a, pending)
+	return err
 }
 
 // addSucceeded records a successful ADD and checks I1 (and that a static
@@ -437,6 +442,8 @@ func slotNetwork(pool string, i int) *network {
 	switch pool {
 	case poolStatic:
 		return networks[poolPods]
+	case poolVMPods:
+		return networks[poolVM]
 	case poolSmall:
 		if i%2 == 1 {
 			return networks["small-b"]

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -40,11 +41,30 @@ const apiTimeout = 90 * time.Second
 
 // counters are the run's counts by name, for the summary and assertions.
 type counters struct {
-	mu sync.Mutex
-	m  map[string]int
+	mu   sync.Mutex
+	m    map[string]int
+	once map[string]bool
 }
 
 func (c *counters) inc(k string) { c.add(k, 1) }
+
+// incOnce counts k once per id (a state seen by many check rounds is
+// counted once per object).
+func (c *counters) incOnce(k, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.once == nil {
+		c.once = map[string]bool{}
+	}
+	if c.once[k+"\x00"+id] {
+		return
+	}
+	c.once[k+"\x00"+id] = true
+	if c.m == nil {
+		c.m = map[string]int{}
+	}
+	c.m[k]++
+}
 
 func (c *counters) add(k string, n int) {
 	c.mu.Lock()
@@ -227,13 +247,28 @@ func (r *runner) deletePod(ctx context.Context, op int, pod *corev1.Pod) error {
 }
 
 // createClaim makes an IPAMClaim as a tool other than ipkeeper-controller
-// would: spec.network and spec.interface, no owner labels.
-func (r *runner) createClaim(ctx context.Context, op int, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+// would: spec.network and spec.interface, no owner labels, and, when
+// requested is set, the addresses it asks for (the requested-addresses
+// annotation, a JSON list). ipkeeper-controller fills it.
+func (r *runner) createClaim(ctx context.Context, op int, name string, requested []netip.Addr) (*ipamclaimsv1alpha1.IPAMClaim, error) {
 	claim := &ipamclaimsv1alpha1.IPAMClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: networks[poolVM].name, Interface: ifName},
 	}
-	err := r.api(ctx, op, "create-claim", name, func(ctx context.Context) error {
+	target := name
+	if len(requested) > 0 {
+		addrs := make([]string, len(requested))
+		for i, ip := range requested {
+			addrs[i] = ip.String()
+		}
+		raw, err := json.Marshal(addrs)
+		if err != nil {
+			return nil, err
+		}
+		claim.Annotations = map[string]string{claimstatus.RequestedAnnotation: string(raw)}
+		target += " requesting " + formatAddrs(requested)
+	}
+	err := r.api(ctx, op, "create-claim", target, func(ctx context.Context) error {
 		obj := claim.DeepCopy()
 		err := r.c.cp.Client.Create(ctx, obj)
 		if apierrors.IsAlreadyExists(err) {
@@ -246,6 +281,9 @@ func (r *runner) createClaim(ctx context.Context, op int, name string) (*ipamcla
 		}
 		return err
 	})
+	if err == nil {
+		r.model.claimCreated(claim.UID, requested)
+	}
 	return claim, err
 }
 

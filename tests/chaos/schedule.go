@@ -21,33 +21,37 @@ const (
 	opClaimStart                 // claim-backed pods start (one, or two on two nodes at once)
 	opClaimMigrate               // a second pod of the claim on another node, then the first goes
 	opClaimRestart               // the claim's pods go and a new one starts: same addresses
-	opClaimDelete                // the claim's pods go, the claim is deleted and made again
+	opClaimDelete                // the claim's pods go, the claim is deleted and made again (sometimes asking for given addresses)
+	opClaimEdit                  // an administrator moves a filled claim's status.ips to free addresses (its pods stopped first)
 	opPoolResize                 // the shared pool grows by a range, or loses it while addresses there are held
 	numOpKinds
 )
 
 var opNames = [...]string{"add", "new-sandbox", "del", "stale-del", "check", "gc", "pod-delete",
-	"claim-start", "claim-migrate", "claim-restart", "claim-delete", "pool-resize"}
+	"claim-start", "claim-migrate", "claim-restart", "claim-delete", "claim-edit", "pool-resize"}
 
 func (k opKind) String() string { return opNames[k] }
 
 // opWeights give the mix.
 var opWeights = [numOpKinds]int{
 	opAdd: 30, opNewSandbox: 10, opDel: 12, opStaleDel: 6, opCheck: 8, opGC: 3, opPodDelete: 8,
-	opClaimStart: 8, opClaimMigrate: 6, opClaimRestart: 4, opClaimDelete: 3, opPoolResize: 1,
+	opClaimStart: 8, opClaimMigrate: 6, opClaimRestart: 4, opClaimDelete: 4, opClaimEdit: 2, opPoolResize: 1,
 }
 
 // Slot pools. Ordinary pods on a /24, static-IP pods on the same
 // network, pods of two networks sharing a /28 pool (more slots than
-// addresses; even slots on one network, odd on the other), claim slots.
+// addresses; even slots on one network, odd on the other), claim slots,
+// and pods without a claim on the claims' network (the agents' blocks and
+// the controller's blocks of IPAMClaims share its pool).
 const (
 	poolPods   = "pods"
 	poolStatic = "static"
 	poolSmall  = "small"
 	poolVM     = "vm"
+	poolVMPods = "vmpods"
 )
 
-var poolSizes = map[string]int{poolPods: 36, poolStatic: 8, poolSmall: 20, poolVM: 10}
+var poolSizes = map[string]int{poolPods: 36, poolStatic: 8, poolSmall: 20, poolVM: 10, poolVMPods: 6}
 
 // step is one scheduled operation. The schedule is a pure function of
 // the seed: which operation, on which slot, with which variations; what
@@ -58,8 +62,50 @@ type step struct {
 	pool string
 	slot int
 	node int    // for GC, and the node a claim pod starts on
-	flag bool   // a variation: racing stale DEL, DEL before pod deletion, two first pods of a claim
-	pick uint64 // further choices (which old sandbox ...)
+	flag bool   // a variation: racing stale DEL, DEL before pod deletion, two first pods of a claim, a pod right after a claim edit
+	pick uint64 // further choices (which old sandbox, which addresses a claim asks for or is moved to ...)
+}
+
+// Variations of the claim operations, drawn from bits of step.pick (the
+// low bits choose the pod or the node).
+const (
+	// requestNone .. requestTaken: what a re-created claim asks for
+	// (requestShift selects the bits): nothing (half the time), free
+	// addresses of the range, or an address someone holds (refused:
+	// RequestedAddresses=False, Taken, until its holder lets it go), a
+	// quarter each.
+	requestShift = 8
+	requestNone  = 0
+	requestFree  = 4
+	requestTaken = 6
+	// familyShift selects which families a request or an edit covers:
+	// both, IPv4 only, IPv6 only.
+	familyShift = 16
+)
+
+// requestKind is what a re-created claim of step st asks for.
+func requestKind(st step) int {
+	switch k := int((st.pick >> requestShift) % 8); {
+	case k < requestFree:
+		return requestNone
+	case k < requestTaken:
+		return requestFree
+	default:
+		return requestTaken
+	}
+}
+
+// families says which IP families a claim request or edit of step st
+// covers.
+func families(st step) (v4, v6 bool) {
+	switch (st.pick >> familyShift) % 3 {
+	case 1:
+		return true, false
+	case 2:
+		return false, true
+	default:
+		return true, true
+	}
 }
 
 // scheduler draws steps from a seeded generator.
@@ -76,12 +122,12 @@ func (s *scheduler) next() step {
 	s.seq++
 	st := step{seq: s.seq, kind: opKind(weighted(s.rng, opWeights[:])), node: s.rng.IntN(numNodes), flag: s.rng.IntN(2) == 0, pick: s.rng.Uint64()}
 	switch st.kind {
-	case opClaimStart, opClaimMigrate, opClaimRestart, opClaimDelete:
+	case opClaimStart, opClaimMigrate, opClaimRestart, opClaimDelete, opClaimEdit:
 		st.pool = poolVM
 	case opCheck:
-		st.pool = []string{poolPods, poolPods, poolStatic, poolSmall, poolVM}[s.rng.IntN(5)]
+		st.pool = []string{poolPods, poolPods, poolStatic, poolSmall, poolVM, poolVMPods}[s.rng.IntN(6)]
 	default:
-		st.pool = []string{poolPods, poolPods, poolPods, poolStatic, poolSmall, poolSmall}[s.rng.IntN(6)]
+		st.pool = []string{poolPods, poolPods, poolPods, poolStatic, poolSmall, poolSmall, poolVMPods}[s.rng.IntN(7)]
 	}
 	st.slot = s.rng.IntN(poolSizes[st.pool])
 	return st

@@ -40,6 +40,18 @@ func TestScheduleIsAFunctionOfTheSeed(t *testing.T) {
 	if reflect.DeepEqual(ops(7), ops(8)) || reflect.DeepEqual(faults(7), faults(8)) || reflect.DeepEqual(decisions(7), decisions(8)) {
 		t.Fatal("seeds 7 and 8 gave the same schedule")
 	}
+	// Every operation, every slot pool and every kind of claim request
+	// is drawn, so a short run can exercise them.
+	kinds, pools, requests := map[opKind]bool{}, map[string]bool{}, map[int]bool{}
+	for _, st := range ops(7) {
+		kinds[st.kind], pools[st.pool] = true, true
+		if st.kind == opClaimDelete {
+			requests[requestKind(st)] = true
+		}
+	}
+	if len(kinds) != int(numOpKinds) || len(pools) != len(poolSizes) || len(requests) != 3 {
+		t.Fatalf("500 steps drew %d of %d operations, %d of %d slot pools, %d of 3 claim requests", len(kinds), numOpKinds, len(pools), len(poolSizes), len(requests))
+	}
 	// Every fault kind comes once before any repeats, so a short run
 	// sees them all.
 	seen := map[faultKind]bool{}

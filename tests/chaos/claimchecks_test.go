@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package chaos
+
+import (
+	"net/netip"
+	"testing"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// I4 allows exactly the controller's transient states of a claim; any
+// other difference between what a claim records and what it holds is a
+// problem, and only the states someone else causes count as settled.
+func TestClaimAddressStates(t *testing.T) {
+	const me, other types.UID = "claim-uid", "other-uid"
+	a4, b4, c4 := netip.MustParseAddr("10.62.0.20"), netip.MustParseAddr("10.62.0.21"), netip.MustParseAddr("10.62.0.22")
+	a6 := netip.MustParseAddr("fd62::20")
+	edit := &claimEdit{from: []netip.Addr{a4, a6}, to: []netip.Addr{b4, a6}}
+	refusedTaken := []metav1.Condition{{Type: claimstatus.ConditionRequested, Status: metav1.ConditionFalse, Reason: claimstatus.ReasonRequestedTaken}}
+	tests := []struct {
+		name       string
+		status     []string
+		conditions []metav1.Condition
+		requested  string
+		mine       []netip.Addr // the claim's reservations
+		others     []netip.Addr // reservations of another holder
+		edit       *claimEdit
+		state      string
+		problem    bool
+		settled    bool
+	}{
+		{name: "filled, holds what it records", status: []string{"10.62.0.20/24", "fd62::20/120"}, mine: []netip.Addr{a4, a6}, settled: true},
+		{name: "not filled yet", state: ""},
+		{name: "reserved before the status write", mine: []netip.Addr{a4}, state: stateReservedBeforeStatus},
+		{name: "request refused, address held by another", conditions: refusedTaken, requested: `["10.62.0.21"]`, others: []netip.Addr{b4},
+			state: stateRequestRefused, settled: true},
+		{name: "request refused, address free now", conditions: refusedTaken, requested: `["10.62.0.21"]`, state: stateRequestRefused},
+		{name: "holds more than it records", status: []string{"10.62.0.20/24"}, mine: []netip.Addr{a4, c4}, state: stateHoldsUnrecorded},
+		{name: "records an address it does not hold", status: []string{"10.62.0.20/24", "fd62::20/120"}, mine: []netip.Addr{a6}, problem: true},
+		{name: "records an address another holds", status: []string{"10.62.0.20/24"}, others: []netip.Addr{a4}, problem: true},
+		{name: "edited, new one not reserved yet", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a4, a6}, edit: edit, state: stateEditOldHeld},
+		{name: "edited, both held", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a4, b4, a6}, edit: edit, state: stateEditOldHeld},
+		{name: "edited, done", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{b4, a6}, edit: edit, settled: true},
+		{name: "edited, new one someone else's", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a4, a6}, others: []netip.Addr{b4}, edit: edit,
+			state: stateEditConflict, settled: true},
+		{name: "edited, old one lost before the new one is held", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a6}, edit: edit, problem: true},
+		{name: "edited, holds a third address", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a4, c4, a6}, edit: edit, problem: true},
+		{name: "records other addresses than the edit", status: []string{"10.62.0.22/24", "fd62::20/120"}, mine: []netip.Addr{a4, a6}, edit: edit, problem: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			claim := &ipamclaimsv1alpha1.IPAMClaim{
+				ObjectMeta: metav1.ObjectMeta{Name: "vm-0.chaos-vm", Namespace: namespace, UID: me},
+				Status:     ipamclaimsv1alpha1.IPAMClaimStatus{IPs: tt.status, Conditions: tt.conditions},
+			}
+			if tt.requested != "" {
+				claim.Annotations = map[string]string{claimstatus.RequestedAnnotation: tt.requested}
+			}
+			ls := &liveState{res: map[string]*ipkv1alpha1.IPReservation{}}
+			for owner, ips := range map[types.UID][]netip.Addr{me: tt.mine, other: tt.others} {
+				for _, ip := range ips {
+					name := naming.Reservation(networks[poolVM].pool, ip)
+					ls.res[name] = &ipkv1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipkv1alpha1.IPReservationSpec{
+						Network: networks[poolVM].name, IP: ip.String(), Owner: ipkv1alpha1.ReservationOwner{Kind: ipkv1alpha1.OwnerIPAMClaim, UID: owner}}}
+				}
+			}
+			v, facts := viewClaim(ls, claim), claimFacts{edit: tt.edit}
+			state, problem := addressState(ls, v, facts)
+			if state != tt.state || (problem != "") != tt.problem {
+				t.Errorf("addressState = %q, problem %q; want %q, problem %v", state, problem, tt.state, tt.problem)
+			}
+			if got := settled(ls, v, facts); got != tt.settled {
+				t.Errorf("settled = %v, want %v", got, tt.settled)
+			}
+		})
+	}
+}
