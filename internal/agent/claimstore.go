@@ -10,6 +10,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -62,7 +63,7 @@ func filled(c *ipamclaimsv1alpha1.IPAMClaim) bool { return len(c.Status.IPs) > 0
 // a VM's claims and fills them when the VM is created, normally long
 // before its launcher pod, but a pod may come first (a VM created just
 // before, a controller restarting). The watch starts with the claim as it
-// is (the API server's initial event of a watch without a resourceVersion),
+// is (the API server's initial event of a watch),
 // so one request reads a filled claim and waits for an unfilled one: an
 // ADD makes no other read of the claim. A watch that ends early (an API
 // server restart) is made again until the deadline.
@@ -94,8 +95,14 @@ const claimRewatchDelay = 200 * time.Millisecond
 // for good (forbidden, bad request) ends the wait with its error.
 func (s *apiClaimStore) watchOnce(ctx context.Context, namespace, name string, last **ipamclaimsv1alpha1.IPAMClaim) (*ipamclaimsv1alpha1.IPAMClaim, error) {
 	s.metrics.apiReads.WithLabelValues("watch").Inc()
+	// resourceVersion "0": the initial event comes from the API server's
+	// watch cache at once. An unset one would wait for the cache to be
+	// proven current (up to a progress notification of etcd's, some
+	// 100 ms); a claim a moment older than the newest is harmless here,
+	// as later events follow it and each address's reservation is read
+	// live.
 	w, err := s.c.Watch(ctx, &ipamclaimsv1alpha1.IPAMClaimList{}, client.InNamespace(namespace),
-		client.MatchingFields{"metadata.name": name})
+		client.MatchingFields{"metadata.name": name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
 	if err != nil {
 		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsBadRequest(err) || apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("watching IPAMClaim %s/%s: %w", namespace, name, err)

@@ -280,8 +280,9 @@ func TestReconcileFillsAClaim(t *testing.T) {
 			t.Errorf("reservation %s spec = %+v, want the claim's, on network blue, interface pod16367aacb67", r.Name, r.Spec)
 		}
 	}
-	if ev := f.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Normal "+string(ReasonIPsAllocated)) {
-		t.Errorf("events %q, want one %s", ev, ReasonIPsAllocated)
+	// A first fill is told by the condition alone: no write per VM.
+	if ev := f.events(); len(ev) != 0 {
+		t.Errorf("events %q on a first fill, want none", ev)
 	}
 
 	before := c.Status.IPs
@@ -395,6 +396,23 @@ func TestReconcileExhausted(t *testing.T) {
 	}
 	if ev := f.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+string(ReasonIPsNotAllocated)+" "+claimstatus.ReasonExhausted) {
 		t.Errorf("events %q, want one %s", ev, ReasonIPsNotAllocated)
+	}
+
+	// The pool grows: the claim is filled, and the recovery is told.
+	var pool ipkeeperv1alpha1.IPPool
+	if err := f.c.Get(context.Background(), client.ObjectKey{Name: "blue"}, &pool); err != nil {
+		t.Fatal(err)
+	}
+	pool.Spec.Ranges[0].RangeEnd = "10.0.0.6"
+	if err := f.c.Update(context.Background(), &pool); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t, "vm1.blue")
+	if c := f.claim(t, "vm1.blue"); len(c.Status.IPs) != 1 || c.Status.IPs[0] != "10.0.0.6/24" {
+		t.Fatalf("status.ips = %v once the pool grew, want [10.0.0.6/24]", c.Status.IPs)
+	}
+	if ev := f.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Normal "+string(ReasonIPsAllocated)) {
+		t.Errorf("events %q after the recovery, want one %s", ev, ReasonIPsAllocated)
 	}
 }
 

@@ -98,8 +98,9 @@ func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	return nil
 }
 
-// tell records Events for condition changes: IPsAllocated on the claim,
-// RequestedAddresses on the claim's VM, where whoever asked looks.
+// tell records Events for condition changes: IPsAllocated on the claim
+// (failures, and the recovery from one), RequestedAddresses on the
+// claim's VM, where whoever asked looks.
 func (r *Reconciler) tell(claim, updated *ipamclaimsv1alpha1.IPAMClaim, wasAllocated, wasRequested *metav1.Condition) {
 	changedCond := func(was *metav1.Condition, typ string) *metav1.Condition {
 		now := meta.FindStatusCondition(updated.Status.Conditions, typ)
@@ -109,8 +110,13 @@ func (r *Reconciler) tell(claim, updated *ipamclaimsv1alpha1.IPAMClaim, wasAlloc
 		return now
 	}
 	if c := changedCond(wasAllocated, claimstatus.ConditionIPsAllocated); c != nil {
+		// A first fill says so in the condition only: an Event per VM
+		// created is a write per VM in a boot storm. A recovery is told,
+		// as the Warning before it was.
 		if c.Status == metav1.ConditionTrue {
-			r.Recorder.Event(updated, corev1.EventTypeNormal, string(ReasonIPsAllocated), c.Message)
+			if wasAllocated != nil && wasAllocated.Status == metav1.ConditionFalse {
+				r.Recorder.Event(updated, corev1.EventTypeNormal, string(ReasonIPsAllocated), c.Message)
+			}
 		} else {
 			r.Recorder.Eventf(updated, corev1.EventTypeWarning, string(ReasonIPsNotAllocated), "%s: %s", c.Reason, c.Message)
 		}
