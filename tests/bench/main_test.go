@@ -4,7 +4,7 @@
 // every figure against a baseline measured in the same run (the API
 // server's raw create rate, a minimal Go binary, whereabouts, ...), and
 // prints them as one table at the end. Run with `make bench`; select parts
-// with -bench 'Storm|Scaling|Whereabouts|Shim|Memory|Exhaustion'.
+// with -bench 'AllocationStorm|Scaling|Whereabouts|Shim|Memory|Exhaustion|BootStorm'.
 // docs/performance.md holds the results and how to read them.
 package bench
 

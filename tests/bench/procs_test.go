@@ -95,6 +95,12 @@ var nodeSeq int
 // all are ready. stop ends them; it also runs when b ends.
 func startNodes(b *testing.B, prefix string, n int) (nodes []*node, stop func()) {
 	b.Helper()
+	return startNodesOn(b, cp, prefix, n)
+}
+
+// startNodesOn is startNodes on control plane c.
+func startNodesOn(b *testing.B, c *framework.ControlPlane, prefix string, n int) (nodes []*node, stop func()) {
+	b.Helper()
 	bin := binaries(b)
 	nodeSeq++
 	var once sync.Once
@@ -113,7 +119,7 @@ func startNodes(b *testing.B, prefix string, n int) (nodes []*node, stop func())
 		name := fmt.Sprintf("%s-%d", prefix, i)
 		addr, health := loopbackAddr(b), loopbackAddr(b)
 		proc, err := framework.StartAgentProcess(framework.AgentProcessOptions{
-			Binary: bin.Agent, Kubeconfig: cp.KubeconfigPath, NodeName: name,
+			Binary: bin.Agent, Kubeconfig: c.KubeconfigPath, NodeName: name,
 			Dir:         filepath.Join(workDir, fmt.Sprintf("s%d-n%d", nodeSeq, i)),
 			ExtraArgs:   []string{"--log-level=warn"},
 			HealthAddr:  health,
@@ -200,9 +206,15 @@ func metricFamilies(body []byte) (map[string]*dto.MetricFamily, error) {
 
 func (n *node) scrape(b *testing.B) map[string]*dto.MetricFamily {
 	b.Helper()
-	resp, err := http.Get(n.metrics) //nolint:noctx // a local scrape in a benchmark
+	return scrapeURL(b, n.name, n.metrics)
+}
+
+// scrapeURL scrapes the Prometheus endpoint url of the process called who.
+func scrapeURL(b *testing.B, who, url string) map[string]*dto.MetricFamily {
+	b.Helper()
+	resp, err := http.Get(url) //nolint:noctx // a local scrape in a benchmark
 	if err != nil {
-		b.Fatalf("scraping %s: %v", n.name, err)
+		b.Fatalf("scraping %s: %v", who, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	var buf bytes.Buffer
@@ -219,7 +231,13 @@ func (n *node) scrape(b *testing.B) map[string]*dto.MetricFamily {
 // apiMetrics scrapes the API server's /metrics.
 func apiMetrics(b *testing.B) map[string]*dto.MetricFamily {
 	b.Helper()
-	body, err := cp.Clientset.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	return apiMetricsOf(b, cp)
+}
+
+// apiMetricsOf scrapes the /metrics of control plane c's API server.
+func apiMetricsOf(b *testing.B, c *framework.ControlPlane) map[string]*dto.MetricFamily {
+	b.Helper()
+	body, err := c.Clientset.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
 		b.Fatalf("scraping the API server: %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
 // profileSeconds is how long each kube-apiserver CPU profile runs: longer
@@ -23,6 +25,11 @@ const profileSeconds = 20
 // <dir>/kube-apiserver-<phase>.pprof. Profiling slows the API server: a run
 // with profiles is for reading them, not for the table.
 func profileAPIServer(b *testing.B, phase string) (done func()) {
+	return profileAPIServerOf(b, cp, phase)
+}
+
+// profileAPIServerOf is profileAPIServer for control plane c's kube-apiserver.
+func profileAPIServerOf(b *testing.B, c *framework.ControlPlane, phase string) (done func()) {
 	dir := os.Getenv("IPKEEPER_BENCH_PROFILE_DIR")
 	if dir == "" {
 		return func() {}
@@ -33,7 +40,7 @@ func profileAPIServer(b *testing.B, phase string) (done func()) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		data, err := cp.Clientset.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		data, err := c.Clientset.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
 			Param("seconds", strconv.Itoa(profileSeconds)).Timeout(2 * profileSeconds * time.Second).DoRaw(context.Background())
 		ch <- result{data, err}
 	}()
