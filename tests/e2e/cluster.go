@@ -65,9 +65,14 @@ type Cluster struct {
 
 	mu        sync.Mutex
 	sandboxes map[types.UID]*Sandbox
-	stop      context.CancelFunc
-	loopDone  chan struct{}
-	closers   []io.Closer
+	// made are the sandboxes not torn down yet, the pods' current ones
+	// and others: one whose ADD failed and whose DEL failed too, one a
+	// newer sandbox of its pod replaced. The kubelet loop retries the
+	// failed ones; Stop removes them all.
+	made     map[*Sandbox]struct{}
+	stop     context.CancelFunc
+	loopDone chan struct{}
+	closers  []io.Closer
 }
 
 // nodePlugins are the reference plugins in every node's CNI bin dir.
@@ -101,6 +106,10 @@ type Sandbox struct {
 	// deletion); torn is set once it succeeded.
 	mu   sync.Mutex
 	torn bool
+	// failed: its ADD failed; it is torn down, and again (every
+	// failedRetryEvery, from triedAt) until that works.
+	failed  bool
+	triedAt time.Time
 	// nets are a launcher's networks by pod interface name (launcher.go).
 	nets map[string]*attachment
 }
@@ -120,7 +129,7 @@ func (s *socketExec) ExecPlugin(ctx context.Context, path string, stdin []byte, 
 
 // StartCluster starts the controller and one agent per node name.
 func StartCluster(ctx context.Context, cp *framework.ControlPlane, bins *framework.Binaries, dir string, nodes ...string) (_ *Cluster, err error) {
-	c := &Cluster{CP: cp, dir: dir, bins: bins, sandboxes: map[types.UID]*Sandbox{}}
+	c := &Cluster{CP: cp, dir: dir, bins: bins, sandboxes: map[types.UID]*Sandbox{}, made: map[*Sandbox]struct{}{}}
 	c.KV = &framework.KubeVirt{C: cp.Client, RealMultus: true, Timeout: 2 * time.Minute, Kubelet: framework.PodRunner{
 		Run: c.runLauncher, Detach: c.detachLauncher, Stop: c.stopLauncher,
 	}}
@@ -279,11 +288,21 @@ func (c *Cluster) RunPod(ctx context.Context, pod *corev1.Pod) (*Sandbox, error)
 	}
 	c.mu.Lock()
 	c.sandboxes[pod.UID] = s
+	c.made[s] = struct{}{}
 	c.mu.Unlock()
 	addCtx, cancel := context.WithTimeout(ctx, cniTimeout)
 	defer cancel()
 	if _, err := n.cni.AddNetworkList(addCtx, n.multus, s.rt); err != nil {
-		// As the kubelet does, tear the failed sandbox down; it retries later.
+		// As the kubelet does, tear the failed sandbox down (the kubelet
+		// loop again until its DEL works); the pod is retried later.
+		s.mu.Lock()
+		s.failed, s.triedAt = true, time.Now()
+		s.mu.Unlock()
+		c.mu.Lock()
+		if c.sandboxes[s.uid] == s {
+			delete(c.sandboxes, s.uid)
+		}
+		c.mu.Unlock()
 		c.teardown(ctx, s)
 		return nil, fmt.Errorf("ADD of pod %s/%s on %s: %w", pod.Namespace, pod.Name, n.Name, err)
 	}
@@ -318,6 +337,7 @@ func (c *Cluster) teardown(ctx context.Context, s *Sandbox) bool {
 	if c.sandboxes[s.uid] == s { // not a newer sandbox of the pod
 		delete(c.sandboxes, s.uid)
 	}
+	delete(c.made, s)
 	c.mu.Unlock()
 	return true
 }
@@ -341,7 +361,17 @@ func (c *Cluster) kubelet(ctx context.Context) {
 		for _, s := range c.sandboxes {
 			known = append(known, s)
 		}
+		made := make([]*Sandbox, 0, len(c.made))
+		for s := range c.made {
+			made = append(made, s)
+		}
 		c.mu.Unlock()
+		now := time.Now()
+		for _, s := range made {
+			if s.retryTeardown(now) {
+				c.teardown(ctx, s)
+			}
+		}
 		var pods corev1.PodList
 		if err := c.CP.Client.List(ctx, &pods); err != nil {
 			continue
@@ -377,22 +407,43 @@ func (c *Cluster) Sandbox(uid types.UID) *Sandbox {
 	return c.sandboxes[uid]
 }
 
+// failedRetryEvery spaces the kubelet loop's teardowns of a failed
+// sandbox whose DEL failed (each execs Multus and the plugins).
+const failedRetryEvery = 2 * time.Second
+
+// retryTeardown reports whether the kubelet loop should tear s down again
+// now: its ADD failed, so did its teardown, and it was not tried lately.
+func (s *Sandbox) retryTeardown(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.failed || s.torn || now.Sub(s.triedAt) < failedRetryEvery {
+		return false
+	}
+	s.triedAt = now
+	return true
+}
+
 // Stop stops the kubelet loop, tears down the sandboxes left, and stops the
-// agents and the controller.
-func (c *Cluster) Stop() {
+// agents and the controller. It returns the network namespaces it could not
+// remove.
+func (c *Cluster) Stop() []string {
 	if c.stop != nil {
 		c.stop()
 		<-c.loopDone
 	}
 	c.mu.Lock()
 	var left []*Sandbox
-	for _, s := range c.sandboxes {
+	for s := range c.made {
 		left = append(left, s)
 	}
 	c.mu.Unlock()
+	var leaked []string
 	for _, s := range left {
 		if !c.teardown(context.Background(), s) {
 			_, _ = ipCmd(context.Background(), "netns", "delete", s.NetNS.Name)
+		}
+		if _, err := os.Stat(s.NetNS.Path); err == nil {
+			leaked = append(leaked, s.NetNS.Name)
 		}
 	}
 	for _, n := range c.Nodes {
@@ -406,6 +457,7 @@ func (c *Cluster) Stop() {
 	for _, cl := range c.closers {
 		_ = cl.Close()
 	}
+	return leaked
 }
 
 // Addr returns the one address of ifname in the sandbox (ip addr).

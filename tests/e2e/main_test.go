@@ -119,7 +119,15 @@ func runWithCluster(m *testing.M) (code int, err error) {
 	if cluster, err = StartCluster(ctx, cp, bins, filepath.Join(dir, "c"), "node-a", "node-b", "node-c"); err != nil {
 		return 0, fmt.Errorf("starting the cluster: %w", err)
 	}
-	defer cluster.Stop()
+	defer func() {
+		// Tests leave no network namespace behind.
+		if leaked := cluster.Stop(); len(leaked) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: network namespaces of sandboxes left behind: %v\n", leaked)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}()
 	return m.Run(), nil
 }
 
