@@ -49,8 +49,10 @@ type configError struct {
 
 func (e *configError) Error() string { return e.failure.message }
 
-func refuse(reason string, retry bool, format string, args ...any) error {
-	return &configError{failure: failure{reason: reason, message: fmt.Sprintf(format, args...)}, retry: retry}
+// refuse is a configError: IPsAllocated=False with OVN-Kubernetes' reason
+// for anything but exhaustion and conflicts.
+func refuse(retry bool, format string, args ...any) *configError {
+	return &configError{failure: failure{reason: claimstatus.ReasonInternal, message: fmt.Sprintf(format, args...)}, retry: retry}
 }
 
 func asConfigError(err error) *configError {
@@ -108,7 +110,7 @@ func (r *Reconciler) networkOf(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 			parts = append(parts, fmt.Sprintf("IPPool %q (%s)", p, strings.Join(by, ", ")))
 		}
 		slices.Sort(parts)
-		return nil, refuse(claimstatus.ReasonInternal, false, "network %q is served by more than one pool: %s; make its NADs name one pool, or record the claim's NAD in the annotation %s",
+		return nil, refuse(false, "network %q is served by more than one pool: %s; make its NADs name one pool, or record the claim's NAD in the annotation %s",
 			claim.Spec.Network, strings.Join(parts, "; "), claimstatus.NADAnnotation)
 	}
 	return chosen, nil
@@ -118,7 +120,7 @@ func (r *Reconciler) networkOf(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 func (r *Reconciler) networkOfNAD(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, ref string) (*network, error) {
 	key, err := multus.NADRef(ref, claim.Namespace)
 	if err != nil {
-		return nil, refuse(claimstatus.ReasonInternal, false, "annotation %s: %v", claimstatus.NADAnnotation, err)
+		return nil, refuse(false, "annotation %s: %v", claimstatus.NADAnnotation, err)
 	}
 	var nad nadv1.NetworkAttachmentDefinition
 	err = r.Client.Get(ctx, key, &nad)
@@ -127,18 +129,18 @@ func (r *Reconciler) networkOfNAD(ctx context.Context, claim *ipamclaimsv1alpha1
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, refuse(claimstatus.ReasonInternal, true, "NetworkAttachmentDefinition %s (annotation %s) does not exist", key, claimstatus.NADAnnotation)
+		return nil, refuse(true, "NetworkAttachmentDefinition %s (annotation %s) does not exist", key, claimstatus.NADAnnotation)
 	case err != nil:
 		return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s: %w", key, err)
 	}
 	cfg, found, err := inlinepool.Network(&nad)
 	switch {
 	case err != nil:
-		return nil, refuse(claimstatus.ReasonInternal, false, "%v", err)
+		return nil, refuse(false, "%v", err)
 	case !found:
 		return nil, nil // another IPAM's network
 	case claim.Spec.Network != "" && cfg.Name != claim.Spec.Network:
-		return nil, refuse(claimstatus.ReasonInternal, false, "NetworkAttachmentDefinition %s is network %q, but the claim's spec.network is %q", key, cfg.Name, claim.Spec.Network)
+		return nil, refuse(false, "NetworkAttachmentDefinition %s is network %q, but the claim's spec.network is %q", key, cfg.Name, claim.Spec.Network)
 	}
 	return &network{cfg: cfg, nad: key}, nil
 }
@@ -153,9 +155,9 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		err = r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &obj)
 	}
 	missing := func(format string, args ...any) error {
-		err := refuse(claimstatus.ReasonInternal, true, format, args...)
-		err.(*configError).poolMissing = true
-		return err
+		ce := refuse(true, format, args...)
+		ce.poolMissing = true
+		return ce
 	}
 	switch {
 	case apierrors.IsNotFound(err) && cfg.Pool != "":
@@ -167,7 +169,7 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	}
 	pool, err := claimalloc.PoolOf(&obj)
 	if err != nil {
-		return nil, refuse(claimstatus.ReasonInternal, false, "IPPool %q of network %q is invalid: %v", name, cfg.Name, err)
+		return nil, refuse(false, "IPPool %q of network %q is invalid: %v", name, cfg.Name, err)
 	}
 	if obj.Labels[ipkeeperv1alpha1.InlineLabel] == "true" {
 		var pools ipkeeperv1alpha1.IPPoolList
@@ -177,7 +179,7 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		blocked, refused := inlinepool.FindOverlap(cfg.Name, obj.Annotations[ipkeeperv1alpha1.NetworkNameAnnotation], pool.Ranges, &obj, pools.Items,
 			func(p *ipkeeperv1alpha1.IPPool) ([]iprange.Range, error) { return ipamconfig.PoolRanges(&p.Spec) })
 		if refused != nil {
-			return nil, refuse(claimstatus.ReasonInternal, false, "%s", refused.Explain(claim.Namespace, "its NADs"))
+			return nil, refuse(false, "%s", refused.Explain(claim.Namespace, "its NADs"))
 		}
 		pool.Blocked = blocked
 	}
