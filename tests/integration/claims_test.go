@@ -316,19 +316,19 @@ func TestClaimCreatedLateOrNever(t *testing.T) {
 	const network = "late-net"
 	conf := persistentConf(network, map[string]any{"range": "10.72.0.0/24"})
 	ctrl := claimNetwork(t, ns, conf)
-	a := cp.StartAgent(t, "node-late", func(o *agent.Options) { o.ClaimWaitTimeout = 8 * time.Second })
+	a := cp.StartAgent(t, "node-late", func(o *agent.Options) { o.ClaimWaitTimeout = 4 * time.Second })
 	pods := createLaunchers(t, ns, a.Node, "launcher", "vm-late.blue", 1)
 	never := createLaunchers(t, ns, a.Node, "never", "vm-never.blue", 1)[0]
 
-	// The scenario itself is "the claim appears 2 s after the ADD started".
-	timer := time.AfterFunc(2*time.Second, func() { createClaim(t, ns, "vm-late.blue", network) })
+	// The scenario itself is "the claim appears 1 s after the ADD started".
+	timer := time.AfterFunc(time.Second, func() { createClaim(t, ns, "vm-late.blue", network) })
 	defer timer.Stop()
 	start, reads := time.Now(), agentReads(a)
 	res, err := a.Add(ctx, pods[0], launcherIf, conf)
 	if err != nil {
 		t.Fatalf("ADD waiting for a late claim: %v", err)
 	}
-	if time.Since(start) < 2*time.Second {
+	if time.Since(start) < time.Second {
 		t.Fatalf("ADD returned before the claim existed")
 	}
 	// One watch of the claim saw it appear and get its address; one read
@@ -341,7 +341,7 @@ func TestClaimCreatedLateOrNever(t *testing.T) {
 	}
 
 	_, err = a.Add(ctx, never, launcherIf, conf)
-	mustContain(t, err, "vm-never.blue", "did not appear within 8s")
+	mustContain(t, err, "vm-never.blue", "did not appear within 4s")
 	if cniCode(err) != 11 {
 		t.Errorf("a claim that never appeared: CNI code %d, want 11 (try again later)", cniCode(err))
 	}

@@ -112,6 +112,8 @@ func TestVMRequestedAddresses(t *testing.T) {
 	}
 	for _, tc := range refusals {
 		t.Run(tc.reason+"-"+tc.vm, func(t *testing.T) {
+			// Each waits out the agent's claim wait: side by side.
+			t.Parallel()
 			vm := createVMRequesting(t, e, tc.vm, tc.request)
 			claim := waitRequested(t, e, tc.vm+".blue", tc.reason)
 			cond := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionRequested)
