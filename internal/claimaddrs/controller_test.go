@@ -537,6 +537,26 @@ func TestReconcileOwnerPod(t *testing.T) {
 	}
 }
 
+// A live migration's target created in the same second as its source
+// (creation times have one-second resolution) is still the newer: the pod
+// KubeVirt labels with the migration, whatever the two names.
+func TestReconcileOwnerPodMigrationTargetOfTheSameSecond(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, names := range [][2]string{{"virt-launcher-vm1-aaaaa", "virt-launcher-vm1-zzzzz"}, {"virt-launcher-vm1-zzzzz", "virt-launcher-vm1-aaaaa"}} {
+		source := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names[0], CreationTimestamp: metav1.NewTime(t0),
+			Annotations: map[string]string{multus.Annotation: `[{"name":"blue","` + multus.ClaimRefKey + `":"vm1.blue"}]`}}}
+		target := source.DeepCopy()
+		target.Name = names[1]
+		target.Labels = map[string]string{kubevirtv1.MigrationJobLabel: "uid-migration"}
+		n := nad(ns, "blue", dualConf)
+		f := newFixture(t, n, poolOfNAD(t, n), claim("vm1.blue"), source, target)
+		f.reconcile(t, "vm1.blue")
+		if c := f.claim(t, "vm1.blue"); c.Status.OwnerPod == nil || c.Status.OwnerPod.Name != target.Name {
+			t.Errorf("source %s, target %s created in one second: ownerPod = %+v, want the target", source.Name, target.Name, c.Status.OwnerPod)
+		}
+	}
+}
+
 // A VM's claim tells the VM (where whoever asked looks) whether its
 // requested addresses were reserved.
 func TestReconcileTellsTheVM(t *testing.T) {

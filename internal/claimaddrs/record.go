@@ -153,6 +153,9 @@ func ownerObject(claim *ipamclaimsv1alpha1.IPAMClaim) client.Object {
 // ownerPod names the newest pod (not being deleted) that references the
 // claim in its networks annotation: the launcher that runs the VM now, or
 // the target of a live migration from when it is created; "" when none.
+// Creation times have one-second resolution, and a migration's target is
+// often created in its source's second: there the pod KubeVirt labels with
+// a migration is the newer.
 func (r *Reconciler) ownerPod(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) (string, error) {
 	pods := podMetadataList()
 	if err := r.Client.List(ctx, pods, client.InNamespace(claim.Namespace), client.MatchingFields{indexPodClaim: claim.Name}); err != nil {
@@ -166,9 +169,27 @@ func (r *Reconciler) ownerPod(ctx context.Context, claim *ipamclaimsv1alpha1.IPA
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
 		}
+		if c := compareBool(isMigrationTarget(a), isMigrationTarget(b)); c != 0 {
+			return c
+		}
 		return strings.Compare(a.Name, b.Name)
 	})
 	return newest.Name, nil
+}
+
+func isMigrationTarget(p metav1.PartialObjectMetadata) bool {
+	_, ok := p.Labels[kubevirtv1.MigrationJobLabel]
+	return ok
+}
+
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func rangeList(ranges []iprange.Range) string {
