@@ -537,6 +537,28 @@ func TestReconcileOwnerPod(t *testing.T) {
 	}
 }
 
+// ownerPod is one of the claim's owner's launchers: a newer pod of the
+// namespace that names the claim but launches no VMI of the owner (which
+// the agent refuses the claim) never becomes it.
+func TestReconcileOwnerPodIsTheOwnersLauncher(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	annot := map[string]string{multus.Annotation: `[{"name":"blue","` + multus.ClaimRefKey + `":"vm1.blue"}]`}
+	launcher := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "virt-launcher-vm1-abcde", CreationTimestamp: metav1.NewTime(t0), Annotations: annot,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachineInstance", Name: "vm1", UID: "uid-vmi1", Controller: ptrTo(true)}}}}
+	impostor := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "impostor-0", CreationTimestamp: metav1.NewTime(t0.Add(time.Hour)), Annotations: annot}}
+	otherVM := impostor.DeepCopy()
+	otherVM.Name = "virt-launcher-vm2-fghij"
+	otherVM.OwnerReferences = []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachineInstance", Name: "vm2", UID: "uid-vmi2", Controller: ptrTo(true)}}
+	cl := claim("vm1.blue")
+	cl.OwnerReferences = []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine", Name: "vm1", UID: "uid-vm1", Controller: ptrTo(true)}}
+	n := nad(ns, "blue", dualConf)
+	f := newFixture(t, n, poolOfNAD(t, n), cl, launcher, impostor, otherVM)
+	f.reconcile(t, "vm1.blue")
+	if c := f.claim(t, "vm1.blue"); c.Status.OwnerPod == nil || c.Status.OwnerPod.Name != launcher.Name {
+		t.Errorf("ownerPod = %+v, want the VM's launcher %s, not a newer pod that only names the claim", c.Status.OwnerPod, launcher.Name)
+	}
+}
+
 // A live migration's target created in the same second as its source
 // (creation times have one-second resolution) is still the newer: the pod
 // KubeVirt labels with the migration, whatever the two names.

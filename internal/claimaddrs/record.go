@@ -151,8 +151,10 @@ func ownerObject(claim *ipamclaimsv1alpha1.IPAMClaim) client.Object {
 }
 
 // ownerPod names the newest pod (not being deleted) that references the
-// claim in its networks annotation: the launcher that runs the VM now, or
-// the target of a live migration from when it is created; "" when none.
+// claim in its networks annotation and launches a VMI of the claim's owner
+// (the pods the agent lets use the claim): the launcher that runs the VM
+// now, or the target of a live migration from when it is created; "" when
+// none.
 // Creation times have one-second resolution, and a migration's target is
 // often created in its source's second: there the pod KubeVirt labels with
 // a migration is the newer.
@@ -161,7 +163,12 @@ func (r *Reconciler) ownerPod(ctx context.Context, claim *ipamclaimsv1alpha1.IPA
 	if err := r.Client.List(ctx, pods, client.InNamespace(claim.Namespace), client.MatchingFields{indexPodClaim: claim.Name}); err != nil {
 		return "", fmt.Errorf("listing the pods that use IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
-	live := slices.DeleteFunc(pods.Items, func(p metav1.PartialObjectMetadata) bool { return p.DeletionTimestamp != nil })
+	owner, owned := claimowner.Of(claim)
+	live := slices.DeleteFunc(pods.Items, func(p metav1.PartialObjectMetadata) bool {
+		// A pod that only names the claim (the agent refuses it the
+		// claim) is no owner of it.
+		return p.DeletionTimestamp != nil || (owned && !owner.RunsPod(&p))
+	})
 	if len(live) == 0 {
 		return "", nil
 	}

@@ -162,6 +162,13 @@ func (o Owner) RunsVMI(vmiName string, vmiUID types.UID) bool {
 	return false
 }
 
+// RunsPod reports whether pod launches a VMI of this owner, as far as the
+// pod tells (PodVMI, RunsVMI): the pods that may use the owner's claims.
+func (o Owner) RunsPod(pod metav1.Object) bool {
+	name, uid, ok := PodVMI(pod)
+	return ok && o.RunsVMI(name, uid)
+}
+
 // HasVMI reports whether vmi is one of the owner's: a VMI the owner runs
 // (Runs), or an owner-less VMI of a VM owner's name, which is what orphan
 // deletion of that VM leaves, also while the claim still has its controller
