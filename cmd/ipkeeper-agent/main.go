@@ -50,7 +50,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.agent.ProbeAddr, "health-probe-bind-address", ":9911", "address for /healthz and /readyz; empty disables")
 	fs.DurationVar(&o.agent.ClaimWaitTimeout, "claim-wait-timeout", 30*time.Second, "how long an ADD waits for the IPAMClaim it references to exist and have addresses (ipkeeper-controller records them)")
 	fs.DurationVar(&o.agent.PoolWaitTimeout, "pool-wait-timeout", 10*time.Second, "how long an ADD of an inline network waits for ipkeeper-controller to make the network's IPPool from its NAD")
-	fs.DurationVar(&o.agent.CNIGCMinAge, "cni-gc-min-age", time.Minute, "a CNI GC spares reservations this agent wrote less than this long ago (the runtime's list of valid attachments may predate them); negative: none")
+	fs.DurationVar(&o.agent.CNIGCMinAge, "cni-gc-min-age", time.Minute, "a CNI GC spares reservations attached (spec.attachedAt) less than this long ago (the runtime's list of valid attachments may predate them); negative: none")
 	fs.IntVar(&o.agent.MultusDefaultNetworks, "multus-default-networks", -1,
 		"number of Multus defaultNetworks (Multus config), to tell which networks annotation element an interface named net<N> by position is; -1: unknown (such attachments then need \"interface\" set, or a NAD network unique in the annotation)")
 	fs.Func("multus-system-namespaces", "comma-separated Multus systemNamespaces, whose pods get no default networks (default kube-system)", func(s string) error {

@@ -12,6 +12,8 @@ import (
 
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
@@ -143,6 +145,7 @@ func (a *Agent) takeOver(ctx context.Context, e entry, req *request, sandbox boo
 	r.Spec.Node = a.opts.NodeName
 	if sandbox {
 		r.Spec.ContainerID = req.ContainerID
+		r.Spec.AttachedAt = ptr.To(metav1.Now())
 	}
 	if err := a.store.Update(ctx, r); err != nil {
 		return entry{}, fail(reasonInternal, codeTryAgainLater, err)

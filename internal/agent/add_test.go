@@ -257,7 +257,7 @@ func TestEntryOf(t *testing.T) {
 			want := entry{
 				name: "storage.x", uid: "r-uid", pool: "storage", network: "storage", ip: netip.MustParseAddr(tt.wantIP),
 				owner:  ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "ns", Name: "pod", UID: "pod-uid"},
-				ifName: "net1", containerID: "sandbox", node: "worker-1", created: created,
+				ifName: "net1", containerID: "sandbox", node: "worker-1", created: created, attached: created,
 			}
 			if e != want {
 				t.Errorf("entryOf =\n  %+v\nwant\n  %+v", e, want)

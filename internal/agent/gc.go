@@ -51,9 +51,10 @@ func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
 	start := time.Now()
 	var errs []error
 	for _, e := range a.idx.onNode(a.opts.NodeName, pool) {
-		if a.opts.CNIGCMinAge > 0 && a.idx.writtenSince(e.name, start.Add(-a.opts.CNIGCMinAge)) {
-			// Written here since the runtime may have built its list: an
-			// ADD that finished just before this GC.
+		if a.opts.CNIGCMinAge > 0 && !e.attached.Before(start.Add(-a.opts.CNIGCMinAge)) {
+			// Attached since the runtime may have built its list: an ADD
+			// that finished just before this GC. The time is the object's,
+			// so an agent restarted in between judges alike.
 			continue
 		}
 		if stale(reservationOf(e)) {

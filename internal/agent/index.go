@@ -31,6 +31,9 @@ type entry struct {
 	containerID string
 	node        string
 	created     time.Time
+	// attached is when the node's agent last pointed the reservation at an
+	// attachment (spec.attachedAt, else its creation).
+	attached time.Time
 	// reuseAfter is set once the owner let it go and it only waits out its
 	// pool's reuse cooldown (spec.reuseAfter): it keeps the address taken
 	// but is nobody's, and may be deleted from then on.
@@ -40,6 +43,13 @@ type entry struct {
 // released reports whether the owner let the reservation go (it waits out
 // its pool's cooldown).
 func (e entry) released() bool { return !e.reuseAfter.IsZero() }
+
+func attachedAt(r *ipkeeperv1alpha1.IPReservation) time.Time {
+	if r.Spec.AttachedAt != nil {
+		return r.Spec.AttachedAt.Time
+	}
+	return r.CreationTimestamp.Time
+}
 
 func entryOf(r *ipkeeperv1alpha1.IPReservation) (entry, bool) {
 	ip, err := netip.ParseAddr(r.Spec.IP)
@@ -57,7 +67,7 @@ func entryOf(r *ipkeeperv1alpha1.IPReservation) (entry, bool) {
 			Kind: intern(r.Spec.Owner.Kind), Namespace: intern(r.Spec.Owner.Namespace), Name: r.Spec.Owner.Name, UID: r.Spec.Owner.UID,
 		},
 		ifName: intern(r.Spec.InterfaceName), containerID: r.Spec.ContainerID, node: intern(r.Spec.Node),
-		created: r.CreationTimestamp.Time, reuseAfter: reuseAfter,
+		created: r.CreationTimestamp.Time, attached: attachedAt(r), reuseAfter: reuseAfter,
 	}, true
 }
 
@@ -134,9 +144,6 @@ type index struct {
 	// informer has not delivered yet; a lagging event for an older object of
 	// the same name must not replace them.
 	unobserved map[string]unobservedWrite
-	// written says when this agent last wrote (or read live) the version
-	// the index holds of a reservation.
-	written map[string]time.Time
 	// deleted holds reservations this agent deleted whose deletion the
 	// informer has not delivered yet; their lagging events are stale.
 	deleted map[string]tombstone
@@ -252,7 +259,6 @@ func newIndex() *index {
 		conflicts:  map[string]map[netip.Addr]time.Time{},
 		pending:    map[string]map[netip.Addr]int{},
 		unobserved: map[string]unobservedWrite{},
-		written:    map[string]time.Time{},
 		deleted:    map[string]tombstone{},
 		releases:   map[string]uint64{},
 		exhausted:  map[string]exhaustedMemo{},
@@ -270,7 +276,6 @@ func (x *index) upsert(e entry) {
 	x.unobserved[e.name] = unobservedWrite{uid: e.uid, at: now}
 	delete(x.deleted, e.name)
 	x.upsertLocked(e)
-	x.written[e.name] = now
 }
 
 // observe records a reservation delivered by the informer. It ignores an
@@ -292,9 +297,6 @@ func (x *index) observe(e entry) {
 	if old, ok := x.byName[e.name]; ok {
 		if e.olderThan(old) {
 			return
-		}
-		if old.uid != e.uid || old.rv != e.rv {
-			delete(x.written, e.name) // someone else's version now
 		}
 	}
 	x.upsertLocked(e)
@@ -383,7 +385,6 @@ func (x *index) released(name string, uid types.UID, now time.Time) {
 // dropLocked removes e for good: its address is free again.
 func (x *index) dropLocked(e entry) {
 	x.unlinkLocked(e)
-	delete(x.written, e.name)
 	x.releases[e.pool]++
 }
 
@@ -578,15 +579,6 @@ func (x *index) expired(node, pool string, now time.Time) []entry {
 		}
 	}
 	return out
-}
-
-// writtenSince reports whether this agent wrote (or read live) the version
-// the index holds of name at or after t.
-func (x *index) writtenSince(name string, t time.Time) bool {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	w, ok := x.written[name]
-	return ok && !w.Before(t)
 }
 
 // get returns the reservation of that name, if the index has it.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
@@ -299,7 +300,7 @@ func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, 
 		},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
 			Pool: pool, Network: network, IP: ip.String(), Owner: h.owner,
-			InterfaceName: req.IfName, ContainerID: req.ContainerID, Node: a.opts.NodeName,
+			InterfaceName: req.IfName, ContainerID: req.ContainerID, Node: a.opts.NodeName, AttachedAt: ptr.To(metav1.Now()),
 		},
 	}
 	// Until the create returns, this node's other ADDs skip the address.

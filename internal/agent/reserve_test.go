@@ -347,3 +347,49 @@ func TestGCSparesRecentAndTakenOverReservations(t *testing.T) {
 		t.Fatal("GC deleted a version newer than the one it judged")
 	}
 }
+
+// A CNI GC judges a reservation's age from the object, not from the
+// agent's memory: after a restart between the runtime's list of valid
+// attachments and its GC call, what the agent wrote (or took over for a
+// new sandbox) moments before is spared.
+func TestGCAfterARestartSparesWhatWasWrittenMomentsBefore(t *testing.T) {
+	store := newFakeStore()
+	a := newTestAgent(t, store, newFakeClaims())
+	ctx := context.Background()
+	pod := testPod("web", "pod-uid-gc")
+	created, err := a.allocateForPod(ctx, testRequest(t, cniproto.CmdAdd, smallConf, "sandbox-1", pod), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An old reservation of another pod, taken over by its new sandbox.
+	ip := netip.MustParseAddr("10.9.0.6")
+	if ip == created[0].Addr() {
+		ip = netip.MustParseAddr("10.9.0.5")
+	}
+	old := store.put(&ipkeeperv1alpha1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("small", ip), CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour))},
+		Spec: ipkeeperv1alpha1.IPReservationSpec{
+			Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "sandbox-old", Node: "node-a",
+			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "vms", Name: "db", UID: "pod-uid-db"},
+		},
+	})
+	a.onReservation(old)
+	db := testPod("db", "pod-uid-db")
+	if _, err := a.allocateForPod(ctx, testRequest(t, cniproto.CmdAdd, smallConf, "sandbox-new", db), db); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := newTestAgent(t, store, newFakeClaims())
+	for _, r := range store.all() {
+		restarted.onReservation(r)
+	}
+	gc := strings.TrimSuffix(smallConf, "}") + `,"cni.dev/valid-attachments":[]}`
+	if err := restarted.GC(ctx, &cniproto.Request{Command: cniproto.CmdGC, Config: []byte(gc)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range []netip.Addr{created[0].Addr(), ip} {
+		if _, ok := store.get(naming.Reservation("small", ip)); !ok {
+			t.Errorf("a GC after a restart released %s, written moments before", ip)
+		}
+	}
+}

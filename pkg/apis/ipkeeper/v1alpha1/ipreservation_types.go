@@ -95,6 +95,12 @@ type IPReservationSpec struct {
 	// not release the address the new one uses.
 	// +optional
 	ContainerID string `json:"containerID,omitempty"`
+	// AttachedAt is when the node's agent last pointed the reservation at
+	// an attachment (created it, or set containerID for a new sandbox), by
+	// that node's clock; pods only. A CNI GC spares reservations attached
+	// more recently than its minimum age, also across agent restarts.
+	// +optional
+	AttachedAt *metav1.Time `json:"attachedAt,omitempty"`
 	// Node is the node whose agent made the reservation; pods only.
 	// +optional
 	Node string `json:"node,omitempty"`
