@@ -35,8 +35,8 @@ import (
 const (
 	// DefaultSocketPath is where the agent listens unless configured otherwise.
 	DefaultSocketPath = "/run/ipkeeper/agent.sock"
-	// SocketPathEnv overrides DefaultSocketPath for the shim (ipam.socketPath
-	// in the network config takes precedence over it).
+	// SocketPathEnv overrides DefaultSocketPath for the shim. It is the
+	// node's setting: a network config's ipam.socketPath is never dialled.
 	SocketPathEnv = "IPKEEPER_AGENT_SOCKET"
 
 	// MaxRequestSize bounds an encoded Request. CNI configs are a few KiB;

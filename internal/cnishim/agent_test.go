@@ -58,11 +58,12 @@ func (a *fakeAgent) Check(_ context.Context, r *cniproto.Request) error { a.reco
 func (a *fakeAgent) GC(_ context.Context, r *cniproto.Request) error    { a.record(r); return a.err }
 func (a *fakeAgent) Status(context.Context) error                       { return a.statusErr }
 
-// startAgent serves a on a real unix socket via cniserver.Serve and returns
-// the socket path.
+// startAgent serves a on a real unix socket via cniserver.Serve, makes it
+// the node's socket for the shim, and returns its path.
 func startAgent(t *testing.T, a cniserver.Handler) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "run", "agent.sock")
+	t.Setenv(cniproto.SocketPathEnv, sock) // the node's setting, as the runtime passes it
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cniserver.Serve(ctx, sock, a, logr.Discard()) }()

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 )
 
 // ageDir moves the modification time of dir and everything in it back by d,
@@ -44,22 +46,23 @@ func TestDelSucceedsOnceTheAgentIsGoneLongEnough(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "agent.sock")
+	t.Setenv(cniproto.SocketPathEnv, sock)
 	var stderr strings.Builder
 	p := &Plugin{Stderr: &stderr}
 
-	err := p.Del(cmdArgs(conf("1.1.0", sock)))
+	err := p.Del(cmdArgs(conf("1.1.0")))
 	if ce := asCNIError(t, err); ce.Code != types.ErrTryAgainLater {
 		t.Fatalf("DEL with the agent just gone: %+v, want try again later", ce)
 	}
 
 	ageDir(t, dir, AgentGoneAfter+time.Minute)
-	if err := p.Del(cmdArgs(conf("1.1.0", sock))); err != nil {
+	if err := p.Del(cmdArgs(conf("1.1.0"))); err != nil {
 		t.Fatalf("DEL with the agent unreachable for longer than %s: %v, want success", AgentGoneAfter, err)
 	}
 	if !strings.Contains(stderr.String(), "unreachable since") || !strings.Contains(stderr.String(), "garbage collector") {
 		t.Errorf("no warning on stderr: %q", stderr.String())
 	}
-	if ce := asCNIError(t, p.Add(cmdArgs(conf("1.1.0", sock)))); ce.Code != types.ErrTryAgainLater {
+	if ce := asCNIError(t, p.Add(cmdArgs(conf("1.1.0")))); ce.Code != types.ErrTryAgainLater {
 		t.Errorf("ADD with the agent gone: %+v, want try again later (only DEL may proceed)", ce)
 	}
 
@@ -72,7 +75,7 @@ func TestDelSucceedsOnceTheAgentIsGoneLongEnough(t *testing.T) {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false) // a crash leaves the socket behind
 	_ = l.Close()
-	if ce := asCNIError(t, p.Del(cmdArgs(conf("1.1.0", sock)))); ce.Code != types.ErrTryAgainLater {
+	if ce := asCNIError(t, p.Del(cmdArgs(conf("1.1.0")))); ce.Code != types.ErrTryAgainLater {
 		t.Fatalf("DEL right after a restarted agent crashed: %+v, want try again later", ce)
 	}
 }

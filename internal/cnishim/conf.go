@@ -30,20 +30,25 @@ func parseConf(stdin []byte) (*netConf, error) {
 	return &c, nil
 }
 
-// socketPath picks the agent socket: ipam.socketPath, then the
-// environment, then the default. Relative paths are rejected because they
-// would depend on the runtime's working directory.
+// socketPath picks the agent socket from the node only: the environment
+// the runtime gives the plugin, else the default. The network definition is
+// written by namespace users with NAD rights, so the root shim never dials
+// or creates files at a path it names: an ipam.socketPath other than the
+// node's is a configuration error. Relative paths are rejected because
+// they would depend on the runtime's working directory.
 func (c *netConf) socketPath(getenv func(string) string) (string, error) {
-	path, source := c.IPAM.SocketPath, "ipam.socketPath"
+	path := getenv(cniproto.SocketPathEnv)
 	if path == "" {
-		path, source = getenv(cniproto.SocketPathEnv), cniproto.SocketPathEnv
-	}
-	if path == "" {
-		return cniproto.DefaultSocketPath, nil
+		path = cniproto.DefaultSocketPath
 	}
 	if !filepath.IsAbs(path) {
 		return "", types.NewError(types.ErrInvalidNetworkConfig,
-			fmt.Sprintf("ipkeeper: %s %q must be an absolute path", source, path), "")
+			fmt.Sprintf("ipkeeper: %s %q must be an absolute path", cniproto.SocketPathEnv, path), "")
+	}
+	if c.IPAM.SocketPath != "" && filepath.Clean(c.IPAM.SocketPath) != filepath.Clean(path) {
+		return "", types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("ipkeeper: ipam.socketPath %q is not this node's agent socket %q: the socket is the node's (%s on the runtime, --socket on the agent); remove ipam.socketPath from the network",
+				c.IPAM.SocketPath, path, cniproto.SocketPathEnv), "")
 	}
 	return path, nil
 }

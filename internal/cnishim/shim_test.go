@@ -22,9 +22,9 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 )
 
-func conf(cniVersion, sock string) []byte {
+func conf(cniVersion string) []byte {
 	return []byte(fmt.Sprintf(`{"cniVersion":%q,"name":"net-a","type":"bridge",`+
-		`"ipam":{"type":"ipkeeper","socketPath":%q,"pool":"blue"}}`, cniVersion, sock))
+		`"ipam":{"type":"ipkeeper","pool":"blue"}}`, cniVersion))
 }
 
 func cmdArgs(stdin []byte) *skel.CmdArgs {
@@ -51,12 +51,12 @@ func testResult(t *testing.T) *types100.Result {
 
 func TestAddConvertsResult(t *testing.T) {
 	agent := &fakeAgent{result: testResult(t)}
-	sock := startAgent(t, agent)
+	startAgent(t, agent)
 	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
 		t.Run(v, func(t *testing.T) {
 			var out bytes.Buffer
 			p := &Plugin{Stdout: &out}
-			if err := p.Add(cmdArgs(conf(v, sock))); err != nil {
+			if err := p.Add(cmdArgs(conf(v))); err != nil {
 				t.Fatalf("Add: %v", err)
 			}
 			var got struct {
@@ -87,7 +87,7 @@ func TestAddConvertsResult(t *testing.T) {
 	req := agent.last(t)
 	want := cniproto.Request{Command: "ADD", ContainerID: "cid-1", Netns: "/var/run/netns/p1", IfName: "net1",
 		Path: "/opt/cni/bin", Args: cmdArgs(nil).Args}
-	if !jsonEqual(t, req.Config, conf("1.1.0", sock)) {
+	if !jsonEqual(t, req.Config, conf("1.1.0")) {
 		t.Fatalf("agent got config %s", req.Config)
 	}
 	req.Config = nil
@@ -98,8 +98,8 @@ func TestAddConvertsResult(t *testing.T) {
 
 func TestDel(t *testing.T) {
 	agent := &fakeAgent{}
-	sock := startAgent(t, agent)
-	args := cmdArgs(conf("1.1.0", sock))
+	startAgent(t, agent)
+	args := cmdArgs(conf("1.1.0"))
 	args.Netns = "" // the namespace may already be gone
 	var out bytes.Buffer
 	if err := (&Plugin{Stdout: &out}).Del(args); err != nil {
@@ -115,9 +115,9 @@ func TestDel(t *testing.T) {
 
 func TestCheckAndGCForwardConfig(t *testing.T) {
 	agent := &fakeAgent{}
-	sock := startAgent(t, agent)
-	stdin := []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"net-a","ipam":{"type":"ipkeeper","socketPath":%q},`+
-		`"cni.dev/valid-attachments":[{"containerID":"c9","ifname":"net1"}]}`, sock))
+	startAgent(t, agent)
+	stdin := []byte(`{"cniVersion":"1.1.0","name":"net-a","ipam":{"type":"ipkeeper"},` +
+		`"cni.dev/valid-attachments":[{"containerID":"c9","ifname":"net1"}]}`)
 	p := &Plugin{}
 	if err := p.GC(&skel.CmdArgs{Path: "/opt/cni/bin", StdinData: stdin}); err != nil {
 		t.Fatalf("GC: %v", err)
@@ -135,6 +135,7 @@ func TestCheckAndGCForwardConfig(t *testing.T) {
 
 func TestAgentDown(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "run", "agent.sock")
+	t.Setenv(cniproto.SocketPathEnv, sock)
 	p := &Plugin{}
 	for _, tc := range []struct {
 		name string
@@ -145,7 +146,7 @@ func TestAgentDown(t *testing.T) {
 		{"DEL", p.Del, types.ErrTryAgainLater},
 		{"STATUS", p.Status, cniproto.ErrPluginNotAvailable},
 	} {
-		err := tc.call(cmdArgs(conf("1.1.0", sock)))
+		err := tc.call(cmdArgs(conf("1.1.0")))
 		ce := asCNIError(t, err)
 		want := "ipkeeper-agent is not reachable at " + sock + ": dial unix " + sock + ": connect: no such file or directory"
 		if ce.Code != tc.code || !strings.HasPrefix(ce.Msg, want) || !strings.Contains(ce.Msg, "DaemonSet") {
@@ -155,23 +156,23 @@ func TestAgentDown(t *testing.T) {
 }
 
 func TestStatusNotReady(t *testing.T) {
-	sock := startAgent(t, &fakeAgent{statusErr: errors.New("waiting for IPPool informer to sync")})
-	ce := asCNIError(t, (&Plugin{}).Status(cmdArgs(conf("1.1.0", sock))))
+	startAgent(t, &fakeAgent{statusErr: errors.New("waiting for IPPool informer to sync")})
+	ce := asCNIError(t, (&Plugin{}).Status(cmdArgs(conf("1.1.0"))))
 	if ce.Code != 50 || !strings.Contains(ce.Msg, "IPPool informer") {
 		t.Fatalf("STATUS not ready: %+v, want code 50 with the agent's reason", ce)
 	}
 
-	sock = startAgent(t, &fakeAgent{})
-	if err := (&Plugin{}).Status(cmdArgs(conf("1.1.0", sock))); err != nil {
+	startAgent(t, &fakeAgent{})
+	if err := (&Plugin{}).Status(cmdArgs(conf("1.1.0"))); err != nil {
 		t.Fatalf("STATUS ready: %v", err)
 	}
 }
 
 func TestCNIErrorPassthrough(t *testing.T) {
 	want := types.NewError(types.ErrInvalidNetworkConfig, `ipam: pool "blue" not found`, "IPPool blue does not exist")
-	sock := startAgent(t, &fakeAgent{err: want})
+	startAgent(t, &fakeAgent{err: want})
 	var out bytes.Buffer
-	ce := asCNIError(t, (&Plugin{Stdout: &out}).Add(cmdArgs(conf("1.0.0", sock))))
+	ce := asCNIError(t, (&Plugin{Stdout: &out}).Add(cmdArgs(conf("1.0.0"))))
 	if *ce != *want {
 		t.Fatalf("got %+v, want %+v", ce, want)
 	}
@@ -182,9 +183,9 @@ func TestCNIErrorPassthrough(t *testing.T) {
 
 func TestRequestTooLarge(t *testing.T) {
 	agent := &fakeAgent{}
-	sock := startAgent(t, agent)
-	stdin := []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"n","ipam":{"type":"ipkeeper","socketPath":%q},"pad":%q}`,
-		sock, strings.Repeat("x", 1<<20)))
+	startAgent(t, agent)
+	stdin := []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"n","ipam":{"type":"ipkeeper"},"pad":%q}`,
+		strings.Repeat("x", 1<<20)))
 	ce := asCNIError(t, (&Plugin{}).Add(cmdArgs(stdin)))
 	if ce.Code != types.ErrInvalidNetworkConfig || !strings.Contains(ce.Msg, "1 MiB") {
 		t.Fatalf("got %+v, want code 7 naming the 1 MiB limit", ce)
@@ -219,10 +220,11 @@ func TestSocketPathPrecedence(t *testing.T) {
 	for _, tc := range []struct {
 		name, stdin, env, want, wantErr string
 	}{
-		{"config wins", `{"ipam":{"socketPath":"/a.sock"}}`, "/b.sock", "/a.sock", ""},
+		{"config is not the node's", `{"ipam":{"socketPath":"/a.sock"}}`, "/b.sock", "", `ipam.socketPath "/a.sock" is not this node's agent socket "/b.sock"`},
+		{"config names the node's", `{"ipam":{"socketPath":"/b.sock"}}`, "/b.sock", "/b.sock", ""},
 		{"env", `{"ipam":{"type":"ipkeeper"}}`, "/b.sock", "/b.sock", ""},
 		{"default", `{"cniVersion":"1.0.0"}`, "", cniproto.DefaultSocketPath, ""},
-		{"relative config", `{"ipam":{"socketPath":"agent.sock"}}`, "", "", `ipam.socketPath "agent.sock" must be an absolute path`},
+		{"relative config", `{"ipam":{"socketPath":"agent.sock"}}`, "", "", `ipam.socketPath "agent.sock" is not this node's agent socket`},
 		{"relative env", `{}`, "x.sock", "", `IPKEEPER_AGENT_SOCKET "x.sock" must be an absolute path`},
 	} {
 		c, err := parseConf([]byte(tc.stdin))
@@ -261,4 +263,40 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 		t.Fatal(err)
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+// The root shim dials only the node's socket: a network definition (which
+// any namespace user with NAD rights writes) naming another path is a
+// configuration error, and nothing is dialled or created there.
+func TestSocketPathComesFromTheNodeOnly(t *testing.T) {
+	agent := &fakeAgent{}
+	sock := startAgent(t, agent)
+	elsewhere := filepath.Join(t.TempDir(), "chosen-by-the-nad.sock")
+	stdin := []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"net-a","ipam":{"type":"ipkeeper","socketPath":%q}}`, elsewhere))
+	p := &Plugin{Getenv: func(k string) string {
+		if k == cniproto.SocketPathEnv {
+			return sock
+		}
+		return ""
+	}}
+	for _, call := range []struct {
+		name string
+		f    func(*skel.CmdArgs) error
+	}{{"ADD", p.Add}, {"DEL", p.Del}, {"CHECK", p.Check}} {
+		ce := asCNIError(t, call.f(cmdArgs(stdin)))
+		if ce.Code != types.ErrInvalidNetworkConfig || !strings.Contains(ce.Msg, "ipam.socketPath") || !strings.Contains(ce.Msg, elsewhere) {
+			t.Errorf("%s with ipam.socketPath %s: %+v, want code 7 naming the field and the value", call.name, elsewhere, ce)
+		}
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(elsewhere)); len(entries) != 0 {
+		t.Errorf("the shim created %v where the NAD pointed", entries)
+	}
+	if agent.count() != 0 {
+		t.Errorf("the node's agent got %d requests of a refused config", agent.count())
+	}
+	// The node's own path, written out in the NAD, is no choice: it works.
+	same := []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"net-a","ipam":{"type":"ipkeeper","socketPath":%q}}`, sock))
+	if err := p.Del(cmdArgs(same)); err != nil {
+		t.Errorf("DEL naming the node's own socket: %v", err)
+	}
 }

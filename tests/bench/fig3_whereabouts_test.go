@@ -58,10 +58,10 @@ func BenchmarkWhereabouts(b *testing.B) {
 
 		confs := make(map[*node][]byte, len(nodes))
 		for _, nd := range nodes {
-			confs[nd] = framework.NetConf(fmt.Sprintf("sbs-%d", i), map[string]any{"range": "10.134.0.0/20", "socketPath": nd.proc.Socket})
+			confs[nd] = framework.NetConf(fmt.Sprintf("sbs-%d", i), map[string]any{"range": "10.134.0.0/20"})
 		}
 		ipk := execStorm(b, n, 0, false, func(k int) error {
-			_, err := execPlugin(ctx, bin.Shim, "ADD", pods[k], confs[owner[k]])
+			_, err := execPlugin(ctx, bin.Shim, "ADD", owner[k].proc.Socket, pods[k], confs[owner[k]])
 			return err
 		})
 		stop()
@@ -81,7 +81,7 @@ func BenchmarkWhereabouts(b *testing.B) {
 		// A whereabouts ADD that gives up waiting for its lease is its
 		// behaviour under load, which a runtime retries: counted, not a failure here.
 		wb := execStorm(b, n, capAfter, true, func(k int) error {
-			_, err := execPlugin(ctx, filepath.Join(whereaboutsDir, "whereabouts"), "ADD", pods[k], wbConf)
+			_, err := execPlugin(ctx, filepath.Join(whereaboutsDir, "whereabouts"), "ADD", "", pods[k], wbConf)
 			return err
 		})
 

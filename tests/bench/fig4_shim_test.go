@@ -32,12 +32,12 @@ func BenchmarkShim(b *testing.B) {
 		var shimT, minT []time.Duration
 		for range execs {
 			t0 := time.Now()
-			if _, err := execPlugin(ctx, bin.Shim, "VERSION", nil, version); err != nil {
+			if _, err := execPlugin(ctx, bin.Shim, "VERSION", "", nil, version); err != nil {
 				b.Fatal(err)
 			}
 			shimT = append(shimT, time.Since(t0))
 			t0 = time.Now()
-			if _, err := execPlugin(ctx, minimal, "VERSION", nil, version); err != nil {
+			if _, err := execPlugin(ctx, minimal, "VERSION", "", nil, version); err != nil {
 				b.Fatal(err)
 			}
 			minT = append(minT, time.Since(t0))
@@ -56,7 +56,7 @@ func BenchmarkShim(b *testing.B) {
 		nd := nodes[0]
 		ns := cp.NewNamespace(b, "shim")
 		pods := cp.CreatePods(b, ns, nd.name, nd.name, 2*adds)
-		ipam := map[string]any{"range": "10.131.0.0/20", "socketPath": nd.proc.Socket}
+		ipam := map[string]any{"range": "10.131.0.0/20"}
 		conf := framework.NetConf(fmt.Sprintf("shim-%d", i), ipam)
 		// Warm the agent's paths (first allocation on a network, first pods).
 		for _, p := range pods[:5] {
@@ -71,7 +71,7 @@ func BenchmarkShim(b *testing.B) {
 		b.StartTimer()
 		for _, p := range pods[:adds] {
 			t0 := time.Now()
-			if _, err := execPlugin(ctx, bin.Shim, "ADD", p, conf); err != nil {
+			if _, err := execPlugin(ctx, bin.Shim, "ADD", nd.proc.Socket, p, conf); err != nil {
 				b.Fatal(err)
 			}
 			execT = append(execT, time.Since(t0))
@@ -103,7 +103,7 @@ func BenchmarkShim(b *testing.B) {
 		// go below.
 		var pacedT []time.Duration
 		for k, p := range pods[:adds] {
-			if _, err := execPlugin(ctx, minimal, "VERSION", nil, version); err != nil {
+			if _, err := execPlugin(ctx, minimal, "VERSION", "", nil, version); err != nil {
 				b.Fatal(err)
 			}
 			t0 := time.Now()

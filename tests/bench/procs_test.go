@@ -176,9 +176,13 @@ func podArgs(p *corev1.Pod, containerID string) string {
 
 // execPlugin runs a CNI plugin binary as a runtime does: the command and
 // the attachment in the environment, the network configuration on stdin.
-func execPlugin(ctx context.Context, binary, command string, p *corev1.Pod, conf []byte) ([]byte, error) {
+// socket, if set, is the node's agent socket (IPKEEPER_AGENT_SOCKET).
+func execPlugin(ctx context.Context, binary, command, socket string, p *corev1.Pod, conf []byte) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, binary)
 	cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_PATH=" + filepath.Dir(binary)}
+	if socket != "" {
+		cmd.Env = append(cmd.Env, cniproto.SocketPathEnv+"="+socket)
+	}
 	if p != nil {
 		id := framework.SandboxID(p)
 		cmd.Env = append(cmd.Env, "CNI_CONTAINERID="+id, "CNI_NETNS=/var/run/netns/"+p.Name,

@@ -25,11 +25,11 @@ import (
 // agent 60s (cniproto.DefaultTimeout).
 const cniTimeout = 90 * time.Second
 
-// IPAM returns an ipam section of type ipkeeper pointing at the node's
-// agent socket (ipam.socketPath), with the given whereabouts-style keys
-// (range, gateway, ...).
+// IPAM returns an ipam section of type ipkeeper with the given
+// whereabouts-style keys (range, gateway, ...). The node's agent socket
+// reaches the shim through the environment (socketExec).
 func (n *Node) IPAM(keys map[string]any) map[string]any {
-	ipam := map[string]any{"type": "ipkeeper", "socketPath": n.Agent.Socket}
+	ipam := map[string]any{"type": "ipkeeper"}
 	maps.Copy(ipam, keys)
 	return ipam
 }

@@ -42,7 +42,8 @@ type AgentProcessOptions struct {
 // AgentProcess is a running ipkeeper-agent process.
 type AgentProcess struct {
 	NodeName string
-	// Socket is the agent's --socket, given to the shim as ipam.socketPath.
+	// Socket is the agent's --socket, given to the shim as the node's
+	// IPKEEPER_AGENT_SOCKET.
 	Socket string
 	// CNIBinDir is the agent's --cni-bin-dir, where it installs the shim.
 	CNIBinDir string
