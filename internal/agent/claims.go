@@ -46,6 +46,9 @@ func (a *Agent) claimAddresses(ctx context.Context, req *request, pod *corev1.Po
 	if err != nil {
 		return nil, fail(reasonClaim, codeTryAgainLater, fmt.Errorf("pod %s/%s interface %s: %w", pod.Namespace, pod.Name, req.IfName, explainWait(err)))
 	}
+	if claim.DeletionTimestamp != nil { // a CHECK; an ADD waits for the claim made again
+		return nil, fail(reasonClaim, codeTryAgainLater, fmt.Errorf("pod %s/%s interface %s: %s", pod.Namespace, pod.Name, req.IfName, deletingMessage(claim)))
+	}
 	if err := a.mayUseClaim(pod, claim); err != nil {
 		return nil, err
 	}
@@ -72,6 +75,9 @@ func explainWait(err error) error {
 		return err
 	}
 	claim := na.claim
+	if claim.DeletionTimestamp != nil {
+		return err
+	}
 	why := "ipkeeper-controller has not recorded them yet (is it running? `kubectl ipkeeper why claim " + claim.Name + " -n " + claim.Namespace + "`)"
 	for _, t := range []string{claimstatus.ConditionRequested, claimstatus.ConditionIPsAllocated} {
 		if c := meta.FindStatusCondition(claim.Status.Conditions, t); c != nil && c.Status == metav1.ConditionFalse {

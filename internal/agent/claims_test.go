@@ -464,6 +464,53 @@ func TestClaimBackedAddWithoutAddressesTellsWhy(t *testing.T) {
 	}
 }
 
+// A claim being deleted (its VM stopped, or lost this network) is never
+// handed to a launcher: its addresses are about to be freed. The ADD
+// waits for the claim ipkeeper makes again, and fails with "try again
+// later", saying so, if none comes in time.
+func TestClaimBeingDeletedIsNotHandedOut(t *testing.T) {
+	f := newClaimFixture(t)
+	f.a.opts.ClaimWaitTimeout = 50 * time.Millisecond
+	deleting := f.claim.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	deleting.Finalizers = []string{"kubevirt.io/persistent-ipam"}
+	f.claims.put(deleting)
+	f.fill("10.0.0.7/24", "fd00::7/120")
+	res, err := f.add(claimConf, "sandbox-1")
+	if c := cniCodeOf(err); c != codeTryAgainLater {
+		t.Fatalf("ADD with the claim being deleted = %v, %v (code %d), want CNI code 11", res, err, c)
+	}
+	mustContainAll(t, err, "IPAMClaim vms/vm1.blue", "is being deleted")
+
+	// The claim made again (a new UID) and filled: the ADD gets its addresses.
+	f.a.opts.ClaimWaitTimeout = time.Hour
+	done := make(chan error, 1)
+	var got *types100.Result
+	go func() {
+		var err error
+		got, err = f.add(claimConf, "sandbox-1")
+		done <- err
+	}()
+	select {
+	case <-f.claims.waiting:
+	case err := <-done:
+		t.Fatalf("ADD returned (%v, %v) with the claim still being deleted", got, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("ADD did not wait for the claim within 10s")
+	}
+	f.claim = testClaim("claim-uid-2")
+	f.claims.put(f.claim)
+	f.fill("10.0.0.9/24", "fd00::9/120")
+	select {
+	case err := <-done:
+		if err != nil || resultIPs(got) != "10.0.0.9/24,fd00::9/120" {
+			t.Fatalf("ADD once the claim is made again: %v, %v; want its 10.0.0.9/24,fd00::9/120", got, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ADD did not return within 10s of the new claim getting addresses")
+	}
+}
+
 // A claim-backed attachment's DEL and the runtime's GC release nothing of
 // the claim's: its addresses stay with the VM, across launcher pods and
 // nodes, until ipkeeper-controller releases them. That holds too for claim

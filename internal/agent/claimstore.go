@@ -29,14 +29,22 @@ type ClaimStore interface {
 var errClaimMissing = errors.New("IPAMClaim not found")
 
 // noAddressesError reports a claim that exists but recorded no addresses
-// in time: ipkeeper-controller has not filled it (yet).
+// in time (ipkeeper-controller has not filled it yet), or was still being
+// deleted.
 type noAddressesError struct {
 	claim   *ipamclaimsv1alpha1.IPAMClaim
 	timeout time.Duration
 }
 
 func (e *noAddressesError) Error() string {
+	if e.claim.DeletionTimestamp != nil {
+		return fmt.Sprintf("%s, and ipkeeper did not make it again within %s", deletingMessage(e.claim), e.timeout)
+	}
 	return fmt.Sprintf("IPAMClaim %s/%s has no addresses (status.ips) after %s", e.claim.Namespace, e.claim.Name, e.timeout)
+}
+
+func deletingMessage(c *ipamclaimsv1alpha1.IPAMClaim) string {
+	return fmt.Sprintf("IPAMClaim %s/%s is being deleted (its VM stopped or no longer has this network): its addresses are being freed", c.Namespace, c.Name)
 }
 
 type apiClaimStore struct {
@@ -56,8 +64,13 @@ func (s *apiClaimStore) Get(ctx context.Context, namespace, name string) (*ipamc
 	return c, nil
 }
 
-// filled reports whether ipkeeper-controller has recorded the claim's addresses.
-func filled(c *ipamclaimsv1alpha1.IPAMClaim) bool { return len(c.Status.IPs) > 0 }
+// usable reports whether ipkeeper-controller has recorded the claim's
+// addresses and the claim is not being deleted: the addresses of a claim
+// being deleted are freed once it is gone, so a launcher waits for the
+// claim made again.
+func usable(c *ipamclaimsv1alpha1.IPAMClaim) bool {
+	return len(c.Status.IPs) > 0 && c.DeletionTimestamp == nil
+}
 
 // Wait watches the one claim instead of polling: the controller creates
 // a VM's claims and fills them when the VM is created, normally long
@@ -89,7 +102,7 @@ func (s *apiClaimStore) Wait(ctx context.Context, namespace, name string, timeou
 // claimRewatchDelay spaces the watches of a claim whose watch ended early.
 const claimRewatchDelay = 200 * time.Millisecond
 
-// watchOnce watches the claim until it has addresses (returned), ctx ends
+// watchOnce watches the claim until it is usable (returned), ctx ends
 // or the watch ends (nil, nil: the caller decides), keeping last up to
 // date with what it shows of the claim. A watch the API server refuses
 // for good (forbidden, bad request) ends the wait with its error.
@@ -124,7 +137,7 @@ func (s *apiClaimStore) watchOnce(ctx context.Context, namespace, name string, l
 			case ev.Type == watch.Deleted:
 				*last = nil
 			case ev.Type == watch.Added || ev.Type == watch.Modified:
-				if filled(c) {
+				if usable(c) {
 					return c, nil
 				}
 				*last = c

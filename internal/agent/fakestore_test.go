@@ -305,7 +305,7 @@ func (f *fakeClaims) Wait(ctx context.Context, ns, name string, timeout time.Dur
 		}
 		changed := f.changed
 		f.mu.Unlock()
-		if last != nil && len(last.Status.IPs) > 0 {
+		if last != nil && usable(last) {
 			return last, nil
 		}
 		if !announced {
