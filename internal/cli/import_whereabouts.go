@@ -528,12 +528,20 @@ func applyImportStep(ctx context.Context, c client.Client, st *ImportStep) error
 	} else {
 		res.Spec.ContainerID, res.Spec.Node = st.ContainerID, st.node
 	}
-	if err := c.Create(ctx, res); err != nil && !apierrors.IsAlreadyExists(err) {
+	switch err := c.Create(ctx, res); {
+	case apierrors.IsAlreadyExists(err):
+		// Made since the plan was read: the holder's own (an import run
+		// again after it stopped half-way), or someone else's now.
+		var cur ipkeeperv1alpha1.IPReservation
+		if err := c.Get(ctx, client.ObjectKey{Name: res.Name}, &cur); err != nil {
+			return fmt.Errorf("reading IPReservation %s of %s, made while importing: %w", res.Name, st.IP, err)
+		}
+		if !heldBy(&cur, *st.Owner, res.Spec.InterfaceName) {
+			st.Action, st.Detail = importConflict, "reserved in ipkeeper meanwhile"
+			return nil
+		}
+	case err != nil:
 		return fmt.Errorf("creating IPReservation %s for %s: %w", res.Name, st.IP, err)
-	} else if apierrors.IsAlreadyExists(err) && st.claim == nil {
-		// Made since the plan was read: someone else's now.
-		st.Action, st.Detail = importConflict, "reserved in ipkeeper meanwhile"
-		return nil
 	}
 	if st.claim == nil || claimRecords(st.claim, st.ip) {
 		return nil
