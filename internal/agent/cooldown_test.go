@@ -27,7 +27,7 @@ func coolPool(cooldown time.Duration, ranges ...string) *ipkeeperv1alpha1.IPPool
 		p.Spec.Ranges = append(p.Spec.Ranges, ipkeeperv1alpha1.PoolRange{Range: r})
 	}
 	if cooldown > 0 {
-		p.Spec.ReuseCooldown = &metav1.Duration{Duration: cooldown}
+		p.Spec.ReuseCooldown = &ipkeeperv1alpha1.Duration{Duration: cooldown}
 	}
 	return p
 }

@@ -182,7 +182,7 @@ func TestReleaseOneReadsThePoolLive(t *testing.T) {
 	res := claimReservation(claim, "10.0.0.5", time.Now())
 	pool := &v1alpha1.IPPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "machines"},
-		Spec:       v1alpha1.IPPoolSpec{Ranges: []v1alpha1.PoolRange{{Range: "10.0.0.0/24"}}, ReuseCooldown: &metav1.Duration{Duration: time.Minute}},
+		Spec:       v1alpha1.IPPoolSpec{Ranges: []v1alpha1.PoolRange{{Range: "10.0.0.0/24"}}, ReuseCooldown: &v1alpha1.Duration{Duration: time.Minute}},
 	}
 	cached := fakeWithIndexes(t, s, res)
 	live := fakeWithIndexes(t, s, pool)

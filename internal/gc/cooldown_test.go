@@ -32,7 +32,7 @@ func TestCollectorHonoursReuseCooldown(t *testing.T) {
 		t.Fatal(err)
 	}
 	cool := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "cool"},
-		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.0.0.0/24"}}, ReuseCooldown: &metav1.Duration{Duration: 30 * time.Second}}}
+		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.0.0.0/24"}}, ReuseCooldown: &ipkeeperv1alpha1.Duration{Duration: 30 * time.Second}}}
 	for _, tt := range []struct {
 		name   string
 		kind   ipkeeperv1alpha1.OwnerKind

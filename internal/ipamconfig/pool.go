@@ -35,11 +35,15 @@ func checkPoolRef(ipam *rawIPAM) error {
 	return nil
 }
 
-// PoolRanges parses and validates an IPPool's spec.ranges. Unlike a NAD's
-// inline ranges, a pool may have several ranges per family (that is how it
-// grows), but no two may overlap. Errors are *FieldError values naming the
-// field ("spec.ranges[1].range_start") and the value.
+// PoolRanges parses and validates an IPPool's spec (its ranges, and the
+// other fields a reader could not use). Unlike a NAD's inline ranges, a
+// pool may have several ranges per family (that is how it grows), but no
+// two may overlap. Errors are *FieldError values naming the field
+// ("spec.ranges[1].range_start") and the value.
 func PoolRanges(spec *v1alpha1.IPPoolSpec) ([]iprange.Range, error) {
+	if d := spec.ReuseCooldown; d != nil && d.Invalid != "" {
+		return nil, fieldErr("spec.reuseCooldown", " %q is not a duration (such as 30s, 5m or 1h30m)", d.Invalid)
+	}
 	if len(spec.Ranges) == 0 {
 		return nil, fieldErr("spec.ranges", ": at least one range is required")
 	}

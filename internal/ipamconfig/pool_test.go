@@ -74,6 +74,12 @@ func TestPoolRanges(t *testing.T) {
 			t.Errorf("%v: error %v, want field %s mentioning %s", tt.ranges, err, tt.field, tt.text)
 		}
 	}
+	// A reuseCooldown stored before its validation rule existed.
+	_, err = PoolRanges(&v1alpha1.IPPoolSpec{Ranges: spec.Ranges, ReuseCooldown: &v1alpha1.Duration{Invalid: "30 seconds"}})
+	var fe *FieldError
+	if err == nil || !asField(err, &fe) || fe.Field != "spec.reuseCooldown" || !strings.Contains(err.Error(), `"30 seconds"`) {
+		t.Errorf("malformed reuseCooldown: error %v, want field spec.reuseCooldown naming the value", err)
+	}
 	// Two writings of one range have one definition.
 	a, _ := Parse([]byte(`{"name":"n","ipam":{"range":"10.0.0.10-10.0.0.20/24","gateway":"10.0.0.1"}}`))
 	b, _ := Parse([]byte(`{"name":"n","ipam":{"range":"10.0.0.0/24","range_start":"10.0.0.10","range_end":"10.0.0.20","gateway":"10.0.0.1"}}`))

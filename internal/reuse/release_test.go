@@ -24,12 +24,12 @@ func TestRelease(t *testing.T) {
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, tt := range []struct {
 		name     string
-		cooldown *metav1.Duration
+		cooldown *v1alpha1.Duration
 		wantGone bool
 	}{
 		{"no cooldown: deleted", nil, true},
-		{"zero cooldown: deleted", &metav1.Duration{}, true},
-		{"cooldown: held until reuseAfter", &metav1.Duration{Duration: 30 * time.Second}, false},
+		{"zero cooldown: deleted", &v1alpha1.Duration{}, true},
+		{"cooldown: held until reuseAfter", &v1alpha1.Duration{Duration: 30 * time.Second}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := &v1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "blue"}, Spec: v1alpha1.IPPoolSpec{ReuseCooldown: tt.cooldown}}

@@ -55,7 +55,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestCooldown(t *testing.T) {
-	pool := func(d *metav1.Duration) *ipkeeperv1alpha1.IPPool {
+	pool := func(d *ipkeeperv1alpha1.Duration) *ipkeeperv1alpha1.IPPool {
 		return &ipkeeperv1alpha1.IPPool{Spec: ipkeeperv1alpha1.IPPoolSpec{ReuseCooldown: d}}
 	}
 	for _, tt := range []struct {
@@ -65,8 +65,9 @@ func TestCooldown(t *testing.T) {
 	}{
 		{"pool gone", nil, 0},
 		{"unset", pool(nil), 0},
-		{"set", pool(&metav1.Duration{Duration: 30 * time.Second}), 30 * time.Second},
-		{"negative", pool(&metav1.Duration{Duration: -time.Second}), 0},
+		{"set", pool(&ipkeeperv1alpha1.Duration{Duration: 30 * time.Second}), 30 * time.Second},
+		{"negative", pool(&ipkeeperv1alpha1.Duration{Duration: -time.Second}), 0},
+		{"invalid", pool(&ipkeeperv1alpha1.Duration{Invalid: "30 seconds"}), 0},
 	} {
 		if got := Cooldown(tt.pool); got != tt.want {
 			t.Errorf("%s: Cooldown = %s, want %s", tt.name, got, tt.want)

@@ -175,7 +175,7 @@ func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err 
 		}
 	}
 	small := &ipkv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: smallPool},
-		Spec: ipkv1alpha1.IPPoolSpec{Ranges: smallRanges(false), ReuseCooldown: &metav1.Duration{Duration: smallCooldown}}}
+		Spec: ipkv1alpha1.IPPoolSpec{Ranges: smallRanges(false), ReuseCooldown: &ipkv1alpha1.Duration{Duration: smallCooldown}}}
 	if err := c.cp.Client.Create(ctx, small); err != nil {
 		return nil, fmt.Errorf("creating IPPool %s: %w", smallPool, err)
 	}

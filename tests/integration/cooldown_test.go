@@ -22,7 +22,7 @@ import (
 func createCoolPool(t *testing.T, name, cidr string, cooldown time.Duration) {
 	t.Helper()
 	p := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: cidr}}, ReuseCooldown: &metav1.Duration{Duration: cooldown}}}
+		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: cidr}}, ReuseCooldown: &ipkeeperv1alpha1.Duration{Duration: cooldown}}}
 	if err := cp.Client.Create(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}

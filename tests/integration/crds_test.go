@@ -117,6 +117,49 @@ func TestCRDsAcceptValidAndRejectInvalid(t *testing.T) {
 			wantField: "spec.config",
 		},
 	}
+	// IPPools: every field is checked at admission, with a message naming
+	// it, so that a pool no reader can use is never stored.
+	pool := func(name string, rng map[string]any, spec map[string]any) client.Object {
+		r := map[string]any{"range": "10.77.0.0/24"}
+		for k, v := range rng {
+			r[k] = v
+		}
+		sp := map[string]any{"ranges": []any{r}}
+		for k, v := range spec {
+			sp[k] = v
+		}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "ipkeeper.io/v1alpha1", "kind": "IPPool",
+			"metadata": map[string]any{"name": name}, "spec": sp,
+		}}
+	}
+	for _, pc := range []struct {
+		name          string
+		rng, spec     map[string]any
+		field, phrase string
+	}{
+		{"reuseCooldown", nil, map[string]any{"reuseCooldown": "30 seconds"}, "spec.reuseCooldown", "duration"},
+		{"reuseCooldown negative", nil, map[string]any{"reuseCooldown": "-5m"}, "spec.reuseCooldown", "duration"},
+		{"range prefix", map[string]any{"range": "10.77.0.0/33"}, nil, "spec.ranges[0].range", "CIDR"},
+		{"range not an address", map[string]any{"range": "ten.0.0.0/24"}, nil, "spec.ranges[0].range", "CIDR"},
+		{"range_start outside", map[string]any{"range_start": "10.78.0.10"}, nil, "spec.ranges[0]", "range_start"},
+		{"range_end not an address", map[string]any{"range_end": "10.77.0.300"}, nil, "spec.ranges[0].range_end", "IP address"},
+		{"gateway outside", map[string]any{"gateway": "192.168.0.1"}, nil, "spec.ranges[0]", "gateway"},
+		{"exclude", map[string]any{"exclude": []any{"10.77.0.0/40"}}, nil, "spec.ranges[0].exclude", "CIDR"},
+	} {
+		name := "crd-pool-" + strings.ReplaceAll(strings.ReplaceAll(strings.ToLower(pc.name), " ", "-"), "_", "-")
+		tests = append(tests, struct {
+			name      string
+			valid     client.Object
+			invalid   client.Object
+			wantField string
+		}{
+			name:      "IPPool " + pc.name,
+			valid:     pool(name+"-ok", map[string]any{"range_start": "10.77.0.10", "gateway": "10.77.0.1", "exclude": []any{"10.77.0.128/25"}}, map[string]any{"reuseCooldown": "1m30s"}),
+			invalid:   pool(name, pc.rng, pc.spec),
+			wantField: pc.field + "|" + pc.phrase,
+		})
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if err := cp.Client.Create(ctx, tt.valid); err != nil {
@@ -131,8 +174,10 @@ func TestCRDsAcceptValidAndRejectInvalid(t *testing.T) {
 			if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
 				t.Fatalf("want an Invalid error, got %v", err)
 			}
-			if !strings.Contains(err.Error(), tt.wantField) {
-				t.Errorf("error %q does not name the field %q", err, tt.wantField)
+			for _, want := range strings.Split(tt.wantField, "|") {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
 			}
 		})
 	}

@@ -9,30 +9,38 @@ import (
 // PoolRange is one range of addresses of a pool. Its keys are those of a
 // NetworkAttachmentDefinition's ipam section (and of ipam.ipRanges[]
 // entries), so a range copies between the two unchanged.
+// +kubebuilder:validation:XValidation:rule="!has(self.range_start) || !isIP(self.range_start) || !isCIDR(self.range) || cidr(self.range).containsIP(self.range_start)",message="range_start must lie inside range"
+// +kubebuilder:validation:XValidation:rule="!has(self.range_end) || !isIP(self.range_end) || !isCIDR(self.range) || cidr(self.range).containsIP(self.range_end)",message="range_end must lie inside range"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !isIP(self.gateway) || !isCIDR(self.range) || cidr(self.range).containsIP(self.gateway)",message="gateway must lie inside range"
 type PoolRange struct {
 	// Range is the subnet as a CIDR ("10.0.0.0/24") or whereabouts'
 	// "A-B/prefix" form ("10.0.0.10-10.0.0.50/24").
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=100
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) || (self.indexOf('-') > 0 && isIP(self.substring(0, self.indexOf('-'))) && isCIDR(self.substring(self.indexOf('-') + 1)))",message="must be a CIDR (10.0.0.0/24) or whereabouts' A-B/prefix form (10.0.0.10-10.0.0.50/24)"
 	Range string `json:"range"`
 	// RangeStart is the first address handed out; default the subnet's first usable one.
 	// +optional
 	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
 	RangeStart string `json:"range_start,omitempty"` //nolint:kubeapilinter // the NAD's key, so ranges copy unchanged
 	// RangeEnd is the last address handed out; default the subnet's last usable one.
 	// +optional
 	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
 	RangeEnd string `json:"range_end,omitempty"` //nolint:kubeapilinter // the NAD's key, so ranges copy unchanged
 	// Exclude lists CIDRs (or single addresses) never handed out.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=100
+	// +kubebuilder:validation:XValidation:rule="self.all(e, isCIDR(e) || isIP(e))",message="every entry must be a CIDR or an IP address"
 	Exclude []string `json:"exclude,omitempty"`
 	// Gateway is the range's gateway: returned with its addresses and never handed out.
 	// +optional
 	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
 	Gateway string `json:"gateway,omitempty"`
 }
 
@@ -51,10 +59,12 @@ type IPPoolSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	Ranges []PoolRange `json:"ranges"`
 	// ReuseCooldown keeps a released address from being handed out again
-	// for this long. The release is recorded on the reservation, so it
-	// holds across agent and controller restarts. Unset or 0: no delay.
+	// for this long ("30s", "5m", "1h30m"). The release is recorded on the
+	// reservation, so it holds across agent and controller restarts. Unset
+	// or 0: no delay.
 	// +optional
-	ReuseCooldown *metav1.Duration `json:"reuseCooldown,omitempty"`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+)$')",message="must be a duration such as 30s, 5m or 1h30m (digits and units ns, us, ms, s, m, h; no spaces, no sign)"
+	ReuseCooldown *Duration `json:"reuseCooldown,omitempty"`
 	// WarningThresholdPercent is the usage, in percent of the pool's size
 	// in any IP family, at which the pool reports NearlyExhausted and
 	// records a Warning event. Default 90.
