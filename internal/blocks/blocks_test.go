@@ -113,7 +113,7 @@ func TestSetSeesOverlapsGuessesAndFreedBlocks(t *testing.T) {
 		{"10.0.0.4/30", false}, // held
 		{"10.0.0.0/30", true},
 		{"10.0.0.0/27", false}, // holds a smaller held block
-		{"10.0.1.8/30", false}, // inside a larger held block
+		{"10.0.1.8/30", true},  // inside a larger held block: no block of the geometry, ignored
 		{"10.0.2.0/30", false}, // this holder's
 		{"10.0.3.0/30", true},
 		{"10.0.5.0/30", false}, // IPAMClaims'
@@ -162,6 +162,32 @@ func TestSetSeesOverlapsGuessesAndFreedBlocks(t *testing.T) {
 	}
 	if gone := s.ReplaceMine([]*ipkeeperv1alpha1.IPBlock{blk("10.0.6.0/30", "node-a")}); gone || len(s.Own("blue")) != 1 {
 		t.Errorf("a relist with a new block of this holder: gone %v, Own %v; want nothing gone, the new block owned", gone, s.Own("blue"))
+	}
+}
+
+// A block larger than the one the pool's geometry gives (which no agent
+// cuts: a compromised node's block covering a whole pool) does not keep
+// other holders from taking the blocks inside it: they would all borrow.
+// A smaller block inside a candidate (a subnet since widened) still holds
+// it.
+func TestSetIgnoresBlocksLargerThanTheGeometrys(t *testing.T) {
+	s := NewSet("node-a")
+	p := netip.MustParsePrefix
+	s.Observe(blk("10.9.0.0/16", "node-evil"))
+	s.Observe(blk("fd00:9::/64", "node-evil"))
+	s.Observe(blk("10.9.7.4/31", "node-b"))
+	for _, tt := range []struct {
+		block string
+		free  bool
+	}{
+		{"10.9.3.0/27", true},
+		{"10.9.200.32/30", true},
+		{"fd00:9::100/120", true},
+		{"10.9.7.4/30", false}, // holds a smaller held block
+	} {
+		if got := s.Free("blue", p(tt.block)); got != tt.free {
+			t.Errorf("Free(%s) next to node-evil's 10.9.0.0/16 and fd00:9::/64 = %v, want %v", tt.block, got, tt.free)
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 const (
 	// hostBits4 and hostBits6 bound a block's host bits by family: 32 IPv4
 	// addresses, 256 IPv6 ones; smaller subnets have smaller blocks (see Of).
+	// The IPBlock CRD refuses larger blocks (its spec.cidr rule).
 	hostBits4 = 5
 	hostBits6 = 8
 	// perSubnetBits says how many blocks a small subnet is cut into (64),

@@ -182,15 +182,23 @@ func (s *Set) forget(pool string, p netip.Prefix, holder string) bool {
 	return true
 }
 
-// Free reports whether nobody holds block p of pool, nor a block of
-// another size overlapping it.
+// Free reports whether nobody holds block p of pool (a block the pool's
+// geometry gives), nor a smaller block inside it. A held block larger than
+// p is no block of the geometry (Of never cuts one), so it does not count:
+// one object covering a whole pool, which a compromised node could write,
+// would otherwise make every other holder borrow. Taking a block inside
+// it is safe, since each address is still locked by its reservation's
+// name.
 func (s *Set) Free(pool string, p netip.Prefix) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	held := s.held[pool]
 	for bits := range s.lengths[pool] {
-		if bits <= p.Bits() {
-			if _, ok := held[netip.PrefixFrom(p.Addr(), bits).Masked()]; ok {
+		if bits < p.Bits() {
+			continue
+		}
+		if bits == p.Bits() {
+			if _, ok := held[p.Masked()]; ok {
 				return false
 			}
 			continue

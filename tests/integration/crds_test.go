@@ -37,6 +37,15 @@ func newReservation(network, ip string) *ipkeeperv1alpha1.IPReservation {
 	}
 }
 
+// crdCase is an object the API server must take and one it must refuse,
+// with the words ("|"-separated) the refusal must contain: the field first.
+type crdCase struct {
+	name      string
+	valid     client.Object
+	invalid   client.Object
+	wantField string
+}
+
 // TestCRDsAcceptValidAndRejectInvalid checks every CRD ipkeeper ships is
 // installed, takes a valid object and refuses an invalid one
 // with an error that names the offending field.
@@ -44,12 +53,7 @@ func TestCRDsAcceptValidAndRejectInvalid(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "crds")
 
-	tests := []struct {
-		name      string
-		valid     client.Object
-		invalid   client.Object
-		wantField string // the field the rejection must name
-	}{
+	tests := []crdCase{
 		{
 			name:  "IPReservation IPv4",
 			valid: newReservation("crd-test", "10.10.0.5"),
@@ -117,6 +121,15 @@ func TestCRDsAcceptValidAndRejectInvalid(t *testing.T) {
 			wantField: "spec.config",
 		},
 	}
+	// An IPBlock larger than any a pool's geometry cuts (a compromised
+	// node's block covering a whole pool) is refused.
+	block := func(name, cidr string) client.Object {
+		return &ipkeeperv1alpha1.IPBlock{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: ipkeeperv1alpha1.IPBlockSpec{Pool: "crd-test", CIDR: cidr, Node: "node-1"}}
+	}
+	tests = append(tests,
+		crdCase{"IPBlock IPv4 size", block("crd-block-4-ok", "10.77.0.32/27"), block("crd-block-4", "10.77.0.0/16"), "spec.cidr|at most 32 IPv4"},
+		crdCase{"IPBlock IPv6 size", block("crd-block-6-ok", "fd00:77::100/120"), block("crd-block-6", "fd00:77::/64"), "spec.cidr|256 IPv6"})
 	// IPPools: every field is checked at admission, with a message naming
 	// it, so that a pool no reader can use is never stored.
 	pool := func(name string, rng map[string]any, spec map[string]any) client.Object {
@@ -148,12 +161,7 @@ func TestCRDsAcceptValidAndRejectInvalid(t *testing.T) {
 		{"exclude", map[string]any{"exclude": []any{"10.77.0.0/40"}}, nil, "spec.ranges[0].exclude", "CIDR"},
 	} {
 		name := "crd-pool-" + strings.ReplaceAll(strings.ReplaceAll(strings.ToLower(pc.name), " ", "-"), "_", "-")
-		tests = append(tests, struct {
-			name      string
-			valid     client.Object
-			invalid   client.Object
-			wantField string
-		}{
+		tests = append(tests, crdCase{
 			name:      "IPPool " + pc.name,
 			valid:     pool(name+"-ok", map[string]any{"range_start": "10.77.0.10", "gateway": "10.77.0.1", "exclude": []any{"10.77.0.128/25"}}, map[string]any{"reuseCooldown": "1m30s"}),
 			invalid:   pool(name, pc.rng, pc.spec),

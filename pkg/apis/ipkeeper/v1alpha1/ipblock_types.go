@@ -37,6 +37,7 @@ type IPBlockSpec struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=49
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self) == cidr(self).masked()",message="must be a CIDR with no host bits set"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() >= (cidr(self).ip().family() == 4 ? 27 : 120)",message="a block holds at most 32 IPv4 or 256 IPv6 addresses (a /27 or /120), the largest a pool's geometry cuts"
 	CIDR string `json:"cidr"`
 	// Holder says who hands out the block's addresses: the agent of Node
 	// (Node), or ipkeeper-controller, to IPAMClaims (IPAMClaims).
