@@ -75,6 +75,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 		return admission.Allowed("not a virt-launcher pod")
 	}
 	annotation := pod.Annotations[multus.Annotation]
+	var oldElems []multus.Element
 	if req.Operation == admissionv1.Update {
 		var old corev1.Pod
 		if err := m.Decoder.DecodeRaw(req.OldObject, &old); err != nil {
@@ -83,6 +84,9 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 		if old.Annotations[multus.Annotation] == annotation {
 			return admission.Allowed("networks unchanged")
 		}
+		// The old annotation parsed when the pod was admitted; a failure
+		// here only means nothing is kept.
+		oldElems, _ = multus.ParseElements(old.Annotations[multus.Annotation], pod.Namespace)
 	}
 	if annotation == "" {
 		return admission.Allowed("no secondary networks")
@@ -99,6 +103,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 	if err != nil {
 		return admission.Denied(fmt.Sprintf("%s: %v", podRef, err))
 	}
+	kept := keepAttached(elems, oldElems)
 
 	// The CNI network of each element whose NAD allows persistent IPs.
 	persistent := make([]string, len(elems))
@@ -142,7 +147,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 			return admission.Denied(fmt.Sprintf("%s: %s", podRef, msg))
 		}
 	}
-	if !changed {
+	if !changed && !kept {
 		return admission.Allowed("claim references already set").WithWarnings(warnings...)
 	}
 	updated, err := multus.MarshalElements(elems)

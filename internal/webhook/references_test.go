@@ -144,3 +144,33 @@ func TestAddReferencesAfterANADSwap(t *testing.T) {
 		})
 	}
 }
+
+// A running launcher's annotation rewritten from the VMI spec (a hotplug
+// during a pending NAD swap) keeps its attached, claim-referencing
+// elements as they were; new interfaces are left to addReferences.
+func TestKeepAttached(t *testing.T) {
+	blue, red := kubevirt.PodInterfaceName("blue"), kubevirt.PodInterfaceName("red")
+	old, err := multus.ParseElements(`[{"name":"blue-a","namespace":"vms","interface":"`+blue+`","ipam-claim-reference":"vm1.blue"},{"name":"plain","namespace":"vms","interface":"net9"}]`, "vms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	elems, err := multus.ParseElements(`[{"name":"blue-b","namespace":"vms","interface":"`+blue+`"},{"name":"plain2","namespace":"vms","interface":"net9"},{"name":"red","namespace":"vms","interface":"`+red+`"}]`, "vms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !keepAttached(elems, old) {
+		t.Fatal("keepAttached changed nothing")
+	}
+	if e := elems[0]; e.Name != "blue-a" || e.ClaimRef != "vm1.blue" {
+		t.Errorf("the attached blue element became %s (claim %q), want blue-a with vm1.blue", e.Name, e.ClaimRef)
+	}
+	if e := elems[1]; e.Name != "plain2" {
+		t.Errorf("an element without a claim reference was restored to %s", e.Name)
+	}
+	if e := elems[2]; e.Name != "red" || e.ClaimRef != "" {
+		t.Errorf("the hot-plugged element became %s (claim %q)", e.Name, e.ClaimRef)
+	}
+	if keepAttached(elems, old) {
+		t.Error("keepAttached changed an annotation that already keeps its elements")
+	}
+}

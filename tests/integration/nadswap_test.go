@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func startSwapEnv(t *testing.T) *swapEnv {
 	ctx := context.Background()
 	e := &swapEnv{kvEnv: startKubeVirtEnv(t), confs: map[string]json.RawMessage{}, ifName: kubevirt.PodInterfaceName("blue")}
 	suffix := e.ns[len(e.ns)-5:]
-	for nad, network := range map[string]string{"blue-a": "swap-a-" + suffix, "blue-a2": "swap-a-" + suffix, "blue-b": "swap-b-" + suffix} {
+	for nad, network := range map[string]string{"blue-a": "swap-a-" + suffix, "blue-a2": "swap-a-" + suffix, "blue-b": "swap-b-" + suffix, "red": "swap-red-" + suffix} {
 		e.confs[nad] = json.RawMessage(bridgeNAD(network, true))
 		e.nad(t, nad, string(e.confs[nad]))
 	}
@@ -57,6 +58,9 @@ func startSwapEnv(t *testing.T) *swapEnv {
 		}
 		out := map[string][]string{}
 		for _, el := range elems {
+			if !slices.Contains(ifaces, el.Interface) {
+				continue // attached before (a hotplug attaches only the new one)
+			}
 			res, err := agents[pod.Spec.NodeName].Add(ctx, pod, el.Interface, e.confs[el.Name])
 			if err != nil {
 				return nil, fmt.Errorf("ADD %s/%s %s: %w", pod.Name, el.Name, el.Interface, err)
@@ -174,7 +178,11 @@ func (e *swapEnv) checkNever(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range claims.Items {
-		if c.Name != naming.Claim("vm1", "blue") && c.Name != naming.SwappedClaim("vm1", "blue", c.Spec.Network) {
+		ok := false
+		for _, logical := range []string{"blue", "red"} { // red: hot-plugged
+			ok = ok || c.Name == naming.Claim("vm1", logical) || c.Name == naming.SwappedClaim("vm1", logical, c.Spec.Network)
+		}
+		if !ok {
 			t.Errorf("IPAMClaim %s has network %q, which is not the network its name stands for", c.Name, c.Spec.Network)
 		}
 	}
@@ -265,6 +273,47 @@ func TestNADSwapOtherNetwork(t *testing.T) {
 		t.Fatalf("network %s reservation owned by %s, want the claim %s", netB, r.Spec.Owner.Name, swapped)
 	}
 	e.checkNever(t)
+}
+
+// TestNADSwapThenHotplugKeepsTheSourcesClaim: while a live swap of blue
+// to another network waits for its migration, a NIC hotplug makes
+// virt-controller rewrite the source launcher's whole networks annotation
+// from the VMI spec (blue now naming the new NAD). The source's blue
+// interface is still attached to the old network with the old claim's
+// address: the webhook keeps that element as it was, so the old claim
+// stays referenced, is not released, and its address stays the VM's.
+func TestNADSwapThenHotplugKeepsTheSourcesClaim(t *testing.T) {
+	ctx := context.Background()
+	e := startSwapEnv(t)
+	vm, vmi, ipA := e.start(t)
+	netA, netB := e.network("blue-a"), e.network("blue-b")
+	if _, err := e.kv.SwapNAD(ctx, vm, "blue", "blue-b"); err != nil {
+		t.Fatal(err)
+	}
+	swapped := naming.SwappedClaim("vm1", "blue", netB)
+	e.waitClaim(t, swapped)
+	source, err := e.kv.Hotplug(ctx, vm, framework.VMNetwork{Name: "red", NAD: "red"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref := refs(t, source)[e.ifName]; ref != "vm1.blue" {
+		t.Fatalf("after the hotplug the source launcher's blue references %q, want the old network's vm1.blue", ref)
+	}
+	e.checkNever(t)
+	if got := e.claimIPs(t, "vm1.blue"); got[0] != ipA {
+		t.Fatalf("the old claim holds %v, want the running VM's %s", got, ipA)
+	}
+	waitReservations(t, netA, 1)
+
+	// The swap's migration then moves the VM, and only then is the old
+	// network's address released.
+	target := e.migrate(t, vmi)
+	if ref := refs(t, target)[e.ifName]; ref != swapped {
+		t.Fatalf("target references %q, want %s", ref, swapped)
+	}
+	e.checkNever(t)
+	waitReservations(t, netA, 0)
+	waitReservations(t, netB, 1)
 }
 
 // TestNADSwapFailedMigration: the migration to the new network fails; the
