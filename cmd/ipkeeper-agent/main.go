@@ -57,6 +57,8 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 		o.agent.MultusSystemNamespaces = strings.Split(s, ",")
 		return nil
 	})
+	fs.StringVar(&o.agent.WebhookConfigurationName, "webhook-configuration-name", "ipkeeper",
+		"ipkeeper's MutatingWebhookConfiguration (as ipkeeper-controller's flag): while it has rules, a virt-launcher interface of a persistent-IP network without an IPAMClaim reference is refused (code 11); empty: no check")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 }

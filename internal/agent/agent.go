@@ -70,6 +70,11 @@ type Options struct {
 	// MultusSystemNamespaces are Multus' systemNamespaces, whose pods get no
 	// default networks; nil means Multus' default, kube-system.
 	MultusSystemNamespaces []string
+	// WebhookConfigurationName is ipkeeper's MutatingWebhookConfiguration:
+	// while it has rules, a virt-launcher interface of a persistent-IP
+	// network without a claim reference is refused (code 11); "" turns
+	// the check off.
+	WebhookConfigurationName string
 }
 
 // Agent serves CNI requests for one node. It implements cniserver.Handler.
@@ -110,6 +115,9 @@ type Agent struct {
 	// waiting says what start-up waits for while not ready, for /readyz,
 	// STATUS and the errors of requests that arrive meanwhile.
 	waiting atomic.Pointer[string]
+
+	// webhook remembers whether ipkeeper's pod webhook is in force.
+	webhook webhookScope
 
 	// ignoredNoted holds, per network, the ignored ipam keys last logged
 	// (noteIgnoredKeys), so they are logged once, not at every ADD.

@@ -51,6 +51,9 @@ func (a *Agent) attachmentOf(ctx context.Context, pod *corev1.Pod, req *request)
 				out.nad = &key
 				return out, nil
 			}
+			if err := a.refuseUnclaimed(ctx, pod, req, elems[i]); err != nil {
+				return out, err
+			}
 		}
 	}
 	if ref := req.cfg.ClaimReference; ref != "" {

@@ -7,7 +7,9 @@ package agent
 // addresses), its node's address blocks, pools to read, its node's pods
 // (to check the pod a CNI request names); for claim-backed ADDs, which
 // only read, IPAMClaims and the NetworkAttachmentDefinitions that say
-// whether a network keeps its addresses. Nothing else: the agent writes no
+// whether a network keeps its addresses; ipkeeper's own webhook
+// configuration, to tell whether a launcher lacking a claim reference was
+// missed by the webhook (unclaimed.go). Nothing else: the agent writes no
 // claim, no pool, no pod, no NAD and no VM, and the node-bound admission
 // policy (manifests/policy) narrows its reservation and block writes to
 // its own node's pods.
@@ -18,3 +20,4 @@ package agent
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=ipamclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get,resourceNames=ipkeeper

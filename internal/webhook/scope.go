@@ -18,22 +18,63 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
-// The webhook's scope is kept small so that an outage of every replica
-// (failurePolicy Fail) blocks only what must not proceed without it:
+// The configuration has two webhooks, both on virt-launcher pods with a
+// networks annotation (objectSelector and matchConditions), both calling
+// the same handler; they differ in what an outage of every controller
+// replica does:
 //
-//   - objectSelector: virt-launcher pods only;
-//   - matchConditions: only pods with a networks annotation, and on UPDATE
-//     only when that annotation changed (KubeVirt's own label and status
-//     updates of running launchers never reach the webhook);
-//   - rules: none at all while the KubeVirt CRDs are missing or the
-//     PersistentIPs feature gate is off (the controller writes them).
+//   - LaunchersWebhook (failurePolicy Ignore): pod creation, and changes of
+//     the networks of a launcher that references no claim. An outage
+//     blocks no VM: a launcher admitted without it that needs a claim
+//     reference is refused by the agent at ADD (CNI code 11, saying why),
+//     so persistence is never silently lost.
+//   - ClaimedLaunchersWebhook (failurePolicy Fail): changes of the networks
+//     of a running launcher that references a claim (a NIC hotplug or
+//     unplug). Admitted without the webhook, virt-controller's rewrite
+//     would drop the launcher's claim references and the claims would be
+//     released under the running VM; during an outage such a change waits
+//     (virt-controller retries it).
 //
-// The manifest (manifests/base/webhook) carries the same rules and
-// conditions; a test keeps them equal to these.
+// On UPDATE only a change of the networks annotation reaches either
+// (KubeVirt's own label and status updates never do), and while the
+// KubeVirt CRDs are missing or the PersistentIPs gate is off neither has
+// rules: the API server calls nothing (the controller writes the rules).
+//
+// The manifest (manifests/base/webhook) carries the same webhooks; a test
+// keeps them equal to Webhooks.
 
-// MatchConditions are the webhook's CEL conditions (Kubernetes 1.30+).
-func MatchConditions() []admissionregistrationv1.MatchCondition {
+// The webhooks' names.
+const (
+	LaunchersWebhook        = "virt-launcher.ipkeeper.io"
+	ClaimedLaunchersWebhook = "claimed-virt-launcher.ipkeeper.io"
+)
+
+// Spec is what Webhooks says of one webhook.
+type Spec struct {
+	Name            string
+	FailurePolicy   admissionregistrationv1.FailurePolicyType
+	MatchConditions []admissionregistrationv1.MatchCondition
+}
+
+// Webhooks are the configuration's webhooks.
+func Webhooks() []Spec {
+	return []Spec{
+		{Name: LaunchersWebhook, FailurePolicy: admissionregistrationv1.Ignore, MatchConditions: matchConditions(false)},
+		{Name: ClaimedLaunchersWebhook, FailurePolicy: admissionregistrationv1.Fail, MatchConditions: matchConditions(true)},
+	}
+}
+
+// matchConditions are a webhook's CEL conditions (Kubernetes 1.30+):
+// claimed selects updates of a launcher whose networks annotation
+// references a claim, else everything else.
+func matchConditions(claimed bool) []admissionregistrationv1.MatchCondition {
 	a := fmt.Sprintf("'%s'", multus.Annotation)
+	updateOfClaimed := fmt.Sprintf("request.operation == 'UPDATE' && has(oldObject.metadata.annotations) && %[1]s in oldObject.metadata.annotations && "+
+		"oldObject.metadata.annotations[%[1]s].contains('\"%[2]s\"')", a, multus.ClaimRefKey)
+	which := admissionregistrationv1.MatchCondition{Name: "not-an-update-of-a-claimed-launcher", Expression: "!(" + updateOfClaimed + ")"}
+	if claimed {
+		which = admissionregistrationv1.MatchCondition{Name: "update-of-a-claimed-launcher", Expression: updateOfClaimed}
+	}
 	return []admissionregistrationv1.MatchCondition{
 		{
 			Name:       "has-networks-annotation",
@@ -44,6 +85,7 @@ func MatchConditions() []admissionregistrationv1.MatchCondition {
 			Expression: fmt.Sprintf("request.operation != 'UPDATE' || !has(oldObject.metadata.annotations) || !(%[1]s in oldObject.metadata.annotations) || "+
 				"oldObject.metadata.annotations[%[1]s] != object.metadata.annotations[%[1]s]", a),
 		},
+		which,
 	}
 }
 
@@ -57,7 +99,8 @@ func Rules() []admissionregistrationv1.RuleWithOperations {
 }
 
 // SetScope turns the webhooks of configuration name on (Rules) or off (no
-// rules: the API server never calls them), and sets MatchConditions. It
+// rules: the API server never calls them), and sets each one's match
+// conditions (Webhooks). It
 // writes only when something differs. A missing configuration is not an
 // error (nothing calls the webhook then).
 func SetScope(ctx context.Context, reader client.Reader, writer client.Writer, name string, on bool) error {
@@ -72,13 +115,18 @@ func SetScope(ctx context.Context, reader client.Reader, writer client.Writer, n
 	if on {
 		rules = Rules()
 	}
-	conds := MatchConditions()
+	conds := map[string][]admissionregistrationv1.MatchCondition{}
+	for _, w := range Webhooks() {
+		conds[w.Name] = w.MatchConditions
+	}
 	changed := false
 	for i := range whc.Webhooks {
 		w := &whc.Webhooks[i]
-		if !sameRules(w.Rules, rules) || !reflect.DeepEqual(w.MatchConditions, conds) {
-			w.Rules, w.MatchConditions = rules, conds
-			changed = true
+		if !sameRules(w.Rules, rules) {
+			w.Rules, changed = rules, true
+		}
+		if c, ok := conds[w.Name]; ok && !reflect.DeepEqual(w.MatchConditions, c) {
+			w.MatchConditions, changed = c, true
 		}
 	}
 	if !changed {

@@ -541,5 +541,6 @@ func (c *Cluster) DumpOnFailure(t testing.TB, namespace string) {
 // ControllerNamespace is the controller's own namespace in e2e runs.
 const ControllerNamespace = "ipkeeper-system"
 
-// WebhookConfigName is the MutatingWebhookConfiguration e2e runs register.
-const WebhookConfigName = "ipkeeper-e2e"
+// WebhookConfigName is the MutatingWebhookConfiguration e2e runs register:
+// the shipped name, which the agents read by default.
+const WebhookConfigName = "ipkeeper"

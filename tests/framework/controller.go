@@ -150,35 +150,43 @@ func (c *Controller) Stop() {
 	}
 }
 
-// RegisterPodWebhook registers the virt-launcher pod webhook at url, as the
-// shipped MutatingWebhookConfiguration does (launcher pods with a networks
-// annotation only, CREATE and UPDATE of that annotation, failurePolicy
-// Fail), limited to namespace ns ("" for all).
+// RegisterPodWebhook registers the virt-launcher pod webhooks at url, as
+// the shipped MutatingWebhookConfiguration does (webhook.Webhooks: launcher
+// pods with a networks annotation only, CREATE and UPDATE of that
+// annotation; Ignore, and Fail for updates of launchers that reference a
+// claim), limited to namespace ns ("" for all).
 func (cp *ControlPlane) RegisterPodWebhook(ctx context.Context, name, ns, url string, caBundle []byte) error {
-	fail := admissionregistrationv1.Fail
+	if err := cp.Client.Create(ctx, PodWebhookConfiguration(name, ns, admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle})); err != nil {
+		return fmt.Errorf("registering webhook %s: %w", name, err)
+	}
+	return nil
+}
+
+// PodWebhookConfiguration is the shipped configuration's webhooks
+// (webhook.Webhooks) calling client, limited to namespace ns ("" for all).
+func PodWebhookConfiguration(name, ns string, client admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
 	none := admissionregistrationv1.SideEffectClassNone
 	timeout := int32(10)
-	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    "virt-launcher.ipkeeper.io",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, w := range webhook.Webhooks() {
+		policy := w.FailurePolicy
+		wh := admissionregistrationv1.MutatingWebhook{
+			Name:                    w.Name,
+			ClientConfig:            client,
 			Rules:                   webhook.Rules(),
-			MatchConditions:         webhook.MatchConditions(),
-			FailurePolicy:           &fail,
+			MatchConditions:         w.MatchConditions,
+			FailurePolicy:           &policy,
 			SideEffects:             &none,
 			TimeoutSeconds:          &timeout,
 			AdmissionReviewVersions: []string{"v1"},
 			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue}},
-		}},
+		}
+		if ns != "" {
+			wh.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+		}
+		cfg.Webhooks = append(cfg.Webhooks, wh)
 	}
-	if ns != "" {
-		cfg.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
-	}
-	if err := cp.Client.Create(ctx, cfg); err != nil {
-		return fmt.Errorf("registering webhook %s: %w", name, err)
-	}
-	return nil
+	return cfg
 }
 
 // WaitWebhookCalled dry-runs a launcher pod with a malformed networks

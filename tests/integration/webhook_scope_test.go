@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/webhook"
@@ -27,7 +28,7 @@ import (
 )
 
 // shippedWebhook reads manifests/base/webhook's configuration and checks its
-// scope is internal/webhook's (the controller writes that one back).
+// webhooks are internal/webhook's (the controller writes their scope back).
 func shippedWebhook(t *testing.T) *admissionregistrationv1.MutatingWebhookConfiguration {
 	t.Helper()
 	data, err := os.ReadFile(repoPath(t, "manifests", "base", "webhook", "mutatingwebhookconfiguration.yaml"))
@@ -38,15 +39,21 @@ func shippedWebhook(t *testing.T) *admissionregistrationv1.MutatingWebhookConfig
 	if err := yaml.UnmarshalStrict(data, &whc); err != nil {
 		t.Fatal(err)
 	}
-	if len(whc.Webhooks) != 1 {
-		t.Fatalf("%d webhooks in the manifest, want 1", len(whc.Webhooks))
+	want := webhook.Webhooks()
+	if len(whc.Webhooks) != len(want) {
+		t.Fatalf("%d webhooks in the manifest, want %d", len(whc.Webhooks), len(want))
 	}
-	w := &whc.Webhooks[0]
-	if !reflect.DeepEqual(w.MatchConditions, webhook.MatchConditions()) {
-		t.Fatalf("manifest matchConditions %+v differ from internal/webhook's %+v", w.MatchConditions, webhook.MatchConditions())
-	}
-	if !reflect.DeepEqual(w.Rules, webhook.Rules()) {
-		t.Fatalf("manifest rules %+v differ from internal/webhook's %+v", w.Rules, webhook.Rules())
+	for i, w := range want {
+		got := &whc.Webhooks[i]
+		if got.Name != w.Name || got.FailurePolicy == nil || *got.FailurePolicy != w.FailurePolicy {
+			t.Fatalf("manifest webhook %d is %s (failurePolicy %v), want %s (%s)", i, got.Name, got.FailurePolicy, w.Name, w.FailurePolicy)
+		}
+		if !reflect.DeepEqual(got.MatchConditions, w.MatchConditions) {
+			t.Fatalf("manifest webhook %s matchConditions %+v differ from internal/webhook's %+v", w.Name, got.MatchConditions, w.MatchConditions)
+		}
+		if !reflect.DeepEqual(got.Rules, webhook.Rules()) {
+			t.Fatalf("manifest webhook %s rules %+v differ from internal/webhook's %+v", w.Name, got.Rules, webhook.Rules())
+		}
 	}
 	return &whc
 }
@@ -54,16 +61,28 @@ func shippedWebhook(t *testing.T) *admissionregistrationv1.MutatingWebhookConfig
 // TestWebhookOutageBlocksOnlyWhatNeedsIt registers the shipped webhook
 // configuration (scoped to a test namespace) pointing at an address where
 // no controller replica listens: every replica is down. The API server must
-// still admit launcher pods without secondary networks and updates of
-// running launchers that leave their networks annotation alone (KubeVirt's
-// label updates), and refuse, saying which webhook failed, a launcher pod
-// with a persistent-IP network, which would otherwise start without its
-// claim reference. The launcher pods are written by the test, with what
-// ipkeeper keys on (no VMI owns them, so virt-controller leaves them alone).
+// still admit every launcher pod (a VM none of whose networks needs a
+// claim starts as usual), updates of running launchers that leave their
+// networks annotation alone (KubeVirt's label updates), and network
+// changes of launchers that reference no claim; it must refuse, saying
+// which webhook failed, a network change (hotplug) of a launcher that
+// references a claim, whose rewrite would drop the reference. A launcher
+// of a persistent-IP network admitted without its reference is refused by
+// the agent at ADD with code 11, never given an ephemeral address. The
+// launcher pods are written by the test, with what ipkeeper keys on (no
+// VMI owns them, so virt-controller leaves them alone).
 func TestWebhookOutageBlocksOnlyWhatNeedsIt(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "outage")
 	whc := shippedWebhook(t)
+	whc.Name = "ipkeeper-outage-" + ns
+	persistent := json.RawMessage(bridgeNAD("outage-blue-"+ns[len(ns)-5:], true))
+	plain := json.RawMessage(bridgeNAD("outage-red-"+ns[len(ns)-5:], false))
+	for name, conf := range map[string]json.RawMessage{"blue": persistent, "red": plain} {
+		cp.CreateNAD(t, ns, name, conf)
+		cp.InlinePool(t, ns, conf) // no controller runs: the pool it would make
+	}
+	a := cp.StartAgent(t, "node-outage", func(o *agent.Options) { o.WebhookConfigurationName = whc.Name })
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -79,62 +98,96 @@ func TestWebhookOutageBlocksOnlyWhatNeedsIt(t *testing.T) {
 				Labels:      map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue},
 				Annotations: map[string]string{kubevirtv1.DomainAnnotation: name},
 			},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "compute", Image: "virt-launcher"}}},
+			Spec: corev1.PodSpec{NodeName: a.Node, Containers: []corev1.Container{{Name: "compute", Image: "virt-launcher"}}},
 		}
 		if networks != "" {
 			p.Annotations[multus.Annotation] = networks
 		}
 		return p
 	}
-	blue, _ := json.Marshal([]map[string]string{{"name": "blue", "namespace": ns, "interface": kubevirt.PodInterfaceName("blue")}})
-	red, _ := json.Marshal([]map[string]string{{"name": "red", "namespace": ns, "interface": kubevirt.PodInterfaceName("red")}})
-
-	// A launcher that was running before the outage (its reference added then).
-	running := launcher("virt-launcher-running", string(blue))
-	if err := cp.Client.Create(ctx, running); err != nil {
-		t.Fatal(err)
+	element := func(nad, claim string) map[string]string {
+		e := map[string]string{"name": nad, "namespace": ns, "interface": kubevirt.PodInterfaceName(nad)}
+		if claim != "" {
+			e[multus.ClaimRefKey] = claim
+		}
+		return e
+	}
+	annotation := func(elems ...map[string]string) string {
+		b, _ := json.Marshal(elems)
+		return string(b)
 	}
 
-	whc.Name = "ipkeeper-outage-" + ns
-	w := &whc.Webhooks[0]
-	w.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url}
-	w.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+	// Launchers that were running before the outage: one with its claim
+	// reference (added then), one of a VM without persistent networks.
+	claimed := launcher("virt-launcher-claimed", annotation(element("blue", "vm0.blue")))
+	unclaimed := launcher("virt-launcher-plain-net", annotation(element("red", "")))
+	for _, p := range []*corev1.Pod{claimed, unclaimed} {
+		if err := cp.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	w := &whc.Webhooks
+	for i := range *w {
+		(*w)[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url}
+		(*w)[i].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+	}
 	if err := cp.Client.Create(ctx, whc); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), whc) })
 
 	refusedBecause := func(err error) bool {
-		return err != nil && strings.Contains(err.Error(), `failed calling webhook "virt-launcher.ipkeeper.io"`)
+		return err != nil && strings.Contains(err.Error(), `failed calling webhook "`+webhook.ClaimedLaunchersWebhook+`"`)
 	}
-	// The configuration takes effect asynchronously: wait for the refusal.
+	hotplug := func(p *corev1.Pod, opts ...client.PatchOption) error {
+		patch := client.MergeFrom(p.DeepCopy())
+		p.Annotations[multus.Annotation] = annotation(element("blue", ""), element("red", ""))
+		return cp.Client.Patch(ctx, p, patch, opts...)
+	}
+	// The configuration takes effect asynchronously: wait for the refusal
+	// of a claimed launcher's hotplug (as virt-controller writes it, without
+	// references).
 	var refusal error
 	if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
-		refusal = cp.Client.Create(ctx, launcher("virt-launcher-probe", string(blue)), client.DryRunAll)
+		refusal = hotplug(claimed.DeepCopy(), client.DryRunAll)
 		return refusedBecause(refusal), nil
 	}); err != nil {
-		t.Fatalf("a launcher pod with a persistent-IP network was admitted with no webhook replica running (last answer: %v)", refusal)
+		t.Fatalf("a network change of a launcher that references a claim went through with no webhook replica running (last answer: %v)", refusal)
 	}
 	t.Logf("refused as it must be: %v", refusal)
 
-	if err := cp.Client.Create(ctx, launcher("virt-launcher-plain", "")); err != nil {
-		t.Errorf("a launcher pod without secondary networks was refused during the outage: %v", err)
-	}
-
-	patch := client.MergeFrom(running.DeepCopy())
-	running.Labels["kubevirt.io/nodeName"] = "node-1"
-	if err := cp.Client.Patch(ctx, running, patch); err != nil {
+	patch := client.MergeFrom(claimed.DeepCopy())
+	claimed.Labels["kubevirt.io/nodeName"] = a.Node
+	if err := cp.Client.Patch(ctx, claimed, patch); err != nil {
 		t.Errorf("a label-only update of a running launcher pod was refused during the outage: %v", err)
 	}
-
-	patch = client.MergeFrom(running.DeepCopy())
-	running.Annotations[multus.Annotation] = string(red)
-	if err := cp.Client.Patch(ctx, running, patch, client.DryRunAll); !refusedBecause(err) {
-		t.Errorf("a change of a launcher's networks (hotplug) went through without the webhook: %v", err)
+	if err := hotplug(unclaimed); err != nil {
+		t.Errorf("a network change of a launcher that references no claim was refused during the outage: %v", err)
+	}
+	if err := cp.Client.Create(ctx, launcher("virt-launcher-no-networks", "")); err != nil {
+		t.Errorf("a launcher pod without secondary networks was refused during the outage: %v", err)
+	}
+	plainVM := launcher("virt-launcher-plain-vm", annotation(element("red", "")))
+	if err := cp.Client.Create(ctx, plainVM); err != nil {
+		t.Fatalf("a launcher pod of a VM without persistent networks was refused during the outage: %v", err)
+	}
+	if _, err := a.Add(ctx, plainVM, kubevirt.PodInterfaceName("red"), plain); err != nil {
+		t.Errorf("ADD of a VM without persistent networks during the outage: %v", err)
 	}
 
-	err = cp.Client.Create(ctx, launcher("virt-launcher-vm1", string(blue)))
-	if !refusedBecause(err) {
-		t.Fatalf("a launcher pod with a persistent-IP network: %v, want a refusal naming the webhook", err)
+	// A VM with a persistent network: its launcher is admitted without its
+	// claim reference; the agent refuses its ADD, saying why.
+	vm1 := launcher("virt-launcher-vm1", annotation(element("blue", "")))
+	if err := cp.Client.Create(ctx, vm1); err != nil {
+		t.Fatalf("a launcher pod with a persistent-IP network was refused during the outage: %v", err)
+	}
+	_, err = a.Add(ctx, vm1, kubevirt.PodInterfaceName("blue"), persistent)
+	if cniCode(err) != 11 {
+		t.Fatalf("ADD of a persistent-IP interface without a claim reference = %v (code %d), want code 11", err, cniCode(err))
+	}
+	mustContain(t, err, "references no IPAMClaim", "ipkeeper's webhook did not see the pod", "Delete the pod")
+	if n := len(reservationsOf(t, "outage-blue-"+ns[len(ns)-5:])); n != 0 {
+		t.Errorf("the refused ADD left %d reservations", n)
 	}
 }
