@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -153,6 +154,13 @@ func (a *Agent) resolvePool(ctx context.Context, req *request) (*poolView, error
 		}
 	case err != nil:
 		return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reading IPPool %q: %w", name, err))
+	}
+	// A claim's addresses were chosen by ipkeeper-controller, which
+	// applied the rule when it did (and held addresses stay held).
+	if req.attach.claim == "" {
+		if err := a.poolAdmits(ctx, pool, req.args.PodNamespace); err != nil {
+			return nil, err
+		}
 	}
 	var blocked []iprange.Range
 	ranges, err := a.parsed.ranges(pool)
@@ -302,4 +310,25 @@ func (p *poolView) prefixOf(ip netip.Addr, family []iprange.Range) netip.Prefix 
 		return netip.PrefixFrom(ip, r.Subnet().Bits())
 	}
 	return netip.PrefixFrom(ip, family[0].Subnet().Bits())
+}
+
+// poolAdmits applies the pool's spec.namespaceSelector (ipamconfig.PoolAdmits)
+// to the pod's namespace, read live only for a pool that has one.
+func (a *Agent) poolAdmits(ctx context.Context, pool *ipkeeperv1alpha1.IPPool, namespace string) error {
+	if pool.Spec.NamespaceSelector == nil {
+		return nil
+	}
+	var labels map[string]string
+	if a.live != nil {
+		var ns corev1.Namespace
+		a.metrics.apiReads.WithLabelValues("get").Inc()
+		if err := a.live.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
+			return fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reading namespace %s for IPPool %q's spec.namespaceSelector: %w", namespace, pool.Name, err))
+		}
+		labels = ns.Labels
+	}
+	if err := ipamconfig.PoolAdmits(pool, namespace, labels); err != nil {
+		return fail(reasonInvalid, codeInvalidConfig, err)
+	}
+	return nil
 }

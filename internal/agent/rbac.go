@@ -7,7 +7,8 @@ package agent
 // addresses), its node's address blocks, pools to read, its node's pods
 // (to check the pod a CNI request names); for claim-backed ADDs, which
 // only read, IPAMClaims and the NetworkAttachmentDefinitions that say
-// whether a network keeps its addresses; ipkeeper's own webhook
+// whether a network keeps its addresses; namespaces, for pools that admit
+// only some (spec.namespaceSelector); ipkeeper's own webhook
 // configuration, to tell whether a launcher lacking a claim reference was
 // missed by the webhook (unclaimed.go). Nothing else: the agent writes no
 // claim, no pool, no pod, no NAD and no VM, and the node-bound admission
@@ -17,6 +18,7 @@ package agent
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ipblocks,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=ipamclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch

@@ -56,7 +56,7 @@ func (a *Agent) refuseUnclaimed(ctx context.Context, pod *corev1.Pod, req *reque
 	}
 	inForce, err := a.webhookInForce(ctx)
 	if err != nil {
-		return cniError(codeTryAgainLater, fmt.Errorf("pod %s/%s interface %s: network %q keeps its addresses, the pod references no IPAMClaim, and %v",
+		return cniError(codeTryAgainLater, fmt.Errorf("pod %s/%s interface %s: network %q keeps its addresses, the pod references no IPAMClaim, and %w",
 			pod.Namespace, pod.Name, req.IfName, req.cfg.Name, err))
 	}
 	if !inForce {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
@@ -120,6 +122,17 @@ func (r *ClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPAddressC
 	res, err := r.held(ctx, claim, parsed)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if res == nil && pool.Spec.NamespaceSelector != nil {
+		// A new address only for a namespace the pool admits; one held
+		// before the selector changed stays held.
+		var ns corev1.Namespace
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: claim.Namespace}, &ns); err != nil {
+			return reconcile.Result{}, fmt.Errorf("reading namespace %s for IPPool %s's spec.namespaceSelector: %w", claim.Namespace, poolName, err)
+		}
+		if err := ipamconfig.PoolAdmits(pool, claim.Namespace, ns.Labels); err != nil {
+			return r.notReady(ctx, claim, ipamv1.IPAddressClaimReadyPoolNotReadyReason, err.Error())
+		}
 	}
 	if res == nil {
 		res, err = r.Alloc.Assign(ctx, parsed, holder(claim, poolName), claimRanges(ranges), string(claim.UID))

@@ -479,6 +479,43 @@ func TestReconcilePoolMissing(t *testing.T) {
 	}
 }
 
+// A pool whose spec.namespaceSelector does not select the claim's
+// namespace gives it nothing: IPsAllocated=False naming the pool and the
+// namespace. Selected, the claim is filled.
+func TestReconcilePoolNamespaceSelector(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		labels map[string]string
+		filled bool
+	}{
+		{"not selected", map[string]string{"team": "other"}, false},
+		{"selected", map[string]string{"team": "blue"}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := nad(ns, "blue", dualConf)
+			pool := poolOfNAD(t, n)
+			pool.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "blue"}}
+			namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: tt.labels}}
+			f := newFixture(t, n, pool, namespace, claim("vm1.blue"))
+			f.reconcile(t, "vm1.blue")
+			c := f.claim(t, "vm1.blue")
+			if got := len(c.Status.IPs) > 0; got != tt.filled {
+				t.Fatalf("claim filled = %v (%v), want %v", got, c.Status.IPs, tt.filled)
+			}
+			if tt.filled {
+				return
+			}
+			cond := condition(t, c, claimstatus.ConditionIPsAllocated)
+			if cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, `IPPool "blue" does not admit namespace "`+ns+`"`) {
+				t.Errorf("IPsAllocated = %+v", cond)
+			}
+			if held := f.held(t, c); len(held) != 0 {
+				t.Errorf("the claim holds %v", held)
+			}
+		})
+	}
+}
+
 // Claims ipkeeper does not serve, gone, or being deleted are left alone;
 // nothing is done before the allocator's caches are synced.
 func TestReconcileLeavesAlone(t *testing.T) {

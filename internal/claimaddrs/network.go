@@ -11,6 +11,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -171,6 +172,9 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	if err != nil {
 		return nil, refuse(false, "IPPool %q of network %q is invalid: %v", name, cfg.Name, err)
 	}
+	if err := r.poolAdmits(ctx, &obj, claim.Namespace); err != nil {
+		return nil, err
+	}
 	if obj.Labels[ipkeeperv1alpha1.InlineLabel] == "true" {
 		var pools ipkeeperv1alpha1.IPPoolList
 		if err := r.Client.List(ctx, &pools); err != nil {
@@ -184,4 +188,23 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		pool.Blocked = blocked
 	}
 	return pool, nil
+}
+
+// poolAdmits applies the pool's spec.namespaceSelector
+// (ipamconfig.PoolAdmits) to the claim's namespace, read live only for a
+// pool that has one. A refusal is a configError: the selector or the
+// namespace's labels change to fix it, and the claim is looked at again
+// when the pool changes.
+func (r *Reconciler) poolAdmits(ctx context.Context, pool *ipkeeperv1alpha1.IPPool, namespace string) error {
+	if pool.Spec.NamespaceSelector == nil {
+		return nil
+	}
+	var ns corev1.Namespace
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
+		return fmt.Errorf("reading namespace %s for IPPool %s's spec.namespaceSelector: %w", namespace, pool.Name, err)
+	}
+	if err := ipamconfig.PoolAdmits(pool, namespace, ns.Labels); err != nil {
+		return refuse(false, "%v", err)
+	}
+	return nil
 }

@@ -326,6 +326,16 @@ func (w *importWorld) plan(ctx context.Context, a wb.Address) (ImportStep, error
 		return skip("%s", why)
 	}
 	st.cfg, st.NAD, st.Network, st.Pool = net.Config, net.NAD, net.Config.Name, net.Config.PoolName()
+	if p, ok := w.pools[st.Pool]; ok && p.Spec.NamespaceSelector != nil {
+		var ns corev1.Namespace
+		if err := w.c.Get(ctx, types.NamespacedName{Name: pod.Namespace}, &ns); err != nil {
+			return st, fmt.Errorf("reading namespace %s for IPPool %s's spec.namespaceSelector: %w", pod.Namespace, p.Name, err)
+		}
+		if err := ipamconfig.PoolAdmits(p, pod.Namespace, ns.Labels); err != nil {
+			st.Action, st.Detail = importConflict, err.Error()
+			return st, nil
+		}
+	}
 	st.prefix = netip.PrefixFrom(a.IP, a.Subnet.Bits())
 	st.Reservation = naming.Reservation(w.lockKey(net), a.IP)
 	st.node = pod.Spec.NodeName

@@ -4,8 +4,12 @@ package ipamconfig
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
@@ -119,4 +123,28 @@ func SpecRanges(ranges []iprange.Range) []v1alpha1.PoolRange {
 func Definition(ranges []iprange.Range) string {
 	b, _ := json.Marshal(SpecRanges(ranges)) // strings only: cannot fail
 	return string(b)
+}
+
+// ErrNamespaceNotAdmitted is wrapped by PoolAdmits' errors.
+var ErrNamespaceNotAdmitted = errors.New("namespace not admitted")
+
+// PoolAdmits applies an IPPool's spec.namespaceSelector, the one rule for
+// which namespaces may take addresses from it: nil when namespace (with
+// its labels) may, an error naming the pool and the namespace (never the
+// selector, which may name other tenants' labels) when it may not. An
+// inline network's pool is made from its NADs; it admits every namespace
+// unless an administrator set a selector.
+func PoolAdmits(pool *v1alpha1.IPPool, namespace string, labels map[string]string) error {
+	if pool.Spec.NamespaceSelector == nil {
+		return nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pool.Spec.NamespaceSelector)
+	if err != nil {
+		return fieldErr("spec.namespaceSelector", " of IPPool %q: %v", pool.Name, err)
+	}
+	if sel.Matches(k8slabels.Set(labels)) {
+		return nil
+	}
+	return fmt.Errorf("%w: IPPool %q does not admit namespace %q (its spec.namespaceSelector); use a pool made for this namespace, or ask the pool's administrator",
+		ErrNamespaceNotAdmitted, pool.Name, namespace)
 }

@@ -209,6 +209,27 @@ func TestClusterAPIPoolExhaustedAndNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitReady("f", metav1.ConditionTrue, clusterv1.ReadyReason)
+
+	// A pool for other namespaces only (spec.namespaceSelector): not
+	// ready, naming the pool and the namespace, until it selects this one.
+	private := e.pool("private", ipkeeperv1alpha1.PoolRange{Range: "10.83.0.0/24"})
+	private.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "someone-else"}}
+	if err := cp.Client.Update(ctx, private); err != nil {
+		t.Fatal(err)
+	}
+	e.claim("g", private.Name)
+	g := e.waitReady("g", metav1.ConditionFalse, ipamv1.IPAddressClaimReadyPoolNotReadyReason)
+	if msg := g.Status.Conditions[0].Message; !containsAll(msg, private.Name, e.ns, "spec.namespaceSelector") {
+		t.Fatalf("PoolNotReady message %q does not name the pool, the namespace and the selector field", msg)
+	}
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(private), private); err != nil {
+		t.Fatal(err)
+	}
+	private.Spec.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] = e.ns
+	if err := cp.Client.Update(ctx, private); err != nil {
+		t.Fatal(err)
+	}
+	e.waitReady("g", metav1.ConditionTrue, clusterv1.ReadyReason)
 }
 
 // Pause, as the contract says: a claim with the paused annotation, or of a

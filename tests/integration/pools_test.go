@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
@@ -339,5 +341,48 @@ func TestOverlappingInlineNetworksRefused(t *testing.T) {
 	}
 	if _, err := a.Add(ctx, pods[3], "net1", separate); err != nil {
 		t.Errorf("a network with its own network_name: %v", err)
+	}
+}
+
+// TestPoolAdmitsOnlySelectedNamespaces: a pool with spec.namespaceSelector
+// (written as an administrator would, in YAML) gives addresses to the
+// selected namespaces' pods only; a NAD in another namespace naming the
+// pool (anyone with NAD rights there can write one) is refused with code 7
+// naming the pool and the namespace, and takes nothing.
+func TestPoolAdmitsOnlySelectedNamespaces(t *testing.T) {
+	ctx := context.Background()
+	team, other := cp.NewNamespace(t, "team"), cp.NewNamespace(t, "other")
+	name := "prod-blue-" + team[len(team)-5:]
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ipkeeper.io/v1alpha1", "kind": "IPPool",
+		"metadata": map[string]any{"name": name},
+		"spec": map[string]any{
+			"ranges":            []any{map[string]any{"range": "10.97.0.0/29"}},
+			"namespaceSelector": map[string]any{"matchLabels": map[string]any{corev1.LabelMetadataName: team}},
+		},
+	}}
+	if err := cp.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), pool) })
+	a := cp.StartAgent(t, "node-nssel")
+	conf := poolConf("prod-blue-net-"+team[len(team)-5:], name)
+
+	mine := cp.CreatePods(t, team, a.Node, "p", 1)[0]
+	if _, err := a.Add(ctx, mine, "net1", conf); err != nil {
+		t.Fatalf("ADD in the selected namespace %s: %v", team, err)
+	}
+	theirs := cp.CreatePods(t, other, a.Node, "p", 1)[0]
+	_, err := a.Add(ctx, theirs, "net1", conf)
+	if cniCode(err) != types.ErrInvalidNetworkConfig {
+		t.Fatalf("ADD in namespace %s, which the pool does not select = %v (code %d), want code 7", other, err, cniCode(err))
+	}
+	mustContain(t, err, `IPPool "`+name+`"`, `namespace "`+other+`"`, "spec.namespaceSelector")
+	var held []string
+	for _, r := range reservationsOf(t, "prod-blue-net-"+team[len(team)-5:]) {
+		held = append(held, r.Spec.Owner.Namespace)
+	}
+	if len(held) != 1 || held[0] != team {
+		t.Errorf("reservations of the pool's network are held in namespaces %v, want only %s", held, team)
 	}
 }

@@ -65,6 +65,14 @@ type IPPoolSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+)$')",message="must be a duration such as 30s, 5m or 1h30m (digits and units ns, us, ms, s, m, h; no spaces, no sign)"
 	ReuseCooldown *Duration `json:"reuseCooldown,omitempty"`
+	// NamespaceSelector selects the namespaces whose workloads may take
+	// addresses from the pool: pods and VMs through a NAD that names the
+	// pool, and Cluster API IPAddressClaims. Unset: every namespace (as
+	// before the field existed). Checked wherever an address is reserved
+	// (agent, ipkeeper-controller, the Cluster API provider, the whereabouts
+	// import); addresses held before a change of the selector stay held.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 	// WarningThresholdPercent is the usage, in percent of the pool's size
 	// in any IP family, at which the pool reports NearlyExhausted and
 	// records a Warning event. Default 90.

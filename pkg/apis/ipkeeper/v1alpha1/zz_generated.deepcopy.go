@@ -190,6 +190,11 @@ func (in *IPPoolSpec) DeepCopyInto(out *IPPoolSpec) {
 		*out = new(Duration)
 		**out = **in
 	}
+	if in.NamespaceSelector != nil {
+		in, out := &in.NamespaceSelector, &out.NamespaceSelector
+		*out = new(v1.LabelSelector)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.WarningThresholdPercent != nil {
 		in, out := &in.WarningThresholdPercent, &out.WarningThresholdPercent
 		*out = new(int32)
