@@ -16,7 +16,7 @@ import (
 )
 
 // KubeStore is the Store of every holder: the one place an IPBlock is
-// written. The agent uses it for its node (uncached client, the Node as
+// created (GiveBack, the one place one is deleted). The agent uses it for its node (uncached client, the Node as
 // owner), ipkeeper-controller for IPAMClaims (its cache, the IPPool as
 // owner).
 type KubeStore struct {
@@ -75,4 +75,19 @@ func (s *KubeStore) Held(ctx context.Context, pool string) ([]ipkeeperv1alpha1.I
 		return nil, fmt.Errorf("listing the IPBlocks of pool %q: %w", pool, err)
 	}
 	return list.Items, nil
+}
+
+// GiveBack deletes a block, exactly the version read (UID and
+// resourceVersion preconditions): one retaken or changed meanwhile stays.
+// A block already gone is not an error.
+func GiveBack(ctx context.Context, c client.Client, b *ipkeeperv1alpha1.IPBlock) error {
+	uid, rv := b.UID, b.ResourceVersion
+	err := c.Delete(ctx, b, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting IPBlock %s: %w", b.Name, err)
+	}
+	return nil
 }

@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/ipkeeper/ipkeeper/internal/blockgc"
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/capi"
 	"github.com/ipkeeper/ipkeeper/internal/claimaddrs"
@@ -79,6 +80,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	pools := &poolstatus.Reconciler{Client: mgr.GetClient(), Recorder: recorder, Index: addrs}
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the IPPool status controller: %w", err)
+	}
+	blockGC := &blockgc.Reconciler{Client: mgr.GetClient(), Addrs: addrs, Grace: o.BlockGrace}
+	if err := blockGC.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the address block garbage collector: %w", err)
 	}
 	claimBlocks := blocks.NewSet(string(ipkeeperv1alpha1.HolderIPAMClaims))
 	blocksSynced, err := claimalloc.WatchBlocks(ctx, mgr.GetCache(), claimBlocks)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/blockgc"
 	"github.com/ipkeeper/ipkeeper/internal/certs"
 	"github.com/ipkeeper/ipkeeper/internal/claimaddrs"
 )
@@ -36,6 +37,7 @@ type Options struct {
 	APIBurst      int
 	RequireGate   bool
 	GCGracePeriod time.Duration
+	BlockGrace    time.Duration
 	ClaimResync   time.Duration
 	EnableWebhook bool
 	WebhookHost   string
@@ -73,6 +75,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.ClaimWorkers, "claim-workers", claimaddrs.DefaultWorkers, "IPAMClaims whose addresses are chosen and recorded at once")
 	fs.BoolVar(&o.RequireGate, "require-kubevirt-feature-gate", true, "act only while the KubeVirt CR lists the PersistentIPs feature gate; false: act as if it always did")
 	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", 2*time.Minute, "how long a pod must stay gone before the garbage collector releases its reservations")
+	fs.DurationVar(&o.BlockGrace, "block-empty-grace", blockgc.DefaultGrace, "how long an address block must hold no reservation before it is given back to its pool")
 	fs.DurationVar(&o.ClaimResync, "claim-resync-period", 10*time.Minute, "how often every IPAMClaim ipkeeper manages is checked again without an event (a release interrupted by a crash is also resumed at start-up); 0 disables")
 	fs.DurationVar(&o.KubeVirtDiscoveryInterval, "kubevirt-discovery-interval", 30*time.Second, "how often the controller checks whether KubeVirt's CRDs are installed (KubeVirt support starts and stops with them)")
 	fs.DurationVar(&o.ClusterAPIDiscoveryInterval, "cluster-api-discovery-interval", 30*time.Second, "how often the controller checks whether Cluster API's IPAM CRDs are installed (the Cluster API IPAM provider starts and stops with them)")
@@ -99,6 +102,9 @@ func (o Options) Validate() error {
 	}
 	if o.GCGracePeriod < 0 {
 		return fmt.Errorf("--gc-grace-period %s: must not be negative", o.GCGracePeriod)
+	}
+	if o.BlockGrace < 0 {
+		return fmt.Errorf("--block-empty-grace %s: must not be negative", o.BlockGrace)
 	}
 	if o.KubeVirtDiscoveryInterval <= 0 {
 		return fmt.Errorf("--kubevirt-discovery-interval %s: must be positive", o.KubeVirtDiscoveryInterval)

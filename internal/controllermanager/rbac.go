@@ -33,7 +33,7 @@ package controllermanager
 // claims' reservations, in blocks it takes for them (owned by their pool);
 // claims' status (addresses, conditions, owner pod).
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=ipkeeper.io,resources=ipblocks,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ipblocks,verbs=get;list;watch;create;delete
 //
 // Claims' status: addresses, IPsAllocated and RequestedAddresses, owner
 // pod, and AddressesInPool when a pool changes under a claim's address.

@@ -170,6 +170,32 @@ func (x *Addresses) Held(pool string, ip netip.Addr) bool {
 	return ok
 }
 
+// HeldIn reports whether a reservation of pool holds an address of block
+// p. It looks up each of p's addresses (a block has at most 256), so it
+// costs no scan of the pool.
+func (x *Addresses) HeldIn(pool string, p netip.Prefix) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	ps := x.pools[pool]
+	if ps == nil {
+		return false
+	}
+	if len(ps.addrs) < 1<<min(p.Addr().BitLen()-p.Bits(), 16) {
+		for ip := range ps.addrs { // fewer held than the block holds
+			if p.Contains(ip) {
+				return true
+			}
+		}
+		return false
+	}
+	for ip := p.Masked().Addr(); p.Contains(ip); ip = ip.Next() {
+		if _, ok := ps.addrs[ip]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // Count is the usage of one pool against its current ranges.
 type Count struct {
 	// Used is the number of held addresses per range, in range order: an

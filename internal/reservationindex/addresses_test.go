@@ -118,3 +118,29 @@ func TestAddressesHeld(t *testing.T) {
 		}
 	}
 }
+
+// HeldIn answers per block, whether the pool holds few addresses (a scan
+// of them) or many (a look-up of each of the block's).
+func TestAddressesHeldIn(t *testing.T) {
+	x := NewAddresses()
+	x.Set(res("p", "a", "10.0.0.5"))
+	for _, tc := range []struct {
+		pool, block string
+		want        bool
+	}{{"p", "10.0.0.4/30", true}, {"p", "10.0.0.8/30", false}, {"q", "10.0.0.4/30", false}} {
+		if got := x.HeldIn(tc.pool, netip.MustParsePrefix(tc.block)); got != tc.want {
+			t.Errorf("HeldIn(%s, %s) with one address = %v, want %v", tc.pool, tc.block, got, tc.want)
+		}
+	}
+	for i := 16; i < 40; i++ {
+		x.Set(res("p", "a", netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}).String()))
+	}
+	for _, tc := range []struct {
+		block string
+		want  bool
+	}{{"10.0.0.4/30", true}, {"10.0.0.8/30", false}, {"10.0.1.36/30", true}, {"10.0.1.40/30", false}} {
+		if got := x.HeldIn("p", netip.MustParsePrefix(tc.block)); got != tc.want {
+			t.Errorf("HeldIn(p, %s) with 25 addresses = %v, want %v", tc.block, got, tc.want)
+		}
+	}
+}
