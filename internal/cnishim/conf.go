@@ -22,12 +22,57 @@ type netConf struct {
 }
 
 func parseConf(stdin []byte) (*netConf, error) {
-	var c netConf
-	if err := json.Unmarshal(stdin, &c); err != nil {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(stdin, &top); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure,
 			fmt.Sprintf("ipkeeper: parsing network config from stdin: %v", err), "")
 	}
+	var c netConf
+	if err := field("cniVersion", top["cniVersion"], &c.CNIVersion); err != nil {
+		return nil, err
+	}
+	if raw, ok := top["ipam"]; ok {
+		var ipam map[string]json.RawMessage
+		if err := field("ipam", raw, &ipam); err != nil {
+			return nil, err
+		}
+		if err := field("ipam.socketPath", ipam["socketPath"], &c.IPAM.SocketPath); err != nil {
+			return nil, err
+		}
+	}
 	return &c, nil
+}
+
+// field decodes one config field (absent or null: left as it is); a value
+// of the wrong JSON type is a configuration error naming the field and
+// the value, not a Go type.
+func field(name string, raw json.RawMessage, dst any) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(raw, dst); err != nil {
+		want := "a string"
+		if _, isMap := dst.(*map[string]json.RawMessage); isMap {
+			want = "an object"
+		}
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("ipkeeper: %s: expected %s, got JSON %s %s", name, want, jsonKind(raw), raw), "")
+	}
+	return nil
+}
+
+func jsonKind(raw json.RawMessage) string {
+	switch raw[0] {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "boolean"
+	}
+	return "number"
 }
 
 // socketPath picks the agent socket from the node only: the environment

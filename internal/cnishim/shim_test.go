@@ -300,3 +300,22 @@ func TestSocketPathComesFromTheNodeOnly(t *testing.T) {
 		t.Errorf("DEL naming the node's own socket: %v", err)
 	}
 }
+
+// A config whose ipam (or cniVersion) has the wrong JSON type is a
+// configuration error naming the field and what it got, never a Go type.
+func TestConfigOfTheWrongShape(t *testing.T) {
+	for _, tc := range []struct{ stdin, want string }{
+		{`{"cniVersion":"1.0.0","name":"n","type":"bridge","ipam":"ipkeeper"}`, `ipam: expected an object, got JSON string "ipkeeper"`},
+		{`{"cniVersion":"1.0.0","name":"n","type":"bridge","ipam":{"type":"ipkeeper","socketPath":7}}`, "ipam.socketPath: expected a string, got JSON number 7"},
+		{`{"cniVersion":1,"name":"n","type":"bridge","ipam":{"type":"ipkeeper"}}`, "cniVersion: expected a string, got JSON number 1"},
+	} {
+		_, err := parseConf([]byte(tc.stdin))
+		ce := asCNIError(t, err)
+		if ce.Code != types.ErrInvalidNetworkConfig || !strings.Contains(ce.Msg, tc.want) || strings.Contains(ce.Msg, "Go ") {
+			t.Errorf("%s: %+v, want code 7 saying %q", tc.stdin, ce, tc.want)
+		}
+	}
+	if ce := asCNIError(t, func() error { _, err := parseConf([]byte(`{`)); return err }()); ce.Code != types.ErrDecodingFailure {
+		t.Errorf("stdin that is not JSON: %+v, want code 6", ce)
+	}
+}

@@ -134,6 +134,17 @@ func desiredStatus(pool *v1alpha1.IPPool, ranges []iprange.Range, specErr error,
 	} else {
 		cond(v1alpha1.PoolExhausted, metav1.ConditionFalse, v1alpha1.PoolReasonFree, "every IP family has a free address")
 	}
+	if len(c.HeldGateways) > 0 {
+		gws := make([]string, len(c.HeldGateways))
+		for i, gw := range c.HeldGateways {
+			gws[i] = gw.String()
+		}
+		cond(v1alpha1.PoolGatewayInUse, metav1.ConditionTrue, v1alpha1.PoolReasonGatewayHeld, fmt.Sprintf(
+			"gateway %s is held by a reservation: the workload there is every other one's gateway; move the gateway, or give that workload another address (kubectl ipkeeper who-has %s --pool %s)",
+			strings.Join(gws, ", "), gws[0], pool.Name))
+	} else {
+		cond(v1alpha1.PoolGatewayInUse, metav1.ConditionFalse, v1alpha1.PoolReasonGatewaysFree, "no gateway is held by a reservation")
+	}
 	if len(nearly) > 0 {
 		cond(v1alpha1.PoolNearlyExhausted, metav1.ConditionTrue, v1alpha1.PoolReasonAboveWarning,
 			fmt.Sprintf("%s; the warning threshold is %d%%", strings.Join(nearly, "; "), threshold))
@@ -155,7 +166,7 @@ type crossing struct {
 // Normal event. Unknown (invalid spec) is neither entering nor leaving.
 func crossings(before, after []metav1.Condition) []crossing {
 	var out []crossing
-	for _, typ := range []string{v1alpha1.PoolNearlyExhausted, v1alpha1.PoolExhausted} {
+	for _, typ := range []string{v1alpha1.PoolNearlyExhausted, v1alpha1.PoolExhausted, v1alpha1.PoolGatewayInUse} {
 		was, is := meta.FindStatusCondition(before, typ), meta.FindStatusCondition(after, typ)
 		if is == nil {
 			continue

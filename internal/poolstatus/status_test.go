@@ -341,3 +341,30 @@ func TestDecimal(t *testing.T) {
 		}
 	}
 }
+
+// An edit that moves a range's gateway onto an address a reservation
+// holds is reported on the pool (GatewayInUse=True, naming the gateway),
+// with a Warning event when it starts.
+func TestGatewayInUse(t *testing.T) {
+	pool := poolOf("blue", v1alpha1.PoolRange{Range: "10.0.0.0/24", Gateway: "10.0.0.7"})
+	before := statusOf(t, pool, res("blue", "blue", "10.0.0.9"))
+	if c := meta.FindStatusCondition(before.Conditions, v1alpha1.PoolGatewayInUse); c == nil || c.Status != metav1.ConditionFalse {
+		t.Fatalf("GatewayInUse with the gateway free = %+v, want False", c)
+	}
+	pool.Status = before
+	after := statusOf(t, pool, res("blue", "blue", "10.0.0.9"), res("blue", "blue", "10.0.0.7"))
+	c := meta.FindStatusCondition(after.Conditions, v1alpha1.PoolGatewayInUse)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.PoolReasonGatewayHeld || !strings.Contains(c.Message, "gateway 10.0.0.7 is held") {
+		t.Fatalf("GatewayInUse with the gateway held = %+v, want True naming 10.0.0.7", c)
+	}
+	if r := meta.FindStatusCondition(after.Conditions, v1alpha1.PoolReady); r == nil || r.Status != metav1.ConditionTrue {
+		t.Errorf("Ready = %+v: the spec is valid, allocations proceed", r)
+	}
+	var warned bool
+	for _, x := range crossings(before.Conditions, after.Conditions) {
+		warned = warned || (x.warning && x.reason == v1alpha1.PoolGatewayInUse)
+	}
+	if !warned {
+		t.Errorf("no Warning event when the gateway became held")
+	}
+}

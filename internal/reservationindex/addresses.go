@@ -211,6 +211,9 @@ type Count struct {
 	// Networks are the CNI networks of the pool's reservations, sorted
 	// (Cluster API claims' reservations are of none).
 	Networks []string
+	// HeldGateways are the ranges' gateways a reservation holds, in range
+	// order: a pool edit moved a gateway onto an address in use.
+	HeldGateways []netip.Addr
 }
 
 // Count counts pool's held addresses against ranges (nil when the spec is
@@ -231,6 +234,13 @@ func (x *Addresses) Count(pool string, ranges []iprange.Range) Count {
 			}
 		} else {
 			c.OutOfRange++
+		}
+	}
+	for _, r := range ranges {
+		if gw := r.Gateway(); gw.IsValid() && !slices.Contains(c.HeldGateways, gw) {
+			if _, ok := ps.addrs[gw]; ok {
+				c.HeldGateways = append(c.HeldGateways, gw)
+			}
 		}
 	}
 	c.Networks = make([]string, 0, len(ps.networks))

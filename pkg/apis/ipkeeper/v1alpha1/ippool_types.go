@@ -140,8 +140,9 @@ type IPPoolStatus struct {
 	// +listType=set
 	Networks []string `json:"networks,omitempty"`
 	// Conditions: Ready (the spec is valid and allocations proceed),
-	// Exhausted (some family has no free address) and NearlyExhausted
-	// (usage at or above spec.warningThresholdPercent).
+	// Exhausted (some family has no free address), NearlyExhausted
+	// (usage at or above spec.warningThresholdPercent) and GatewayInUse (a
+	// range's gateway is an address a workload holds).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -160,6 +161,10 @@ const (
 	PoolReady           = "Ready"
 	PoolExhausted       = "Exhausted"
 	PoolNearlyExhausted = "NearlyExhausted"
+	// PoolGatewayInUse is True while a range's gateway is held by a
+	// reservation: an edit moved the gateway onto an address a workload
+	// uses, which then answers as every other workload's gateway.
+	PoolGatewayInUse = "GatewayInUse"
 
 	PoolReasonValid        = "Valid"
 	PoolReasonInvalidSpec  = "InvalidSpec"
@@ -168,6 +173,8 @@ const (
 	PoolReasonNoneFree     = "NoAddressFree"
 	PoolReasonAboveWarning = "AboveThreshold"
 	PoolReasonBelowWarning = "BelowThreshold"
+	PoolReasonGatewayHeld  = "GatewayHeld"
+	PoolReasonGatewaysFree = "GatewaysFree"
 )
 
 // Labels and annotations of pools.
