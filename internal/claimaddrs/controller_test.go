@@ -516,6 +516,38 @@ func TestReconcilePoolNamespaceSelector(t *testing.T) {
 	}
 }
 
+// A NAD edited to disagree with its network's pool (the agent refuses
+// its launchers with code 7) turns the claim's IPsAllocated False, saying
+// why, while the claim keeps its addresses; the claim does not look
+// ready for a VM that cannot start.
+func TestReconcileNADDisagreesWithItsPool(t *testing.T) {
+	n := nad(ns, "blue", dualConf)
+	pool := poolOfNAD(t, n)
+	f := newFixture(t, n, pool, claim("vm1.blue"))
+	f.reconcile(t, "vm1.blue")
+	filled := f.claim(t, "vm1.blue")
+	if len(filled.Status.IPs) != 2 {
+		t.Fatalf("claim not filled: %v", filled.Status.IPs)
+	}
+	var edited nadv1.NetworkAttachmentDefinition
+	if err := f.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "blue"}, &edited); err != nil {
+		t.Fatal(err)
+	}
+	edited.Spec.Config = strings.Replace(dualConf, "10.0.0.0/24", "10.5.0.0/24", 1)
+	if err := f.c.Update(context.Background(), &edited); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t, "vm1.blue")
+	c := f.claim(t, "vm1.blue")
+	cond := condition(t, c, claimstatus.ConditionIPsAllocated)
+	if cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, `network "blue" has one definition`) || !strings.Contains(cond.Message, "10.5.0.0/24") {
+		t.Errorf("IPsAllocated after the NAD edit = %+v, want False naming the disagreement", cond)
+	}
+	if strings.Join(c.Status.IPs, ",") != strings.Join(filled.Status.IPs, ",") {
+		t.Errorf("status.ips changed from %v to %v", filled.Status.IPs, c.Status.IPs)
+	}
+}
+
 // Claims ipkeeper does not serve, gone, or being deleted are left alone;
 // nothing is done before the allocator's caches are synced.
 func TestReconcileLeavesAlone(t *testing.T) {

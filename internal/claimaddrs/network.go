@@ -175,6 +175,13 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	if err := r.poolAdmits(ctx, &obj, claim.Namespace); err != nil {
 		return nil, err
 	}
+	if cfg.Pool == "" {
+		// The agent refuses launchers of a NAD that disagrees with its
+		// network's one definition (code 7): so does the claim's status.
+		if d := inlinepool.CheckDefinition(cfg, &obj, pool.Ranges); d != nil {
+			return nil, refuse(false, "%s", d.Explain(claim.Namespace, "NetworkAttachmentDefinition "+net.nad.String()))
+		}
+	}
 	if obj.Labels[ipkeeperv1alpha1.InlineLabel] == "true" {
 		var pools ipkeeperv1alpha1.IPPoolList
 		if err := r.Client.List(ctx, &pools); err != nil {
