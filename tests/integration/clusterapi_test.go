@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
@@ -213,22 +214,25 @@ func TestClusterAPIPoolExhaustedAndNotReady(t *testing.T) {
 	// A pool for other namespaces only (spec.namespaceSelector): not
 	// ready, naming the pool and the namespace, until it selects this one.
 	private := e.pool("private", ipkeeperv1alpha1.PoolRange{Range: "10.83.0.0/24"})
-	private.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "someone-else"}}
-	if err := cp.Client.Update(ctx, private); err != nil {
-		t.Fatal(err)
+	selectNamespace := func(name string) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error { // the status controller writes the pool too
+			if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(private), private); err != nil {
+				return err
+			}
+			private.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: name}}
+			return cp.Client.Update(ctx, private)
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	selectNamespace("someone-else")
 	e.claim("g", private.Name)
 	g := e.waitReady("g", metav1.ConditionFalse, ipamv1.IPAddressClaimReadyPoolNotReadyReason)
 	if msg := g.Status.Conditions[0].Message; !containsAll(msg, private.Name, e.ns, "spec.namespaceSelector") {
 		t.Fatalf("PoolNotReady message %q does not name the pool, the namespace and the selector field", msg)
 	}
-	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(private), private); err != nil {
-		t.Fatal(err)
-	}
-	private.Spec.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] = e.ns
-	if err := cp.Client.Update(ctx, private); err != nil {
-		t.Fatal(err)
-	}
+	selectNamespace(e.ns)
 	e.waitReady("g", metav1.ConditionTrue, clusterv1.ReadyReason)
 }
 
