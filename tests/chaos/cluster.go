@@ -201,7 +201,9 @@ func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err 
 		// and records its addresses) and runs the reservation garbage
 		// collector. Without leader election a restarted controller does
 		// not wait out the killed one's lease.
-		ExtraArgs: []string{"--enable-webhook=false", "--leader-elect=false", "--require-kubevirt-feature-gate=false"},
+		// Blocks empty for 3 s are given back, so give-backs race the
+		// agents' allocations in them all through a run.
+		ExtraArgs: []string{"--enable-webhook=false", "--leader-elect=false", "--require-kubevirt-feature-gate=false", "--block-empty-grace=3s"},
 	})
 	if err != nil {
 		return nil, err

@@ -24,7 +24,10 @@
 //
 // Operations (schedule.go, ops.go, claims.go), concurrently on slots:
 // ADD (new pod, new sandbox, repeated ADD), late DEL of an old sandbox
-// racing the new one's ADD, DEL, CHECK, CNI GC, pod deletion with or
+// racing the new one's ADD, DEL, CHECK, CNI GC (half of them with a
+// runtime's list that predates the attachments set up in the last 10 s,
+// which the agent must spare by the age their reservations record, agent
+// restarts meanwhile included), pod deletion with or
 // without its DEL, claim-backed pods starting on one or two nodes at once,
 // live migration, VM restart, claim deletion and re-creation (a quarter
 // of the new claims ask for free addresses of the network with the
@@ -34,7 +37,9 @@
 // free addresses (its pods stopped first, a pod started again at once or
 // later), pods without a claim on the claims' network (the agents' blocks
 // and the controller's blocks of IPAMClaims share its pool), static-IP
-// requests, and two networks drawing from one explicit IPPool (a /28,
+// requests, address blocks given back by the controller once empty for
+// 3 s while agents allocate in them, and two networks drawing from one
+// explicit IPPool (a /28,
 // hammered past capacity, with a 2s reuse cooldown) that the pool-resize
 // operation grows by a range and shrinks again while addresses there are
 // held.

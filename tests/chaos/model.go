@@ -47,6 +47,9 @@ type attachment struct {
 	ips         []netip.Addr
 	state       attState
 	since       time.Time
+	// first is when an ADD of the attachment first succeeded: a runtime's
+	// list of valid attachments built before then lacks it.
+	first time.Time
 }
 
 // holder is who owns the attachment's addresses: the claim for a
@@ -175,6 +178,9 @@ func (m *model) succeeded(a *attachment, ips []netip.Addr) (clash []*attachment,
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a.ips, a.state, a.since = ips, attLive, time.Now()
+	if a.first.IsZero() {
+		a.first = a.since
+	}
 	if cd := cooldownOf(a.pool); cd > 0 {
 		for _, ip := range ips {
 			if rel, ok := m.released[a.pool+"/"+ip.String()]; ok && rel.holder != a.holder() && a.since.Before(rel.at.Add(cd)) {

@@ -391,16 +391,29 @@ func (r *runner) podDelete(ctx context.Context, st step, s *slot) {
 
 // gc sends a CNI GC to one node for one network, listing every sandbox
 // the runtime still knows there.
+// staleGCListAge is how far a stale list of valid attachments predates its
+// GC call: well within the agent's --cni-gc-min-age (1m).
+const staleGCListAge = 10 * time.Second
+
 func (r *runner) gc(ctx context.Context, st step) {
 	net := slotNetwork(st.pool, st.slot)
 	n := r.c.nodes[st.node]
 	lock := r.gcLocks[n.name+"/"+net.name]
 	lock.Lock()
 	defer lock.Unlock()
+	// With the flag, the runtime's list predates the attachments set up in
+	// the last staleGCListAge (it built the list, then called GC later; an
+	// agent may have restarted in between): the agent must spare them, by
+	// the age recorded on their reservations.
 	var valid []map[string]string
+	var predates int
 	r.model.mu.Lock()
 	for _, a := range r.model.atts {
 		if a.node == n.name && a.network == net.name && a.state != attDead {
+			if st.flag && !a.first.IsZero() && time.Since(a.first) < staleGCListAge {
+				predates++
+				continue
+			}
 			valid = append(valid, map[string]string{"containerID": a.containerID, "ifname": a.ifName})
 		}
 	}
@@ -412,7 +425,7 @@ func (r *runner) gc(ctx context.Context, st step) {
 	conf["cni.dev/valid-attachments"] = valid
 	raw := (&network{config: conf}).netConf("")
 	gcAtt := &attachment{podNS: "-", podName: "-", containerID: "-", network: net.name, pool: net.pool}
-	seq := r.hist.begin(st.seq, "GC", fmt.Sprintf("%s net=%s valid=%d", n.name, net.name, len(valid)))
+	seq := r.hist.begin(st.seq, "GC", fmt.Sprintf("%s net=%s valid=%d (list predates %d)", n.name, net.name, len(valid), predates))
 	upBefore, epoch := n.state()
 	_, err := n.client.Do(ctx, cniproto.Request{Command: cniproto.CmdGC, Config: raw})
 	r.hist.end(seq, errString(err))

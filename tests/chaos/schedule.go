@@ -16,7 +16,7 @@ const (
 	opDel                        // DEL of the slot's current sandbox
 	opStaleDel                   // a late DEL of an earlier sandbox of the slot's pod
 	opCheck                      // CHECK of the slot's current sandbox
-	opGC                         // CNI GC on one node and network with the runtime's valid attachments
+	opGC                         // CNI GC on one node and network with the runtime's valid attachments (flag: a list that predates the last 10 s)
 	opPodDelete                  // the pod is deleted, after a DEL or with the DEL lost
 	opClaimStart                 // claim-backed pods start (one, or two on two nodes at once)
 	opClaimMigrate               // a second pod of the claim on another node, then the first goes
