@@ -97,8 +97,13 @@ RACE ?=
 chaos: tools ## Chaos run: make chaos DURATION=10m SEED=n runs long (replay a run with its seed); no args: the short fixed-seed run.
 	CHAOS_DURATION=$(DURATION) CHAOS_SEED=$(SEED) CHAOS_RACE=$(RACE) go test -count=1 -timeout 0 -v -run '^TestChaos$$' ./tests/chaos/
 
+LEFTOVERS := $(shell mktemp -u /tmp/ipkeeper-leftovers.XXXXXX)
+
 .PHONY: test
-test: verify-generated lint test-unit test-image test-integration test-e2e test-chaos ## Everything CI runs.
+test: ## Everything CI runs, then a check that it left no network namespace, interface, process or temporary directory behind.
+	@bash hack/leftovers.sh snapshot $(LEFTOVERS)
+	@$(MAKE) --no-print-directory verify-generated lint test-unit test-image test-integration test-e2e test-chaos || { rm -f $(LEFTOVERS); exit 1; }
+	@bash hack/leftovers.sh check $(LEFTOVERS); status=$$?; rm -f $(LEFTOVERS); exit $$status
 
 .PHONY: clean
 clean: ## Remove build output (not the tools cache).
