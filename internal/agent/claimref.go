@@ -51,7 +51,9 @@ func (a *Agent) attachmentOf(ctx context.Context, pod *corev1.Pod, req *request)
 				out.nad = &key
 				return out, nil
 			}
-			if err := a.refuseUnclaimed(ctx, pod, req, elems[i]); err != nil {
+			if claim, err := a.unreferencedClaim(ctx, pod, req, elems[i], i); err != nil || claim != "" {
+				key := elems[i].NAD()
+				out.claim, out.nad = claim, &key
 				return out, err
 			}
 		}

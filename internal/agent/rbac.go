@@ -9,8 +9,8 @@ package agent
 // only read, IPAMClaims and the NetworkAttachmentDefinitions that say
 // whether a network keeps its addresses; namespaces, for pools that admit
 // only some (spec.namespaceSelector); ipkeeper's own webhook
-// configuration, to tell whether a launcher lacking a claim reference was
-// missed by the webhook (unclaimed.go). Nothing else: the agent writes no
+// configuration and a launcher's VMI, to find the claim of a launcher the
+// webhook missed (unclaimed.go). Nothing else: the agent writes no
 // claim, no pool, no pod, no NAD and no VM, and the node-bound admission
 // policy (manifests/policy) narrows its reservation and block writes to
 // its own node's pods.
@@ -23,3 +23,4 @@ package agent
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=ipamclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get,resourceNames=ipkeeper
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get

@@ -4,6 +4,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -11,21 +12,27 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
 // ipkeeper's pod webhook gives launcher pods their claim references with
 // failurePolicy Ignore on creation, so that an outage of every controller
 // replica blocks no VM. A launcher it did not see (created during such an
 // outage) may then attach a network that keeps its addresses without a
-// claim reference: given an ephemeral address, the VM would silently lose
-// its address at its next start or migration. The agent refuses that ADD
-// instead (CNI code 11, saying why), while the webhook is in force (the
-// controller gives it rules only while KubeVirt's PersistentIPs gate is
-// on; off, launchers rightly carry no references).
+// claim reference; given an ephemeral address, the VM would silently lose
+// its address at its next start or migration. While the webhook is in
+// force (the controller gives it rules only while KubeVirt's
+// PersistentIPs gate is on; off, launchers rightly carry no references),
+// the agent derives the reference the webhook would have added, by the
+// same rule (the interface's logical network in the VMI's spec,
+// naming.ClaimFor), and the ADD goes on as for a referenced claim: it
+// waits for ipkeeper-controller to make and fill the claim. Only when the
+// VMI cannot tell is the ADD refused (CNI code 11, saying why).
 
 // webhookCheckTTL bounds how long a look at the webhook configuration
 // stands: only launchers lacking a reference on a persistent network cost
@@ -39,34 +46,61 @@ type webhookScope struct {
 	force bool
 }
 
-// refuseUnclaimed returns a code 11 error when elem (the attachment's
-// networks annotation element, which carries no claim reference) is of a
-// virt-launcher pod, through a NAD that allows persistent IPs, while the
-// webhook is in force; else nil.
-func (a *Agent) refuseUnclaimed(ctx context.Context, pod *corev1.Pod, req *request, elem multus.Element) error {
+// unreferencedClaim returns the claim of elem (element index of the
+// attachment's networks annotation, which carries no claim reference): ""
+// when none is due (not a launcher, a network without persistent IPs, or
+// the webhook not in force), the claim the webhook would have referenced,
+// or a code 11 error when it cannot be told.
+func (a *Agent) unreferencedClaim(ctx context.Context, pod *corev1.Pod, req *request, elem multus.Element, index int) (string, error) {
 	if a.opts.WebhookConfigurationName == "" || a.live == nil {
-		return nil
+		return "", nil
 	}
-	if _, ok := kubevirt.IsLauncherPod(pod); !ok {
-		return nil
+	vmiName, ok := kubevirt.IsLauncherPod(pod)
+	if !ok {
+		return "", nil
 	}
 	network, found, err := a.readNAD(ctx, elem.NAD())
 	if err != nil || !found || !network.AllowPersistentIPs {
-		return nil // the ephemeral path reports a NAD it cannot read
+		return "", nil // the ephemeral path reports a NAD it cannot read
 	}
+	subject := fmt.Sprintf("virt-launcher pod %s/%s interface %s attaches network %q through NetworkAttachmentDefinition %s, which keeps its addresses (allowPersistentIPs), but references no IPAMClaim",
+		pod.Namespace, pod.Name, req.IfName, network.Name, elem.NAD())
 	inForce, err := a.webhookInForce(ctx)
 	if err != nil {
-		return cniError(codeTryAgainLater, fmt.Errorf("pod %s/%s interface %s: network %q keeps its addresses, the pod references no IPAMClaim, and %w",
-			pod.Namespace, pod.Name, req.IfName, req.cfg.Name, err))
+		return "", cniError(codeTryAgainLater, fmt.Errorf("%s, and %w", subject, err))
 	}
 	if !inForce {
-		return nil
+		return "", nil
 	}
-	return cniError(codeTryAgainLater, fmt.Errorf(
-		"virt-launcher pod %s/%s interface %s attaches network %q through NetworkAttachmentDefinition %s, which keeps its addresses (allowPersistentIPs), but references no IPAMClaim: "+
-			"ipkeeper's webhook did not see the pod (were all ipkeeper-controller replicas down when it was created?); an ephemeral address would be lost at the VM's next start. "+
-			"Delete the pod once ipkeeper-controller runs: KubeVirt makes it again, with its claim",
-		pod.Namespace, pod.Name, req.IfName, req.cfg.Name, elem.NAD()))
+	var vmi kubevirtv1.VirtualMachineInstance
+	a.metrics.apiReads.WithLabelValues("get").Inc()
+	if err := a.live.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: vmiName}, &vmi); err != nil {
+		why := fmt.Errorf("reading its VirtualMachineInstance %s: %w", vmiName, err)
+		if apierrors.IsNotFound(err) {
+			why = fmt.Errorf("its VirtualMachineInstance %s does not exist", vmiName)
+		}
+		return "", cniError(codeTryAgainLater, fmt.Errorf("%s (ipkeeper's webhook did not see the pod), and %w; delete the pod once ipkeeper-controller runs: KubeVirt makes it again, with its claim", subject, why))
+	}
+	logical, ok := kubevirt.LogicalNetwork(elem.Interface, index, kubevirt.SecondaryNetworks(&vmi.Spec))
+	if !ok {
+		return "", cniError(codeTryAgainLater, fmt.Errorf("%s (ipkeeper's webhook did not see the pod), and no network of VirtualMachineInstance %s is this interface; delete the pod once ipkeeper-controller runs: KubeVirt makes it again, with its claim", subject, vmiName))
+	}
+	claim, err := naming.ClaimFor(vmi.Name, logical, network.Name, func(name string) (string, bool, error) {
+		c, err := a.claims.Get(ctx, pod.Namespace, name)
+		switch {
+		case errors.Is(err, errClaimMissing):
+			return "", false, nil
+		case err != nil:
+			return "", false, err
+		}
+		return c.Spec.Network, true, nil
+	})
+	if err != nil {
+		return "", cniError(codeTryAgainLater, fmt.Errorf("%s: choosing its claim: %w", subject, err))
+	}
+	a.log.Info("a launcher without its IPAMClaim reference (ipkeeper's webhook did not see it): using the claim the webhook would have referenced",
+		"pod", pod.Namespace+"/"+pod.Name, "interface", req.IfName, "network", network.Name, "claim", claim)
+	return claim, nil
 }
 
 // webhookInForce reports whether ipkeeper's MutatingWebhookConfiguration

@@ -60,3 +60,25 @@ func PodInterfaceName(network string) string {
 // still used by launcher pods of VMIs started before the hashed scheme: the
 // name Multus gives its delegates (secondary network N is delegate N).
 func OrdinalInterfaceName(ordinal int) string { return multus.DelegateIfName(ordinal) }
+
+// LogicalNetwork finds the VMI network a launcher pod's interface
+// attaches: by the pod interface name KubeVirt gave it (hashed, or the
+// older ordinal net<N>), else, for an element without an interface name,
+// by its position (index, from 0) among the secondary networks, the way
+// the ordinal scheme names interfaces.
+func LogicalNetwork(iface string, index int, networks []SecondaryNetwork) (string, bool) {
+	if iface != "" {
+		for _, n := range networks {
+			if PodInterfaceName(n.Name) == iface || OrdinalInterfaceName(n.Ordinal) == iface {
+				return n.Name, true
+			}
+		}
+		return "", false
+	}
+	for _, n := range networks {
+		if n.Ordinal == index+1 {
+			return n.Name, true
+		}
+	}
+	return "", false
+}

@@ -10,28 +10,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
-// logicalNetwork finds the VMI network an element of the launcher pod's
-// networks annotation attaches: by the pod interface name KubeVirt gave it
-// (hashed, or the older ordinal net<N>), else by position, the way the
-// ordinal scheme names interfaces.
-func logicalNetwork(elems []multus.Element, i int, networks []kubevirt.SecondaryNetwork) (string, bool) {
-	e := elems[i]
-	if e.Interface != "" {
-		for _, n := range networks {
-			if kubevirt.PodInterfaceName(n.Name) == e.Interface || kubevirt.OrdinalInterfaceName(n.Ordinal) == e.Interface {
-				return n.Name, true
-			}
-		}
-		return "", false
-	}
-	for _, n := range networks {
-		if n.Ordinal == i+1 {
-			return n.Name, true
-		}
-	}
-	return "", false
-}
-
 // addReferences sets ipam-claim-reference on every element that has a
 // network in cniNetworks (the CNI network of the element's NAD, "" for a
 // NAD that does not allow persistent IPs): the claim naming.ClaimFor
@@ -47,7 +25,7 @@ func addReferences(elems []multus.Element, vmiName string, networks []kubevirt.S
 		if cniNetworks[i] == "" {
 			continue
 		}
-		logical, ok := logicalNetwork(elems, i, networks)
+		logical, ok := kubevirt.LogicalNetwork(elems[i].Interface, i, networks)
 		if !ok {
 			warnings = append(warnings, fmt.Sprintf("network %s/%s (interface %q) matches no network of VirtualMachineInstance %s; it gets no persistent IPs",
 				elems[i].Namespace, elems[i].Name, elems[i].Interface, vmiName))

@@ -25,9 +25,10 @@ import (
 //
 //   - LaunchersWebhook (failurePolicy Ignore): pod creation, and changes of
 //     the networks of a launcher that references no claim. An outage
-//     blocks no VM: a launcher admitted without it that needs a claim
-//     reference is refused by the agent at ADD (CNI code 11, saying why),
-//     so persistence is never silently lost.
+//     blocks no VM: for a launcher admitted without it that needs a claim
+//     reference, the agent finds the claim by this package's rule (from
+//     the VMI) and waits for its addresses (agent/unclaimed.go), so
+//     persistence is never silently lost.
 //   - ClaimedLaunchersWebhook (failurePolicy Fail): changes of the networks
 //     of a running launcher that references a claim (a NIC hotplug or
 //     unplug). Admitted without the webhook, virt-controller's rewrite

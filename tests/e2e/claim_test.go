@@ -277,7 +277,7 @@ func (c *Cluster) expectClaimReservations(t testing.TB, network string, claim *i
 			t.Errorf("network %s: no IPReservation of %s (for %s); all: %s", network, pip, a, describe(got))
 			continue
 		}
-		if want := a.wantSpec(network, pip, a.RT.IfName); got[i].Spec != want {
+		if want := a.wantSpec(network, pip, a.RT.IfName); !sameSpec(got[i].Spec, want) {
 			t.Errorf("reservation %s:\n got spec %+v\nwant spec %+v", got[i].Name, got[i].Spec, want)
 		}
 	}

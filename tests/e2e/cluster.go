@@ -90,6 +90,8 @@ type Node struct {
 	kube   string
 	multus *libcni.NetworkConfigList
 	cni    *libcni.CNIConfig
+	// exec runs plugins with the node's agent socket (cni uses it too).
+	exec *socketExec
 }
 
 // Sandbox is a pod's network namespace, attached through Multus.
@@ -229,10 +231,11 @@ func (c *Cluster) startNode(ctx context.Context, name string) (*Node, error) {
 		return nil, err
 	}
 	c.closers = append(c.closers, cniLog)
-	n.cni = libcni.NewCNIConfigWithCacheDir([]string{n.BinDir}, filepath.Join(n.dir, "cni-cache"), &socketExec{
+	n.exec = &socketExec{
 		DefaultExec: invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: cniLog}, PluginDecoder: version.PluginDecoder{}},
 		socket:      n.Agent.Socket,
-	})
+	}
+	n.cni = libcni.NewCNIConfigWithCacheDir([]string{n.BinDir}, filepath.Join(n.dir, "cni-cache"), n.exec)
 	return n, nil
 }
 

@@ -167,7 +167,7 @@ func (a *Attachment) IPAMAdd(ctx context.Context, ifname string) (*types100.Resu
 	if err != nil {
 		return nil, err
 	}
-	res, err := invoke.ExecPluginWithResult(ctx, shim, stdin, args, nil)
+	res, err := invoke.ExecPluginWithResult(ctx, shim, stdin, args, a.Node.exec)
 	if err != nil {
 		return nil, fmt.Errorf("ipkeeper ADD for %s as %s: %w", a, args.IfName, err)
 	}
@@ -186,7 +186,7 @@ func (a *Attachment) IPAMDel(ctx context.Context, ifname string) error {
 	if err != nil {
 		return err
 	}
-	if err := invoke.ExecPluginWithoutResult(ctx, shim, stdin, args, nil); err != nil {
+	if err := invoke.ExecPluginWithoutResult(ctx, shim, stdin, args, a.Node.exec); err != nil {
 		return fmt.Errorf("ipkeeper DEL for %s as %s: %w", a, args.IfName, err)
 	}
 	return nil

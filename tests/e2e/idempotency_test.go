@@ -58,7 +58,7 @@ func TestAddIsIdempotent(t *testing.T) {
 	}
 	for _, r := range rs {
 		if r.Spec.IP == second.Addr().String() {
-			if want := a.wantSpec(network, second.Addr(), "net1"); r.Spec != want {
+			if want := a.wantSpec(network, second.Addr(), "net1"); !sameSpec(r.Spec, want) {
 				t.Errorf("net1 reservation:\n got spec %+v\nwant spec %+v", r.Spec, want)
 			}
 		}

@@ -77,13 +77,23 @@ func (c *Cluster) ExpectReservations(t testing.TB, network string, atts ...*Atta
 		if want := naming.Reservation(network, ip); r.Name != want {
 			t.Errorf("reservation of %s is named %q, want %q (naming.Reservation)", ip, r.Name, want)
 		}
-		if want := a.wantSpec(network, ip, a.RT.IfName); r.Spec != want {
+		if want := a.wantSpec(network, ip, a.RT.IfName); !sameSpec(r.Spec, want) {
 			t.Errorf("reservation %s:\n got spec %+v\nwant spec %+v", r.Name, r.Spec, want)
 		}
 	}
 	if len(got) != len(atts) {
 		t.Errorf("network %s: want %d IPReservations, got %d: %s", network, len(atts), len(got), describe(got))
 	}
+}
+
+// sameSpec compares a pod reservation's spec with wantSpec's:
+// spec.attachedAt (the node's clock at the ADD) must be set, whatever it is.
+func sameSpec(got, want ipkv1alpha1.IPReservationSpec) bool {
+	if got.AttachedAt == nil {
+		return false
+	}
+	got.AttachedAt = nil
+	return got == want
 }
 
 // wantSpec is the reservation of ip that the attachment's ADD as ifname writes.
