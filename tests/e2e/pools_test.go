@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -104,12 +105,15 @@ func TestPoolGrowsAndShrinksEndToEnd(t *testing.T) {
 
 func setRanges(t testing.TB, c *Cluster, pool string, ranges ...ipkv1alpha1.PoolRange) {
 	t.Helper()
-	p := &ipkv1alpha1.IPPool{}
-	if err := c.CP.Client.Get(context.Background(), client.ObjectKey{Name: pool}, p); err != nil {
-		t.Fatal(err)
-	}
-	p.Spec.Ranges = ranges
-	if err := c.CP.Client.Update(context.Background(), p); err != nil {
+	// Again on a conflict: the controller writes the pool's status too.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p := &ipkv1alpha1.IPPool{}
+		if err := c.CP.Client.Get(context.Background(), client.ObjectKey{Name: pool}, p); err != nil {
+			return err
+		}
+		p.Spec.Ranges = ranges
+		return c.CP.Client.Update(context.Background(), p)
+	}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -151,10 +151,15 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		expectAllowed(t, "list IPAMClaims", agent.List(ctx, &ipamclaimsv1alpha1.IPAMClaimList{}, client.InNamespace(ns)))
 		expectForbidden(t, "list VirtualMachines", agent.List(ctx, &kubevirtv1.VirtualMachineList{}, client.InNamespace(ns)))
 		// Claim-backed ADDs read the attachment's NAD (cached: listed and
-		// watched), never a VM or VMI.
+		// watched), never a VM. A launcher the webhook missed (an outage)
+		// needs its VMI, read by name only: never listed or watched.
 		expectAllowed(t, "get NetworkAttachmentDefinition", agent.Get(ctx, client.ObjectKey{Namespace: ns, Name: "blue-nad"}, &nadv1.NetworkAttachmentDefinition{}))
 		expectAllowed(t, "list NetworkAttachmentDefinitions", agent.List(ctx, &nadv1.NetworkAttachmentDefinitionList{}, client.InNamespace(ns)))
-		expectForbidden(t, "get VirtualMachineInstance", agent.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm1"}, &kubevirtv1.VirtualMachineInstance{}))
+		if err := agent.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm1"}, &kubevirtv1.VirtualMachineInstance{}); apierrors.IsForbidden(err) {
+			t.Errorf("get VirtualMachineInstance: %v, want allowed (a launcher the webhook missed)", err)
+		}
+		expectForbidden(t, "list VirtualMachineInstances", agent.List(ctx, &kubevirtv1.VirtualMachineInstanceList{}, client.InNamespace(ns)))
+		expectForbidden(t, "update VirtualMachineInstance", agent.Update(ctx, &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1"}}))
 		// Pools are made by the controller and the administrator.
 		expectForbidden(t, "create IPPool", agent.Create(ctx, &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: ns + "-agent"},
 			Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.99.2.0/24"}}}}))

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
@@ -36,16 +37,19 @@ func createPool(t testing.TB, name string, ranges ...ipkeeperv1alpha1.PoolRange)
 	return p
 }
 
-// setPoolRanges replaces a pool's ranges, as `kubectl edit ippool` would.
+// setPoolRanges replaces a pool's ranges, as `kubectl edit ippool` would
+// (again on a conflict: the status controller writes the pool too).
 func setPoolRanges(t testing.TB, name string, ranges ...ipkeeperv1alpha1.PoolRange) {
 	t.Helper()
 	ctx := context.Background()
-	p := &ipkeeperv1alpha1.IPPool{}
-	if err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
-		t.Fatal(err)
-	}
-	p.Spec.Ranges = ranges
-	if err := cp.Client.Update(ctx, p); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p := &ipkeeperv1alpha1.IPPool{}
+		if err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
+			return err
+		}
+		p.Spec.Ranges = ranges
+		return cp.Client.Update(ctx, p)
+	}); err != nil {
 		t.Fatalf("updating IPPool %s: %v", name, err)
 	}
 }
