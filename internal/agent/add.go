@@ -63,7 +63,10 @@ func (a *Agent) Add(ctx context.Context, creq *cniproto.Request) (_ *types100.Re
 	if err != nil {
 		return nil, err
 	}
-	if req.pool, err = a.resolvePool(ctx, req); err != nil {
+	if req.pool, err = a.resolvePool(ctx, req); err == nil {
+		err = a.admitsNew(ctx, req, pod.UID)
+	}
+	if err != nil {
 		a.log.Error(err, "ADD failed", "pod", pod.Namespace+"/"+pod.Name, "interface", req.IfName, "network", req.cfg.Name)
 		return nil, err
 	}

@@ -51,6 +51,7 @@ type poolView struct {
 	// blocked are ranges of younger inline networks that overlap this
 	// one's: theirs, never handed out here.
 	blocked []iprange.Range
+	obj     *ipkeeperv1alpha1.IPPool // as read, for its namespaceSelector
 }
 
 // isBlocked reports whether ip lies in a younger overlapping network's range.
@@ -155,13 +156,6 @@ func (a *Agent) resolvePool(ctx context.Context, req *request) (*poolView, error
 	case err != nil:
 		return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reading IPPool %q: %w", name, err))
 	}
-	// A claim's addresses were chosen by ipkeeper-controller, which
-	// applied the rule when it did (and held addresses stay held).
-	if req.attach.claim == "" {
-		if err := a.poolAdmits(ctx, pool, req.args.PodNamespace); err != nil {
-			return nil, err
-		}
-	}
 	var blocked []iprange.Range
 	ranges, err := a.parsed.ranges(pool)
 	if err != nil {
@@ -175,7 +169,7 @@ func (a *Agent) resolvePool(ctx context.Context, req *request) (*poolView, error
 			return nil, err
 		}
 	}
-	v := &poolView{name: name, key: pool.LockKey(), ranges: ranges, blocked: blocked}
+	v := &poolView{name: name, key: pool.LockKey(), ranges: ranges, blocked: blocked, obj: pool}
 	if pool.Spec.ReuseCooldown != nil {
 		v.cooldown = pool.Spec.ReuseCooldown.Duration
 	}
@@ -310,6 +304,20 @@ func (p *poolView) prefixOf(ip netip.Addr, family []iprange.Range) netip.Prefix 
 		return netip.PrefixFrom(ip, r.Subnet().Bits())
 	}
 	return netip.PrefixFrom(ip, family[0].Subnet().Bits())
+}
+
+// admitsNew applies the pool's spec.namespaceSelector to a pod ADD that
+// would reserve a new address. An attachment that holds its addresses
+// already (the runtime's repeated ADD, a new sandbox of a running pod)
+// keeps them, and CHECK never asks: a selector changes who gets new
+// addresses, never takes a running pod's (docs/pools.md). A claim's
+// addresses were chosen by ipkeeper-controller, which applied the rule
+// when it did.
+func (a *Agent) admitsNew(ctx context.Context, req *request, podUID types.UID) error {
+	if req.attach.claim != "" || len(a.idx.attachment(req.pool.name, podUID, req.IfName)) > 0 {
+		return nil
+	}
+	return a.poolAdmits(ctx, req.pool.obj, req.args.PodNamespace)
 }
 
 // poolAdmits applies the pool's spec.namespaceSelector (ipamconfig.PoolAdmits)

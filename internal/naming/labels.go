@@ -20,9 +20,10 @@ const (
 	// neither it nor ClaimsBlockLabel (borrowed addresses, static ones,
 	// other writers') every agent watches.
 	NodeLabel = "ipkeeper.io/node"
-	// ClaimsBlockLabel marks a reservation ipkeeper-controller made for an
-	// IPAMClaim in one of its blocks of IPAMClaims: no agent hands out those
-	// addresses, so no agent watches it.
+	// ClaimsBlockLabel marks a reservation ipkeeper-controller made for a
+	// claim (an IPAMClaim or a Cluster API IPAddressClaim) in one of its
+	// blocks of holder IPAMClaims: no agent hands out those addresses, so
+	// no agent watches it.
 	ClaimsBlockLabel = "ipkeeper.io/claims-block"
 	// PoolLabel carries the pool of an IPBlock, so a pool's blocks can be
 	// listed (and deleted with the pool) by label.

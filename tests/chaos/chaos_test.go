@@ -260,13 +260,17 @@ func (r *runner) summary(seed uint64, ran time.Duration) string {
 	}
 	return fmt.Sprintf("chaos summary: seed=%d ran=%s ops=%d [%s] cni=[%s] faults=[%s %s watches-cut=%d real-410s=%d proxied-requests=%d crash-restarts=%d] "+
 		"exhausted-adds=%d lost-dels=%d claims=[deleted=%d claim-ok=%d claim-unfilled=%d (request-refused=%d) refused-after-edit=%d requests-free=%d requests-taken=%d edits=%d edits-skipped=%d] "+
-		"requested=[%s] allowed=[%s] checks=[%s] violations=%d [%s]",
+		"requested=[%s] allowed=[%s] features=[%s %s pool-edit-failed=%d bad-nad-other=%d capi-ready=%d capi-unready=%d capi-deleted=%d nodes-deleted=%d storm-controller-kills=%d gc-after-agent-restart=%d] checks=[%s] violations=%d [%s]",
 		seed, ran.Round(time.Second), ops, r.counts.with("op:"), r.counts.with("cni:"), r.counts.with("fault:"), strings.Join(proxy, " "),
 		r.c.proxy.cuts.Load(), r.c.proxy.gone410.Load(), r.c.proxy.requests.Load(), r.c.crashes.Load(),
 		r.counts.get("exhausted"), r.counts.get("lost-del"),
 		r.counts.get("claims-deleted"), r.counts.get("claim-ok"), r.counts.get("claim-unfilled"), r.counts.get("claim-unfilled-refused"), r.counts.get("claim-refused-after-edit"),
 		r.counts.get("claim-requests-free"), r.counts.get("claim-requests-taken"), r.counts.get("claim-edits"), r.counts.get("claim-edit-skipped"),
-		r.counts.with("requested:"), r.counts.with("allowed:"), r.counts.with("check:"),
+		r.counts.with("requested:"), r.counts.with("allowed:"),
+		r.counts.with("pool-edit:"), r.counts.with("bad-nad-refused:"), r.counts.get("pool-edit-failed"), r.counts.get("bad-nad-other"),
+		r.counts.get("capi-claim-ready"), r.counts.get("capi-claim-unready"), r.counts.get("capi-claims-deleted"),
+		r.counts.get("nodes-deleted"), r.counts.get("storm-controller-kills"), r.counts.get("gc-after-agent-restart"),
+		r.counts.with("check:"),
 		r.viol.count(), r.counts.with("violation:"))
 }
 
@@ -295,6 +299,16 @@ func (r *runner) assertCoverage(t *outcome) {
 			t.errorf("proxy fault %s never fired", f)
 		}
 	}
+	for _, aspect := range poolAspects {
+		if r.counts.get("pool-edit:"+aspect) == 0 {
+			t.errorf("no pool edit of its %s", aspect)
+		}
+	}
+	for _, kind := range badDefinitions {
+		if r.counts.get("bad-nad-refused:"+kind) == 0 {
+			t.errorf("no ADD on a NAD with a %s definition refused with code 7", kind)
+		}
+	}
 	if r.c.proxy.cuts.Load() == 0 {
 		t.errorf("no watch was ever cut")
 	}
@@ -308,6 +322,12 @@ func (r *runner) assertCoverage(t *outcome) {
 		"claim request refused (Taken)":                        r.counts.get("requested:False/" + claimstatus.ReasonRequestedTaken),
 		"launcher ADD refused for an unfilled claim (code 11)": r.counts.get("claim-unfilled"),
 		"pod reservation written by an agent (its field manager, which I6 looks for)": r.counts.get("agent-written-pod-reservations"),
+		"Cluster API claim filled":                                  r.counts.get("capi-claim-ready"),
+		"Cluster API claim deleted":                                 r.counts.get("capi-claims-deleted"),
+		"node deleted and made again":                               r.counts.get("nodes-deleted"),
+		"controller killed in a claim storm":                        r.counts.get("storm-controller-kills"),
+		"GC after an agent restart between its list and its call":   r.counts.get("gc-after-agent-restart"),
+		"reservation name checked against its pool's lock key (I7)": r.counts.get("check:I7"),
 	} {
 		if n == 0 {
 			t.errorf("no %s", what)

@@ -105,7 +105,7 @@ func addressState(ls *liveState, v claimView, facts claimFacts) (state, problem 
 			if slices.Contains(v.held, ip) {
 				continue
 			}
-			if res := ls.res[naming.Reservation(networks[poolVM].pool, ip)]; res != nil && (res.Spec.Owner.UID != v.claim.UID || res.Spec.Released()) {
+			if res := ls.res[naming.Reservation(networks[poolVM].key, ip)]; res != nil && (res.Spec.Owner.UID != v.claim.UID || res.Spec.Released()) {
 				return stateEditConflict, ""
 			}
 		}
@@ -144,7 +144,7 @@ func refusedAddressFree(ls *liveState, claim *ipamclaimsv1alpha1.IPAMClaim) stri
 	}
 	requested := requestedOf(claim)
 	for _, ip := range requested {
-		res := ls.res[naming.Reservation(networks[poolVM].pool, ip)]
+		res := ls.res[naming.Reservation(networks[poolVM].key, ip)]
 		if res != nil && (res.Spec.Owner.UID != claim.UID || res.Spec.Released()) {
 			return ""
 		}
@@ -260,7 +260,9 @@ func (r *runner) allowState(state string, claim *ipamclaimsv1alpha1.IPAMClaim, v
 }
 
 // checkWriters checks I6's writers: no agent writes a claim or a claim's
-// reservation, and the claims-block label marks only claims' reservations.
+// reservation, and the claims-block label marks only claims' reservations
+// (an IPAMClaim's or a Cluster API claim's: the controller's one
+// allocator of claims serves both from its blocks).
 func (r *runner) checkWriters(ls *liveState) {
 	for i := range ls.claims {
 		c := &ls.claims[i]
@@ -270,7 +272,7 @@ func (r *runner) checkWriters(ls *liveState) {
 		}
 	}
 	for _, res := range ls.res {
-		claimOwned := res.Spec.Owner.Kind == ipkv1alpha1.OwnerIPAMClaim
+		claimOwned := res.Spec.Owner.Kind == ipkv1alpha1.OwnerIPAMClaim || res.Spec.Owner.Kind == ipkv1alpha1.OwnerIPAddressClaim
 		if !claimOwned && agentManaged(res.ManagedFields) != "" {
 			// The agents' own writes carry agentManager: without them, the
 			// check below would prove nothing (assertCoverage).

@@ -66,7 +66,7 @@ func TestClaimAddressStates(t *testing.T) {
 			ls := &liveState{res: map[string]*ipkv1alpha1.IPReservation{}}
 			for owner, ips := range map[types.UID][]netip.Addr{me: tt.mine, other: tt.others} {
 				for _, ip := range ips {
-					name := naming.Reservation(networks[poolVM].pool, ip)
+					name := naming.Reservation(networks[poolVM].key, ip)
 					ls.res[name] = &ipkv1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipkv1alpha1.IPReservationSpec{
 						Network: networks[poolVM].name, IP: ip.String(), Owner: ipkv1alpha1.ReservationOwner{Kind: ipkv1alpha1.OwnerIPAMClaim, UID: owner}}}
 				}

@@ -22,6 +22,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -43,9 +44,14 @@ const (
 
 // network is one NAD and its CNI config, as Multus would pass it.
 type network struct {
-	nad    string // NetworkAttachmentDefinition name in namespace
-	name   string // CNI network name
-	pool   string // the IPPool its addresses belong to
+	nad  string // NetworkAttachmentDefinition name in namespace
+	name string // CNI network name
+	pool string // the IPPool its addresses belong to
+	// key is what its pool's reservations are named from (the pool's
+	// lock key, IPPool.LockKey): an inline pool's network name, which
+	// differs from the pool's name when the network's name is not an
+	// object name; a named pool's name.
+	key    string
 	config map[string]any
 }
 
@@ -67,25 +73,31 @@ func (n *network) netConf(static string) json.RawMessage {
 }
 
 // The networks: a /24 for ordinary and static-IP pods (its inline pool is
-// made by ipkeeper-controller from the NAD); two networks drawing from one
+// made by ipkeeper-controller from the NAD); a network whose name is not
+// an object name (its inline pool is named by a hash, its reservations
+// from the network name); two networks drawing from one
 // explicit pool, a /28 the schedule drives past capacity, which the
-// pool-resize operation grows and shrinks under them and whose released
+// pool-edit operation grows, shrinks and otherwise edits under them and whose released
 // addresses cool down; and a dual-stack network with persistent IPs for
 // claim-backed pods, whose inline pool also serves pods without a claim.
 var networks = map[string]*network{
-	"pods": {nad: "pods", name: "chaos-pods", pool: "chaos-pods", config: map[string]any{
+	"pods": {nad: "pods", name: "chaos-pods", pool: "chaos-pods", key: "chaos-pods", config: map[string]any{
 		"cniVersion": "1.0.0", "name": "chaos-pods", "type": "bridge",
 		"ipam": map[string]any{"type": "ipkeeper", "range": "10.60.0.0/24", "gateway": "10.60.0.1"},
 	}},
-	"small": {nad: "small", name: "chaos-small", pool: smallPool, config: map[string]any{
+	poolOdd: {nad: "odd", name: oddNetwork, pool: naming.InlinePool(oddNetwork), key: oddNetwork, config: map[string]any{
+		"cniVersion": "1.0.0", "name": oddNetwork, "type": "bridge",
+		"ipam": map[string]any{"type": "ipkeeper", "range": "10.63.0.0/27"},
+	}},
+	"small": {nad: "small", name: "chaos-small", pool: smallPool, key: smallPool, config: map[string]any{
 		"cniVersion": "1.0.0", "name": "chaos-small", "type": "bridge",
 		"ipam": map[string]any{"type": "ipkeeper", "pool": smallPool},
 	}},
-	"small-b": {nad: "small-b", name: "chaos-small-b", pool: smallPool, config: map[string]any{
+	"small-b": {nad: "small-b", name: "chaos-small-b", pool: smallPool, key: smallPool, config: map[string]any{
 		"cniVersion": "1.0.0", "name": "chaos-small-b", "type": "bridge",
 		"ipam": map[string]any{"type": "ipkeeper", "pool": smallPool},
 	}},
-	"vm": {nad: "vm", name: "chaos-vm", pool: "chaos-vm", config: map[string]any{
+	"vm": {nad: "vm", name: "chaos-vm", pool: "chaos-vm", key: "chaos-vm", config: map[string]any{
 		"cniVersion": "1.0.0", "name": "chaos-vm", "type": "bridge", "allowPersistentIPs": true,
 		"ipam": map[string]any{"type": "ipkeeper", "ipRanges": []any{
 			map[string]any{"range": "10.62.0.0/24"}, map[string]any{"range": "fd62::/120"},
@@ -93,12 +105,18 @@ var networks = map[string]*network{
 	}},
 }
 
+// oddNetwork is a CNI network name that is not an object name.
+const oddNetwork = "Chaos_Odd.Net"
+
 // node is one simulated node: an agent process and whether it is up.
 type node struct {
 	name   string
 	opts   framework.AgentProcessOptions
 	client *cniproto.Client
 
+	// life is held while the agent is killed and started again (or its
+	// node deleted and made again): one at a time.
+	life  sync.Mutex
 	mu    sync.Mutex
 	proc  *framework.AgentProcess
 	up    bool
@@ -175,7 +193,7 @@ func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err 
 		}
 	}
 	small := &ipkv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: smallPool},
-		Spec: ipkv1alpha1.IPPoolSpec{Ranges: smallRanges(false), ReuseCooldown: &ipkv1alpha1.Duration{Duration: smallCooldown}}}
+		Spec: smallSpec(poolShape{})}
 	if err := c.cp.Client.Create(ctx, small); err != nil {
 		return nil, fmt.Errorf("creating IPPool %s: %w", smallPool, err)
 	}
@@ -259,11 +277,24 @@ const maxCrashRestarts = 10
 // restartAgent kills n's agent with SIGKILL and starts it again; it
 // returns once the new process is ready.
 func (c *cluster) restartAgent(ctx context.Context, n *node) error {
+	n.life.Lock()
+	defer n.life.Unlock()
+	return c.restartAgentDoing(ctx, n, nil)
+}
+
+// restartAgentDoing kills n's agent, runs whileDown (if any), and starts
+// the agent again; the caller holds n.life.
+func (c *cluster) restartAgentDoing(ctx context.Context, n *node, whileDown func() error) error {
 	n.mu.Lock()
 	n.up = false
 	n.epoch++
 	n.proc.Kill()
 	n.mu.Unlock()
+	if whileDown != nil {
+		if err := whileDown(); err != nil {
+			return err
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		proc, err := framework.StartAgentProcess(n.opts)
 		if err != nil {
@@ -381,17 +412,6 @@ const (
 	smallPool     = "chaos-small"
 	smallCooldown = 2 * time.Second
 )
-
-// smallRanges are the shared pool's ranges: a /28 (13 addresses besides
-// the gateway), grown by a /29 that the pool-resize operation adds and
-// removes while addresses there are held.
-func smallRanges(grown bool) []ipkv1alpha1.PoolRange {
-	rs := []ipkv1alpha1.PoolRange{{Range: "10.61.0.0/28", Gateway: "10.61.0.1"}}
-	if grown {
-		rs = append(rs, ipkv1alpha1.PoolRange{Range: "10.61.1.0/29", Gateway: "10.61.1.1"})
-	}
-	return rs
-}
 
 // cooldownOf is the reuse cooldown of a pool of the run.
 func cooldownOf(pool string) time.Duration {

@@ -22,27 +22,42 @@
 // expected outcome, counted as claim-unfilled, after which the pod is torn
 // down as for any failed ADD.
 //
-// Operations (schedule.go, ops.go, claims.go), concurrently on slots:
-// ADD (new pod, new sandbox, repeated ADD), late DEL of an old sandbox
-// racing the new one's ADD, DEL, CHECK, CNI GC (half of them with a
-// runtime's list that predates the attachments set up in the last 10 s,
-// which the agent must spare by the age their reservations record, agent
-// restarts meanwhile included), pod deletion with or
-// without its DEL, claim-backed pods starting on one or two nodes at once,
-// live migration, VM restart, claim deletion and re-creation (a quarter
-// of the new claims ask for free addresses of the network with the
-// ipkeeper.io/requested-addresses annotation, a quarter for an address
-// another claim or pod holds, which must be refused as Taken until it is
-// free), an administrator's edit of a filled claim's status.ips to other
-// free addresses (its pods stopped first, a pod started again at once or
-// later), pods without a claim on the claims' network (the agents' blocks
-// and the controller's blocks of IPAMClaims share its pool), static-IP
-// requests, address blocks given back by the controller once empty for
-// 3 s while agents allocate in them, and two networks drawing from one
-// explicit IPPool (a /28,
-// hammered past capacity, with a 2s reuse cooldown) that the pool-resize
-// operation grows by a range and shrinks again while addresses there are
-// held.
+// Operations (schedule.go, ops.go, claims.go, poolops.go, nodeops.go,
+// capiops.go), concurrently on slots:
+//   - pods: ADD (new pod, new sandbox, repeated ADD), late DEL of an old
+//     sandbox racing the new one's ADD, DEL, CHECK, pod deletion with or
+//     without its DEL, static-IP requests;
+//   - CNI GC: half of them with a runtime's list that predates the
+//     attachments set up in the last 10 s, which the agent must spare by
+//     the age their reservations record; a quarter of those come right
+//     after the agent restarted between the list and the call;
+//   - networks: an inline network whose NAD the controller turns into a
+//     pool, one whose name is not an object name (its pool is named by a
+//     hash, its reservations by the network name: the pool's lock key),
+//     two networks drawing from one named IPPool (a /28 hammered past
+//     capacity, with a 2 s reuse cooldown), and a dual-stack network with
+//     persistent IPs whose pool also serves pods without a claim;
+//   - pool edits of the named pool while its addresses are held: a range
+//     added and removed, the gateway moved onto a (often held) address,
+//     an exclude added and removed, its namespace grant given and revoked
+//     (new ADDs then fail with code 7; what is held stays held);
+//   - definitions ipkeeper must refuse: a NAD overlapping another
+//     network, one disagreeing with its network's pool, one naming a
+//     missing pool; a pod's ADD on each must fail (code 7), and nothing
+//     of it may remain (I8);
+//   - VMs: claim-backed pods starting on one or two nodes at once, live
+//     migration, VM restart, claim deletion and re-creation (a quarter of
+//     the new claims ask for free addresses with the
+//     ipkeeper.io/requested-addresses annotation, a quarter for an address
+//     another holds, which must be refused as Taken until it is free), an
+//     administrator's edit of a filled claim's status.ips, and now and
+//     then a boot storm: every claim made anew and started at once while
+//     the controller is killed and restarted;
+//   - Cluster API IPAddressClaims of the named pool, made and deleted;
+//   - node deletion: a node's agent killed, its pods deleted without DELs,
+//     its Node deleted (its blocks must go with it) and made again;
+//   - address blocks given back by the controller once empty for 3 s
+//     while agents allocate in them.
 //
 // Faults (faults.go): SIGKILL and restart of an agent or of the
 // controller, kube-apiserver restart with etcd kept, etcd compaction with
@@ -52,7 +67,7 @@
 // request, delays, 429s, 500s and 410s to watch requests. The controller
 // filling claims gets them all.
 //
-// Invariants (invariants.go, claimchecks.go) I1-I6 are checked
+// Invariants (invariants.go, claimchecks.go, objects.go) I1-I8 are checked
 // continuously, from the harness's record of attachments (model.go) and
 // live reads, and again at quiescence. I1 covers the pool, not the
 // network (two networks of one pool never share an address), and no
@@ -74,7 +89,11 @@
 // block of IPAMClaims. A continuous check only judges attachments and
 // claims no operation of the harness touched between the snapshot and the
 // re-check, so an operation's intermediate state is never taken for a
-// violation.
+// violation. I7: every reservation is named from its pool's lock key and
+// its address, whoever wrote it. I8, at quiescence: no object nobody
+// caused (a pool only of the harness or of an accepted NAD, a block only
+// of an existing pool and node, claims and IPAddresses only of the
+// harness's claims).
 //
 // Reproducibility: the operation schedule, the fault schedule and the
 // proxy's decisions come from generators seeded by CHAOS_SEED; the same

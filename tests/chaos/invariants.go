@@ -16,6 +16,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/multus"
@@ -55,7 +56,16 @@ import (
 //	   request is refused because another holds an address it asks for; no
 //	   agent writes a claim, a claim's reservation or a block of IPAMClaims
 //	   (no ipkeeper-agent field manager, an empty spec.node), and only
-//	   claims' reservations carry the claims-block label.
+//	   claims' reservations carry the claims-block label;
+//	I7 every reservation's name is the one lock key of its pool and
+//	   address (naming.Reservation of IPPool.LockKey and spec.ip): no
+//	   writer names one otherwise, so no address can be held twice under
+//	   two names;
+//	I8 at quiescence, no object exists that no NAD, user or node caused:
+//	   every pool is the harness's named pool or the inline pool of a NAD
+//	   the harness made and ipkeeper accepted (never one of a refused
+//	   definition), every block's pool exists and a node block's node
+//	   exists, every IPAMClaim and Cluster API claim is the harness's.
 //
 // I1 is checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no
@@ -172,6 +182,9 @@ func belongs(res *ipkv1alpha1.IPReservation, a *attachment) bool {
 	if a.claimName != "" {
 		return o.Kind == ipkv1alpha1.OwnerIPAMClaim && o.UID == a.claimUID
 	}
+	if a.capi {
+		return o.Kind == ipkv1alpha1.OwnerIPAddressClaim && o.UID == a.podUID
+	}
 	return o.Kind == ipkv1alpha1.OwnerPod && o.UID == a.podUID && res.Spec.InterfaceName == a.ifName
 }
 
@@ -180,6 +193,8 @@ type liveState struct {
 	res    map[string]*ipkv1alpha1.IPReservation
 	claims []ipamclaimsv1alpha1.IPAMClaim
 	pods   map[types.UID]bool
+	pools  map[string]*ipkv1alpha1.IPPool
+	capi   map[types.UID]bool // Cluster API claims
 }
 
 func (r *runner) readLive(ctx context.Context) (*liveState, error) {
@@ -191,6 +206,12 @@ func (r *runner) readLive(ctx context.Context) (*liveState, error) {
 	// read here records is in the reservations read after it (read the
 	// other way round, a claim filled in between would record addresses
 	// the older list lacks).
+	// Pools before reservations too: a reservation's pool exists before
+	// it (pools are never deleted here).
+	var pools ipkv1alpha1.IPPoolList
+	if err := c.List(ctx, &pools); err != nil {
+		return nil, err
+	}
 	var claims ipamclaimsv1alpha1.IPAMClaimList
 	if err := c.List(ctx, &claims, client.InNamespace(namespace)); err != nil {
 		return nil, err
@@ -199,11 +220,19 @@ func (r *runner) readLive(ctx context.Context) (*liveState, error) {
 	if err := c.List(ctx, &pods, client.InNamespace(namespace)); err != nil {
 		return nil, err
 	}
+	var capiClaims ipamv1.IPAddressClaimList
+	if err := c.List(ctx, &capiClaims, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
 	var res ipkv1alpha1.IPReservationList
 	if err := c.List(ctx, &res); err != nil {
 		return nil, err
 	}
-	ls := &liveState{res: map[string]*ipkv1alpha1.IPReservation{}, claims: claims.Items, pods: map[types.UID]bool{}}
+	ls := &liveState{res: map[string]*ipkv1alpha1.IPReservation{}, claims: claims.Items, pods: map[types.UID]bool{},
+		pools: map[string]*ipkv1alpha1.IPPool{}, capi: capiOwners(&capiClaims)}
+	for i := range pools.Items {
+		ls.pools[pools.Items[i].Name] = &pools.Items[i]
+	}
 	for i := range res.Items {
 		ls.res[res.Items[i].Name] = &res.Items[i]
 	}
@@ -243,7 +272,7 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 		a := q.att
 		for _, ip := range r.model.ipsOf(a) {
 			r.counts.inc("check:I2")
-			name := naming.Reservation(a.pool, ip)
+			name := naming.Reservation(a.key, ip)
 			res, ok := ls.res[name]
 			if ok && belongs(res, a) {
 				continue
@@ -266,9 +295,11 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 		r.checkClaim(ls, &ls.claims[i], gens, final)
 	}
 	r.checkWriters(ls)
+	r.checkLockKeys(ls)
 	if final {
 		r.checkOwners(ls)
 		r.checkBlocks(ctx)
+		r.checkCaused(ctx, ls)
 	}
 }
 
@@ -286,7 +317,7 @@ func (r *runner) orphans(ls *liveState) (gone, leaked, overdue []*ipkv1alpha1.IP
 	held := map[string]bool{} // reservation names live attachments hold
 	for _, a := range r.model.live() {
 		for _, ip := range r.model.ipsOf(a) {
-			held[naming.Reservation(a.pool, ip)] = true
+			held[naming.Reservation(a.key, ip)] = true
 		}
 	}
 	names := make([]string, 0, len(ls.res))
@@ -303,6 +334,10 @@ func (r *runner) orphans(ls *liveState) (gone, leaked, overdue []*ipkv1alpha1.IP
 		switch res.Spec.Owner.Kind {
 		case ipkv1alpha1.OwnerIPAMClaim:
 			if !claims[res.Spec.Owner.UID] {
+				gone = append(gone, res)
+			}
+		case ipkv1alpha1.OwnerIPAddressClaim:
+			if !ls.capi[res.Spec.Owner.UID] {
 				gone = append(gone, res)
 			}
 		default:

@@ -36,12 +36,14 @@ func (s attState) String() string {
 type attachment struct {
 	network     string
 	pool        string
+	key         string // the pool's lock key: reservations are named from it
 	node        string
 	podNS       string
 	podName     string
 	podUID      types.UID
 	ifName      string
 	containerID string
+	capi        bool      // a Cluster API claim's address (podName, podUID: the claim's)
 	claimName   string    // "" for an ephemeral attachment
 	claimUID    types.UID // the claim at ADD time
 	ips         []netip.Addr
@@ -58,6 +60,9 @@ type attachment struct {
 func (a *attachment) holder() string {
 	if a.claimName != "" {
 		return "claim/" + string(a.claimUID)
+	}
+	if a.capi {
+		return "capi/" + string(a.podUID)
 	}
 	return "pod/" + string(a.podUID) + "/" + a.ifName
 }

@@ -8,16 +8,14 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
-	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
-	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
 // slot is a place for one pod at a time, on a fixed node and network. A
@@ -69,6 +67,16 @@ type runner struct {
 
 	slots  map[string][]*slot
 	claims []*claimSlot
+	capi   []*capiSlot
+
+	// poolMu serializes edits of the shared pool; pool is its shape.
+	poolMu sync.Mutex
+	pool   poolShape
+	// refused are the pools of the definitions ipkeeper must refuse that
+	// the harness made (pool name to NAD): none may ever exist (I8).
+	refusedMu sync.Mutex
+	refused   map[string]string
+	badSeq    atomic.Int64 // bad NADs made so far
 	// gcLocks keep a GC of (node, network) from running while an ADD of
 	// that node and network is in flight: the runtime's list of valid
 	// attachments is only complete between its own ADDs.
@@ -83,8 +91,11 @@ type runner struct {
 
 func newRunner(c *cluster, v *violations) *runner {
 	r := &runner{c: c, model: newModel(), hist: v.hist, counts: &counters{}, viol: v,
-		slots: map[string][]*slot{}, gcLocks: map[string]*sync.RWMutex{}}
-	for _, pool := range []string{poolPods, poolStatic, poolSmall, poolVMPods} {
+		slots: map[string][]*slot{}, gcLocks: map[string]*sync.RWMutex{}, refused: map[string]string{}}
+	for i := range capiSlots {
+		r.capi = append(r.capi, &capiSlot{name: fmt.Sprintf("capi-%d", i)})
+	}
+	for _, pool := range []string{poolPods, poolStatic, poolOdd, poolSmall, poolVMPods} {
 		for i := range poolSizes[pool] {
 			s := &slot{pool: pool, idx: i, node: c.nodes[i%numNodes], net: slotNetwork(pool, i)}
 			if pool == poolStatic {
@@ -115,8 +126,20 @@ func (r *runner) id() int {
 func (r *runner) run(ctx context.Context, st step) {
 	r.counts.inc("op:" + st.kind.String())
 	switch st.kind {
-	case opPoolResize:
-		r.resizePool(ctx, st)
+	case opPoolEdit:
+		r.editPool(ctx, st)
+		return
+	case opBadNAD:
+		r.badNAD(ctx, st)
+		return
+	case opNodeDelete:
+		r.deleteNode(ctx, st)
+		return
+	case opClaimStorm:
+		r.claimStorm(ctx, st)
+		return
+	case opCAPIClaim:
+		r.capiClaim(ctx, st)
 		return
 	case opGC:
 		r.gc(ctx, st)
@@ -187,7 +210,7 @@ func (r *runner) ensurePod(ctx context.Context, op int, s *slot) bool {
 }
 
 func (r *runner) newAttachment(pod *corev1.Pod, n *node, net *network) *attachment {
-	return &attachment{network: net.name, pool: net.pool, node: n.name, podNS: pod.Namespace, podName: pod.Name, podUID: pod.UID,
+	return &attachment{network: net.name, pool: net.pool, key: net.key, node: n.name, podNS: pod.Namespace, podName: pod.Name, podUID: pod.UID,
 		ifName: ifName, containerID: fmt.Sprintf("sb-%s-%d", pod.Name, r.id())}
 }
 
@@ -271,7 +294,7 @@ func (r *runner) addSucceeded(a *attachment, ips []netip.Addr, static string) {
 	for _, o := range clash {
 		keys := []string{a.podName, o.podName, a.containerID, o.containerID}
 		for _, ip := range ips {
-			keys = append(keys, naming.Reservation(a.pool, ip))
+			keys = append(keys, naming.Reservation(a.key, ip))
 		}
 		r.violate("I1", "double-allocation", fmt.Sprintf("address in two live attachments: %s and %s", r.model.describe(a), r.model.describe(o)), keys...)
 	}
@@ -395,6 +418,10 @@ func (r *runner) podDelete(ctx context.Context, st step, s *slot) {
 // GC call: well within the agent's --cni-gc-min-age (1m).
 const staleGCListAge = 10 * time.Second
 
+// gcRestartShift selects the bits of step.pick that say whether a GC with
+// a stale list comes after an agent restart (a quarter of them).
+const gcRestartShift = 24
+
 func (r *runner) gc(ctx context.Context, st step) {
 	net := slotNetwork(st.pool, st.slot)
 	n := r.c.nodes[st.node]
@@ -424,7 +451,17 @@ func (r *runner) gc(ctx context.Context, st step) {
 	}
 	conf["cni.dev/valid-attachments"] = valid
 	raw := (&network{config: conf}).netConf("")
-	gcAtt := &attachment{podNS: "-", podName: "-", containerID: "-", network: net.name, pool: net.pool}
+	gcAtt := &attachment{podNS: "-", podName: "-", containerID: "-", network: net.name, pool: net.pool, key: net.key}
+	if st.flag && (st.pick>>gcRestartShift)%4 == 0 {
+		// The agent restarts between the runtime's list and its GC call:
+		// what the list lacks is spared by the age its reservations
+		// record, not by the agent's memory.
+		r.counts.inc("gc-after-agent-restart")
+		if err := r.c.restartAgent(ctx, n); err != nil {
+			r.harnessError(fmt.Errorf("restarting agent %s before a GC: %w", n.name, err))
+			return
+		}
+	}
 	seq := r.hist.begin(st.seq, "GC", fmt.Sprintf("%s net=%s valid=%d (list predates %d)", n.name, net.name, len(valid), predates))
 	upBefore, epoch := n.state()
 	_, err := n.client.Do(ctx, cniproto.Request{Command: cniproto.CmdGC, Config: raw})
@@ -463,28 +500,6 @@ func slotNetwork(pool string, i int) *network {
 		}
 	}
 	return networks[pool]
-}
-
-// resizePool grows the shared pool by a range or takes that range away
-// again, while addresses there may be held: what is held stays held (I2),
-// nothing is handed out twice (I1), new allocations follow the ranges.
-func (r *runner) resizePool(ctx context.Context, st step) {
-	grow := st.flag
-	seq := r.hist.begin(st.seq, "POOL", fmt.Sprintf("%s grow=%v", smallPool, grow))
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	err := framework.Eventually(ctx, 10*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
-		var p ipkv1alpha1.IPPool
-		if err := r.c.cp.Client.Get(ctx, client.ObjectKey{Name: smallPool}, &p); err != nil {
-			return false, nil // the API server may be down: a fault of the run
-		}
-		p.Spec.Ranges = smallRanges(grow)
-		return r.c.cp.Client.Update(ctx, &p) == nil, nil
-	})
-	r.hist.end(seq, errString(err))
-	if err != nil {
-		r.counts.inc("pool-resize-failed")
-	}
 }
 
 // netOf returns the network of an attachment.

@@ -23,19 +23,28 @@ const (
 	opClaimRestart               // the claim's pods go and a new one starts: same addresses
 	opClaimDelete                // the claim's pods go, the claim is deleted and made again (sometimes asking for given addresses)
 	opClaimEdit                  // an administrator moves a filled claim's status.ips to free addresses (its pods stopped first)
-	opPoolResize                 // the shared pool grows by a range, or loses it while addresses there are held
+	opPoolEdit                   // the shared pool grows by a range or loses it, its gateway or an exclude moves, its namespace grant is revoked or given, while addresses there are held
+	opBadNAD                     // a NAD ipkeeper must refuse (overlapping another network, disagreeing with its network's pool, naming a missing pool) is made, a pod's ADD on it tried, both deleted
+	opNodeDelete                 // a node dies: its agent is killed, its pods deleted without DELs, its Node object deleted and made again, its agent started
+	opClaimStorm                 // every claim without pods starts at once while the controller is killed and restarted
+	opCAPIClaim                  // a Cluster API IPAddressClaim of the shared pool is made (and its address checked), or deleted
 	numOpKinds
 )
 
 var opNames = [...]string{"add", "new-sandbox", "del", "stale-del", "check", "gc", "pod-delete",
-	"claim-start", "claim-migrate", "claim-restart", "claim-delete", "claim-edit", "pool-resize"}
+	"claim-start", "claim-migrate", "claim-restart", "claim-delete", "claim-edit", "pool-edit",
+	"bad-nad", "node-delete", "claim-storm", "capi-claim"}
 
 func (k opKind) String() string { return opNames[k] }
 
 // opWeights give the mix.
 var opWeights = [numOpKinds]int{
 	opAdd: 30, opNewSandbox: 10, opDel: 12, opStaleDel: 6, opCheck: 8, opGC: 3, opPodDelete: 8,
-	opClaimStart: 8, opClaimMigrate: 6, opClaimRestart: 4, opClaimDelete: 4, opClaimEdit: 2, opPoolResize: 1,
+	opClaimStart: 8, opClaimMigrate: 6, opClaimRestart: 4, opClaimDelete: 4, opClaimEdit: 2, opPoolEdit: 2,
+	opBadNAD: 1, opCAPIClaim: 2,
+	// Scheduled by count instead (rareEvery): each stops a third of the
+	// slots, or every claim, for seconds.
+	opNodeDelete: 0, opClaimStorm: 0,
 }
 
 // Slot pools. Ordinary pods on a /24, static-IP pods on the same
@@ -45,13 +54,14 @@ var opWeights = [numOpKinds]int{
 // the controller's blocks of IPAMClaims share its pool).
 const (
 	poolPods   = "pods"
+	poolOdd    = "odd"
 	poolStatic = "static"
 	poolSmall  = "small"
 	poolVM     = "vm"
 	poolVMPods = "vmpods"
 )
 
-var poolSizes = map[string]int{poolPods: 36, poolStatic: 8, poolSmall: 20, poolVM: 10, poolVMPods: 6}
+var poolSizes = map[string]int{poolPods: 36, poolStatic: 8, poolOdd: 8, poolSmall: 20, poolVM: 10, poolVMPods: 6}
 
 // step is one scheduled operation. The schedule is a pure function of
 // the seed: which operation, on which slot, with which variations; what
@@ -108,6 +118,10 @@ func families(st step) (v4, v6 bool) {
 	}
 }
 
+// rareEvery is how many steps apart node deletions (and, half-way between
+// them, claim storms) come.
+const rareEvery = 700
+
 // scheduler draws steps from a seeded generator.
 type scheduler struct {
 	rng *rand.Rand
@@ -121,13 +135,19 @@ func newScheduler(seed uint64) *scheduler {
 func (s *scheduler) next() step {
 	s.seq++
 	st := step{seq: s.seq, kind: opKind(weighted(s.rng, opWeights[:])), node: s.rng.IntN(numNodes), flag: s.rng.IntN(2) == 0, pick: s.rng.Uint64()}
+	switch s.seq % rareEvery {
+	case rareEvery / 2:
+		st.kind = opNodeDelete
+	case 0:
+		st.kind = opClaimStorm
+	}
 	switch st.kind {
 	case opClaimStart, opClaimMigrate, opClaimRestart, opClaimDelete, opClaimEdit:
 		st.pool = poolVM
 	case opCheck:
-		st.pool = []string{poolPods, poolPods, poolStatic, poolSmall, poolVM, poolVMPods}[s.rng.IntN(6)]
+		st.pool = []string{poolPods, poolPods, poolStatic, poolOdd, poolSmall, poolVM, poolVMPods}[s.rng.IntN(7)]
 	default:
-		st.pool = []string{poolPods, poolPods, poolPods, poolStatic, poolSmall, poolSmall, poolVMPods}[s.rng.IntN(7)]
+		st.pool = []string{poolPods, poolPods, poolPods, poolStatic, poolOdd, poolSmall, poolSmall, poolVMPods}[s.rng.IntN(8)]
 	}
 	st.slot = s.rng.IntN(poolSizes[st.pool])
 	return st

@@ -111,6 +111,16 @@ func (c *ControllerProcess) start() error {
 // WaitReady polls /readyz until it answers 200.
 func (c *ControllerProcess) WaitReady(ctx context.Context, timeout time.Duration) error {
 	url := "http://" + c.ProbeAddr + "/readyz"
+	// A process that exits ends the wait at once: it will not get ready.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	err := Eventually(ctx, timeout, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 		select {
 		case <-c.done:

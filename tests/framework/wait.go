@@ -8,8 +8,10 @@ import (
 	"time"
 )
 
-// Eventually polls cond every interval until it returns true, returns an
-// error, or timeout passes. It is the only way tests wait: never a bare sleep.
+// Eventually polls cond every interval until it returns true or timeout
+// passes (or ctx ends); an error from cond is kept for the timeout's
+// message and polling goes on. It is the only way tests wait: never a bare
+// sleep.
 func Eventually(ctx context.Context, timeout, interval time.Duration, cond func(context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

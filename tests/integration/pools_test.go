@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -388,5 +389,75 @@ func TestPoolAdmitsOnlySelectedNamespaces(t *testing.T) {
 	}
 	if len(held) != 1 || held[0] != team {
 		t.Errorf("reservations of the pool's network are held in namespaces %v, want only %s", held, team)
+	}
+}
+
+// TestRevokedGrantKeepsWhatIsHeld: a pool whose namespaceSelector stops
+// admitting a namespace refuses that namespace's new addresses, but what
+// its running pods hold stays theirs, as docs/pools.md says: their CHECK
+// passes and the runtime's repeated ADD gets the same address (before,
+// both failed with "does not admit namespace", which could make a runtime
+// tear a running pod's network down).
+func TestRevokedGrantKeepsWhatIsHeld(t *testing.T) {
+	ctx := context.Background()
+	team := cp.NewNamespace(t, "grant")
+	name := "grant-" + team[len(team)-5:]
+	pool := &ipkeeperv1alpha1.IPPool{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: ipkeeperv1alpha1.IPPoolSpec{
+			Ranges:            []ipkeeperv1alpha1.PoolRange{{Range: "10.97.1.0/29"}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: team}},
+		},
+	}
+	if err := cp.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), pool) })
+	a := cp.StartAgent(t, "node-revoke")
+	conf := poolConf("grant-net-"+team[len(team)-5:], name)
+	pods := cp.CreatePods(t, team, a.Node, "p", 2)
+	first, err := a.Add(ctx, pods[0], "net1", conf)
+	if err != nil {
+		t.Fatalf("ADD in the selected namespace %s: %v", team, err)
+	}
+
+	// Revoke: the selector now admits no namespace of the test.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+			return err
+		}
+		pool.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "nobody"}}
+		return cp.Client.Update(ctx, pool)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The new pod's ADD is refused once the agent sees the edit.
+	var refused error
+	if err := framework.Eventually(ctx, 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		_, refused = a.Add(ctx, pods[1], "net1", conf)
+		if refused == nil {
+			// Admitted before the agent saw the edit: give it back and try again.
+			return false, a.Del(ctx, pods[1], framework.SandboxID(pods[1]), "net1", conf)
+		}
+		return cniCode(refused) == types.ErrInvalidNetworkConfig, nil
+	}); err != nil {
+		t.Fatalf("ADD of a new pod after the grant was revoked: %v (last answer %v), want code 7", err, refused)
+	}
+	mustContain(t, refused, `IPPool "`+name+`"`, `namespace "`+team+`"`)
+
+	// What the first pod holds stays its own.
+	resp, err := a.Client.Do(ctx, cniproto.Request{
+		Command: cniproto.CmdCheck, ContainerID: framework.SandboxID(pods[0]), Netns: "/var/run/netns/" + pods[0].Name,
+		IfName: "net1", Args: framework.PodArgs(pods[0]), Config: conf,
+	})
+	if err != nil {
+		t.Errorf("CHECK of the running pod after the grant was revoked: %v (%v), want it to pass", err, resp)
+	}
+	again, err := a.Add(ctx, pods[0], "net1", conf)
+	if err != nil {
+		t.Fatalf("repeated ADD of the running pod after the grant was revoked: %v, want its address", err)
+	}
+	if got, want := again.IPs[0].Address.String(), first.IPs[0].Address.String(); got != want {
+		t.Errorf("repeated ADD got %s, want the held %s", got, want)
 	}
 }
