@@ -275,7 +275,7 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 	}
 	cmd := exec.Command(cp.Tools.KubeControllerManager,
 		"--kubeconfig="+cp.KubeconfigPath,
-		"--controllers=garbagecollector,namespace",
+		"--controllers=garbagecollector,namespace,clusterrole-aggregation",
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(port),

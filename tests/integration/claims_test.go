@@ -307,9 +307,10 @@ func TestClaimLiveMigration(t *testing.T) {
 
 // TestClaimCreatedLateOrNever: the ADD waits for a claim created after it
 // started, which the controller then fills; it fails with "try again
-// later" naming the claim when it never comes; and a claim that exists but
-// is not filled (the controller is down) is waited for, then refused with
-// the same code, saying so.
+// later" naming the claim when it never comes. With the controller down, a
+// new launcher of a filled claim gets its addresses (it only reads), and a
+// claim that exists but is not filled is waited for, then refused with the
+// same code, saying so, reserving nothing.
 func TestClaimCreatedLateOrNever(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "late")
@@ -346,8 +347,18 @@ func TestClaimCreatedLateOrNever(t *testing.T) {
 		t.Errorf("a claim that never appeared: CNI code %d, want 11 (try again later)", cniCode(err))
 	}
 
-	// The controller down: a new claim gets no addresses, and its ADD says why.
+	// The controller down: the filled claim's VM starts again (a new
+	// launcher only reads the claim).
 	ctrl.Stop()
+	restarted := createLaunchers(t, ns, a.Node, "restarted", "vm-late.blue", 1)[0]
+	again, err := a.Add(ctx, restarted, launcherIf, conf)
+	if err != nil {
+		t.Fatalf("ADD of a new launcher of a filled claim while the controller is down: %v", err)
+	}
+	if got, want := resultIPs(t, again), resultIPs(t, res); len(got) != 1 || got[0] != want[0] {
+		t.Fatalf("a new launcher of vm-late.blue got %v while the controller is down, want the claim's %v", got, want)
+	}
+	// A new claim gets no addresses, and its ADD says why.
 	unfilled := createClaim(t, ns, "vm-down.blue", network)
 	pod := createLaunchers(t, ns, a.Node, "down", unfilled.Name, 1)[0]
 	_, err = a.Add(ctx, pod, launcherIf, conf)

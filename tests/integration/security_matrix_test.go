@@ -11,6 +11,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,10 +31,13 @@ import (
 // update, patch, delete and write the status of every kind ipkeeper
 // touches that is not A's: reservations of node B's pods, of a VM's claim
 // and of a Cluster API claim; node B's block and a block of IPAMClaims; a
-// pool; an IPAMClaim and its status; node B's pod; a NAD. Every write is
-// refused (by RBAC or by the admission policies), and each object is
-// unchanged afterwards. Writes to node A's own pods' reservations and
-// blocks are allowed (TestAgentWritesBoundToItsNode).
+// pool; an IPAMClaim and its status; node B's pod; a NAD. Node A's own
+// block may not be updated, patched or deleted either (blocks are only
+// taken). Every write is refused (by RBAC or by the admission policies),
+// and each object is unchanged afterwards. With every verb granted, a
+// token of the agent's ServiceAccount that names no node is refused all
+// of it, node A's own block included. Creating node A's own pods'
+// reservations and blocks is allowed (TestAgentWritesBoundToItsNode).
 func TestCompromisedNodeWriteMatrix(t *testing.T) {
 	ctx := context.Background()
 	applyPolicies(t)
@@ -64,6 +68,7 @@ func TestCompromisedNodeWriteMatrix(t *testing.T) {
 			r.Spec.Node, r.Spec.ContainerID, r.Spec.InterfaceName = "", "", ""
 		}),
 		"node B's block":        block("10.99.31.0/27", "node-b", ipkeeperv1alpha1.HolderNode),
+		"node A's own block":    block("10.99.31.64/27", "node-a", ipkeeperv1alpha1.HolderNode),
 		"a block of IPAMClaims": block("10.99.31.32/27", "", ipkeeperv1alpha1.HolderIPAMClaims),
 		"a pool":                &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "matrix-pool"}, Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.99.32.0/24"}}}},
 		"node B's pod":          &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "on-b"}, Spec: corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}}},
@@ -89,7 +94,9 @@ func TestCompromisedNodeWriteMatrix(t *testing.T) {
 		t.Fatalf("the node-bound policy never refused a write for another node (last: %v)", last)
 	}
 
-	matrix := func(t *testing.T) {
+	// mayCreate: the objects of which the writer may create a twin (node A
+	// takes blocks for itself).
+	matrix := func(t *testing.T, writer client.Client, mayCreate map[string]bool) {
 		for what, o := range objects {
 			key := client.ObjectKeyFromObject(o)
 			before := o.DeepCopyObject().(client.Object)
@@ -99,7 +106,7 @@ func TestCompromisedNodeWriteMatrix(t *testing.T) {
 			refused := func(verb string, err error) {
 				t.Helper()
 				if err == nil || (!apierrors.IsForbidden(err) && !apierrors.IsInvalid(err)) {
-					t.Errorf("node A's agent: %s %s: %v, want refused", verb, what, err)
+					t.Errorf("%s %s: %v, want refused", verb, what, err)
 				}
 			}
 			// create: the same object again, under a new name.
@@ -107,36 +114,63 @@ func TestCompromisedNodeWriteMatrix(t *testing.T) {
 			fresh.SetName(before.GetName() + "-twin")
 			fresh.SetResourceVersion("")
 			fresh.SetUID("")
-			refused("create", onA.Create(ctx, fresh, client.DryRunAll))
+			if !mayCreate[what] {
+				refused("create", writer.Create(ctx, fresh, client.DryRunAll))
+			}
 			// update: the node taken over, as an agent would.
 			changed := before.DeepCopyObject().(client.Object)
 			changed.SetLabels(map[string]string{"compromised": "node-a"})
 			if r, ok := changed.(*ipkeeperv1alpha1.IPReservation); ok {
 				r.Spec.Node = "node-a"
 			}
-			refused("update", onA.Update(ctx, changed))
+			refused("update", writer.Update(ctx, changed))
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{"compromised": "node-a"}}})
-			refused("patch", onA.Patch(ctx, before.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, patch)))
+			refused("patch", writer.Patch(ctx, before.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, patch)))
 			if isKind[*corev1.Pod](before) || isKind[*ipamclaimsv1alpha1.IPAMClaim](before) || isKind[*ipkeeperv1alpha1.IPPool](before) {
-				refused("write the status of", onA.Status().Update(ctx, changed))
+				refused("write the status of", writer.Status().Update(ctx, changed))
 			}
-			refused("delete", onA.Delete(ctx, before.DeepCopyObject().(client.Object)))
+			refused("delete", writer.Delete(ctx, before.DeepCopyObject().(client.Object)))
 
 			after := before.DeepCopyObject().(client.Object)
 			if err := cp.Client.Get(ctx, key, after); err != nil {
-				t.Errorf("%s after node A's attempts: %v", what, err)
+				t.Errorf("%s after the attempts: %v", what, err)
 				continue
 			}
 			if after.GetResourceVersion() != before.GetResourceVersion() || !equality.Semantic.DeepEqual(after.GetLabels(), before.GetLabels()) {
-				t.Errorf("%s changed under node A's attempts (resourceVersion %s -> %s)", what, before.GetResourceVersion(), after.GetResourceVersion())
+				t.Errorf("%s changed under the attempts (resourceVersion %s -> %s)", what, before.GetResourceVersion(), after.GetResourceVersion())
 			}
 		}
 	}
-	t.Run("shipped RBAC", matrix)
+	ownBlock := map[string]bool{"node A's own block": true}
+	t.Run("shipped RBAC", func(t *testing.T) { matrix(t, onA, ownBlock) })
 	t.Run("RBAC granting everything", func(t *testing.T) {
 		grantAgentEverything(t)
-		matrix(t)
+		waitGranted(t, onA)
+		matrix(t, onA, ownBlock)
 	})
+	t.Run("RBAC granting everything, a token naming no node", func(t *testing.T) {
+		noNode := agentOn(t, "")
+		grantAgentEverything(t)
+		waitGranted(t, noNode)
+		matrix(t, noNode, nil)
+	})
+}
+
+// waitGranted waits until RBAC gives the agent's ServiceAccount, as c,
+// what grantAgentEverything grants and the shipped RBAC does not (deleting
+// blocks), so that what is refused then is refused by the policies.
+func waitGranted(t *testing.T, c client.Client) {
+	t.Helper()
+	var last *authorizationv1.SelfSubjectAccessReview
+	if err := framework.Eventually(context.Background(), time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		last = &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: ipkeeperv1alpha1.GroupVersion.Group, Resource: "ipblocks", Verb: "delete"},
+		}}
+		err := c.Create(ctx, last)
+		return err == nil && last.Status.Allowed, err
+	}); err != nil {
+		t.Fatalf("RBAC granting the agent everything is not in force: %v (last review: %+v)", err, last.Status)
+	}
 }
 
 func isKind[T client.Object](o client.Object) bool {
