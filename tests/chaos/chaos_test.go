@@ -87,6 +87,12 @@ func TestChaos(t *testing.T) {
 		defer close(checksDone)
 		r.checkContinuously(checkCtx, time.Second)
 	}()
+	vmCtx, stopVMs := context.WithCancel(ctx)
+	defer stopVMs()
+	vms, err := r.startVMs(vmCtx, seed+3)
+	if err != nil {
+		t.Fatalf("starting the VMs: %v", err)
+	}
 	c.proxy.setEnabled(true)
 	inj := &injector{r: r, c: c, sched: newFaultScheduler(seed + 1)}
 	faultsDone := make(chan struct{})
@@ -117,6 +123,8 @@ func TestChaos(t *testing.T) {
 	dispatched := time.Since(start)
 	close(steps)
 	wg.Wait()
+	stopVMs()
+	vms.Wait()
 	drained := time.Since(start)
 	<-faultsDone
 	inj.wg.Wait()
@@ -141,6 +149,14 @@ func TestChaos(t *testing.T) {
 	}
 
 	t.Log(r.summary(seed, ran))
+	r.nodeBlocksLeft.Range(func(node, left any) bool {
+		t.Logf("blocks of deleted node %s still there when it was made again (not a violation; see nodeops.go): %s", node, left)
+		return true
+	})
+	r.vmErrs.Range(func(op, err any) bool {
+		t.Logf("last error of a failed VM %s (a fault of the run, or a claim not filled in time; the VM starts over): %s", op, err)
+		return true
+	})
 	if len(r.unused) > 0 {
 		t.Logf("reservations of live pods held by none of their live attachments (not a violation; the next sandbox adopts them):\n  %s", strings.Join(r.unused, "\n  "))
 	}
@@ -241,6 +257,9 @@ func (r *runner) quiesce(ctx context.Context) error {
 			r.flushPending(ctx, 0, &cs.pending)
 		}
 	}
+	for len(r.vms.pending) > 0 && time.Now().Before(deadline) {
+		r.flushPending(ctx, 0, &r.vms.pending)
+	}
 	if time.Now().After(deadline) {
 		return fmt.Errorf("DELs still failing after a minute of quiescence")
 	}
@@ -260,16 +279,17 @@ func (r *runner) summary(seed uint64, ran time.Duration) string {
 	}
 	return fmt.Sprintf("chaos summary: seed=%d ran=%s ops=%d [%s] cni=[%s] faults=[%s %s watches-cut=%d real-410s=%d proxied-requests=%d crash-restarts=%d] "+
 		"exhausted-adds=%d lost-dels=%d claims=[deleted=%d claim-ok=%d claim-unfilled=%d (request-refused=%d) refused-after-edit=%d requests-free=%d requests-taken=%d edits=%d edits-skipped=%d] "+
-		"requested=[%s] allowed=[%s] features=[%s %s pool-edit-failed=%d bad-nad-other=%d capi-ready=%d capi-unready=%d capi-deleted=%d nodes-deleted=%d storm-controller-kills=%d gc-after-agent-restart=%d] checks=[%s] violations=%d [%s]",
+		"requested=[%s] allowed=[%s] vms=[%s] vm-failed=[%s] features=[%s %s pool-edit-failed=%d bad-nad-other=%d capi-ready=%d capi-unready=%d capi-deleted=%d nodes-deleted=%d node-blocks-outlived-node=%d storm-controller-kills=%d gc-after-agent-restart=%d] checks=[%s] violations=%d [%s]",
 		seed, ran.Round(time.Second), ops, r.counts.with("op:"), r.counts.with("cni:"), r.counts.with("fault:"), strings.Join(proxy, " "),
 		r.c.proxy.cuts.Load(), r.c.proxy.gone410.Load(), r.c.proxy.requests.Load(), r.c.crashes.Load(),
 		r.counts.get("exhausted"), r.counts.get("lost-del"),
 		r.counts.get("claims-deleted"), r.counts.get("claim-ok"), r.counts.get("claim-unfilled"), r.counts.get("claim-unfilled-refused"), r.counts.get("claim-refused-after-edit"),
 		r.counts.get("claim-requests-free"), r.counts.get("claim-requests-taken"), r.counts.get("claim-edits"), r.counts.get("claim-edit-skipped"),
 		r.counts.with("requested:"), r.counts.with("allowed:"),
+		r.counts.with("vm:"), r.counts.with("vm-failed:"),
 		r.counts.with("pool-edit:"), r.counts.with("bad-nad-refused:"), r.counts.get("pool-edit-failed"), r.counts.get("bad-nad-other"),
 		r.counts.get("capi-claim-ready"), r.counts.get("capi-claim-unready"), r.counts.get("capi-claims-deleted"),
-		r.counts.get("nodes-deleted"), r.counts.get("storm-controller-kills"), r.counts.get("gc-after-agent-restart"),
+		r.counts.get("nodes-deleted"), r.counts.get("node-blocks-outlived-node"), r.counts.get("storm-controller-kills"), r.counts.get("gc-after-agent-restart"),
 		r.counts.with("check:"),
 		r.viol.count(), r.counts.with("violation:"))
 }
@@ -299,6 +319,9 @@ func (r *runner) assertCoverage(t *outcome) {
 			t.errorf("proxy fault %s never fired", f)
 		}
 	}
+	if r.counts.get("vm:swap")+r.counts.get("vm:swap-hotplug")+r.counts.get("vm:swap-fails") == 0 {
+		t.errorf("no live NAD swap of a VM")
+	}
 	for _, aspect := range poolAspects {
 		if r.counts.get("pool-edit:"+aspect) == 0 {
 			t.errorf("no pool edit of its %s", aspect)
@@ -322,12 +345,13 @@ func (r *runner) assertCoverage(t *outcome) {
 		"claim request refused (Taken)":                        r.counts.get("requested:False/" + claimstatus.ReasonRequestedTaken),
 		"launcher ADD refused for an unfilled claim (code 11)": r.counts.get("claim-unfilled"),
 		"pod reservation written by an agent (its field manager, which I6 looks for)": r.counts.get("agent-written-pod-reservations"),
-		"Cluster API claim filled":                                  r.counts.get("capi-claim-ready"),
-		"Cluster API claim deleted":                                 r.counts.get("capi-claims-deleted"),
-		"node deleted and made again":                               r.counts.get("nodes-deleted"),
-		"controller killed in a claim storm":                        r.counts.get("storm-controller-kills"),
-		"GC after an agent restart between its list and its call":   r.counts.get("gc-after-agent-restart"),
-		"reservation name checked against its pool's lock key (I7)": r.counts.get("check:I7"),
+		"Cluster API claim filled":                                       r.counts.get("capi-claim-ready"),
+		"Cluster API claim deleted":                                      r.counts.get("capi-claims-deleted"),
+		"node deleted and made again":                                    r.counts.get("nodes-deleted"),
+		"controller killed in a claim storm":                             r.counts.get("storm-controller-kills"),
+		"GC after an agent restart between its list and its call":        r.counts.get("gc-after-agent-restart"),
+		"reservation name checked against its pool's lock key (I7)":      r.counts.get("check:I7"),
+		"VM launcher ADD through ipkeeper's webhook and virt-controller": r.counts.get("vm-launcher-adds"),
 	} {
 		if n == 0 {
 			t.errorf("no %s", what)

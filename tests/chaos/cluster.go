@@ -105,6 +105,9 @@ var networks = map[string]*network{
 	}},
 }
 
+// webhookConfig is the controller's MutatingWebhookConfiguration.
+const webhookConfig = "ipkeeper-chaos"
+
 // oddNetwork is a CNI network name that is not an object name.
 const oddNetwork = "Chaos_Odd.Net"
 
@@ -176,7 +179,7 @@ func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err 
 	if c.bins, err = build(ctx, root, filepath.Join(dir, "bin")); err != nil {
 		return nil, err
 	}
-	if c.cp, err = framework.Start(ctx, framework.Options{}); err != nil {
+	if c.cp, err = framework.Start(ctx, framework.Options{RealVirtController: true}); err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}
 	if c.proxy, err = newAPIProxy(c.cp.Config, seed+2); err != nil {
@@ -213,17 +216,24 @@ func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err 
 
 	c.ctrl.proc, err = framework.StartControllerProcess(framework.ControllerProcessOptions{
 		Binary: c.bins.Controller, Kubeconfig: kubeconfig, Dir: dir, Namespace: controllerNS,
-		WebhookConfigName: "ipkeeper-chaos", GCGracePeriod: gcGracePeriod,
-		// No VMs run here (claims are made as another tool would); the
-		// controller makes the inline pools, fills every claim (reserves
-		// and records its addresses) and runs the reservation garbage
-		// collector. Without leader election a restarted controller does
-		// not wait out the killed one's lease.
+		WebhookConfigName: webhookConfig, GCGracePeriod: gcGracePeriod,
+		// The controller makes the inline pools, the VMs' claims, fills
+		// every claim (reserves and records its addresses), runs the
+		// reservation garbage collector and the VMs' launcher webhook.
+		// Without leader election a restarted controller does not wait out
+		// the killed one's lease.
 		// Blocks empty for 3 s are given back, so give-backs race the
 		// agents' allocations in them all through a run.
-		ExtraArgs: []string{"--enable-webhook=false", "--leader-elect=false", "--require-kubevirt-feature-gate=false", "--block-empty-grace=3s"},
+		ExtraArgs: []string{"--leader-elect=false", "--block-empty-grace=3s"},
 	})
 	if err != nil {
+		return nil, err
+	}
+	// Its pod webhook serves the VMs' launchers (vmops.go), in their
+	// namespace only; the API server calls it directly (the proxy's
+	// faults are the controller's own requests').
+	url := fmt.Sprintf("https://127.0.0.1:%d/mutate-v1-pod", c.ctrl.proc.WebhookPort)
+	if err := c.cp.RegisterPodWebhook(ctx, webhookConfig, vmNamespace, url, nil); err != nil {
 		return nil, err
 	}
 	if err := c.ctrl.proc.WaitReady(ctx, readyTimeout); err != nil {

@@ -3,9 +3,9 @@
 // Package chaos is a randomized, seeded checker of ipkeeper's allocation
 // invariants on the real control plane, under faults.
 //
-// What runs: etcd, kube-apiserver and kube-controller-manager (package
-// framework), the ipkeeper-controller process and one ipkeeper-agent
-// process per node. The controller makes the inline pools, fills every
+// What runs: etcd, kube-apiserver, kube-controller-manager and KubeVirt's
+// virt-controller (package framework), the ipkeeper-controller process
+// and one ipkeeper-agent process per node. The controller makes the inline pools, fills every
 // IPAMClaim (reserves its addresses, then records them in status.ips) and
 // garbage-collects reservations (with a short grace period). The agents
 // and the controller reach the API server only through a fault-injecting
@@ -14,8 +14,8 @@
 // agent's node, with a Multus networks annotation naming a real
 // NetworkAttachmentDefinition, and sends CNI requests through the agent's
 // socket as the ipkeeper shim does. IPAMClaims are made as a tool other
-// than ipkeeper-controller would make them (no owner labels), so no VM is
-// needed; KubeVirt is not simulated beyond that. A launcher pod's ADD only
+// than ipkeeper-controller would make them (no owner labels), besides the
+// VMs' own (below). A launcher pod's ADD only
 // reads its claim: it waits (--claim-wait-timeout, 3s here) for
 // status.ips and fails with CNI code 11 when the controller has not filled
 // the claim by then (it is down, or the claim's request is refused): an
@@ -53,6 +53,14 @@
 //     administrator's edit of a filled claim's status.ips, and now and
 //     then a boot storm: every claim made anew and started at once while
 //     the controller is killed and restarted;
+//   - VMs driven through KubeVirt's real virt-controller, with ipkeeper's
+//     pod webhook in the admission path and the controller making their
+//     claims (vmops.go; scheduler, kubelet, Multus and virt-handler
+//     simulated by framework.KubeVirt, the kubelet's CNI requests sent to
+//     the agents): start, live migration, NIC hotplug and unplug, live NAD
+//     swaps to another network whose migration succeeds or fails (the
+//     user then swaps back), a hotplug or unplug while a swap's migration
+//     is pending, stop and deletion;
 //   - Cluster API IPAddressClaims of the named pool, made and deleted;
 //   - node deletion: a node's agent killed, its pods deleted without DELs,
 //     its Node deleted (its blocks must go with it) and made again;

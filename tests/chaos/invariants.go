@@ -195,6 +195,9 @@ type liveState struct {
 	pods   map[types.UID]bool
 	pools  map[string]*ipkv1alpha1.IPPool
 	capi   map[types.UID]bool // Cluster API claims
+	// vmClaims are the claims of the VMs (vmops.go), which the
+	// controller makes; I4 and I6's claim rules judge the harness's own.
+	vmClaims []ipamclaimsv1alpha1.IPAMClaim
 }
 
 func (r *runner) readLive(ctx context.Context) (*liveState, error) {
@@ -212,8 +215,11 @@ func (r *runner) readLive(ctx context.Context) (*liveState, error) {
 	if err := c.List(ctx, &pools); err != nil {
 		return nil, err
 	}
-	var claims ipamclaimsv1alpha1.IPAMClaimList
+	var claims, vmClaims ipamclaimsv1alpha1.IPAMClaimList
 	if err := c.List(ctx, &claims, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	if err := c.List(ctx, &vmClaims, client.InNamespace(vmNamespace)); err != nil {
 		return nil, err
 	}
 	var pods corev1.PodList
@@ -229,7 +235,7 @@ func (r *runner) readLive(ctx context.Context) (*liveState, error) {
 		return nil, err
 	}
 	ls := &liveState{res: map[string]*ipkv1alpha1.IPReservation{}, claims: claims.Items, pods: map[types.UID]bool{},
-		pools: map[string]*ipkv1alpha1.IPPool{}, capi: capiOwners(&capiClaims)}
+		pools: map[string]*ipkv1alpha1.IPPool{}, capi: capiOwners(&capiClaims), vmClaims: vmClaims.Items}
 	for i := range pools.Items {
 		ls.pools[pools.Items[i].Name] = &pools.Items[i]
 	}
@@ -311,7 +317,7 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 // deletes them at spec.reuseAfter).
 func (r *runner) orphans(ls *liveState) (gone, leaked, overdue []*ipkv1alpha1.IPReservation) {
 	claims := map[types.UID]bool{}
-	for _, c := range ls.claims {
+	for _, c := range slices.Concat(ls.claims, ls.vmClaims) {
 		claims[c.UID] = true
 	}
 	held := map[string]bool{} // reservation names live attachments hold

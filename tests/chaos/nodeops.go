@@ -20,13 +20,14 @@ import (
 
 // nodeBlocksTimeout bounds the wait for kube-controller-manager's garbage
 // collector to delete a deleted node's blocks (their owner is the Node).
-const nodeBlocksTimeout = time.Minute
+const nodeBlocksTimeout = 20 * time.Second
 
 // deleteNode plays a node that dies and comes back under the same name:
 // its agent is killed, its pods are deleted without a DEL (as the pod
 // garbage collector does for a node that is gone), its Node object is
-// deleted, and once its blocks are gone with it (violation if they
-// outlive it) the Node is made again and the agent started. The
+// deleted, and once its blocks are gone with it (or after
+// nodeBlocksTimeout, counted) the Node is made again and the agent
+// started. The
 // controller releases what the node's pods held (I3); the claims of VMs
 // that ran there keep their addresses (I4).
 func (r *runner) deleteNode(ctx context.Context, st step) {
@@ -132,7 +133,12 @@ func (r *runner) nodeGone(ctx context.Context, op int, n *node, slots []*slot) e
 		return len(left) == 0, nil
 	})
 	if err != nil {
-		r.violate("I8", "block-outlived-its-node", fmt.Sprintf("node %s was deleted, its blocks %v are still there after %s", n.name, left, nodeBlocksTimeout), n.name)
+		// Not a violation: kube-controller-manager's garbage collector
+		// deletes a node's blocks (their owner), and the controller gives
+		// back any block left empty, so the run goes on; I8 checks at
+		// quiescence that no block of a missing node is left.
+		r.counts.inc("node-blocks-outlived-node")
+		r.nodeBlocksLeft.Store(n.name, fmt.Sprintf("%v after %s", left, nodeBlocksTimeout))
 	}
 	return r.api(ctx, op, "create-node", n.name, func(ctx context.Context) error {
 		err := framework.EnsureNode(ctx, r.c.cp.Client, n.name)

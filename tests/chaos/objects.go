@@ -40,8 +40,10 @@ func (r *runner) checkLockKeys(ls *liveState) {
 // ipkeeper accepts.
 func causedPools() map[string]bool {
 	out := map[string]bool{smallPool: true}
-	for _, n := range networks {
-		out[n.pool] = true
+	for _, set := range []map[string]*network{networks, vmNetworks} {
+		for _, n := range set {
+			out[n.pool] = true
+		}
 	}
 	return out
 }
@@ -91,6 +93,12 @@ func (r *runner) checkCaused(ctx context.Context, ls *liveState) {
 			r.violate("I8", "claim-nobody-caused", fmt.Sprintf("IPAMClaim %s/%s is not one the harness made", c.Namespace, c.Name), c.Name)
 		}
 	}
+	for _, c := range ls.vmClaims {
+		r.counts.inc("check:I8")
+		if !isVMClaim(c.Name) {
+			r.violate("I8", "claim-nobody-caused", fmt.Sprintf("IPAMClaim %s/%s is of none of the harness's VMs", c.Namespace, c.Name), c.Name)
+		}
+	}
 	r.checkCAPICaused(ctx)
 }
 
@@ -102,4 +110,23 @@ func (r *runner) refusedNote(pool string) string {
 		return fmt.Sprintf(": it is the pool of NAD %s, whose definition was refused", nad)
 	}
 	return ""
+}
+
+// isVMClaim reports whether name is a claim of one of the harness's VMs'
+// logical networks (on any of their networks).
+func isVMClaim(name string) bool {
+	for i := range numVMs {
+		vm := fmt.Sprintf("vm-%d", i)
+		for _, logical := range []string{blue, red} {
+			if name == naming.Claim(vm, logical) {
+				return true
+			}
+			for _, n := range vmNetworks {
+				if name == naming.SwappedClaim(vm, logical, n.name) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

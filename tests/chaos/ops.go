@@ -77,6 +77,13 @@ type runner struct {
 	refusedMu sync.Mutex
 	refused   map[string]string
 	badSeq    atomic.Int64 // bad NADs made so far
+	// vms are the VMs' launcher attachments; vmErrs the last error of each
+	// failed VM operation kind, for the summary.
+	vms    vmPods
+	vmErrs sync.Map
+	// nodeBlocksLeft are the blocks of a deleted node still there when its
+	// Node was made again, by node.
+	nodeBlocksLeft sync.Map
 	// gcLocks keep a GC of (node, network) from running while an ADD of
 	// that node and network is in flight: the runtime's list of valid
 	// attachments is only complete between its own ADDs.
@@ -92,6 +99,7 @@ type runner struct {
 func newRunner(c *cluster, v *violations) *runner {
 	r := &runner{c: c, model: newModel(), hist: v.hist, counts: &counters{}, viol: v,
 		slots: map[string][]*slot{}, gcLocks: map[string]*sync.RWMutex{}, refused: map[string]string{}}
+	r.vms.atts = map[types.UID]map[string]*attachment{}
 	for i := range capiSlots {
 		r.capi = append(r.capi, &capiSlot{name: fmt.Sprintf("capi-%d", i)})
 	}
@@ -109,6 +117,9 @@ func newRunner(c *cluster, v *violations) *runner {
 	}
 	for _, n := range c.nodes {
 		for _, net := range networks {
+			r.gcLocks[n.name+"/"+net.name] = &sync.RWMutex{}
+		}
+		for _, net := range vmNetworks {
 			r.gcLocks[n.name+"/"+net.name] = &sync.RWMutex{}
 		}
 	}
@@ -504,9 +515,11 @@ func slotNetwork(pool string, i int) *network {
 
 // netOf returns the network of an attachment.
 func (r *runner) netOf(a *attachment) *network {
-	for _, n := range networks {
-		if n.name == a.network {
-			return n
+	for _, set := range []map[string]*network{networks, vmNetworks} {
+		for _, n := range set {
+			if n.name == a.network {
+				return n
+			}
 		}
 	}
 	panic("chaos: unknown network " + a.network) // attachments are only made on the known networks

@@ -1,0 +1,423 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// VMs with persistent IPs, driven through KubeVirt's real virt-controller
+// (framework.KubeVirt simulates the scheduler, the kubelet, Multus and
+// virt-handler; the simulated kubelet's CNI requests go to the agents
+// like every other pod's, and its record is the harness's model). They
+// run in a namespace of their own, with ipkeeper's pod webhook in the
+// admission path and the controller making each VM's claims, so the
+// faults of the run (controller kills among them) hit the webhook too.
+// Each VM, in a loop of its own: start, live migration, NIC hotplug and
+// unplug, a live NAD swap to another network whose migration succeeds or
+// fails (then the user swaps back), with a hotplug or unplug while the
+// swap's migration is pending, stop, deletion. Their launchers' addresses
+// fall under I1, I2 (a running launcher's address is reserved for its
+// claim: releasing a running VM's address is a violation), I3, I7 and I8.
+
+const (
+	vmNamespace = "chaos-vms"
+	numVMs      = 2
+	vmTimeout   = 30 * time.Second
+	// vmRetryPause paces a VM's rounds after a failure.
+	vmRetryPause = time.Second
+	// The logical networks of a VM: blue (swapped between two NADs of two
+	// networks) and red (hot-plugged and unplugged).
+	blue = "blue"
+	red  = "red"
+)
+
+// vmNetworks are the VMs' NADs, by NAD name.
+var vmNetworks = map[string]*network{
+	"blue-a": vmNet("blue-a", "chaos-vm-a", "10.64.0.0/26"),
+	"blue-b": vmNet("blue-b", "chaos-vm-b", "10.64.1.0/26"),
+	"red":    vmNet("red", "chaos-vm-red", "10.64.2.0/26"),
+}
+
+func vmNet(nad, name, cidr string) *network {
+	return &network{nad: nad, name: name, pool: name, key: name, config: map[string]any{
+		"cniVersion": "1.0.0", "name": name, "type": "bridge", "allowPersistentIPs": true,
+		"ipam": map[string]any{"type": "ipkeeper", "range": cidr},
+	}}
+}
+
+// vmActor runs one VM's life cycle.
+type vmActor struct {
+	r    *runner
+	kv   *framework.KubeVirt
+	rng  *rand.Rand
+	name string
+	vm   *kubevirtv1.VirtualMachine
+	nad  string // blue's NAD
+	red  bool   // red plugged
+	// first are the actor's first operations, before random ones.
+	first []string
+}
+
+// vmPods is the simulated kubelet's record of the VMs' launcher
+// attachments, by pod UID and interface.
+type vmPods struct {
+	mu      sync.Mutex
+	atts    map[types.UID]map[string]*attachment
+	pending []*attachment // DELs that failed; retried at quiescence
+}
+
+// startVMs creates the VMs' NADs, turns on the KubeVirt feature gates
+// ipkeeper and the NAD swap need, and runs one actor per VM until ctx
+// ends.
+func (r *runner) startVMs(ctx context.Context, seed uint64) (*sync.WaitGroup, error) {
+	c := r.c.cp.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: vmNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	for _, n := range vmNetworks {
+		raw, err := json.Marshal(n.config)
+		if err != nil {
+			return nil, err
+		}
+		nad := &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: vmNamespace, Name: n.nad},
+			Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: string(raw)}}
+		if err := c.Create(ctx, nad); err != nil {
+			return nil, fmt.Errorf("creating NAD %s/%s: %w", vmNamespace, n.nad, err)
+		}
+	}
+	kv := &framework.KubeVirt{C: c, Timeout: vmTimeout, Kubelet: framework.PodRunner{Run: r.vmRun, Detach: r.vmDetach, Stop: r.vmStop}}
+	if err := kv.SetFeatureGate(ctx, true); err != nil {
+		return nil, err
+	}
+	if err := framework.SetKubeVirtGate(ctx, c, framework.LiveUpdateNADRefGate, true); err != nil {
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	for i := range numVMs {
+		a := &vmActor{r: r, kv: kv, rng: rand.New(rand.NewPCG(seed, uint64(0x7a0+i))), name: fmt.Sprintf("vm-%d", i), first: vmFirstOps[i%len(vmFirstOps)]}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.run(ctx)
+		}()
+	}
+	return &wg, nil
+}
+
+// The VM operations.
+var vmOps = []string{"migrate", "swap", "swap-hotplug", "swap-fails", "hotplug", "stop", "delete"}
+
+// vmFirstOps are each actor's first operations: together, every kind.
+var vmFirstOps = [][]string{
+	{"swap-hotplug", "swap-fails", "migrate", "swap"},
+	{"hotplug", "swap", "swap-hotplug", "stop", "delete"},
+}
+
+func (a *vmActor) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if a.vm == nil {
+			if err := a.create(ctx); err != nil {
+				a.failed(ctx, "create", err)
+				continue
+			}
+		}
+		vmi, err := a.running(ctx)
+		if err != nil {
+			a.failed(ctx, "start", err)
+			continue
+		}
+		op := vmOps[a.rng.IntN(len(vmOps))]
+		if len(a.first) > 0 { // every kind early, so that a short run has each
+			op, a.first = a.first[0], a.first[1:]
+		}
+		seq := a.r.hist.begin(0, "VM", a.name+" "+op)
+		err = a.do(ctx, op, vmi)
+		a.r.hist.end(seq, errString(err))
+		if err != nil {
+			a.failed(ctx, op, err)
+			continue
+		}
+		a.r.counts.inc("vm:" + op)
+	}
+}
+
+func (a *vmActor) create(ctx context.Context) error {
+	// A VM of this name left by a failed round goes first: its state (NAD,
+	// NICs) is unknown.
+	old := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: vmNamespace, Name: a.name}}
+	if err := a.kv.C.Get(ctx, client.ObjectKeyFromObject(old), old); err == nil {
+		if err := a.kv.DeleteVM(ctx, old, metav1.DeletePropagationForeground); err != nil {
+			return err
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	vm, err := a.kv.CreateVM(ctx, vmNamespace, a.name, framework.VMNetwork{Name: blue, NAD: "blue-a"})
+	if err != nil {
+		return err
+	}
+	a.vm, a.nad, a.red = vm, "blue-a", false
+	return nil
+}
+
+// running returns the VM's VMI, starting the VM on a node when it runs
+// nowhere.
+func (a *vmActor) running(ctx context.Context) (*kubevirtv1.VirtualMachineInstance, error) {
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	err := a.kv.C.Get(ctx, client.ObjectKeyFromObject(a.vm), vmi)
+	if err == nil && vmi.DeletionTimestamp == nil && vmi.Status.Phase == kubevirtv1.Running {
+		return vmi, nil
+	}
+	node := a.r.c.nodes[a.rng.IntN(numNodes)].name
+	vmi, _, err = a.kv.Start(ctx, a.vm, node)
+	if err == nil {
+		a.r.counts.inc("vm:start")
+	}
+	return vmi, err
+}
+
+// do runs one operation on the running VM.
+func (a *vmActor) do(ctx context.Context, op string, vmi *kubevirtv1.VirtualMachineInstance) error {
+	other := a.otherNode(vmi)
+	switch op {
+	case "migrate":
+		_, _, err := a.kv.Migrate(ctx, vmi, other)
+		return err
+	case "hotplug":
+		return a.plug(ctx)
+	case "stop":
+		return a.kv.Stop(ctx, a.vm)
+	case "delete":
+		err := a.kv.DeleteVM(ctx, a.vm, metav1.DeletePropagationForeground)
+		a.vm = nil
+		return err
+	}
+	// A live NAD swap of blue to the other network: virt-controller marks
+	// the VMI MigrationRequired; its migration moves the VM to the new
+	// network, or fails (the VM stays on the old one; the user swaps back).
+	to := map[string]string{"blue-a": "blue-b", "blue-b": "blue-a"}[a.nad]
+	vmi, err := a.kv.SwapNAD(ctx, a.vm, blue, to)
+	if err != nil {
+		return err
+	}
+	if op == "swap-hotplug" {
+		// Pending swap: a NIC hot-plug or unplug makes virt-controller
+		// rewrite the source launcher's networks annotation from the new
+		// spec; the source must keep its claim.
+		if err := a.plug(ctx); err != nil {
+			return err
+		}
+	}
+	stop := a.kv.HandlerDropsMigrationRequired(ctx, vmi)
+	defer stop()
+	if op == "swap-fails" {
+		if _, _, err := a.kv.Migrate(ctx, vmi, other, framework.FailMigration()); err != nil {
+			return err
+		}
+		_, err := a.kv.SwapNADBack(ctx, a.vm, blue, a.nad)
+		return err
+	}
+	if _, _, err := a.kv.Migrate(ctx, vmi, other); err != nil {
+		return err
+	}
+	a.nad = to
+	return nil
+}
+
+// plug hot-plugs red, or unplugs it.
+func (a *vmActor) plug(ctx context.Context) error {
+	if a.red {
+		if err := a.kv.Unplug(ctx, a.vm, red); err != nil {
+			return err
+		}
+		a.red = false
+		return nil
+	}
+	if _, err := a.kv.Hotplug(ctx, a.vm, framework.VMNetwork{Name: red, NAD: "red"}); err != nil {
+		return err
+	}
+	a.red = true
+	return nil
+}
+
+// otherNode is a node the VMI does not run on.
+func (a *vmActor) otherNode(vmi *kubevirtv1.VirtualMachineInstance) string {
+	for {
+		n := a.r.c.nodes[a.rng.IntN(numNodes)].name
+		if n != vmi.Status.NodeName {
+			return n
+		}
+	}
+}
+
+// failed counts a failed VM operation (a fault of the run, an unfilled
+// claim) and starts the VM over: deleted, with its VMI and launchers, and
+// made again by the next round.
+func (a *vmActor) failed(ctx context.Context, op string, err error) {
+	if ctx.Err() != nil {
+		return // the run is over
+	}
+	a.r.counts.inc("vm-failed:" + op)
+	a.r.vmErrs.Store(op, err.Error())
+	// What failed was most likely a fault of the run: give it a moment
+	// before the next round (a pace, not a wait for anything).
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(vmRetryPause):
+	}
+	if a.vm == nil {
+		return
+	}
+	if err := a.kv.DeleteVM(ctx, a.vm, metav1.DeletePropagationForeground); err != nil && !apierrors.IsNotFound(err) {
+		a.r.counts.inc("vm-failed:cleanup")
+		// Stop whatever is left of it, so the next VM of this name starts clean.
+		_ = a.kv.StopAll(ctx, vmNamespace)
+		_ = a.kv.C.Delete(ctx, a.vm)
+	}
+	a.vm = nil
+}
+
+// vmRun is the simulated kubelet's sandbox start (or a hotplug's attach):
+// a CNI ADD of each given interface through the node's agent, recorded
+// in the model under the claim the launcher references (or, if ipkeeper's
+// webhook was down when it was created, the claim its VM's network
+// implies: the agent finds that one).
+func (r *runner) vmRun(ctx context.Context, pod *corev1.Pod, ifaces []string) (map[string][]string, error) {
+	elems, err := multus.ParseElements(pod.Annotations[multus.Annotation], pod.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	n := r.node(pod.Spec.NodeName)
+	var vmName string // the VMI's, which is its VM's
+	if owner := metav1.GetControllerOf(pod); owner != nil {
+		vmName = owner.Name
+	}
+	out := map[string][]string{}
+	for _, el := range elems {
+		if !slices.Contains(ifaces, el.Interface) {
+			continue
+		}
+		net := vmNetworks[el.Name]
+		if net == nil {
+			return nil, fmt.Errorf("pod %s/%s attaches unknown NAD %s", pod.Namespace, pod.Name, el.Name)
+		}
+		a := r.newAttachment(pod, n, net)
+		a.ifName = el.Interface
+		if a.claimName = el.ClaimRef; a.claimName == "" {
+			r.counts.inc("vm-launcher-without-claim-reference")
+			if a.claimName, err = r.impliedClaim(ctx, vmName, el.Interface, net.name); err != nil {
+				return nil, err
+			}
+		}
+		var claim ipamclaimsv1alpha1.IPAMClaim
+		if err := r.c.cp.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: a.claimName}, &claim); err != nil {
+			return nil, fmt.Errorf("reading IPAMClaim %s of pod %s: %w", a.claimName, pod.Name, err)
+		}
+		a.claimUID = claim.UID
+		done := r.model.touch(a.holder())
+		var pending []*attachment
+		err := r.add(ctx, 0, n, net, a, "", &pending)
+		done()
+		r.vms.mu.Lock()
+		r.vms.pending = append(r.vms.pending, pending...)
+		if err == nil {
+			if r.vms.atts[pod.UID] == nil {
+				r.vms.atts[pod.UID] = map[string]*attachment{}
+			}
+			r.vms.atts[pod.UID][el.Interface] = a
+		}
+		r.vms.mu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("ADD of pod %s interface %s: %w", pod.Name, el.Interface, err)
+		}
+		r.counts.inc("vm-launcher-adds")
+		for _, ip := range r.model.ipsOf(a) {
+			out[el.Interface] = append(out[el.Interface], ip.String())
+		}
+	}
+	return out, nil
+}
+
+// impliedClaim is the claim of a launcher interface that references none
+// (its pod was admitted while the webhook was down): the one the agent
+// derives from the VM's logical network by the webhook's rule.
+func (r *runner) impliedClaim(ctx context.Context, vm, iface, network string) (string, error) {
+	for _, logical := range []string{blue, red} {
+		if kubevirt.PodInterfaceName(logical) != iface {
+			continue
+		}
+		return naming.ClaimFor(vm, logical, network, func(name string) (string, bool, error) {
+			var c ipamclaimsv1alpha1.IPAMClaim
+			err := r.c.cp.Client.Get(ctx, client.ObjectKey{Namespace: vmNamespace, Name: name}, &c)
+			if apierrors.IsNotFound(err) {
+				return "", false, nil
+			}
+			return c.Spec.Network, err == nil, err
+		})
+	}
+	return "", fmt.Errorf("interface %s is of no logical network of the VM", iface)
+}
+
+// vmDetach is a hot-unplug's detach: a CNI DEL of each interface.
+func (r *runner) vmDetach(ctx context.Context, pod *corev1.Pod, ifaces []string) error {
+	r.vms.mu.Lock()
+	var atts []*attachment
+	for _, i := range ifaces {
+		if a := r.vms.atts[pod.UID][i]; a != nil {
+			atts = append(atts, a)
+			delete(r.vms.atts[pod.UID], i)
+		}
+	}
+	r.vms.mu.Unlock()
+	r.vmDel(ctx, atts)
+	return nil
+}
+
+// vmStop tears a launcher's sandbox down: a CNI DEL of every interface.
+// A DEL that fails is retried at quiescence; the pod's deletion goes on,
+// as a kubelet's does, and the garbage collector releases what a gone
+// pod held.
+func (r *runner) vmStop(ctx context.Context, pod *corev1.Pod) error {
+	r.vms.mu.Lock()
+	var atts []*attachment
+	for _, a := range r.vms.atts[pod.UID] {
+		atts = append(atts, a)
+	}
+	delete(r.vms.atts, pod.UID)
+	r.vms.mu.Unlock()
+	r.vmDel(ctx, atts)
+	return nil
+}
+
+func (r *runner) vmDel(ctx context.Context, atts []*attachment) {
+	for _, a := range atts {
+		var pending []*attachment
+		if !r.del(ctx, 0, a, &pending) {
+			r.vms.mu.Lock()
+			r.vms.pending = append(r.vms.pending, pending...)
+			r.vms.mu.Unlock()
+		}
+	}
+}
