@@ -76,17 +76,25 @@ func usable(c *ipamclaimsv1alpha1.IPAMClaim) bool {
 // a VM's claims and fills them when the VM is created, normally long
 // before its launcher pod, but a pod may come first (a VM created just
 // before, a controller restarting). The watch starts with the claim as it
-// is (the API server's initial event of a watch),
-// so one request reads a filled claim and waits for an unfilled one: an
-// ADD makes no other read of the claim. A watch that ends early (an API
+// is (the API server's initial event of a watch), so one request reads a
+// filled claim and waits for an unfilled one; the claim it shows filled
+// is confirmed by one consistent read (confirm). A watch that ends early (an API
 // server restart) is made again until the deadline.
 func (s *apiClaimStore) Wait(ctx context.Context, namespace, name string, timeout time.Duration) (*ipamclaimsv1alpha1.IPAMClaim, error) {
 	var last *ipamclaimsv1alpha1.IPAMClaim // what the claim looks like, nil while it does not exist
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for ctx.Err() == nil {
-		if c, err := s.watchOnce(ctx, namespace, name, &last); c != nil || err != nil {
-			return c, err
+		c, err := s.watchOnce(ctx, namespace, name, &last)
+		if err != nil {
+			return nil, err
+		}
+		if c != nil {
+			if c, err = s.confirm(ctx, c, &last); c != nil || err != nil {
+				return c, err
+			}
+			// That claim is gone or changed: watch the one there is, once
+			// the watch cache has caught up.
 		}
 		select {
 		case <-ctx.Done():
@@ -97,6 +105,30 @@ func (s *apiClaimStore) Wait(ctx context.Context, namespace, name string, timeou
 		return nil, fmt.Errorf("%w: %s/%s did not appear within %s", errClaimMissing, namespace, name, timeout)
 	}
 	return nil, &noAddressesError{claim: last, timeout: timeout}
+}
+
+// confirm reads the claim the watch showed usable, consistently (a read
+// without a resourceVersion): the watch starts from the API server's watch
+// cache, which may still show a claim deleted a moment ago and made again
+// under the same name (a VM deleted and re-created), whose reservations
+// still exist until the garbage collector frees them. Handing out those
+// addresses would give the new VM addresses about to go to someone else.
+// It returns the claim when it is that one, or a newer version of it,
+// still usable; nil when the claim is gone or another (last then says
+// what there is).
+func (s *apiClaimStore) confirm(ctx context.Context, seen *ipamclaimsv1alpha1.IPAMClaim, last **ipamclaimsv1alpha1.IPAMClaim) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+	c, err := s.Get(ctx, seen.Namespace, seen.Name)
+	switch {
+	case errors.Is(err, errClaimMissing):
+		*last = nil
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case c.UID == seen.UID && usable(c):
+		return c, nil
+	}
+	*last = c
+	return nil, nil
 }
 
 // claimRewatchDelay spaces the watches of a claim whose watch ended early.
