@@ -95,7 +95,7 @@ func (r *runner) checkCaused(ctx context.Context, ls *liveState) {
 	}
 	for _, c := range ls.vmClaims {
 		r.counts.inc("check:I8")
-		if !isVMClaim(c.Name) {
+		if !r.isVMClaim(c.Name) {
 			r.violate("I8", "claim-nobody-caused", fmt.Sprintf("IPAMClaim %s/%s is of none of the harness's VMs", c.Namespace, c.Name), c.Name)
 		}
 	}
@@ -114,19 +114,18 @@ func (r *runner) refusedNote(pool string) string {
 
 // isVMClaim reports whether name is a claim of one of the harness's VMs'
 // logical networks (on any of their networks).
-func isVMClaim(name string) bool {
-	for i := range numVMs {
-		vm := fmt.Sprintf("vm-%d", i)
+func (r *runner) isVMClaim(name string) bool {
+	found := false
+	r.vmNames.Range(func(vm, _ any) bool {
 		for _, logical := range []string{blue, red} {
-			if name == naming.Claim(vm, logical) {
-				return true
+			if name == naming.Claim(vm.(string), logical) {
+				found = true
 			}
 			for _, n := range vmNetworks {
-				if name == naming.SwappedClaim(vm, logical, n.name) {
-					return true
-				}
+				found = found || name == naming.SwappedClaim(vm.(string), logical, n.name)
 			}
 		}
-	}
-	return false
+		return !found
+	})
+	return found
 }

@@ -79,8 +79,9 @@ type runner struct {
 	badSeq    atomic.Int64 // bad NADs made so far
 	// vms are the VMs' launcher attachments; vmErrs the last error of each
 	// failed VM operation kind, for the summary.
-	vms    vmPods
-	vmErrs sync.Map
+	vms     vmPods
+	vmErrs  sync.Map
+	vmNames sync.Map // every VM name the run used
 	// nodeBlocksLeft are the blocks of a deleted node still there when its
 	// Node was made again, by node.
 	nodeBlocksLeft sync.Map

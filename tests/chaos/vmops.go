@@ -44,6 +44,8 @@ const (
 	vmNamespace = "chaos-vms"
 	numVMs      = 2
 	vmTimeout   = 30 * time.Second
+	// vmCleanupTimeout bounds the deletion of a VM whose round failed.
+	vmCleanupTimeout = 10 * time.Second
 	// vmRetryPause paces a VM's rounds after a failure.
 	vmRetryPause = time.Second
 	// The logical networks of a VM: blue (swapped between two NADs of two
@@ -77,6 +79,7 @@ type vmActor struct {
 	red  bool   // red plugged
 	// first are the actor's first operations, before random ones.
 	first []string
+	gen   int // VMs made so far
 }
 
 // vmPods is the simulated kubelet's record of the VMs' launcher
@@ -162,18 +165,16 @@ func (a *vmActor) run(ctx context.Context) {
 	}
 }
 
+// create makes the actor's next VM. Each is named anew (<actor>-g<n>): a
+// VM a failed round left behind (its deletion stuck, say, behind a
+// migration whose simulated handlers stopped mid-way) keeps its claims
+// and addresses, which the invariants go on judging, and does not hold
+// the next one up.
 func (a *vmActor) create(ctx context.Context) error {
-	// A VM of this name left by a failed round goes first: its state (NAD,
-	// NICs) is unknown.
-	old := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: vmNamespace, Name: a.name}}
-	if err := a.kv.C.Get(ctx, client.ObjectKeyFromObject(old), old); err == nil {
-		if err := a.kv.DeleteVM(ctx, old, metav1.DeletePropagationForeground); err != nil {
-			return err
-		}
-	} else if !apierrors.IsNotFound(err) {
-		return err
-	}
-	vm, err := a.kv.CreateVM(ctx, vmNamespace, a.name, framework.VMNetwork{Name: blue, NAD: "blue-a"})
+	a.gen++
+	name := fmt.Sprintf("%s-g%d", a.name, a.gen)
+	a.r.vmNames.Store(name, true)
+	vm, err := a.kv.CreateVM(ctx, vmNamespace, name, framework.VMNetwork{Name: blue, NAD: "blue-a"})
 	if err != nil {
 		return err
 	}
@@ -272,8 +273,9 @@ func (a *vmActor) otherNode(vmi *kubevirtv1.VirtualMachineInstance) string {
 }
 
 // failed counts a failed VM operation (a fault of the run, an unfilled
-// claim) and starts the VM over: deleted, with its VMI and launchers, and
-// made again by the next round.
+// claim) and starts over with a new VM; the old one is deleted (the
+// node's part played) unless that takes longer than vmCleanupTimeout: it
+// is then left, keeping its claims, and the invariants go on judging it.
 func (a *vmActor) failed(ctx context.Context, op string, err error) {
 	if ctx.Err() != nil {
 		return // the run is over
@@ -290,11 +292,12 @@ func (a *vmActor) failed(ctx context.Context, op string, err error) {
 	if a.vm == nil {
 		return
 	}
-	if err := a.kv.DeleteVM(ctx, a.vm, metav1.DeletePropagationForeground); err != nil && !apierrors.IsNotFound(err) {
+	// Delete it, playing the node's part, for a while; past that it is
+	// left as it is and the next round makes another VM.
+	dctx, cancel := context.WithTimeout(ctx, vmCleanupTimeout)
+	defer cancel()
+	if err := a.kv.DeleteVM(dctx, a.vm, metav1.DeletePropagationForeground); err != nil && !apierrors.IsNotFound(err) {
 		a.r.counts.inc("vm-failed:cleanup")
-		// Stop whatever is left of it, so the next VM of this name starts clean.
-		_ = a.kv.StopAll(ctx, vmNamespace)
-		_ = a.kv.C.Delete(ctx, a.vm)
 	}
 	a.vm = nil
 }
