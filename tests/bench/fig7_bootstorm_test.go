@@ -529,7 +529,9 @@ func (c *bootCluster) report(b *testing.B, w bootWaves, fills *fillWatch, raw, r
 	single := storm.agents
 	record(row{fig: 7, what: fmt.Sprintf("agents' API requests per VM start (%d VMs at once, single-stack)", storm.n),
 		measured: single.per(storm.n), baseline: "plain pod ADD: " + plain.agents.per(plain.n),
-		target: "no list, <= 2 reads", verdict: verdict(single.list == 0 && single.reads()/n <= 2)})
+		// The claim's watch, one consistent read confirming what the watch
+		// cache showed, the reservation's read.
+		target: "no list, <= 3 reads", verdict: verdict(single.list == 0 && single.reads()/n <= 3)})
 	record(row{fig: 7, what: fmt.Sprintf("agents' API requests per VM restart (%d VMs, claims filled)", restart.n),
 		measured: restart.agents.per(restart.n), target: "(context)"})
 	record(row{fig: 7, what: fmt.Sprintf("agents' API requests per VM start, dual-stack (%d VMs at once)", dual.n),
