@@ -12,7 +12,7 @@ import (
 func TestScheduleIsAFunctionOfTheSeed(t *testing.T) {
 	ops := func(seed uint64) []step {
 		s := newScheduler(seed)
-		out := make([]step, 500)
+		out := make([]step, 2*rareEvery) // node deletions and claim storms come every rareEvery steps
 		for i := range out {
 			out[i] = s.next()
 		}
@@ -50,7 +50,7 @@ func TestScheduleIsAFunctionOfTheSeed(t *testing.T) {
 		}
 	}
 	if len(kinds) != int(numOpKinds) || len(pools) != len(poolSizes) || len(requests) != 3 {
-		t.Fatalf("500 steps drew %d of %d operations, %d of %d slot pools, %d of 3 claim requests", len(kinds), numOpKinds, len(pools), len(poolSizes), len(requests))
+		t.Fatalf("%d steps drew %d of %d operations, %d of %d slot pools, %d of 3 claim requests", 2*rareEvery, len(kinds), numOpKinds, len(pools), len(poolSizes), len(requests))
 	}
 	// Every fault kind comes once before any repeats, so a short run
 	// sees them all.
