@@ -43,7 +43,7 @@ image: ## OCI image of the three binaries, no Docker or base image needed: bin/i
 		-image '$(IMAGE)' -version '$(VERSION)' -revision '$(REVISION)' -created '$(SOURCE_DATE_EPOCH)'
 
 .PHONY: tools
-tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins, Multus, controller-gen, KubeVirt virt-controller and whereabouts (cached).
+tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins, Multus, controller-gen, KubeVirt virt-controller, whereabouts and ipam-extensions (cached).
 	bash hack/tools.sh
 
 .PHONY: generate

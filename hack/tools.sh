@@ -3,7 +3,9 @@
 # etcd, kube-apiserver, kube-controller-manager, kubectl, the CNI reference
 # plugins, the Multus thin plugin, controller-gen, golangci-lint, and KubeVirt's
 # virt-controller with the KubeVirt CRDs generated from the same module, and
-# whereabouts (the e2e test of the move from whereabouts, and `make bench`).
+# whereabouts (the e2e test of the move from whereabouts, and `make bench`),
+# and KubeVirt's ipam-extensions (the IPAMClaims controller and pod webhook
+# the network addons operator installs; the coexistence tests run it).
 #
 # Nothing prebuilt can be downloaded here, but everything builds from the Go
 # module proxy. Each component is built in a throwaway module that pins its
@@ -31,6 +33,14 @@ KUBEVIRT_VERSION=v1.8.2
 # command checks the downloads against that file; the list applies to that
 # build only.
 KUBEVIRT_NOSUMDB=github.com/rhobs
+# kubevirt/ipam-extensions is not served by the module proxy: it builds from
+# a source archive, ipam-extensions-<version>.tar.gz in the directory
+# IPKEEPER_THIRD_PARTY_DIR names (checked against the sha256 below), else
+# from the tag's archive on GitHub. Its go.mod pins ipamclaims v0.5.0-alpha,
+# which the proxy refuses; v0.5.1-alpha (ipkeeper's) is API-compatible.
+IPAM_EXTENSIONS_VERSION=v0.6.0
+IPAM_EXTENSIONS_SHA256=644ea618c3c4122eed59d05dcbc9d4f9d6064ada3f42839b2b6f8d2e6708889c
+IPAM_EXTENSIONS_IPAMCLAIMS=v0.5.1-alpha
 
 ROOT="${IPKEEPER_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ipkeeper/tools}"
 
@@ -53,6 +63,8 @@ IPKEEPER_GOLANGCI_LINT=$ROOT/golangci-lint-${GOLANGCI_LINT_VERSION}/golangci-lin
 IPKEEPER_WHEREABOUTS_DIR=$ROOT/whereabouts-${WHEREABOUTS_VERSION}
 IPKEEPER_VIRT_CONTROLLER=$ROOT/kubevirt-${KUBEVIRT_VERSION}/virt-controller
 IPKEEPER_KUBEVIRT_CRDS_DIR=$ROOT/kubevirt-${KUBEVIRT_VERSION}/crds
+IPKEEPER_IPAM_EXTENSIONS=$ROOT/ipam-extensions-${IPAM_EXTENSIONS_VERSION}/manager
+IPKEEPER_IPAM_EXTENSIONS_VERSION=${IPAM_EXTENSIONS_VERSION}
 ENV
 	exit 0
 fi
@@ -297,8 +309,41 @@ build_kubevirt() {
 	touch "$dir/.complete"
 }
 
+# ipam-extensions: its source from IPKEEPER_THIRD_PARTY_DIR or GitHub, built
+# in its own module tree with the one replace above. Its install.yaml (RBAC,
+# webhook) is kept next to the binary: the tests run it with that RBAC.
+build_ipam_extensions() {
+	local dir="$ROOT/ipam-extensions-${IPAM_EXTENSIONS_VERSION}"
+	if built "$dir"; then log "ipam-extensions ${IPAM_EXTENSIONS_VERSION}: cached in $dir"; return; fi
+	log "ipam-extensions ${IPAM_EXTENSIONS_VERSION}: building the manager (about a minute)"
+	local work archive="ipam-extensions-${IPAM_EXTENSIONS_VERSION}.tar.gz"
+	work=$(mktemp -d)
+	# shellcheck disable=SC2064
+	trap "rm -rf '$work'" RETURN
+	if [[ -n "${IPKEEPER_THIRD_PARTY_DIR:-}" && -f "$IPKEEPER_THIRD_PARTY_DIR/$archive" ]]; then
+		log "  source: $IPKEEPER_THIRD_PARTY_DIR/$archive"
+		echo "${IPAM_EXTENSIONS_SHA256}  $IPKEEPER_THIRD_PARTY_DIR/$archive" | sha256sum -c --quiet - ||
+			die "$IPKEEPER_THIRD_PARTY_DIR/$archive does not match its pinned sha256"
+		cp "$IPKEEPER_THIRD_PARTY_DIR/$archive" "$work/src.tar.gz"
+	else
+		local url="https://github.com/kubevirt/ipam-extensions/archive/refs/tags/${IPAM_EXTENSIONS_VERSION}.tar.gz"
+		log "  source: $url (set IPKEEPER_THIRD_PARTY_DIR to a directory holding $archive to build offline)"
+		curl -fsSL --retry 3 -o "$work/src.tar.gz" "$url" || die "downloading $url failed"
+	fi
+	mkdir "$work/src"
+	tar -xzf "$work/src.tar.gz" -C "$work/src" --strip-components=1
+	[[ -f "$work/src/cmd/main.go" && -f "$work/src/dist/install.yaml" ]] || die "$archive is not an ipam-extensions source tree"
+	mkdir -p "$dir"
+	(cd "$work/src" &&
+		go mod edit -replace "github.com/k8snetworkplumbingwg/ipamclaims=github.com/k8snetworkplumbingwg/ipamclaims@${IPAM_EXTENSIONS_IPAMCLAIMS}" &&
+		GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags "-s -w" -o "$dir/manager" ./cmd) ||
+		die "building ipam-extensions failed"
+	cp "$work/src/dist/install.yaml" "$dir/install.yaml"
+	touch "$dir/.complete"
+}
+
 components=("$@")
-[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen kubevirt whereabouts)
+[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen kubevirt whereabouts ipam-extensions)
 for c in "${components[@]}"; do
 	case "$c" in
 	etcd) build_etcd ;;
@@ -309,7 +354,8 @@ for c in "${components[@]}"; do
 	golangci-lint) build_golangci_lint ;;
 	whereabouts) build_whereabouts ;;
 	kubevirt) build_kubevirt ;;
-	*) die "unknown component '$c' (known: etcd kubernetes cni-plugins multus controller-gen golangci-lint kubevirt whereabouts)" ;;
+	ipam-extensions) build_ipam_extensions ;;
+	*) die "unknown component '$c' (known: etcd kubernetes cni-plugins multus controller-gen golangci-lint kubevirt whereabouts ipam-extensions)" ;;
 	esac
 done
 log "all requested tools are in $ROOT"

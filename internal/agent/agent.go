@@ -365,7 +365,7 @@ func (c crdName) String() string { return "the " + c.kind + " CRD (" + c.name + 
 // missingCRD is the not-ready reason while one of ipkeeper's CRDs is absent.
 func missingCRD(crd crdName) string {
 	return crd.String() + " is not installed; " +
-		"install ipkeeper's CRDs (kubectl apply --server-side -k manifests/crds, see docs/install.md; Multus installs the NetworkAttachmentDefinition CRD) and the agent becomes ready without a restart"
+		"install ipkeeper (kubectl apply --server-side -k manifests/, or -k manifests/overlays/existing-crds/ where another component owns the IPAMClaim CRD; see docs/install.md) and the agent becomes ready without a restart"
 }
 
 // CRD polling backs off to crdPollMax: every agent of the cluster polls

@@ -26,13 +26,19 @@ import (
 // outage) may then attach a network that keeps its addresses without a
 // claim reference; given an ephemeral address, the VM would silently lose
 // its address at its next start or migration. While the webhook is in
-// force (the controller gives it rules only while KubeVirt's
-// PersistentIPs gate is on; off, launchers rightly carry no references),
+// force (it has rules and makes every reference: KubeVirt's PersistentIPs
+// gate is on and no other controller makes claims; otherwise launchers
+// rightly lack references to claims that nobody makes),
 // the agent derives the reference the webhook would have added, by the
 // same rule (the interface's logical network in the VMI's spec,
 // naming.ClaimFor), and the ADD goes on as for a referenced claim: it
 // waits for ipkeeper-controller to make and fill the claim. Only when the
 // VMI cannot tell is the ADD refused (CNI code 11, saying why).
+
+// webhookReferencesAnnotation is webhook.ReferencesAnnotation (the agent
+// does not import the controller's packages): "all" while the webhook
+// makes every claim reference.
+const webhookReferencesAnnotation = "ipkeeper.io/claim-references"
 
 // webhookCheckTTL bounds how long a look at the webhook configuration
 // stands: only launchers lacking a reference on a persistent network cost
@@ -94,7 +100,7 @@ func (a *Agent) unreferencedClaim(ctx context.Context, pod *corev1.Pod, req *req
 			return "", false, err
 		}
 		return c.Spec.Network, true, nil
-	})
+	}, nil)
 	if err != nil {
 		return "", cniError(codeTryAgainLater, fmt.Errorf("%s: choosing its claim: %w", subject, err))
 	}
@@ -121,10 +127,17 @@ func (a *Agent) webhookInForce(ctx context.Context) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", a.opts.WebhookConfigurationName, err)
 	default:
-		s.force = false
+		// Called, and making every reference (not only to existing claims
+		// while the PersistentIPs gate is off, nor none while another
+		// controller makes claims). No annotation: an older controller,
+		// whose rules meant every reference.
+		refs, set := whc.Annotations[webhookReferencesAnnotation]
+		s.force = !set || refs == "all"
+		rules := false
 		for _, w := range whc.Webhooks {
-			s.force = s.force || len(w.Rules) > 0
+			rules = rules || len(w.Rules) > 0
 		}
+		s.force = s.force && rules
 	}
 	s.at = time.Now()
 	return s.force, nil

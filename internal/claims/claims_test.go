@@ -45,7 +45,7 @@ func TestDesiredClaims(t *testing.T) {
 		{Name: "n", NetworkName: "nested", Ordinal: 8},
 	}
 	noClaims := func(string) (string, bool, error) { return "", false, nil }
-	want, problems, err := desiredClaims(context.Background(), "vm1", "vms", networks, read, noClaims)
+	want, problems, err := desiredClaims(context.Background(), "vm1", "vms", networks, read, noClaims, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestDesiredClaimsAfterASwapToAnotherNetwork(t *testing.T) {
 		{"blue-2", "vm1.a"}, // same CNI network: the same claim, the same addresses
 		{"green", naming.SwappedClaim("vm1", "a", "tenant-green")},
 	} {
-		want, _, err := desiredClaims(context.Background(), "vm1", "vms", []kubevirt.SecondaryNetwork{{Name: "a", NetworkName: tt.nad, Ordinal: 1}}, read, held)
+		want, _, err := desiredClaims(context.Background(), "vm1", "vms", []kubevirt.SecondaryNetwork{{Name: "a", NetworkName: tt.nad, Ordinal: 1}}, read, held, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,7 +40,7 @@ type NADReader func(ctx context.Context, key types.NamespacedName) (multus.Netwo
 // rule), named by naming.ClaimFor from the claims that exist (claimNet).
 // A network whose NAD cannot be read or parsed is reported in problems and
 // skipped, so one broken NAD does not hold back the VM's other networks.
-func desiredClaims(ctx context.Context, owner, namespace string, networks []kubevirt.SecondaryNetwork, read NADReader, claimNet naming.ClaimNetwork) (want []Desired, problems []error, _ error) {
+func desiredClaims(ctx context.Context, owner, namespace string, networks []kubevirt.SecondaryNetwork, read NADReader, claimNet, mine naming.ClaimNetwork) (want []Desired, problems []error, _ error) {
 	for _, n := range networks {
 		if n.Absent {
 			continue
@@ -63,7 +63,7 @@ func desiredClaims(ctx context.Context, owner, namespace string, networks []kube
 			}
 			continue
 		}
-		name, err := naming.ClaimFor(owner, n.Name, net.Name, claimNet)
+		name, err := naming.ClaimFor(owner, n.Name, net.Name, claimNet, mine)
 		if err != nil {
 			return nil, nil, fmt.Errorf("choosing the IPAMClaim of network %q: %w", n.Name, err)
 		}
@@ -93,8 +93,9 @@ func claimWanted(networks []kubevirt.SecondaryNetwork, owner string, claim *ipam
 		if n.Absent {
 			continue
 		}
-		// Claims of other tools carry no annotation: matched by the name.
-		if n.Name != logical && (logical != "" || naming.Claim(owner, n.Name) != claim.Name) {
+		// Claims of other tools carry no annotation: matched by the name,
+		// ipkeeper's or ipam-extensions'.
+		if n.Name != logical && (logical != "" || (naming.Claim(owner, n.Name) != claim.Name && naming.ExtensionsClaim(owner, n.Name) != claim.Name)) {
 			continue
 		}
 		if claim.Spec.Network == "" {

@@ -86,7 +86,9 @@ func (w *claimWriter) ensure(ctx context.Context, ownerObj client.Object, owner 
 			res.waiting++
 			continue
 		}
-		if claim.Spec.Network != d.Network || claim.Spec.Interface != d.Interface {
+		// A claim another controller made may have no interface
+		// (ipam-extensions sets none); only a different one is a mismatch.
+		if claim.Spec.Network != d.Network || (claim.Spec.Interface != "" && claim.Spec.Interface != d.Interface) {
 			// The claim spec is what the IPAM allocated for; rewriting it
 			// would not move the addresses, so it is reported, not changed.
 			w.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonClaimMismatch),
@@ -189,7 +191,11 @@ func sameNetwork(claim *ipamclaimsv1alpha1.IPAMClaim, d Desired) bool {
 	logical, ok := claim.Annotations[NetworkAnnotation]
 	if !ok {
 		// Claims made by other tools carry no annotation; their interface
-		// name is derived from the logical network just the same.
+		// name is derived from the logical network just the same. One
+		// with no interface (ipam-extensions') is matched by its network.
+		if claim.Spec.Interface == "" {
+			return claim.Spec.Network == d.Network
+		}
 		return claim.Spec.Interface == d.Interface
 	}
 	return logical == d.LogicalNetwork

@@ -24,8 +24,12 @@ var (
 		Name: "ipkeeper_controller_nad_problems_total",
 		Help: "Times a VM's network could not get a claim because its NetworkAttachmentDefinition was missing or invalid.",
 	})
+	gateOffWarnings = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipkeeper_controller_persistent_ips_disabled_total",
+		Help: "PersistentIPsDisabled warnings: VMs and standalone VMIs with a network that allows persistent IPs but no IPAMClaim for it, told that the PersistentIPs feature gate is off (once per owner per hour while it stays off).",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(claimsCreated, claimsReleased, claimConflicts, nadProblems)
+	metrics.Registry.MustRegister(claimsCreated, claimsReleased, claimConflicts, nadProblems, gateOffWarnings)
 }

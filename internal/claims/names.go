@@ -2,7 +2,20 @@
 
 package claims
 
-import "github.com/ipkeeper/ipkeeper/internal/claimstatus"
+import (
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+)
+
+// Maker tells whether another controller makes VMs' claims
+// (claimmaker.Maker); nil means ipkeeper-controller does.
+type Maker interface {
+	External() bool
+	Name() string
+	// Listen wakes a controller each time the answer changes.
+	Listen() <-chan event.GenericEvent
+}
 
 const (
 	// Finalizer keeps a claim (and so the VM's addresses) until no VMI or

@@ -52,6 +52,9 @@ type ClaimReleaser struct {
 	// APIReader reads from the API server, bypassing the cache.
 	APIReader client.Reader
 	Recorder  record.EventRecorder
+	// Maker tells whether another controller makes (and releases) claims:
+	// then only claims carrying ipkeeper's label are released here.
+	Maker Maker
 	// ResyncPeriod is how often every claim of ours is looked at again even
 	// without an event; 0 turns the resync off.
 	ResyncPeriod time.Duration
@@ -75,7 +78,7 @@ func (r *ClaimReleaser) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, fmt.Errorf("reading IPAMClaim %s: %w", req, err)
 	}
 	owner, ok := claimowner.Of(&claim)
-	if !ok || !isOurs(&claim) || (claim.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(&claim, Finalizer)) {
+	if !ok || !r.isOurs(&claim) || (claim.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(&claim, Finalizer)) {
 		return reconcile.Result{}, nil
 	}
 	logger := log.FromContext(ctx).WithValues("owner", owner.String())
@@ -156,8 +159,15 @@ func removeFinalizer(ctx context.Context, c client.Client, claim *ipamclaimsv1al
 // isOurs reports whether this controller releases the claim: it holds our
 // finalizer or our label (a claim whose finalizer an older version removed
 // before a delete that never happened).
-func isOurs(o client.Object) bool {
-	return controllerutil.ContainsFinalizer(o, Finalizer) || claimowner.Managed(o)
+//
+// While another controller makes claims (Maker), a claim holding the
+// finalizer without our label is that controller's (ipam-extensions uses
+// the same finalizer name) and it releases it.
+func (r *ClaimReleaser) isOurs(o client.Object) bool {
+	if claimowner.Managed(o) {
+		return true
+	}
+	return controllerutil.ContainsFinalizer(o, Finalizer) && (r.Maker == nil || !r.Maker.External())
 }
 
 // ownerState reads the owner through reader. ownerObj is returned when the
@@ -315,7 +325,7 @@ func (r *ClaimReleaser) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("claim-release").
 		WithOptions(retry.Options()).
-		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(isOurs))).
+		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(r.isOurs))).
 		Watches(&kubevirtv1.VirtualMachine{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
 		WatchesMetadata(PodMetadata(), handler.EnqueueRequestsFromMapFunc(byReference))

@@ -19,6 +19,13 @@ import (
 // and the pod webhook (which makes the launcher reference it) both choose
 // with it, from their caches.
 func ClaimNetworks(ctx context.Context, reader client.Reader, namespace string) naming.ClaimNetwork {
+	return OwnedClaimNetworks(ctx, reader, namespace, nil)
+}
+
+// OwnedClaimNetworks is ClaimNetworks limited to the claims mine accepts
+// (nil: all), the owner's own: naming.ClaimFor keeps a claim of
+// ipam-extensions' name only when it is the owner's.
+func OwnedClaimNetworks(ctx context.Context, reader client.Reader, namespace string, mine func(*ipamclaimsv1alpha1.IPAMClaim) bool) naming.ClaimNetwork {
 	return func(name string) (string, bool, error) {
 		var claim ipamclaimsv1alpha1.IPAMClaim
 		err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &claim)
@@ -27,6 +34,9 @@ func ClaimNetworks(ctx context.Context, reader client.Reader, namespace string) 
 			return "", false, nil
 		case err != nil:
 			return "", false, fmt.Errorf("reading IPAMClaim %s/%s: %w", namespace, name, err)
+		}
+		if mine != nil && !mine(&claim) {
+			return "", false, nil
 		}
 		return claim.Spec.Network, true, nil
 	}

@@ -22,6 +22,8 @@ type VMReconciler struct {
 	Client   client.Client
 	Recorder record.EventRecorder
 	Gate     kubevirt.Gate
+	// Maker tells whether another controller makes the claims; nil: ipkeeper.
+	Maker Maker
 	// WatchKubeVirt re-queues every VM when the KubeVirt CR changes, so
 	// turning the gate on takes effect at once.
 	WatchKubeVirt bool
@@ -47,7 +49,7 @@ func (r *VMReconciler) Reconcile(ctx context.Context, req reconcile.Request) (re
 
 // SetupWithManager registers the reconciler.
 func (r *VMReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate)
+	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate, r.Maker)
 	return setupOwnerController(mgr, "vm-claims", &kubevirtv1.VirtualMachine{},
-		func() client.ObjectList { return &kubevirtv1.VirtualMachineList{} }, r.WatchKubeVirt, r)
+		func() client.ObjectList { return &kubevirtv1.VirtualMachineList{} }, r.WatchKubeVirt, r.Maker, r)
 }

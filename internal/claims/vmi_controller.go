@@ -25,6 +25,7 @@ type VMIReconciler struct {
 	Client        client.Client
 	Recorder      record.EventRecorder
 	Gate          kubevirt.Gate
+	Maker         Maker
 	WatchKubeVirt bool
 
 	sync *ownerSync
@@ -77,7 +78,7 @@ func (r *VMIReconciler) orphanedFromVM(ctx context.Context, vmi *kubevirtv1.Virt
 
 // SetupWithManager registers the reconciler.
 func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate)
+	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate, r.Maker)
 	return setupOwnerController(mgr, "vmi-claims", &kubevirtv1.VirtualMachineInstance{},
-		func() client.ObjectList { return &kubevirtv1.VirtualMachineInstanceList{} }, r.WatchKubeVirt, r)
+		func() client.ObjectList { return &kubevirtv1.VirtualMachineInstanceList{} }, r.WatchKubeVirt, r.Maker, r)
 }

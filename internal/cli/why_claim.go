@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
@@ -107,7 +108,7 @@ func ownerVMExists(ctx context.Context, c client.Reader, namespace string, owner
 
 // claimLines are the facts of a claim's spec and status.
 func claimLines(claim *ipamclaimsv1alpha1.IPAMClaim) []string {
-	lines := []string{fmt.Sprintf("network %q, interface %s", claim.Spec.Network, claim.Spec.Interface)}
+	lines := []string{fmt.Sprintf("network %q, interface %s", claim.Spec.Network, orNone(claim.Spec.Interface)), "made by " + claimMaker(claim)}
 	if ln := claim.Annotations[claims.NetworkAnnotation]; ln != "" {
 		lines = append(lines, fmt.Sprintf("VM network %q", ln))
 	}
@@ -126,6 +127,19 @@ func claimLines(claim *ipamclaimsv1alpha1.IPAMClaim) []string {
 		lines = append(lines, fmt.Sprintf("being deleted since %s, finalizers %s", claim.DeletionTimestamp.UTC().Format("2006-01-02T15:04:05Z"), strings.Join(claim.Finalizers, ",")))
 	}
 	return lines
+}
+
+// claimMaker says which controller made (and releases) a claim: ipkeeper's
+// label, else another controller's (ipam-extensions' claims carry the
+// finalizer kubevirt.io/persistent-ipam and the label kubevirt.io/vm).
+func claimMaker(claim *ipamclaimsv1alpha1.IPAMClaim) string {
+	switch {
+	case claimowner.Managed(claim):
+		return "ipkeeper-controller"
+	case claim.Labels[kubevirtv1.VirtualMachineLabel] != "" && controllerutil.ContainsFinalizer(claim, claims.Finalizer):
+		return "another IPAMClaims controller (ipam-extensions' label " + kubevirtv1.VirtualMachineLabel + " and finalizer; ipkeeper-controller --claims-controller decides who makes claims)"
+	}
+	return "another tool (no ipkeeper-controller label)"
 }
 
 func conditionLine(c metav1.Condition) string {

@@ -39,6 +39,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/capi"
 	"github.com/ipkeeper/ipkeeper/internal/claimaddrs"
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
 	"github.com/ipkeeper/ipkeeper/internal/gc"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/poolstatus"
@@ -107,7 +108,18 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	if err != nil {
 		return nil, err
 	}
-	kv, err := newKubeVirtSupport(cfg, s, mgr, o, hook)
+	setting, err := claimmaker.ParseSetting(o.ClaimsController)
+	if err != nil {
+		return nil, err
+	}
+	maker, err := claimmaker.New(ctx, setting, mgr.GetAPIReader(), recorder, o.ClaimsControllerInterval)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(maker); err != nil {
+		return nil, fmt.Errorf("adding the claims maker check: %w", err)
+	}
+	kv, err := newKubeVirtSupport(cfg, s, mgr, o, hook, maker)
 	if err != nil {
 		return nil, err
 	}

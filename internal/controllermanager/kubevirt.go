@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
@@ -46,10 +47,11 @@ type kubeVirtSupport struct {
 	main   ctrl.Manager
 	o      Options
 	hook   *podwebhook.Switch
+	maker  *claimmaker.Maker
 }
 
 // newKubeVirtSupport is the optional API runner for KubeVirt.
-func newKubeVirtSupport(cfg *rest.Config, s *runtime.Scheme, main ctrl.Manager, o Options, hook *podwebhook.Switch) (*optionalAPI, error) {
+func newKubeVirtSupport(cfg *rest.Config, s *runtime.Scheme, main ctrl.Manager, o Options, hook *podwebhook.Switch, maker *claimmaker.Maker) (*optionalAPI, error) {
 	resources := []string{"virtualmachines", "virtualmachineinstances"}
 	if o.RequireGate {
 		resources = append(resources, "kubevirts")
@@ -60,7 +62,7 @@ func newKubeVirtSupport(cfg *rest.Config, s *runtime.Scheme, main ctrl.Manager, 
 		required: []apiResources{{groupVersion: kubevirtv1.SchemeGroupVersion.String(), resources: resources}},
 		interval: o.KubeVirtDiscoveryInterval,
 		gauge:    kubeVirtSupportGauge,
-		feature:  &kubeVirtSupport{scheme: s, main: main, o: o, hook: hook},
+		feature:  &kubeVirtSupport{scheme: s, main: main, o: o, hook: hook, maker: maker},
 	})
 }
 
@@ -75,7 +77,7 @@ func (k *kubeVirtSupport) absent(ctx context.Context) {
 	if k.hook == nil || !isClosed(k.main.Elected()) {
 		return
 	}
-	if err := podwebhook.SetScope(ctx, k.main.GetAPIReader(), k.main.GetClient(), k.o.WebhookConfig, false); err != nil {
+	if err := podwebhook.SetScope(ctx, k.main.GetAPIReader(), k.main.GetClient(), k.o.WebhookConfig, false, podwebhook.ReferencesNone); err != nil {
 		k.main.GetLogger().Error(err, "taking the webhook's rules off")
 	}
 }
@@ -106,9 +108,9 @@ func (k *kubeVirtSupport) setupChild(ctx context.Context, child ctrl.Manager) (*
 		name  string
 		setup func(ctrl.Manager) error
 	}{
-		{"VM claims controller", (&claims.VMReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, WatchKubeVirt: k.o.RequireGate}).SetupWithManager},
-		{"VMI claims controller", (&claims.VMIReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, WatchKubeVirt: k.o.RequireGate}).SetupWithManager},
-		{"claim release controller", (&claims.ClaimReleaser{Client: child.GetClient(), APIReader: child.GetAPIReader(), Recorder: recorder, ResyncPeriod: k.o.ClaimResync}).SetupWithManager},
+		{"VM claims controller", (&claims.VMReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, Maker: k.maker, WatchKubeVirt: k.o.RequireGate}).SetupWithManager},
+		{"VMI claims controller", (&claims.VMIReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, Maker: k.maker, WatchKubeVirt: k.o.RequireGate}).SetupWithManager},
+		{"claim release controller", (&claims.ClaimReleaser{Client: child.GetClient(), APIReader: child.GetAPIReader(), Recorder: recorder, Maker: k.maker, ResyncPeriod: k.o.ClaimResync}).SetupWithManager},
 	}
 	if k.hook != nil {
 		setups = append(setups, struct {
@@ -137,14 +139,14 @@ func (k *kubeVirtSupport) setupChild(ctx context.Context, child ctrl.Manager) (*
 		}
 	}
 	live := podwebhook.RateLimitedReader{Reader: child.GetAPIReader(), Limiter: rate.NewLimiter(rate.Limit(k.o.WebhookLiveReadQPS), 2*int(max(1, k.o.WebhookLiveReadQPS)))}
-	return &podwebhook.PodMutator{Reader: child.GetClient(), APIReader: live, Gate: gate, Decoder: admission.NewDecoder(k.scheme)}, nil
+	return &podwebhook.PodMutator{Reader: child.GetClient(), APIReader: live, Gate: gate, Maker: k.maker, Decoder: admission.NewDecoder(k.scheme)}, nil
 }
 
 // setupScope registers the controller that turns the webhook's rules on
 // and off with the gate: once at start, then on every gate change.
 func (k *kubeVirtSupport) setupScope(gate kubevirt.Gate) func(ctrl.Manager) error {
 	return func(mgr ctrl.Manager) error {
-		r := &podwebhook.ScopeReconciler{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Gate: gate, ConfigName: k.o.WebhookConfig}
+		r := &podwebhook.ScopeReconciler{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Gate: gate, Maker: k.maker, ConfigName: k.o.WebhookConfig}
 		key := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: k.o.WebhookConfig}}
 		kick := make(chan event.GenericEvent, 1)
 		kick <- event.GenericEvent{Object: key}
@@ -154,7 +156,8 @@ func (k *kubeVirtSupport) setupScope(gate kubevirt.Gate) func(ctrl.Manager) erro
 		b := ctrl.NewControllerManagedBy(mgr).
 			Named("webhook-scope").
 			WithOptions(retry.Options()).
-			WatchesRawSource(source.Channel(kick, &handler.EnqueueRequestForObject{}))
+			WatchesRawSource(source.Channel(kick, &handler.EnqueueRequestForObject{})).
+			WatchesRawSource(source.Channel(k.maker.Listen(), toKey))
 		if k.o.RequireGate {
 			b = b.Watches(&kubevirtv1.KubeVirt{}, toKey, builder.WithPredicates(kubevirt.GateChanged()))
 		}

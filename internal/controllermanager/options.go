@@ -13,6 +13,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/blockgc"
 	"github.com/ipkeeper/ipkeeper/internal/certs"
 	"github.com/ipkeeper/ipkeeper/internal/claimaddrs"
+	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
 )
 
 // Certificate modes for the webhook.
@@ -36,21 +37,25 @@ type Options struct {
 	APIQPS        float64
 	APIBurst      int
 	RequireGate   bool
-	GCGracePeriod time.Duration
-	BlockGrace    time.Duration
-	ClaimResync   time.Duration
-	EnableWebhook bool
-	WebhookHost   string
-	WebhookPort   int
-	CertMode      string
-	CertDir       string
-	SecretName    string
-	WebhookConfig string
-	ServiceName   string
-	ExtraSANs     string
-	TLSMinVersion string
-	CertValidity  time.Duration
-	CAValidity    time.Duration
+	// ClaimsController is --claims-controller: who makes VMs' IPAMClaims
+	// (claimmaker.Setting).
+	ClaimsController         string
+	ClaimsControllerInterval time.Duration
+	GCGracePeriod            time.Duration
+	BlockGrace               time.Duration
+	ClaimResync              time.Duration
+	EnableWebhook            bool
+	WebhookHost              string
+	WebhookPort              int
+	CertMode                 string
+	CertDir                  string
+	SecretName               string
+	WebhookConfig            string
+	ServiceName              string
+	ExtraSANs                string
+	TLSMinVersion            string
+	CertValidity             time.Duration
+	CAValidity               time.Duration
 
 	ClaimWorkers int
 
@@ -74,6 +79,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.APIBurst, "kube-api-burst", 400, "API requests in a burst")
 	fs.IntVar(&o.ClaimWorkers, "claim-workers", claimaddrs.DefaultWorkers, "IPAMClaims whose addresses are chosen and recorded at once")
 	fs.BoolVar(&o.RequireGate, "require-kubevirt-feature-gate", true, "act only while the KubeVirt CR lists the PersistentIPs feature gate; false: act as if it always did")
+	fs.StringVar(&o.ClaimsController, "claims-controller", string(claimmaker.Auto), "who makes KubeVirt VMs' IPAMClaims and launcher claim references: ipkeeper; external (another controller, such as KubeVirt's ipam-extensions, makes them and ipkeeper fills their addresses); auto (external while a webhook named "+claimmaker.ExtensionsWebhook+" is registered, else ipkeeper)")
+	fs.DurationVar(&o.ClaimsControllerInterval, "claims-controller-check-interval", 30*time.Second, "with --claims-controller=auto, how often the controller looks for another IPAMClaims controller's webhook")
 	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", 2*time.Minute, "how long a pod must stay gone before the garbage collector releases its reservations")
 	fs.DurationVar(&o.BlockGrace, "block-empty-grace", blockgc.DefaultGrace, "how long an address block must hold no reservation before it is given back to its pool")
 	fs.DurationVar(&o.ClaimResync, "claim-resync-period", 10*time.Minute, "how often every IPAMClaim ipkeeper manages is checked again without an event (a release interrupted by a crash is also resumed at start-up); 0 disables")
@@ -99,6 +106,12 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 func (o Options) Validate() error {
 	if o.Namespace == "" {
 		return fmt.Errorf("--namespace: must not be empty")
+	}
+	if _, err := claimmaker.ParseSetting(o.ClaimsController); err != nil {
+		return err
+	}
+	if o.ClaimsControllerInterval <= 0 {
+		return fmt.Errorf("--claims-controller-check-interval %s: must be positive", o.ClaimsControllerInterval)
 	}
 	if o.GCGracePeriod < 0 {
 		return fmt.Errorf("--gc-grace-period %s: must not be negative", o.GCGracePeriod)

@@ -52,11 +52,13 @@ package controllermanager
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools/finalizers,verbs=update
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ipreservations,verbs=create;update
 //
-// Webhook scope (its rules follow KubeVirt and the feature gate) and
+// Webhook scope (its rules follow KubeVirt; an annotation, the gate and the claims maker) and
 // self-managed webhook certificates: only the named webhook configuration,
 // and only the named Secret and Lease in the controller's own namespace
 // (create cannot be limited by name).
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update;patch,resourceNames=ipkeeper
+// --claims-controller=auto looks for another IPAMClaims controller's webhook (claimmaker).
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=list
 // +kubebuilder:rbac:groups="",namespace=ipkeeper-system,resources=secrets,verbs=get;list;watch;update,resourceNames=ipkeeper-webhook-cert
 // +kubebuilder:rbac:groups="",namespace=ipkeeper-system,resources=secrets,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ipkeeper-system,resources=leases,verbs=get;update,resourceNames=ipkeeper-controller

@@ -15,6 +15,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
+	"strings"
 )
 
 // Claim returns the claim name of owner (a VM or standalone VMI name) on the
@@ -55,6 +57,26 @@ func SwappedClaim(owner, logical, network string) string {
 	return hint(owner, 40, "vm") + "." + hint(logical, 40, "net") + "." + hint(network, 40, "cni") + "." + hex.EncodeToString(sum[:16])
 }
 
+// ExtensionsClaim is the name KubeVirt's ipam-extensions gives the claim of
+// owner's logical network (its claims.ComposeKey at v0.6.0): the pair
+// joined by a dot, lowercased, cut into the runs of [a-z0-9] and '-' that
+// start and end with [a-z0-9], those joined by dots, cut at 253 characters.
+// It equals Claim's name when both parts are DNS labels; otherwise it is
+// lossy ("a" + "b.c" and "a.b" + "c" share it), so a claim of this name is
+// only ever used after checking its owner and network.
+func ExtensionsClaim(owner, network string) string {
+	s := strings.ToLower(owner + "." + network)
+	name := strings.Join(extensionsRun.FindAllString(s, -1), ".")
+	if len(name) > 253 {
+		name = name[:253]
+	}
+	return name
+}
+
+// extensionsRun is ipam-extensions' pattern as it matches: its
+// `(\\.[a-z0-9]...)*` group needs a backslash, so each match is one run.
+var extensionsRun = regexp.MustCompile(`[a-z0-9]([-a-z0-9]*[a-z0-9])?`)
+
 // ClaimNetwork reads the claim of a name: its spec.network, and whether it
 // exists. Callers read their cache.
 type ClaimNetwork func(name string) (network string, exists bool, err error)
@@ -73,8 +95,21 @@ type ClaimNetwork func(name string) (network string, exists bool, err error)
 // So one name never stands for two networks, a VM keeps the addresses of
 // the network it uses across restarts and swaps back, and a VM that never
 // changes networks keeps the `<vm>.<network>` name other tools expect.
-func ClaimFor(owner, logical, network string, read ClaimNetwork) (string, error) {
+//
+// Before both, a claim of ExtensionsClaim's name (where it differs) that
+// mine reports as this owner's and of this network is kept: ipam-extensions
+// made it before ipkeeper took over, and the VM keeps its addresses.
+func ClaimFor(owner, logical, network string, read, mine ClaimNetwork) (string, error) {
 	plain, swapped := Claim(owner, logical), SwappedClaim(owner, logical, network)
+	if ext := ExtensionsClaim(owner, logical); ext != plain && mine != nil {
+		extNet, extExists, err := mine(ext)
+		if err != nil {
+			return "", err
+		}
+		if extExists && (extNet == network || extNet == "") {
+			return ext, nil
+		}
+	}
 	plainNet, plainExists, err := read(plain)
 	if err != nil {
 		return "", err

@@ -136,7 +136,7 @@ func TestClaimFor(t *testing.T) {
 				n, ok := tt.existing[name]
 				return n, ok, nil
 			}
-			got, err := ClaimFor("vm1", "blue", tt.network, read)
+			got, err := ClaimFor("vm1", "blue", tt.network, read, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +152,63 @@ func TestClaimFor(t *testing.T) {
 
 func TestClaimForPassesReadErrorsOn(t *testing.T) {
 	boom := errors.New("cache not synced")
-	if _, err := ClaimFor("vm1", "blue", "net-a", func(string) (string, bool, error) { return "", false, boom }); !errors.Is(err, boom) {
+	if _, err := ClaimFor("vm1", "blue", "net-a", func(string) (string, bool, error) { return "", false, boom }, nil); !errors.Is(err, boom) {
 		t.Errorf("err = %v, want %v", err, boom)
+	}
+}
+
+// ipam-extensions v0.6.0's claims.ComposeKey, case by case: the same as
+// Claim's name for DNS labels, lossy otherwise.
+func TestExtensionsClaimIsIPAMExtensionsName(t *testing.T) {
+	long := strings.Repeat("a", 250)
+	for _, tt := range []struct{ owner, network, want string }{
+		{"vm1", "blue", "vm1.blue"},
+		{"vm1", "Chaos_Odd.Net", "vm1.chaos.odd.net"},
+		{"My_VM", "blue", "my.vm.blue"},
+		{"vm.a", "blue", "vm.a.blue"},
+		{"a", "b.c", "a.b.c"},
+		{"a.b", "c", "a.b.c"},
+		{"vm", "-net-", "vm.net"},
+		{long, "blue", long + ".bl"},
+	} {
+		if got := ExtensionsClaim(tt.owner, tt.network); got != tt.want {
+			t.Errorf("ExtensionsClaim(%q, %q) = %q, want %q", tt.owner, tt.network, got, tt.want)
+		}
+	}
+}
+
+// A claim of ipam-extensions' name that the owner holds is kept (the VM
+// keeps its addresses when ipkeeper takes over); one the owner does not
+// hold, or of another network, is not.
+func TestClaimForKeepsTheOwnersIPAMExtensionsClaim(t *testing.T) {
+	const ext = "vm1.chaos.odd.net"
+	plain := Claim("vm1", "Chaos_Odd.Net")
+	for _, tt := range []struct {
+		name     string
+		mine     map[string]string
+		existing map[string]string
+		want     string
+	}{
+		{"the owner's, same network", map[string]string{ext: "net-a"}, map[string]string{ext: "net-a"}, ext},
+		{"the owner's, no spec.network", map[string]string{ext: ""}, map[string]string{ext: ""}, ext},
+		{"another owner's", nil, map[string]string{ext: "net-a"}, plain},
+		{"the owner's, another network", map[string]string{ext: "net-b"}, map[string]string{ext: "net-b"}, plain},
+		{"none", nil, nil, plain},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			reader := func(m map[string]string) ClaimNetwork {
+				return func(name string) (string, bool, error) {
+					n, ok := m[name]
+					return n, ok, nil
+				}
+			}
+			got, err := ClaimFor("vm1", "Chaos_Odd.Net", "net-a", reader(tt.existing), reader(tt.mine))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("ClaimFor = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -45,7 +45,10 @@ type PodMutator struct {
 	// VMI, a new NAD) that the cache may not have yet.
 	APIReader client.Reader
 	Gate      kubevirt.Gate
-	Decoder   admission.Decoder
+	// Maker tells whether another controller's webhook sets the claim
+	// references (nil: this one does).
+	Maker   claims.Maker
+	Decoder admission.Decoder
 }
 
 // Handle admits one pod CREATE or UPDATE.
@@ -95,8 +98,10 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if !enabled {
-		return admission.Allowed("the PersistentIPs feature gate is off")
+	if m.Maker != nil && m.Maker.External() {
+		// Its webhook sets (and on every update resets) the references;
+		// a second writer would fight it over names.
+		return admission.Allowed("claim references are set by " + m.Maker.Name())
 	}
 	podRef := fmt.Sprintf("virt-launcher pod %s/%s", pod.Namespace, podName(&pod))
 	elems, err := multus.ParseElements(annotation, pod.Namespace)
@@ -133,7 +138,14 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 		}
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	changed, warnings, err := addReferences(elems, vmi.Name, kubevirt.SecondaryNetworks(&vmi.Spec), persistent, claims.ClaimNetworks(ctx, m.Reader, pod.Namespace))
+	runs := func(c *ipamclaimsv1alpha1.IPAMClaim) bool {
+		owner, ok := claimowner.Of(c)
+		return ok && owner.Runs(claimowner.LauncherOf(vmi))
+	}
+	// With the gate off no claim is made, but those that exist are still
+	// the VMs' addresses: a restart or migration keeps using them.
+	changed, warnings, err := addReferences(elems, vmi.Name, kubevirt.SecondaryNetworks(&vmi.Spec), persistent,
+		claims.ClaimNetworks(ctx, m.Reader, pod.Namespace), claims.OwnedClaimNetworks(ctx, m.Reader, pod.Namespace, runs), !enabled)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}

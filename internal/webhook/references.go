@@ -19,8 +19,9 @@ import (
 // claim, while the source keeps the old one). It returns whether anything
 // changed and warnings for elements it could not place or that already
 // reference another tool's claim (left as they are: another controller may
-// own them).
-func addReferences(elems []multus.Element, vmiName string, networks []kubevirt.SecondaryNetwork, cniNetworks []string, claimNet naming.ClaimNetwork) (changed bool, warnings []string, _ error) {
+// own them). With existingOnly (the PersistentIPs gate is off: nobody
+// makes claims) only references to claims that exist are added.
+func addReferences(elems []multus.Element, vmiName string, networks []kubevirt.SecondaryNetwork, cniNetworks []string, claimNet, mine naming.ClaimNetwork, existingOnly bool) (changed bool, warnings []string, _ error) {
 	for i := range elems {
 		if cniNetworks[i] == "" {
 			continue
@@ -31,9 +32,16 @@ func addReferences(elems []multus.Element, vmiName string, networks []kubevirt.S
 				elems[i].Namespace, elems[i].Name, elems[i].Interface, vmiName))
 			continue
 		}
-		want, err := naming.ClaimFor(vmiName, logical, cniNetworks[i], claimNet)
+		want, err := naming.ClaimFor(vmiName, logical, cniNetworks[i], claimNet, mine)
 		if err != nil {
 			return false, nil, fmt.Errorf("choosing the IPAMClaim of network %q: %w", logical, err)
+		}
+		if existingOnly && elems[i].ClaimRef != want {
+			if _, exists, err := claimNet(want); err != nil {
+				return false, nil, fmt.Errorf("reading the IPAMClaim of network %q: %w", logical, err)
+			} else if !exists {
+				continue
+			}
 		}
 		switch elems[i].ClaimRef {
 		case want:

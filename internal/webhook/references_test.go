@@ -74,7 +74,7 @@ func TestAddReferences(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			changed, warnings, err := addReferences(elems, "vm1", networks, tt.persistent, noClaims)
+			changed, warnings, err := addReferences(elems, "vm1", networks, tt.persistent, noClaims, nil, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +99,7 @@ func TestAddReferences(t *testing.T) {
 func TestReferenceIsTheControllersClaimName(t *testing.T) {
 	networks := []kubevirt.SecondaryNetwork{{Name: "Net_A", NetworkName: "n", Ordinal: 1}}
 	elems, _ := multus.ParseElements(`[{"name":"n","interface":"`+kubevirt.PodInterfaceName("Net_A")+`"}]`, "vms")
-	if _, _, err := addReferences(elems, "vm.x", networks, []string{"n"}, noClaims); err != nil {
+	if _, _, err := addReferences(elems, "vm.x", networks, []string{"n"}, noClaims, nil, false); err != nil {
 		t.Fatal(err)
 	}
 	if want := naming.Claim("vm.x", "Net_A"); elems[0].ClaimRef != want {
@@ -135,7 +135,7 @@ func TestAddReferencesAfterANADSwap(t *testing.T) {
 			if tt.existingRef != "" {
 				elems[0].SetClaimRef(tt.existingRef)
 			}
-			if _, _, err := addReferences(elems, "vm1", networks, []string{tt.network}, held); err != nil {
+			if _, _, err := addReferences(elems, "vm1", networks, []string{tt.network}, held, nil, false); err != nil {
 				t.Fatal(err)
 			}
 			if elems[0].ClaimRef != tt.want {
@@ -172,5 +172,28 @@ func TestKeepAttached(t *testing.T) {
 	}
 	if keepAttached(elems, old) {
 		t.Error("keepAttached changed an annotation that already keeps its elements")
+	}
+}
+
+// With the PersistentIPs gate off (existingOnly) a launcher references the
+// claims that exist, and no others: nobody would make them.
+func TestAddReferencesExistingOnly(t *testing.T) {
+	networks := []kubevirt.SecondaryNetwork{{Name: "blue", NetworkName: "blue", Ordinal: 1}, {Name: "red", NetworkName: "red", Ordinal: 2}}
+	elems, err := multus.ParseElements(`[{"name":"blue","interface":"`+kubevirt.PodInterfaceName("blue")+`"},{"name":"red","interface":"`+kubevirt.PodInterfaceName("red")+`"}]`, "vms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func(name string) (string, bool, error) {
+		if name == "vm1.blue" {
+			return "net-blue", true, nil
+		}
+		return "", false, nil
+	}
+	changed, _, err := addReferences(elems, "vm1", networks, []string{"net-blue", "net-red"}, held, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !changed || elems[0].ClaimRef != "vm1.blue" || elems[1].ClaimRef != "" {
+		t.Fatalf("changed %v, references %q %q; want vm1.blue and none", changed, elems[0].ClaimRef, elems[1].ClaimRef)
 	}
 }

@@ -38,11 +38,30 @@ import (
 //
 // On UPDATE only a change of the networks annotation reaches either
 // (KubeVirt's own label and status updates never do), and while the
-// KubeVirt CRDs are missing or the PersistentIPs gate is off neither has
-// rules: the API server calls nothing (the controller writes the rules).
+// KubeVirt CRDs are missing neither has rules: the API server calls
+// nothing (the controller writes the rules). While the PersistentIPs gate
+// is off, or another controller makes the claims, they keep their rules:
+// VMs whose claims exist keep using them (a restart, a migration, a
+// hotplug) and the webhook references no claim that does not exist (or
+// none at all, leaving it to the other controller's webhook). The
+// configuration's ReferencesAnnotation tells agents which case holds, so
+// that they never wait for a claim nobody makes (agent/unclaimed.go).
 //
 // The manifest (manifests/base/webhook) carries the same webhooks; a test
 // keeps them equal to Webhooks.
+
+// ReferencesAnnotation, on the webhook configuration, tells agents which
+// claim references the webhook makes: ReferencesAll, ReferencesExisting
+// (the PersistentIPs gate is off) or ReferencesNone (another controller
+// makes claims and references).
+const ReferencesAnnotation = "ipkeeper.io/claim-references"
+
+// The values of ReferencesAnnotation.
+const (
+	ReferencesAll      = "all"
+	ReferencesExisting = "existing"
+	ReferencesNone     = "none"
+)
 
 // The webhooks' names.
 const (
@@ -100,11 +119,11 @@ func Rules() []admissionregistrationv1.RuleWithOperations {
 }
 
 // SetScope turns the webhooks of configuration name on (Rules) or off (no
-// rules: the API server never calls them), and sets each one's match
-// conditions (Webhooks). It
+// rules: the API server never calls them), sets each one's match
+// conditions (Webhooks) and records refs (ReferencesAnnotation). It
 // writes only when something differs. A missing configuration is not an
 // error (nothing calls the webhook then).
-func SetScope(ctx context.Context, reader client.Reader, writer client.Writer, name string, on bool) error {
+func SetScope(ctx context.Context, reader client.Reader, writer client.Writer, name string, on bool, refs string) error {
 	var whc admissionregistrationv1.MutatingWebhookConfiguration
 	if err := reader.Get(ctx, types.NamespacedName{Name: name}, &whc); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -121,6 +140,15 @@ func SetScope(ctx context.Context, reader client.Reader, writer client.Writer, n
 		conds[w.Name] = w.MatchConditions
 	}
 	changed := false
+	if !on {
+		refs = ReferencesNone
+	}
+	if whc.Annotations[ReferencesAnnotation] != refs {
+		if whc.Annotations == nil {
+			whc.Annotations = map[string]string{}
+		}
+		whc.Annotations[ReferencesAnnotation], changed = refs, true
+	}
 	for i := range whc.Webhooks {
 		w := &whc.Webhooks[i]
 		if !sameRules(w.Rules, rules) {
@@ -138,7 +166,7 @@ func SetScope(ctx context.Context, reader client.Reader, writer client.Writer, n
 	if err := writer.Update(ctx, &whc); err != nil {
 		return fmt.Errorf("setting the scope of mutating webhook configuration %s: %w", name, err)
 	}
-	log.FromContext(ctx).Info("webhook scope changed", "webhookConfiguration", name, "called", on)
+	log.FromContext(ctx).Info("webhook scope changed", "webhookConfiguration", name, "called", on, "claimReferences", refs)
 	return nil
 }
 
@@ -149,23 +177,34 @@ func sameRules(a, b []admissionregistrationv1.RuleWithOperations) bool {
 	return reflect.DeepEqual(a, b)
 }
 
-// ScopeReconciler keeps the webhook called exactly while it can matter: the
-// PersistentIPs gate is on. It runs (on the leader) only while the KubeVirt
-// CRDs are installed; whoever stops it turns the scope off.
+// ScopeReconciler keeps the webhook called while KubeVirt is installed and
+// records on its configuration which references it makes. It runs (on the
+// leader) only while the KubeVirt CRDs are installed; whoever stops it
+// turns the scope off.
 type ScopeReconciler struct {
 	// Reader reads the configuration live (it is not cached); Writer updates it.
 	Reader client.Reader
 	Writer client.Writer
 	Gate   kubevirt.Gate
+	// Maker tells whether another controller makes claims (nil: ipkeeper).
+	Maker interface{ External() bool }
 	// ConfigName is the MutatingWebhookConfiguration.
 	ConfigName string
 }
 
-// Reconcile sets the scope from the gate; every request means the same.
+// Reconcile turns the scope on and records which references the webhook
+// makes; every request means the same.
 func (r *ScopeReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	on, err := r.Gate.Enabled(ctx)
+	gate, err := r.Gate.Enabled(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, SetScope(ctx, r.Reader, r.Writer, r.ConfigName, on)
+	refs := ReferencesAll
+	switch {
+	case r.Maker != nil && r.Maker.External():
+		refs = ReferencesNone
+	case !gate:
+		refs = ReferencesExisting
+	}
+	return reconcile.Result{}, SetScope(ctx, r.Reader, r.Writer, r.ConfigName, true, refs)
 }

@@ -378,7 +378,7 @@ func (r *runner) impliedClaim(ctx context.Context, vm, iface, network string) (s
 				return "", false, nil
 			}
 			return c.Spec.Network, err == nil, err
-		})
+		}, nil)
 	}
 	return "", fmt.Errorf("interface %s is of no logical network of the VM", iface)
 }

@@ -130,7 +130,12 @@ func (s *socketExec) ExecPlugin(ctx context.Context, path string, stdin []byte, 
 }
 
 // StartCluster starts the controller and one agent per node name.
-func StartCluster(ctx context.Context, cp *framework.ControlPlane, bins *framework.Binaries, dir string, nodes ...string) (_ *Cluster, err error) {
+func StartCluster(ctx context.Context, cp *framework.ControlPlane, bins *framework.Binaries, dir string, nodes ...string) (*Cluster, error) {
+	return StartClusterWith(ctx, cp, bins, dir, nil, nodes...)
+}
+
+// StartClusterWith is StartCluster with extra ipkeeper-controller flags.
+func StartClusterWith(ctx context.Context, cp *framework.ControlPlane, bins *framework.Binaries, dir string, controllerArgs []string, nodes ...string) (_ *Cluster, err error) {
 	c := &Cluster{CP: cp, dir: dir, bins: bins, sandboxes: map[types.UID]*Sandbox{}, made: map[*Sandbox]struct{}{}}
 	c.KV = &framework.KubeVirt{C: cp.Client, RealMultus: true, Timeout: 2 * time.Minute, Kubelet: framework.PodRunner{
 		Run: c.runLauncher, Detach: c.detachLauncher, Stop: c.stopLauncher,
@@ -154,6 +159,7 @@ func StartCluster(ctx context.Context, cp *framework.ControlPlane, bins *framewo
 	if c.Controller, err = framework.StartControllerProcess(framework.ControllerProcessOptions{
 		Binary: bins.Controller, Kubeconfig: cp.KubeconfigPath, Dir: dir,
 		Namespace: ControllerNamespace, WebhookConfigName: WebhookConfigName, GCGracePeriod: 2 * time.Second,
+		ExtraArgs: controllerArgs,
 	}); err != nil {
 		return nil, err
 	}

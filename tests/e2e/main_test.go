@@ -128,6 +128,7 @@ func runWithCluster(m *testing.M) (code int, err error) {
 			}
 		}
 	}()
+	defer stopCoexistence()
 	return m.Run(), nil
 }
 

@@ -24,6 +24,9 @@ type Tools struct {
 	// the CRDs generated from the same module.
 	VirtController  string
 	KubeVirtCRDsDir string
+	// IPAMExtensions is KubeVirt's ipam-extensions manager; its
+	// install.yaml is next to it.
+	IPAMExtensions string
 }
 
 // RepoRoot returns the root of the ipkeeper checkout (the directory holding go.mod).
@@ -46,7 +49,7 @@ func RepoRoot() (string, error) {
 func FindTools() (*Tools, error) {
 	vars := map[string]string{}
 	keys := []string{"IPKEEPER_ETCD", "IPKEEPER_KUBE_APISERVER", "IPKEEPER_KUBE_CONTROLLER_MANAGER",
-		"IPKEEPER_KUBECTL", "IPKEEPER_CNI_PLUGINS_DIR", "IPKEEPER_MULTUS", "IPKEEPER_VIRT_CONTROLLER", "IPKEEPER_KUBEVIRT_CRDS_DIR"}
+		"IPKEEPER_KUBECTL", "IPKEEPER_CNI_PLUGINS_DIR", "IPKEEPER_MULTUS", "IPKEEPER_VIRT_CONTROLLER", "IPKEEPER_KUBEVIRT_CRDS_DIR", "IPKEEPER_IPAM_EXTENSIONS"}
 	for _, k := range keys {
 		if v := os.Getenv(k); v != "" {
 			vars[k] = v
@@ -79,6 +82,7 @@ func FindTools() (*Tools, error) {
 		Multus:                vars["IPKEEPER_MULTUS"],
 		VirtController:        vars["IPKEEPER_VIRT_CONTROLLER"],
 		KubeVirtCRDsDir:       vars["IPKEEPER_KUBEVIRT_CRDS_DIR"],
+		IPAMExtensions:        vars["IPKEEPER_IPAM_EXTENSIONS"],
 	}
 	return t, nil
 }

@@ -200,7 +200,7 @@ func TestAgentWaitsForTheReservationCRD(t *testing.T) {
 	if a.Agent.Ready() {
 		t.Fatalf("agent ready without the IPReservation CRD")
 	}
-	if !strings.Contains(logs.String(), "kubectl apply --server-side -k manifests/crds") {
+	if !strings.Contains(logs.String(), "kubectl apply --server-side -k manifests/, or -k manifests/overlays/existing-crds/") {
 		t.Errorf("the log does not say how to install the CRD:\n%s", logs.String())
 	}
 	err = status()

@@ -4,17 +4,10 @@ package integration
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -154,7 +147,9 @@ func TestLeaderElectionFailover(t *testing.T) {
 // it. StartController fails unless the API server reaches the webhook.
 func TestWebhookWithProvidedCertificates(t *testing.T) {
 	dir := t.TempDir()
-	writeTestPKI(t, dir)
+	if err := framework.WriteTestPKI(dir); err != nil {
+		t.Fatal(err)
+	}
 	e := startKubeVirtEnv(t, func(o *controllermanager.Options) {
 		o.CertMode, o.CertDir = controllermanager.CertsProvided, dir
 	})
@@ -165,46 +160,6 @@ func TestWebhookWithProvidedCertificates(t *testing.T) {
 	}
 	if err := dialWithCA(fmt.Sprintf("127.0.0.1:%d", e.ctrl.Options.WebhookPort), filepath.Join(dir, "ca.crt"), tls.VersionTLS12); err == nil {
 		t.Error("provided mode accepted TLS 1.2 with the default minimum 1.3")
-	}
-}
-
-// writeTestPKI writes ca.crt, tls.crt and tls.key for 127.0.0.1 into dir.
-func writeTestPKI(t *testing.T, dir string) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "webhook"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, block := range map[string]*pem.Block{
-		"ca.crt":  {Type: "CERTIFICATE", Bytes: caDER},
-		"tls.crt": {Type: "CERTIFICATE", Bytes: der},
-		"tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER},
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

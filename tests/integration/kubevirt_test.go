@@ -19,6 +19,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/webhook"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -359,8 +360,8 @@ func TestFeatureGateOffThenOn(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = e.kv.SetFeatureGate(context.Background(), true) })
 
-	// Gate off: the API server no longer calls the webhook at all.
-	if err := cp.WaitWebhookScope(ctx, e.ctrl.WebhookConfig, false); err != nil {
+	// Gate off: the webhook references only claims that exist.
+	if err := cp.WaitWebhookReferences(ctx, e.ctrl.WebhookConfig, webhook.ReferencesExisting); err != nil {
 		t.Fatal(err)
 	}
 	before := reconciles("vm-claims")
@@ -384,7 +385,7 @@ func TestFeatureGateOffThenOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := e.waitClaim(t, "vm1.blue") // reacts to the gate, no VM change needed
-	if err := cp.WaitWebhookScope(ctx, e.ctrl.WebhookConfig, true); err != nil {
+	if err := cp.WaitWebhookReferences(ctx, e.ctrl.WebhookConfig, webhook.ReferencesAll); err != nil {
 		t.Fatal(err)
 	}
 	controllerRef(t, claim, vm, "VirtualMachine")

@@ -53,7 +53,7 @@ func ensureInstallNamespace(t testing.TB) {
 func TestManifestsApplyWithServerSideDryRun(t *testing.T) {
 	ctx := context.Background()
 	ensureInstallNamespace(t)
-	for _, dir := range []string{"manifests", "manifests/overlays/cert-manager"} {
+	for _, dir := range []string{"manifests", "manifests/overlays/cert-manager", "manifests/overlays/existing-crds"} {
 		t.Run(dir, func(t *testing.T) {
 			rendered, err := cp.Kubectl(ctx, nil, "kustomize", repoPath(t, dir))
 			if err != nil {
@@ -192,6 +192,11 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		expectAllowed(t, "read its webhook Secret", ctrl.Get(ctx, client.ObjectKey{Namespace: installNS, Name: "ipkeeper-webhook-cert"}, &corev1.Secret{}))
 		expectAllowed(t, "read its webhook configuration", ctrl.Get(ctx, client.ObjectKey{Name: "ipkeeper"}, &admissionregistrationv1.MutatingWebhookConfiguration{}))
 		expectForbidden(t, "read another webhook configuration", ctrl.Get(ctx, client.ObjectKey{Name: "someone-elses"}, &admissionregistrationv1.MutatingWebhookConfiguration{}))
+		// --claims-controller=auto lists webhook configurations to find
+		// another IPAMClaims controller's webhook; it may change only its own.
+		expectAllowed(t, "list webhook configurations", ctrl.List(ctx, &admissionregistrationv1.MutatingWebhookConfigurationList{}))
+		expectForbidden(t, "update another webhook configuration", ctrl.Update(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-ipam-controller-mutating-webhook-configuration"}}))
+		expectForbidden(t, "delete another webhook configuration", ctrl.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-ipam-controller-mutating-webhook-configuration"}}))
 		expectForbidden(t, "create pods", ctrl.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}))
 		var res ipkeeperv1alpha1.IPReservationList
 		expectAllowed(t, "list IPReservations", ctrl.List(ctx, &res))

@@ -28,6 +28,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -326,6 +327,12 @@ func TestNamespaceUserThreatModel(t *testing.T) {
 		rbacRefused(t, "delete ipkeeper's webhook configuration", u.Delete(ctx,
 			&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "ipkeeper"}}, client.DryRunAll),
 			"delete", "mutatingwebhookconfigurations")
+		// A webhook named like ipam-extensions' would make
+		// ipkeeper-controller (auto) leave claims to it.
+		rbacRefused(t, "register a webhook named like another IPAMClaims controller's", u.Create(ctx,
+			&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "fake-ipam-claims"},
+				Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: claimmaker.ExtensionsWebhook}}}, client.DryRunAll),
+			"create", "mutatingwebhookconfigurations")
 		labels, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{"team": "prod"}}})
 		rbacRefused(t, "relabel its namespace", u.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
 			client.RawPatch(types.MergePatchType, labels), client.DryRunAll), "patch", "namespaces")
