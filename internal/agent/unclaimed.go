@@ -15,6 +15,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -91,16 +92,26 @@ func (a *Agent) unreferencedClaim(ctx context.Context, pod *corev1.Pod, req *req
 	if !ok {
 		return "", cniError(codeTryAgainLater, fmt.Errorf("%s (ipkeeper's webhook did not see the pod), and no network of VirtualMachineInstance %s is this interface; delete the pod once ipkeeper-controller runs: KubeVirt makes it again, with its claim", subject, vmiName))
 	}
-	claim, err := naming.ClaimFor(vmi.Name, logical, network.Name, func(name string) (string, bool, error) {
-		c, err := a.claims.Get(ctx, pod.Namespace, name)
-		switch {
-		case errors.Is(err, errClaimMissing):
-			return "", false, nil
-		case err != nil:
-			return "", false, err
+	read := func(mine bool) naming.ClaimNetwork {
+		launcher := claimowner.LauncherOf(&vmi)
+		return func(name string) (string, bool, error) {
+			c, err := a.claims.Get(ctx, pod.Namespace, name)
+			switch {
+			case errors.Is(err, errClaimMissing):
+				return "", false, nil
+			case err != nil:
+				return "", false, err
+			}
+			if mine {
+				if owner, ok := claimowner.Of(c); !ok || !owner.Runs(launcher) {
+					return "", false, nil
+				}
+			}
+			return c.Spec.Network, true, nil
 		}
-		return c.Spec.Network, true, nil
-	}, nil)
+	}
+	// The webhook's rule, with the same view of whose claims are whose.
+	claim, err := naming.ClaimFor(vmi.Name, logical, network.Name, read(false), read(true))
 	if err != nil {
 		return "", cniError(codeTryAgainLater, fmt.Errorf("%s: choosing its claim: %w", subject, err))
 	}
@@ -110,7 +121,7 @@ func (a *Agent) unreferencedClaim(ctx context.Context, pod *corev1.Pod, req *req
 }
 
 // webhookInForce reports whether ipkeeper's MutatingWebhookConfiguration
-// exists and has rules.
+// exists, has rules and makes every reference (its annotation).
 func (a *Agent) webhookInForce(ctx context.Context) (bool, error) {
 	s := &a.webhook
 	s.mu.Lock()

@@ -169,11 +169,17 @@ func (m *Maker) Start(ctx context.Context) error {
 	}
 }
 
-// detect returns the name of the MutatingWebhookConfiguration that holds
-// ExtensionsWebhook, or "".
-func (m *Maker) detect(ctx context.Context) (string, error) {
+// detect looks for the other controller's webhook (Detect).
+func (m *Maker) detect(ctx context.Context) (string, error) { return Detect(ctx, m.reader) }
+
+// Detect returns the name of the MutatingWebhookConfiguration holding
+// ExtensionsWebhook, or "": the one test of whether another IPAMClaims
+// controller makes claims, for the controller and `kubectl ipkeeper why`.
+// The other webhook's selectors are not read: registered for some
+// namespaces only, it still makes ipkeeper leave claims everywhere.
+func Detect(ctx context.Context, reader client.Reader) (string, error) {
 	var list admissionregistrationv1.MutatingWebhookConfigurationList
-	if err := m.reader.List(ctx, &list); err != nil {
+	if err := reader.List(ctx, &list); err != nil {
 		return "", fmt.Errorf("listing MutatingWebhookConfigurations to find another IPAMClaims controller's webhook %s (--claims-controller=auto; set ipkeeper or external to skip): %w", ExtensionsWebhook, err)
 	}
 	var names []string

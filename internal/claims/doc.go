@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package claims keeps one IPAMClaim per (KubeVirt VM, persistent-IP
-// network), named by naming.Claim, for as long as the VM or one of its
-// launcher pods needs it.
+// network), named by naming.ClaimFor, for as long as the VM or one of its
+// launcher pods needs it, unless another controller (ipam-extensions)
+// makes the claims (Maker): then it makes and adopts none, and releases
+// only those carrying its label.
 //
 // Three reconcilers share the work, one per file:
 //

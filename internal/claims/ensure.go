@@ -185,8 +185,9 @@ func requestRecorded(claim *ipamclaimsv1alpha1.IPAMClaim, d Desired) bool {
 }
 
 // sameNetwork tells a claim of the wanted name apart from one this owner
-// holds for a different logical network (possible only through a hash
-// collision of claim names, but then it must not be shared).
+// holds for a different logical network (possible through a hash
+// collision of ipkeeper's names, or ipam-extensions' lossy names; then it
+// must not be shared).
 func sameNetwork(claim *ipamclaimsv1alpha1.IPAMClaim, d Desired) bool {
 	logical, ok := claim.Annotations[NetworkAnnotation]
 	if !ok {

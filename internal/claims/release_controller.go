@@ -162,12 +162,20 @@ func removeFinalizer(ctx context.Context, c client.Client, claim *ipamclaimsv1al
 //
 // While another controller makes claims (Maker), a claim holding the
 // finalizer without our label is that controller's (ipam-extensions uses
-// the same finalizer name) and it releases it.
+// the same finalizer name) and it releases it. The events of every claim
+// that may be ours either way reach Reconcile (mayBeOurs), which decides:
+// the maker can change between an event and its reconcile, and a change
+// re-queues them all.
 func (r *ClaimReleaser) isOurs(o client.Object) bool {
 	if claimowner.Managed(o) {
 		return true
 	}
 	return controllerutil.ContainsFinalizer(o, Finalizer) && (r.Maker == nil || !r.Maker.External())
+}
+
+// mayBeOurs is isOurs whoever makes claims: the events Reconcile sees.
+func mayBeOurs(o client.Object) bool {
+	return claimowner.Managed(o) || controllerutil.ContainsFinalizer(o, Finalizer)
 }
 
 // ownerState reads the owner through reader. ownerObj is returned when the
@@ -325,10 +333,27 @@ func (r *ClaimReleaser) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("claim-release").
 		WithOptions(retry.Options()).
-		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(r.isOurs))).
+		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(mayBeOurs))).
 		Watches(&kubevirtv1.VirtualMachine{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
 		WatchesMetadata(PodMetadata(), handler.EnqueueRequestsFromMapFunc(byReference))
+	if r.Maker != nil {
+		// Claims another controller made become ours when it goes.
+		b = b.WatchesRawSource(source.Channel(r.Maker.Listen(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			var list ipamclaimsv1alpha1.IPAMClaimList
+			if err := r.Client.List(ctx, &list); err != nil {
+				log.FromContext(ctx).Error(err, "listing claims after the claims maker changed")
+				return nil
+			}
+			var reqs []reconcile.Request
+			for i := range list.Items {
+				if mayBeOurs(&list.Items[i]) {
+					reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+				}
+			}
+			return reqs
+		})))
+	}
 	if r.ResyncPeriod > 0 {
 		resync := make(chan event.GenericEvent)
 		if err := mgr.Add(&claimResync{client: r.Client, period: r.ResyncPeriod, out: resync}); err != nil {

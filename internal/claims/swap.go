@@ -9,8 +9,10 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 )
 
@@ -40,4 +42,15 @@ func OwnedClaimNetworks(ctx context.Context, reader client.Reader, namespace str
 		}
 		return claim.Spec.Network, true, nil
 	}
+}
+
+// LauncherClaimNetworks is OwnedClaimNetworks of the claims a launcher of
+// vmi may use (claimowner's rule): the one filter the webhook and the
+// agent choose a launcher's claim with.
+func LauncherClaimNetworks(ctx context.Context, reader client.Reader, vmi *kubevirtv1.VirtualMachineInstance) naming.ClaimNetwork {
+	l := claimowner.LauncherOf(vmi)
+	return OwnedClaimNetworks(ctx, reader, vmi.Namespace, func(c *ipamclaimsv1alpha1.IPAMClaim) bool {
+		owner, ok := claimowner.Of(c)
+		return ok && owner.Runs(l)
+	})
 }

@@ -74,8 +74,10 @@ func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj cl
 	if !enabled {
 		log.FromContext(ctx).V(1).Info("PersistentIPs feature gate is off; not creating claims")
 		s.backoff.Forget(req)
-		// Existing claims are left exactly as they are (package doc).
-		return reconcile.Result{}, s.tellGateOff(ctx, ownerObj, owner, spec)
+		// Existing claims are left exactly as they are (package doc). The
+		// owner is looked at again when the notice may be told anew (the
+		// API server drops events after an hour by default).
+		return reconcile.Result{RequeueAfter: gateOffNoticeInterval}, s.tellGateOff(ctx, ownerObj, owner, spec)
 	}
 	s.gateOff.reset()
 	want, problems, err := desiredClaims(ctx, owner.Name, ownerObj.GetNamespace(), kubevirt.SecondaryNetworks(spec), s.readNAD,

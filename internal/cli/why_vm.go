@@ -16,6 +16,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
@@ -56,7 +57,13 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 		return nil, err
 	}
 	rep.add("Feature gate", gateLine+" (ipkeeper-controller ignores it when run with --require-kubevirt-feature-gate=false)")
-	if !gateOn {
+	// Who makes the claims (claimmaker): a user who may not list webhook
+	// configurations is told nothing of it.
+	external, _ := claimmaker.Detect(ctx, s.client)
+	if external != "" {
+		rep.add("Claims maker", fmt.Sprintf("another IPAMClaims controller: webhook %s of MutatingWebhookConfiguration %s (ipam-extensions) makes claims when the VM starts and sets launchers' references; ipkeeper-controller (--claims-controller=auto) fills their addresses", claimmaker.ExtensionsWebhook, external))
+	}
+	if !gateOn && external == "" {
 		rep.next("enable the %s feature gate in the KubeVirt CR (spec.configuration.developerConfiguration.featureGates; docs/kubevirt.md), or run ipkeeper-controller with --require-kubevirt-feature-gate=false", kubevirt.PersistentIPsGate)
 	}
 
@@ -119,7 +126,10 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 		}
 		if claim == nil {
 			claimFacts = append(claimFacts, fmt.Sprintf("IPAMClaim %s (network %s): not found", vn.claim, n.Name))
-			if gateOn {
+			switch {
+			case external != "":
+				rep.next("the other IPAMClaims controller makes IPAMClaim %s/%s when the VM starts (a stopped VM has none); if the VM runs, check that controller", key.Namespace, vn.claim)
+			case gateOn:
 				rep.next("ipkeeper-controller has not created IPAMClaim %s/%s: check that it runs and has a leader (docs/troubleshooting.md, The controller is down) and the VM's events", key.Namespace, vn.claim)
 			}
 			continue

@@ -142,8 +142,9 @@ func (k *kubeVirtSupport) setupChild(ctx context.Context, child ctrl.Manager) (*
 	return &podwebhook.PodMutator{Reader: child.GetClient(), APIReader: live, Gate: gate, Maker: k.maker, Decoder: admission.NewDecoder(k.scheme)}, nil
 }
 
-// setupScope registers the controller that turns the webhook's rules on
-// and off with the gate: once at start, then on every gate change.
+// setupScope registers the controller that keeps the webhook's rules on
+// and records which references it makes: once at start, then on every
+// change of the gate or of the claims maker.
 func (k *kubeVirtSupport) setupScope(gate kubevirt.Gate) func(ctrl.Manager) error {
 	return func(mgr ctrl.Manager) error {
 		r := &podwebhook.ScopeReconciler{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Gate: gate, Maker: k.maker, ConfigName: k.o.WebhookConfig}

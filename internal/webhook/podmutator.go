@@ -94,14 +94,18 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 	if annotation == "" {
 		return admission.Allowed("no secondary networks")
 	}
-	enabled, err := m.Gate.Enabled(ctx)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	if m.Maker != nil && m.Maker.External() {
-		// Its webhook sets (and on every update resets) the references;
-		// a second writer would fight it over names.
-		return admission.Allowed("claim references are set by " + m.Maker.Name())
+	// Only references to claims the VM already holds are added while
+	// nobody makes claims (the gate is off) or another controller makes
+	// them and their references (its webhook, called after this one, sets
+	// them; until it notices that one went, these keep running VMs on their
+	// claims). Every reference, whoever set it, is checked below.
+	existingOnly := m.Maker != nil && m.Maker.External()
+	if !existingOnly {
+		enabled, err := m.Gate.Enabled(ctx)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		existingOnly = !enabled
 	}
 	podRef := fmt.Sprintf("virt-launcher pod %s/%s", pod.Namespace, podName(&pod))
 	elems, err := multus.ParseElements(annotation, pod.Namespace)
@@ -138,14 +142,8 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 		}
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	runs := func(c *ipamclaimsv1alpha1.IPAMClaim) bool {
-		owner, ok := claimowner.Of(c)
-		return ok && owner.Runs(claimowner.LauncherOf(vmi))
-	}
-	// With the gate off no claim is made, but those that exist are still
-	// the VMs' addresses: a restart or migration keeps using them.
 	changed, warnings, err := addReferences(elems, vmi.Name, kubevirt.SecondaryNetworks(&vmi.Spec), persistent,
-		claims.ClaimNetworks(ctx, m.Reader, pod.Namespace), claims.OwnedClaimNetworks(ctx, m.Reader, pod.Namespace, runs), !enabled)
+		claims.ClaimNetworks(ctx, m.Reader, pod.Namespace), claims.LauncherClaimNetworks(ctx, m.Reader, vmi), existingOnly)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}

@@ -19,8 +19,9 @@ import (
 // claim, while the source keeps the old one). It returns whether anything
 // changed and warnings for elements it could not place or that already
 // reference another tool's claim (left as they are: another controller may
-// own them). With existingOnly (the PersistentIPs gate is off: nobody
-// makes claims) only references to claims that exist are added.
+// own them). With existingOnly (nobody makes claims, or another
+// controller does) only references to claims the VMI's owner holds
+// (mine) are added.
 func addReferences(elems []multus.Element, vmiName string, networks []kubevirt.SecondaryNetwork, cniNetworks []string, claimNet, mine naming.ClaimNetwork, existingOnly bool) (changed bool, warnings []string, _ error) {
 	for i := range elems {
 		if cniNetworks[i] == "" {
@@ -37,7 +38,11 @@ func addReferences(elems []multus.Element, vmiName string, networks []kubevirt.S
 			return false, nil, fmt.Errorf("choosing the IPAMClaim of network %q: %w", logical, err)
 		}
 		if existingOnly && elems[i].ClaimRef != want {
-			if _, exists, err := claimNet(want); err != nil {
+			held := mine
+			if held == nil {
+				held = claimNet
+			}
+			if _, exists, err := held(want); err != nil {
 				return false, nil, fmt.Errorf("reading the IPAMClaim of network %q: %w", logical, err)
 			} else if !exists {
 				continue

@@ -42,18 +42,20 @@ import (
 // nothing (the controller writes the rules). While the PersistentIPs gate
 // is off, or another controller makes the claims, they keep their rules:
 // VMs whose claims exist keep using them (a restart, a migration, a
-// hotplug) and the webhook references no claim that does not exist (or
-// none at all, leaving it to the other controller's webhook). The
-// configuration's ReferencesAnnotation tells agents which case holds, so
-// that they never wait for a claim nobody makes (agent/unclaimed.go).
+// hotplug) and the webhook references no claim that does not exist (the
+// other controller's webhook, called after this one, references those it
+// makes). The configuration's ReferencesAnnotation tells agents which case
+// holds, so that they never wait for a claim nobody makes
+// (agent/unclaimed.go).
 //
 // The manifest (manifests/base/webhook) carries the same webhooks; a test
 // keeps them equal to Webhooks.
 
 // ReferencesAnnotation, on the webhook configuration, tells agents which
 // claim references the webhook makes: ReferencesAll, ReferencesExisting
-// (the PersistentIPs gate is off) or ReferencesNone (another controller
-// makes claims and references).
+// (to claims that exist only: the PersistentIPs gate is off, or another
+// controller makes claims and references) or ReferencesNone (not called:
+// KubeVirt is not installed).
 const ReferencesAnnotation = "ipkeeper.io/claim-references"
 
 // The values of ReferencesAnnotation.
@@ -200,10 +202,7 @@ func (r *ScopeReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	refs := ReferencesAll
-	switch {
-	case r.Maker != nil && r.Maker.External():
-		refs = ReferencesNone
-	case !gate:
+	if !gate || (r.Maker != nil && r.Maker.External()) {
 		refs = ReferencesExisting
 	}
 	return reconcile.Result{}, SetScope(ctx, r.Reader, r.Writer, r.ConfigName, true, refs)

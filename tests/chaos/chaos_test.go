@@ -93,6 +93,11 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatalf("starting the VMs: %v", err)
 	}
+	makerDone := make(chan struct{})
+	go func() {
+		defer close(makerDone)
+		r.runMaker(vmCtx, seed+4)
+	}()
 	c.proxy.setEnabled(true)
 	inj := &injector{r: r, c: c, sched: newFaultScheduler(seed + 1)}
 	faultsDone := make(chan struct{})
@@ -114,7 +119,7 @@ func TestChaos(t *testing.T) {
 	sched := newScheduler(seed)
 	for dispatched := 0; ; dispatched++ {
 		ran := time.Since(start)
-		if ran >= duration && (!short || dispatched >= minShortOps || ran >= duration+maxShortExtension) {
+		if ran >= duration && (!short || (dispatched >= minShortOps && r.makerCycled.Load()) || ran >= duration+maxShortExtension) {
 			break // the short run goes on (up to a limit) until it has done enough to mean something
 		}
 		steps <- sched.next()
@@ -125,6 +130,7 @@ func TestChaos(t *testing.T) {
 	wg.Wait()
 	stopVMs()
 	vms.Wait()
+	<-makerDone
 	drained := time.Since(start)
 	<-faultsDone
 	inj.wg.Wait()
@@ -279,14 +285,14 @@ func (r *runner) summary(seed uint64, ran time.Duration) string {
 	}
 	return fmt.Sprintf("chaos summary: seed=%d ran=%s ops=%d [%s] cni=[%s] faults=[%s %s watches-cut=%d real-410s=%d proxied-requests=%d crash-restarts=%d] "+
 		"exhausted-adds=%d lost-dels=%d claims=[deleted=%d claim-ok=%d claim-unfilled=%d (request-refused=%d) refused-after-edit=%d requests-free=%d requests-taken=%d edits=%d edits-skipped=%d] "+
-		"requested=[%s] allowed=[%s] vms=[%s] vm-failed=[%s] features=[%s %s pool-edit-failed=%d bad-nad-other=%d capi-ready=%d capi-unready=%d capi-deleted=%d nodes-deleted=%d node-blocks-outlived-node=%d storm-controller-kills=%d gc-after-agent-restart=%d] checks=[%s] violations=%d [%s]",
+		"requested=[%s] allowed=[%s] vms=[%s] vm-failed=[%s] virt-controller-restarts=%d claims-maker=[%s] features=[%s %s pool-edit-failed=%d bad-nad-other=%d capi-ready=%d capi-unready=%d capi-deleted=%d nodes-deleted=%d node-blocks-outlived-node=%d storm-controller-kills=%d gc-after-agent-restart=%d] checks=[%s] violations=%d [%s]",
 		seed, ran.Round(time.Second), ops, r.counts.with("op:"), r.counts.with("cni:"), r.counts.with("fault:"), strings.Join(proxy, " "),
 		r.c.proxy.cuts.Load(), r.c.proxy.gone410.Load(), r.c.proxy.requests.Load(), r.c.crashes.Load(),
 		r.counts.get("exhausted"), r.counts.get("lost-del"),
 		r.counts.get("claims-deleted"), r.counts.get("claim-ok"), r.counts.get("claim-unfilled"), r.counts.get("claim-unfilled-refused"), r.counts.get("claim-refused-after-edit"),
 		r.counts.get("claim-requests-free"), r.counts.get("claim-requests-taken"), r.counts.get("claim-edits"), r.counts.get("claim-edit-skipped"),
 		r.counts.with("requested:"), r.counts.with("allowed:"),
-		r.counts.with("vm:"), r.counts.with("vm-failed:"),
+		r.counts.with("vm:"), r.counts.with("vm-failed:"), r.counts.get("virt-controller-restarts"), r.counts.with("maker:"),
 		r.counts.with("pool-edit:"), r.counts.with("bad-nad-refused:"), r.counts.get("pool-edit-failed"), r.counts.get("bad-nad-other"),
 		r.counts.get("capi-claim-ready"), r.counts.get("capi-claim-unready"), r.counts.get("capi-claims-deleted"),
 		r.counts.get("nodes-deleted"), r.counts.get("node-blocks-outlived-node"), r.counts.get("storm-controller-kills"), r.counts.get("gc-after-agent-restart"),
@@ -352,6 +358,9 @@ func (r *runner) assertCoverage(t *outcome) {
 		"GC after an agent restart between its list and its call":        r.counts.get("gc-after-agent-restart"),
 		"reservation name checked against its pool's lock key (I7)":      r.counts.get("check:I7"),
 		"VM launcher ADD through ipkeeper's webhook and virt-controller": r.counts.get("vm-launcher-adds"),
+		"turn of ipam-extensions making the VMs' claims":                 r.counts.get("maker:external"),
+		"turn of ipkeeper taking the VMs' claims back":                   r.counts.get("maker:ipkeeper"),
+		"probe VM's claim made by ipam-extensions alone (I9)":            r.counts.get("maker:probe-ok"),
 	} {
 		if n == 0 {
 			t.errorf("no %s", what)

@@ -224,7 +224,9 @@ func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err 
 		// the killed one's lease.
 		// Blocks empty for 3 s are given back, so give-backs race the
 		// agents' allocations in them all through a run.
-		ExtraArgs: []string{"--leader-elect=false", "--block-empty-grace=3s"},
+		// It checks every second for ipam-extensions' webhook, which the
+		// run installs and removes (makerops.go).
+		ExtraArgs: []string{"--leader-elect=false", "--block-empty-grace=3s", "--claims-controller-check-interval=1s"},
 	})
 	if err != nil {
 		return nil, err

@@ -65,7 +65,10 @@ import (
 //	   every pool is the harness's named pool or the inline pool of a NAD
 //	   the harness made and ipkeeper accepted (never one of a refused
 //	   definition), every block's pool exists and a node block's node
-//	   exists, every IPAMClaim and Cluster API claim is the harness's.
+//	   exists, every IPAMClaim and Cluster API claim is the harness's;
+//	I9 one maker of claims: a VM started while ipam-extensions makes the
+//	   claims (after the controller said so) has a claim ipam-extensions
+//	   made and ipkeeper neither made nor adopted (makerops.go).
 //
 // I1 is checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no

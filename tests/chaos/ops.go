@@ -16,6 +16,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
 // slot is a place for one pod at a time, on a fixed node and network. A
@@ -79,9 +80,15 @@ type runner struct {
 	badSeq    atomic.Int64 // bad NADs made so far
 	// vms are the VMs' launcher attachments; vmErrs the last error of each
 	// failed VM operation kind, for the summary.
-	vms     vmPods
-	vmErrs  sync.Map
-	vmNames sync.Map // every VM name the run used
+	vms vmPods
+	kv  *framework.KubeVirt // the VMs' KubeVirt (vmops.go)
+	// makerCycled is set once ipam-extensions made a probe VM's claim and
+	// ipkeeper took the claims back (makerops.go): the short run waits
+	// for it.
+	makerCycled atomic.Bool
+	vmErrs      sync.Map
+	vmNames     sync.Map   // every VM name the run used
+	virtMu      sync.Mutex // held while virt-controller is started again
 	// nodeBlocksLeft are the blocks of a deleted node still there when its
 	// Node was made again, by node.
 	nodeBlocksLeft sync.Map

@@ -110,6 +110,7 @@ func (r *runner) startVMs(ctx context.Context, seed uint64) (*sync.WaitGroup, er
 		}
 	}
 	kv := &framework.KubeVirt{C: c, Timeout: vmTimeout, Kubelet: framework.PodRunner{Run: r.vmRun, Detach: r.vmDetach, Stop: r.vmStop}}
+	r.kv = kv
 	if err := kv.SetFeatureGate(ctx, true); err != nil {
 		return nil, err
 	}
@@ -282,6 +283,7 @@ func (a *vmActor) failed(ctx context.Context, op string, err error) {
 	}
 	a.r.counts.inc("vm-failed:" + op)
 	a.r.vmErrs.Store(op, err.Error())
+	a.r.virtControllerUp(ctx)
 	// What failed was most likely a fault of the run: give it a moment
 	// before the next round (a pace, not a wait for anything).
 	select {
@@ -300,6 +302,21 @@ func (a *vmActor) failed(ctx context.Context, op string, err error) {
 		a.r.counts.inc("vm-failed:cleanup")
 	}
 	a.vm = nil
+}
+
+// virtControllerUp starts KubeVirt's virt-controller again if it exited
+// (it does when it loses its lease while the API server restarts), as
+// the kubelet would restart its pod.
+func (r *runner) virtControllerUp(ctx context.Context) {
+	r.virtMu.Lock()
+	defer r.virtMu.Unlock()
+	restarted, err := r.c.cp.RestartVirtControllerIfExited(ctx)
+	if restarted {
+		r.counts.inc("virt-controller-restarts")
+	}
+	if err != nil {
+		r.vmErrs.Store("virt-controller restart", err.Error())
+	}
 }
 
 // vmRun is the simulated kubelet's sandbox start (or a hotplug's attach):

@@ -543,7 +543,14 @@ func (c *Cluster) DumpOnFailure(t testing.TB, namespace string) {
 		}
 		vc := filepath.Join(c.CP.Dir, "virt-controller.log")
 		fmt.Fprintf(&b, "--- virt-controller log (%s)\n%s\n", vc, framework.TailFile(vc, 30))
-		t.Log(b.String())
+		// Into a file kept with the run's logs, not the test's output: a
+		// CI log's tail then ends with the failure itself.
+		path := filepath.Join(c.dir, "failure-"+strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+".txt")
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Log(b.String())
+			return
+		}
+		t.Logf("logs and objects at the failure: %s", path)
 	})
 }
 

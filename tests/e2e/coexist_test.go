@@ -3,9 +3,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/cli"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -53,7 +56,8 @@ func coexistence(t *testing.T) (*Cluster, *framework.IPAMExtensions) {
 			coexist.err = fmt.Errorf("starting the coexistence control plane: %w", err)
 			return
 		}
-		dir, err := os.MkdirTemp("", "ipkcx-")
+		// Inside the run's directory: kept with it when the run fails.
+		dir, err := os.MkdirTemp(filepath.Dir(cluster.dir), "cx-")
 		if err != nil {
 			coexist.err = err
 			return
@@ -70,7 +74,6 @@ func coexistence(t *testing.T) (*Cluster, *framework.IPAMExtensions) {
 			}
 			c.Stop()
 			_ = cp.Stop()
-			_ = os.RemoveAll(dir)
 		}
 		coexist.c = c
 		if coexist.ext, err = cp.StartIPAMExtensions(ctx); err != nil {
@@ -182,6 +185,16 @@ func TestCoexistWithIPAMExtensions(t *testing.T) {
 			t.Fatalf("launcher claim references %v, want [vm1.blue]", refs)
 		}
 		onlyClaims(t, c, ns, "vm1.blue")
+		// kubectl ipkeeper why vm tells who makes the claims.
+		var out, errOut bytes.Buffer
+		if code := cli.Main(ctx, []string{"why", "vm", "-n", ns, "vm1", "--kubeconfig", c.CP.KubeconfigPath}, cli.Streams{Out: &out, Err: &errOut}); code != 0 {
+			t.Fatalf("kubectl ipkeeper why vm: exit %d: %s", code, errOut.String())
+		}
+		for _, want := range []string{"another IPAMClaims controller: webhook " + claimmaker.ExtensionsWebhook, "made by another IPAMClaims controller", vm1Addr} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("kubectl ipkeeper why vm lacks %q:\n%s", want, out.String())
+			}
+		}
 	})
 	t.Run("odd network name", func(t *testing.T) {
 		vm2 = c.CreateVM(t, ns, "vm2", framework.VMNetwork{Name: odd, NAD: "red"})

@@ -170,7 +170,11 @@ func PodWebhookConfiguration(name, ns string, client admissionregistrationv1.Web
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	for _, w := range webhook.Webhooks() {
 		policy := w.FailurePolicy
+		// As shipped: called again after a later webhook (another IPAMClaims
+		// controller's) set references, so that it checks them.
+		reinvoke := admissionregistrationv1.IfNeededReinvocationPolicy
 		wh := admissionregistrationv1.MutatingWebhook{
+			ReinvocationPolicy:      &reinvoke,
 			Name:                    w.Name,
 			ClientConfig:            client,
 			Rules:                   webhook.Rules(),

@@ -71,6 +71,9 @@ type ControlPlane struct {
 	// virtControllerKubeconfig authenticates as KubeVirt's controller
 	// ServiceAccount (KubeVirtControllerServiceAccount), in system:masters.
 	virtControllerKubeconfig string
+	// virtControllerWanted: StartVirtController was called (a restart
+	// after a failed start tries again).
+	virtControllerWanted bool
 	// Tools are the binaries in use.
 	Tools *Tools
 	// Dir holds kubeconfigs and component logs; removed by Stop.

@@ -159,12 +159,27 @@ func (cp *ControlPlane) StartIPAMExtensions(ctx context.Context, namespaces ...s
 		x.Stop()
 		return nil, fmt.Errorf("ipam-extensions not ready: %w (log: %s)", err, x.Log)
 	}
-	if err := cp.Client.Create(ctx, hook); err != nil {
+	if err := createOrReplace(ctx, cp.Client, hook); err != nil {
 		x.Stop()
 		return nil, fmt.Errorf("registering ipam-extensions' webhook: %w", err)
 	}
 	x.objects = append(x.objects, hook)
 	return x, nil
+}
+
+// createOrReplace creates the webhook configuration, or replaces one an
+// interrupted uninstall left.
+func createOrReplace(ctx context.Context, c client.Client, hook *admissionregistrationv1.MutatingWebhookConfiguration) error {
+	err := c.Create(ctx, hook)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	var old admissionregistrationv1.MutatingWebhookConfiguration
+	if err := c.Get(ctx, client.ObjectKeyFromObject(hook), &old); err != nil {
+		return err
+	}
+	hook.ResourceVersion = old.ResourceVersion
+	return c.Update(ctx, hook)
 }
 
 // ipamExtensionsObjects reads, from ipam-extensions' install.yaml, the
@@ -221,15 +236,19 @@ func (x *IPAMExtensions) Stop() {
 }
 
 // Uninstall stops it and deletes its webhook configuration and RBAC, as
-// removing it from the cluster does (its claims stay).
+// removing it from the cluster does (its claims stay). It retries for up
+// to a minute (an API server restarting meanwhile).
 func (x *IPAMExtensions) Uninstall(ctx context.Context) error {
 	x.Stop()
-	var errs []error
 	for i := len(x.objects) - 1; i >= 0; i-- {
-		if err := x.cp.Client.Delete(ctx, x.objects[i]); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, err)
+		o := x.objects[i]
+		if err := Eventually(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+			err := x.cp.Client.Delete(ctx, o)
+			return err == nil || apierrors.IsNotFound(err), nil
+		}); err != nil {
+			return fmt.Errorf("deleting ipam-extensions' %s: %w", o.GetName(), err)
 		}
+		x.objects = x.objects[:i]
 	}
-	x.objects = nil
-	return errors.Join(errs...)
+	return nil
 }

@@ -60,6 +60,7 @@ func (cp *ControlPlane) StartVirtController(ctx context.Context) error {
 	if err := requireExecutables(cp.Tools.VirtController); err != nil {
 		return err
 	}
+	cp.virtControllerWanted = true
 	if err := cp.ensureKubeVirtCR(ctx); err != nil {
 		return err
 	}
@@ -99,6 +100,30 @@ func (cp *ControlPlane) StartVirtController(ctx context.Context) error {
 		return fmt.Errorf("virt-controller did not take its lease %s: %w (log: %s)", key, err, log.path)
 	}
 	return nil
+}
+
+// RestartVirtControllerIfExited starts virt-controller again if it has
+// exited, as a kubelet restarts a crashed container: it exits when it
+// loses its lease, for example while the API server is down longer than
+// its renew deadline. It reports whether it started it again.
+// A start that failed before the process ran (the API server down) is
+// tried again too.
+func (cp *ControlPlane) RestartVirtControllerIfExited(ctx context.Context) (bool, error) {
+	p := cp.virtController
+	if p == nil {
+		if !cp.virtControllerWanted {
+			return false, nil
+		}
+		return true, cp.StartVirtController(ctx)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err
+	default:
+		return false, nil
+	}
+	cp.virtController = nil
+	return true, cp.StartVirtController(ctx)
 }
 
 // ensureKubeVirtCR creates namespace kubevirt and the KubeVirt CR with
