@@ -142,6 +142,23 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 		}
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
+	// The cache may predate a hotplug: virt-controller updates the VMI's
+	// spec, then the annotation. An element of a persistent network that
+	// no network of the cached VMI places is looked up in the live VMI.
+	for i, e := range elems {
+		if persistent[i] == "" {
+			continue
+		}
+		if _, ok := kubevirt.LogicalNetwork(e.Interface, i, kubevirt.SecondaryNetworks(&vmi.Spec)); ok {
+			continue
+		}
+		var fresh kubevirtv1.VirtualMachineInstance
+		if err := m.APIReader.Get(ctx, client.ObjectKeyFromObject(vmi), &fresh); err != nil {
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err))
+		}
+		vmi = &fresh
+		break
+	}
 	changed, warnings, err := addReferences(elems, vmi.Name, kubevirt.SecondaryNetworks(&vmi.Spec), persistent,
 		claims.ClaimNetworks(ctx, m.Reader, pod.Namespace), claims.LauncherClaimNetworks(ctx, m.Reader, vmi), existingOnly)
 	if err != nil {

@@ -250,7 +250,10 @@ func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err 
 		}
 		n := &node{name: name, opts: framework.AgentProcessOptions{
 			Binary: c.bins.Agent, Kubeconfig: kubeconfig, NodeName: name, Dir: filepath.Join(dir, fmt.Sprintf("n%d", i)),
-			ExtraArgs: []string{"--claim-wait-timeout=" + claimWaitTimeout.String()},
+			// The VMs' webhook configuration is ipkeeper-chaos: the agents
+			// read it to tell whether it makes every claim reference
+			// (a launcher it missed then gets the claim its VM implies).
+			ExtraArgs: []string{"--claim-wait-timeout=" + claimWaitTimeout.String(), "--webhook-configuration-name=" + webhookConfig},
 		}}
 		if n.proc, err = framework.StartAgentProcess(n.opts); err != nil {
 			return nil, err

@@ -37,6 +37,10 @@ const (
 	makerFirstAfter = 10 * time.Second
 	makerMin        = 15 * time.Second
 	makerMax        = 30 * time.Second
+	// makerSettle bounds how long after a maker change the agents may
+	// still act on the old webhook annotation: the controller's check
+	// interval (1 s) and the agents' cache of it (10 s), with a margin.
+	makerSettle = 13 * time.Second
 )
 
 // runMaker installs and removes ipam-extensions in turns until ctx ends,
@@ -62,6 +66,7 @@ func (r *runner) runMaker(ctx context.Context, seed uint64) {
 			installed := time.Now()
 			var err error
 			ext, err = r.c.cp.StartIPAMExtensions(ctx, vmNamespace)
+			r.makerChangedAt.Store(time.Now().UnixNano())
 			r.hist.end(seq, "ipam-extensions installed "+errString(err))
 			if err != nil {
 				ext = nil
@@ -82,6 +87,7 @@ func (r *runner) runMaker(ctx context.Context, seed uint64) {
 			continue
 		}
 		err := ext.Uninstall(ctx)
+		r.makerChangedAt.Store(time.Now().UnixNano())
 		r.hist.end(seq, "ipam-extensions removed "+errString(err))
 		if err != nil {
 			r.makerFailed(ctx, err)

@@ -86,9 +86,13 @@ type runner struct {
 	// ipkeeper took the claims back (makerops.go): the short run waits
 	// for it.
 	makerCycled atomic.Bool
-	vmErrs      sync.Map
-	vmNames     sync.Map   // every VM name the run used
-	virtMu      sync.Mutex // held while virt-controller is started again
+	// makerChangedAt is when ipam-extensions was last installed or
+	// removed (UnixNano): the agents' view of the webhook settles
+	// makerSettle later (agentsDerive).
+	makerChangedAt atomic.Int64
+	vmErrs         sync.Map
+	vmNames        sync.Map   // every VM name the run used
+	virtMu         sync.Mutex // held while virt-controller is started again
 	// nodeBlocksLeft are the blocks of a deleted node still there when its
 	// Node was made again, by node.
 	nodeBlocksLeft sync.Map

@@ -13,6 +13,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/webhook"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -347,15 +349,23 @@ func (r *runner) vmRun(ctx context.Context, pod *corev1.Pod, ifaces []string) (m
 		a.ifName = el.Interface
 		if a.claimName = el.ClaimRef; a.claimName == "" {
 			r.counts.inc("vm-launcher-without-claim-reference")
-			if a.claimName, err = r.impliedClaim(ctx, vmName, el.Interface, net.name); err != nil {
+			derives, err := r.agentsDerive(ctx)
+			if err != nil {
 				return nil, err
 			}
+			if derives {
+				if a.claimName, err = r.impliedClaim(ctx, vmName, el.Interface, net.name); err != nil {
+					return nil, err
+				}
+			}
 		}
-		var claim ipamclaimsv1alpha1.IPAMClaim
-		if err := r.c.cp.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: a.claimName}, &claim); err != nil {
-			return nil, fmt.Errorf("reading IPAMClaim %s of pod %s: %w", a.claimName, pod.Name, err)
+		if a.claimName != "" {
+			var claim ipamclaimsv1alpha1.IPAMClaim
+			if err := r.c.cp.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: a.claimName}, &claim); err != nil {
+				return nil, fmt.Errorf("reading IPAMClaim %s of pod %s: %w", a.claimName, pod.Name, err)
+			}
+			a.claimUID = claim.UID
 		}
-		a.claimUID = claim.UID
 		done := r.model.touch(a.holder())
 		var pending []*attachment
 		err := r.add(ctx, 0, n, net, a, "", &pending)
@@ -378,6 +388,33 @@ func (r *runner) vmRun(ctx context.Context, pod *corev1.Pod, ifaces []string) (m
 		}
 	}
 	return out, nil
+}
+
+// agentsDerive tells whether the agents derive the claim of a launcher
+// interface that references none: only while the webhook configuration
+// says it makes every reference (webhook.ReferencesAll); otherwise the
+// interface gets an ordinary address. The agents cache that for up to
+// 10 s and the controller changes it within a second of a claims maker
+// change (makerops.go), so the answer is read once it is settled: the
+// simulated kubelet waits until then.
+func (r *runner) agentsDerive(ctx context.Context) (bool, error) {
+	for {
+		changed := time.Unix(0, r.makerChangedAt.Load())
+		wait := time.Until(changed.Add(makerSettle))
+		if wait <= 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	var whc admissionregistrationv1.MutatingWebhookConfiguration
+	if err := r.c.cp.Client.Get(ctx, client.ObjectKey{Name: webhookConfig}, &whc); err != nil {
+		return false, fmt.Errorf("reading webhook configuration %s: %w", webhookConfig, err)
+	}
+	return whc.Annotations[webhook.ReferencesAnnotation] == webhook.ReferencesAll, nil
 }
 
 // impliedClaim is the claim of a launcher interface that references none

@@ -112,18 +112,21 @@ func (c *ControllerProcess) start() error {
 func (c *ControllerProcess) WaitReady(ctx context.Context, timeout time.Duration) error {
 	url := "http://" + c.ProbeAddr + "/readyz"
 	// A process that exits ends the wait at once: it will not get ready.
+	// The goroutine watches this process's channel, read here: it may
+	// outlive the wait, and a Restart then replaces c.done.
+	done := c.done
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
-		case <-c.done:
+		case <-done:
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
 	err := Eventually(ctx, timeout, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 		select {
-		case <-c.done:
+		case <-done:
 			return false, fmt.Errorf("ipkeeper-controller exited; log tail:\n%s", c.Tail(40))
 		default:
 		}

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
+)
+
+// A NIC hotplug: virt-controller updates the VMI spec, then rewrites the
+// launcher's networks annotation. The webhook's cache may not have the new
+// VMI yet; the hot-plugged persistent network must still get its claim
+// reference (the live VMI has it).
+func TestHotplugReferencedAlthoughTheCachedVMIIsStale(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, ipamclaimsv1alpha1.AddToScheme, nadv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ns = "vms"
+	nad := func(name, network string) *nadv1.NetworkAttachmentDefinition {
+		return &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.1.0.0/24"}}`, network)}}
+	}
+	vmi := func(networks ...string) *kubevirtv1.VirtualMachineInstance {
+		v := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1"}}
+		for _, n := range networks {
+			v.Spec.Domain.Devices.Interfaces = append(v.Spec.Domain.Devices.Interfaces, kubevirtv1.Interface{Name: n, InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}})
+			v.Spec.Networks = append(v.Spec.Networks, kubevirtv1.Network{Name: n, NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: n}}})
+		}
+		return v
+	}
+	cached := fake.NewClientBuilder().WithScheme(scheme).WithObjects(nad("blue", "net-blue"), nad("red", "net-red"), vmi("blue")).Build()
+	live := fake.NewClientBuilder().WithScheme(scheme).WithObjects(nad("blue", "net-blue"), nad("red", "net-red"), vmi("blue", "red")).Build()
+	m := &PodMutator{Reader: cached, APIReader: live, Gate: kubevirt.AlwaysOn{}, Decoder: admission.NewDecoder(scheme)}
+
+	blue, red := kubevirt.PodInterfaceName("blue"), kubevirt.PodInterfaceName("red")
+	pod := func(annotation string) []byte {
+		p := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "virt-launcher-vm1-abcde",
+				Labels:      map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue},
+				Annotations: map[string]string{kubevirtv1.DomainAnnotation: "vm1", multus.Annotation: annotation}}}
+		raw, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	oldAnn := `[{"name":"blue","namespace":"vms","interface":"` + blue + `","ipam-claim-reference":"vm1.blue"}]`
+	newAnn := `[{"name":"blue","namespace":"vms","interface":"` + blue + `","ipam-claim-reference":"vm1.blue"},{"name":"red","namespace":"vms","interface":"` + red + `"}]`
+	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Update, Namespace: ns,
+		Object: runtime.RawExtension{Raw: pod(newAnn)}, OldObject: runtime.RawExtension{Raw: pod(oldAnn)}}}
+	resp := m.Handle(context.Background(), req)
+	if !resp.Allowed {
+		t.Fatalf("denied: %v", resp.Result)
+	}
+	patched, _ := json.Marshal(resp.Patches)
+	if !strings.Contains(string(patched), "vm1.red") {
+		t.Fatalf("the hot-plugged red interface got no claim reference: patches %s, warnings %q", patched, resp.Warnings)
+	}
+}
