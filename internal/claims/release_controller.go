@@ -4,11 +4,15 @@ package claims
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -241,6 +245,13 @@ func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *
 	if err := r.Client.List(ctx, pods, client.InNamespace(claim.Namespace), client.MatchingFields{indexClaimRef: claim.Name}); err != nil {
 		return "", fmt.Errorf("listing pods using IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
+	// Launchers of the owner, from the live pass: while another controller
+	// makes claims its webhook rewrites launchers' references (to its own
+	// names, on any update), so a reference no longer proves which claim a
+	// running interface holds; then every running launcher of the owner
+	// keeps every claim of the owner.
+	byRef := len(pods.Items)
+	anyLauncher := r.Maker != nil && r.Maker.External()
 	if reader != r.Client {
 		selectors := []client.MatchingLabels{{kubevirt.VMINameLabel: owner.Name}}
 		var vmi kubevirtv1.VirtualMachineInstance
@@ -260,7 +271,16 @@ func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if !slices.Contains(multus.ClaimRefs(p.Annotations[multus.Annotation], p.Namespace), claim.Name) {
+		ownLauncher := i >= byRef && owner.RunsPod(p)
+		launcher := ownLauncher && anyLauncher
+		if ownLauncher && !launcher {
+			held, err := r.holdsAddressOf(ctx, p, claim)
+			if err != nil {
+				return "", err
+			}
+			launcher = held
+		}
+		if !launcher && !slices.Contains(multus.ClaimRefs(p.Annotations[multus.Annotation], p.Namespace), claim.Name) {
 			continue
 		}
 		ended, err := r.ended(ctx, p)
@@ -286,6 +306,47 @@ func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *
 		return "VirtualMachineInstance " + vmi.Name, nil
 	}
 	return "", nil
+}
+
+// holdsAddressOf reports whether a launcher's network-status (written by
+// Multus when it attaches an interface, and by its dynamic networks
+// controller on a hotplug or unplug) lists an address of the claim on a
+// NAD of the claim's network: the interface is attached with it, whatever
+// the launcher's networks annotation references now (another IPAMClaims
+// controller's webhook rewrites references of running launchers). Two
+// networks may use the same addresses, so the NAD's network is compared.
+func (r *ClaimReleaser) holdsAddressOf(ctx context.Context, p *metav1.PartialObjectMetadata, claim *ipamclaimsv1alpha1.IPAMClaim) (bool, error) {
+	raw := p.Annotations[nadv1.NetworkStatusAnnot]
+	if raw == "" || len(claim.Status.IPs) == 0 {
+		return false, nil
+	}
+	var statuses []nadv1.NetworkStatus
+	if err := json.Unmarshal([]byte(raw), &statuses); err != nil {
+		return false, nil // Multus' to write well; references still count
+	}
+	for _, st := range statuses {
+		if !slices.ContainsFunc(st.IPs, func(ip string) bool {
+			return slices.ContainsFunc(claim.Status.IPs, func(held string) bool { bare, _, _ := strings.Cut(held, "/"); return bare == ip })
+		}) {
+			continue
+		}
+		key, err := multus.NADRef(st.Name, p.Namespace)
+		if err != nil {
+			continue // the pod network, or a name that is not a NAD's
+		}
+		network, found, err := multus.ReadNAD(ctx, r.Client, key)
+		var nadErr *multus.NADError
+		switch {
+		case errors.As(err, &nadErr):
+			continue // a NAD that does not parse names no network
+		case err != nil:
+			return false, fmt.Errorf("reading NetworkAttachmentDefinition %s: %w", key, err)
+		}
+		if found && (claim.Spec.Network == "" || network.Name == claim.Spec.Network) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // ended reports, from a live read, whether a pod's containers ended for

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -121,5 +122,98 @@ func TestUsersSkipEndedLaunchers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// While another controller makes claims its webhook rewrites a running
+// launcher's references (ipam-extensions points every persistent network
+// at <vm>.<network>, on any update): the claim a running interface holds,
+// for example one of a NAD swap ipkeeper made before, is then kept by any
+// running launcher of its owner, not only by one that references it.
+func TestUsersWhileAnotherControllerRewritesReferences(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, ipamclaimsv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swapped := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "vm1.blue.net-b.0123"}}
+	launcher := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "virt-launcher-vm1-abcde",
+		Labels:      map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue, kubevirt.VMINameLabel: "vm1", kubevirtv1.CreatedByLabel: "vmi-uid"},
+		Annotations: map[string]string{kubevirtv1.DomainAnnotation: "vm1", multus.Annotation: `[{"name":"blue-b","namespace":"vms","ipam-claim-reference":"vm1.blue"}]`},
+	}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	owner := claimowner.Owner{Kind: claimowner.KindVM, Name: "vm1", UID: "vm-uid"}
+	for _, tt := range []struct {
+		maker Maker
+		want  string
+	}{
+		{fakeMaker{external: true}, "pod virt-launcher-vm1-abcde"},
+		{fakeMaker{external: false}, ""},
+		{nil, ""},
+	} {
+		cache := fake.NewClientBuilder().WithScheme(scheme).
+			WithIndex(PodMetadata(), indexClaimRef, func(o client.Object) []string {
+				return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
+			}).Build()
+		api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(launcher.DeepCopy()).Build()
+		r := &ClaimReleaser{Client: cache, APIReader: api, Maker: tt.maker}
+		who, err := r.users(context.Background(), api, swapped, owner, ownerGone)
+		if err != nil {
+			t.Fatalf("users: %v", err)
+		}
+		if who != tt.want {
+			t.Errorf("maker %v: users() = %q, want %q", tt.maker, who, tt.want)
+		}
+	}
+}
+
+// Whoever makes claims, a running launcher of the owner whose
+// network-status lists an address of the claim keeps it: its interface is
+// attached with that address, whatever its references say now (another
+// controller's webhook may have rewritten them before it went).
+func TestUsersCountsAnAttachedAddress(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, ipamclaimsv1alpha1.AddToScheme, nadv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swapped := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "vm1.blue.net-b.0123"},
+		Spec:   ipamclaimsv1alpha1.IPAMClaimSpec{Network: "net-b"},
+		Status: ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{"10.64.1.37/26"}}}
+	owner := claimowner.Owner{Kind: claimowner.KindVM, Name: "vm1", UID: "vm-uid"}
+	nad := func(name, network string) *nadv1.NetworkAttachmentDefinition {
+		return &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: name},
+			Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: `{"cniVersion":"1.0.0","name":"` + network + `","type":"bridge","ipam":{"type":"ipkeeper","range":"10.64.1.0/26"}}`}}
+	}
+	for _, tt := range []struct {
+		status string
+		want   string
+	}{
+		{`[{"name":"vms/blue-b","interface":"pod16477688c0e","ips":["10.64.1.37"]}]`, "pod virt-launcher-vm1-abcde"},
+		// The same address on another network (a NAD of it) is not the claim's.
+		{`[{"name":"vms/blue-a","interface":"pod16477688c0e","ips":["10.64.1.37"]}]`, ""},
+		{`[{"name":"vms/blue-b","interface":"pod16477688c0e","ips":["10.64.1.38"]}]`, ""},
+		{``, ""},
+	} {
+		launcher := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "virt-launcher-vm1-abcde",
+			Labels: map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue, kubevirt.VMINameLabel: "vm1", kubevirtv1.CreatedByLabel: "vmi-uid"},
+			Annotations: map[string]string{kubevirtv1.DomainAnnotation: "vm1",
+				multus.Annotation:                   `[{"name":"blue-b","namespace":"vms","ipam-claim-reference":"vm1.blue"}]`,
+				"k8s.v1.cni.cncf.io/network-status": tt.status},
+		}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		cache := fake.NewClientBuilder().WithScheme(scheme).WithObjects(nad("blue-a", "net-a"), nad("blue-b", "net-b")).
+			WithIndex(PodMetadata(), indexClaimRef, func(o client.Object) []string {
+				return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
+			}).Build()
+		api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(launcher).Build()
+		r := &ClaimReleaser{Client: cache, APIReader: api}
+		who, err := r.users(context.Background(), api, swapped, owner, ownerGone)
+		if err != nil {
+			t.Fatalf("users: %v", err)
+		}
+		if who != tt.want {
+			t.Errorf("network-status %s: users() = %q, want %q", tt.status, who, tt.want)
+		}
 	}
 }

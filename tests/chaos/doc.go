@@ -60,12 +60,13 @@
 //     the agents): start, live migration, NIC hotplug and unplug, live NAD
 //     swaps to another network whose migration succeeds or fails (the
 //     user then swaps back), a hotplug or unplug while a swap's migration
-//     is pending, stop and deletion (virt-controller, which exits when it
-//     loses its lease during an API server restart, is started again as
-//     a kubelet would);
-//   - who makes the VMs' claims: KubeVirt's real ipam-extensions is
-//     installed and removed in turns, and the controller leaves claims and
-//     references to it, then takes them over (makerops.go);
+//     is pending, stop and deletion (in long runs virt-controller, which
+//     exits when it loses its lease during an API server restart, is
+//     started again as a kubelet would);
+//   - in long runs, who makes the VMs' claims: KubeVirt's real
+//     ipam-extensions is installed and removed in turns, and the
+//     controller leaves claims and references to it, then takes them over
+//     (makerops.go);
 //   - Cluster API IPAddressClaims of the named pool, made and deleted;
 //   - node deletion: a node's agent killed, its pods deleted without DELs,
 //     its Node deleted (its blocks must go with it) and made again;

@@ -66,7 +66,7 @@ import (
 //	   the harness made and ipkeeper accepted (never one of a refused
 //	   definition), every block's pool exists and a node block's node
 //	   exists, every IPAMClaim and Cluster API claim is the harness's;
-//	I9 one maker of claims: a VM started while ipam-extensions makes the
+//	I9 (long runs) one maker of claims: a VM started while ipam-extensions makes the
 //	   claims (after the controller said so) has a claim ipam-extensions
 //	   made and ipkeeper neither made nor adopted (makerops.go).
 //

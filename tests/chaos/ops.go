@@ -82,10 +82,9 @@ type runner struct {
 	// failed VM operation kind, for the summary.
 	vms vmPods
 	kv  *framework.KubeVirt // the VMs' KubeVirt (vmops.go)
-	// makerCycled is set once ipam-extensions made a probe VM's claim and
-	// ipkeeper took the claims back (makerops.go): the short run waits
-	// for it.
-	makerCycled atomic.Bool
+	// longVMs: a long run starts virt-controller again when it exits and
+	// runs the claims maker turns (makerops.go).
+	longVMs bool
 	// makerChangedAt is when ipam-extensions was last installed or
 	// removed (UnixNano): the agents' view of the webhook settles
 	// makerSettle later (agentsDerive).

@@ -285,7 +285,9 @@ func (a *vmActor) failed(ctx context.Context, op string, err error) {
 	}
 	a.r.counts.inc("vm-failed:" + op)
 	a.r.vmErrs.Store(op, err.Error())
-	a.r.virtControllerUp(ctx)
+	if a.r.longVMs {
+		a.r.virtControllerUp(ctx)
+	}
 	// What failed was most likely a fault of the run: give it a moment
 	// before the next round (a pace, not a wait for anything).
 	select {
