@@ -35,53 +35,83 @@ IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 .PHONY: image
-image: ## OCI image of the three binaries, no Docker or base image needed: bin/image/oci (OCI layout, amd64+arm64), ipkeeper.oci.tar, ipkeeper-linux-<arch>.docker.tar (docs/install.md).
+image: ## OCI image of the four binaries, no Docker or base image needed: bin/image/oci (OCI layout, amd64+arm64), ipkeeper.oci.tar, ipkeeper-linux-<arch>.docker.tar (docs/install.md).
 	for p in $(IMAGE_PLATFORMS); do \
 		GOOS=$${p%/*} GOARCH=$${p#*/} $(GO_BUILD) -o $(IMAGE_DIR)/bin/$${p%/*}_$${p#*/}/ $(addprefix ./cmd/,$(BINARIES)); \
 	done
 	go run ./hack/image -out '$(IMAGE_DIR)' -bin-dir '$(IMAGE_DIR)/bin' -binaries '$(BINARIES)' -platforms '$(IMAGE_PLATFORMS)' \
 		-image '$(IMAGE)' -version '$(VERSION)' -revision '$(REVISION)' -created '$(SOURCE_DATE_EPOCH)'
 
+# make release VERSION=v0.1.0 IMAGE=registry.example.org/ipkeeper: builds the
+# image, pushes it as IMAGE:VERSION (PUSH=false: does not; INSECURE=true: plain
+# HTTP) and writes the assets into RELEASE_DIR, each pinning the image by
+# digest: install.yaml, install-<overlay>.yaml, the Helm chart package and
+# SHA256SUMS (hack/release, docs/install.md). Here IMAGE is a repository
+# without tag, by default ghcr.io/ipkeeper/ipkeeper.
+RELEASE_IMAGE = $(if $(filter file,$(origin IMAGE)),ghcr.io/ipkeeper/ipkeeper,$(IMAGE))
+RELEASE_DIR ?= $(BIN_DIR)/release/$(VERSION)
+PUSH ?= true
+INSECURE ?= false
+.PHONY: release
+release: ## Build, push and pin a release: make release VERSION=v0.1.0 IMAGE=registry.example.org/ipkeeper -> bin/release/<VERSION>/ (install.yaml, chart, SHA256SUMS).
+	go run ./hack/release -check -version '$(VERSION)' -image '$(RELEASE_IMAGE)' -insecure=$(INSECURE)
+	bash hack/tools.sh kubernetes helm
+	$(MAKE) --no-print-directory image IMAGE='$(RELEASE_IMAGE):$(VERSION)' IMAGE_DIR='$(RELEASE_DIR)/image'
+	go run ./hack/release -version '$(VERSION)' -image '$(RELEASE_IMAGE)' -layout '$(RELEASE_DIR)/image/oci' -out '$(RELEASE_DIR)' \
+		-push=$(PUSH) -insecure=$(INSECURE) -kubectl '$(IPKEEPER_KUBECTL)' -helm '$(IPKEEPER_HELM)'
+
 .PHONY: tools
-tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins, Multus, controller-gen, KubeVirt virt-controller, whereabouts and ipam-extensions (cached).
+tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins, Multus, controller-gen, KubeVirt virt-controller, whereabouts, ipam-extensions, helm, promtool and kubeconform (cached; the first time about 25 minutes on two cores).
 	bash hack/tools.sh
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, CRD manifests and RBAC roles.
+generate: ## Regenerate deepcopy code, CRD manifests, RBAC roles, and the Helm chart's copies of the CRDs and alert rules.
 	bash hack/tools.sh controller-gen
 	$(IPKEEPER_CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./pkg/apis/...
 	$(IPKEEPER_CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=manifests/crds
 	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-controller paths=./internal/controllermanager/... output:rbac:artifacts:config=manifests/rbac/controller
 	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-agent paths=./internal/agent/... output:rbac:artifacts:config=manifests/rbac/agent
 	go run ./hack/crdgen -crd-dir manifests/crds -test-crd-dir tests/crds
+	go run ./hack/chartgen -crd-dir manifests/crds -prometheus-rule manifests/components/monitoring/prometheusrule.yaml -chart charts/ipkeeper
 
 .PHONY: verify-generated
 verify-generated: ## Fail when generated files are stale.
 	bash hack/verify-generated.sh
 
 .PHONY: lint
-lint: ## gofmt check, go vet, the SPDX licence line in every Go file, and golangci-lint.
+lint: ## gofmt check, go vet, the SPDX licence line in every Go file, golangci-lint, and kubeconform on the rendered manifests and chart.
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^vendor/')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	bash hack/check-license.sh
 	bash hack/tools.sh golangci-lint
 	$(IPKEEPER_GOLANGCI_LINT) run ./...
+	bash hack/kubeconform.sh
 
 .PHONY: test-unit
-test-unit: ## Unit tests (no control plane).
-	go test $(GO_TEST_FLAGS) ./pkg/... ./internal/... ./cmd/... ./hack/...
+test-unit: ## Unit tests (no control plane), and the alert rules' unit tests with the pinned promtool (tests/monitoring).
+	bash hack/tools.sh promtool
+	go test $(GO_TEST_FLAGS) ./pkg/... ./internal/... ./cmd/... ./hack/... ./tests/monitoring/...
 
 .PHONY: test-image
 test-image: ## `make image` into a temporary directory, read back: config, static binaries, archives, same digest twice, the Dockerfile's agreement (no Docker).
 	go test -count=1 -v -run '^TestImage$$' ./hack/image/
 
 .PHONY: test-integration
-test-integration: tools ## Integration tests on a real etcd + kube-apiserver + kube-controller-manager.
-	go test $(GO_TEST_FLAGS) -timeout 30m -v ./tests/integration/...
+test-integration: tools ## Integration tests on a real etcd + kube-apiserver + kube-controller-manager, with the install tests (tests/install) and the Helm chart's checks (tests/chart) alongside.
+	go test $(GO_TEST_FLAGS) -timeout 30m -v ./tests/integration/... ./tests/install/... ./tests/chart/...
 
 .PHONY: test-e2e
 test-e2e: tools ## End-to-end tests as root: controller and agent processes, real Multus/bridge/macvlan plugins, network namespaces (skipped when not root).
 	go test $(GO_TEST_FLAGS) -timeout 20m -v ./tests/e2e/...
+
+# test-integration and test-e2e in one go test run: each package starts its
+# own control plane and free ports, and most of their time is spent waiting
+# on the API server, so two packages at a time take about as long as the
+# integration package alone. The chaos run stays alone: its faults (an API
+# server restarted, processes killed) have deadlines a loaded machine misses.
+.PHONY: test-system
+test-system: tools ## test-integration and test-e2e together, two packages at a time (what `make test` runs).
+	go test $(GO_TEST_FLAGS) -p 2 -timeout 30m -v ./tests/integration/... ./tests/install/... ./tests/chart/... ./tests/e2e/...
 
 .PHONY: test-chaos
 test-chaos: tools ## The short fixed-seed chaos run: random operations and faults on agent and controller processes, invariants checked (tests/chaos).
@@ -102,7 +132,7 @@ LEFTOVERS := $(shell mktemp -u /tmp/ipkeeper-leftovers.XXXXXX)
 .PHONY: test
 test: ## Everything CI runs, then a check that it left no network namespace, interface, process or temporary directory behind.
 	@bash hack/leftovers.sh snapshot $(LEFTOVERS)
-	@$(MAKE) --no-print-directory verify-generated lint test-unit test-image test-integration test-e2e test-chaos || { rm -f $(LEFTOVERS); exit 1; }
+	@$(MAKE) --no-print-directory verify-generated lint test-unit test-image test-system test-chaos || { rm -f $(LEFTOVERS); exit 1; }
 	@bash hack/leftovers.sh check $(LEFTOVERS); status=$$?; rm -f $(LEFTOVERS); exit $$status
 
 .PHONY: clean
@@ -115,8 +145,8 @@ demo: ## Walk through a VM keeping its address (root: network namespaces and bri
 		echo "make demo must run as root: it creates network namespaces, bridges and a root-only socket. Run: sudo -E make demo" >&2; exit 1; fi
 	@command -v ping >/dev/null 2>&1 || { echo "make demo needs ping (Debian/Ubuntu: apt-get install iputils-ping) and ip (iproute2)" >&2; exit 1; }
 	@echo "make demo: building the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins, Multus and"
-	@echo "KubeVirt's virt-controller if they are not cached yet in ~/.cache/ipkeeper/tools (the first time takes about"
-	@echo "twenty minutes on two cores)."
+	@echo "KubeVirt's virt-controller if they are not cached yet in ~/.cache/ipkeeper/tools: part of 'make tools', whose"
+	@echo "first build takes about 25 minutes on two cores (the demo's part about 15)."
 	@bash hack/tools.sh etcd kubernetes cni-plugins multus kubevirt
 	@echo "make demo: building ipkeeper and starting the local control plane (about half a minute)..."
 	@IPKEEPER_DEMO=1 go test -count=1 -timeout 10m -v -run '^TestDemo$$' ./tests/e2e/ | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$$' -e '^ok '

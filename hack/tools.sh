@@ -5,7 +5,8 @@
 # virt-controller with the KubeVirt CRDs generated from the same module, and
 # whereabouts (the e2e test of the move from whereabouts, and `make bench`),
 # and KubeVirt's ipam-extensions (the IPAMClaims controller and pod webhook
-# the network addons operator installs; the coexistence tests run it).
+# the network addons operator installs; the coexistence tests run it), and
+# helm, promtool and kubeconform (the chart, alert rule and manifest checks).
 #
 # Nothing prebuilt can be downloaded here, but everything builds from the Go
 # module proxy. Each component is built in a throwaway module that pins its
@@ -41,6 +42,18 @@ KUBEVIRT_NOSUMDB=github.com/rhobs
 IPAM_EXTENSIONS_VERSION=v0.6.0
 IPAM_EXTENSIONS_SHA256=644ea618c3c4122eed59d05dcbc9d4f9d6064ada3f42839b2b6f8d2e6708889c
 IPAM_EXTENSIONS_IPAMCLAIMS=v0.5.1-alpha
+# Packaging and monitoring checks: the Helm chart (helm lint, template,
+# install), the alert rules' unit tests (promtool test rules), and the
+# rendered manifests' schema check in `make lint` (kubeconform).
+HELM_VERSION=v3.22.0
+PROMETHEUS_VERSION=v0.316.0
+KUBECONFORM_VERSION=v0.7.0
+# kube-schemas: what hack/kubeconform.sh turns into kubeconform's schemas:
+# the swagger.json of K8S_VERSION, and the Prometheus Operator's CRDs
+# (PrometheusRule, ServiceMonitor), which controller-gen writes from the
+# operator's monitoring API module (the CRD manifests are in no module the
+# proxy serves).
+PROMETHEUS_OPERATOR_VERSION=v0.95.2
 
 ROOT="${IPKEEPER_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ipkeeper/tools}"
 
@@ -65,6 +78,10 @@ IPKEEPER_VIRT_CONTROLLER=$ROOT/kubevirt-${KUBEVIRT_VERSION}/virt-controller
 IPKEEPER_KUBEVIRT_CRDS_DIR=$ROOT/kubevirt-${KUBEVIRT_VERSION}/crds
 IPKEEPER_IPAM_EXTENSIONS=$ROOT/ipam-extensions-${IPAM_EXTENSIONS_VERSION}/manager
 IPKEEPER_IPAM_EXTENSIONS_VERSION=${IPAM_EXTENSIONS_VERSION}
+IPKEEPER_HELM=$ROOT/helm-${HELM_VERSION}/helm
+IPKEEPER_PROMTOOL=$ROOT/promtool-${PROMETHEUS_VERSION}/promtool
+IPKEEPER_KUBECONFORM=$ROOT/kubeconform-${KUBECONFORM_VERSION}/kubeconform
+IPKEEPER_KUBE_SCHEMAS_DIR=$ROOT/kube-schemas-${K8S_VERSION}-prometheus-operator-${PROMETHEUS_OPERATOR_VERSION}
 ENV
 	exit 0
 fi
@@ -342,8 +359,71 @@ build_ipam_extensions() {
 	touch "$dir/.complete"
 }
 
+build_helm() {
+	local dir="$ROOT/helm-${HELM_VERSION}"
+	if built "$dir"; then log "helm ${HELM_VERSION}: cached in $dir"; return; fi
+	log "helm ${HELM_VERSION}: building"
+	mkdir -p "$dir"
+	local gomod="module ipkeeper.tools/helm
+go 1.24.0
+require helm.sh/helm/v3 ${HELM_VERSION}"
+	build_in_module "$dir" "$gomod" helm "helm.sh/helm/v3/cmd/helm" \
+		"-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+	touch "$dir/.complete"
+}
+
+# promtool only (not the Prometheus server): `promtool test rules` runs the
+# alert rules' unit tests, `promtool check rules` their syntax.
+build_promtool() {
+	local dir="$ROOT/promtool-${PROMETHEUS_VERSION}"
+	if built "$dir"; then log "promtool ${PROMETHEUS_VERSION}: cached in $dir"; return; fi
+	log "promtool ${PROMETHEUS_VERSION}: building"
+	mkdir -p "$dir"
+	local gomod="module ipkeeper.tools/promtool
+go 1.24.0
+require github.com/prometheus/prometheus ${PROMETHEUS_VERSION}"
+	build_in_module "$dir" "$gomod" promtool "github.com/prometheus/prometheus/cmd/promtool"
+	touch "$dir/.complete"
+}
+
+build_kubeconform() {
+	local dir="$ROOT/kubeconform-${KUBECONFORM_VERSION}"
+	if built "$dir"; then log "kubeconform ${KUBECONFORM_VERSION}: cached in $dir"; return; fi
+	log "kubeconform ${KUBECONFORM_VERSION}: building"
+	mkdir -p "$dir"
+	local gomod="module ipkeeper.tools/kubeconform
+go 1.24.0
+require github.com/yannh/kubeconform ${KUBECONFORM_VERSION}"
+	build_in_module "$dir" "$gomod" kubeconform "github.com/yannh/kubeconform/cmd/kubeconform"
+	touch "$dir/.complete"
+}
+
+# The inputs of the manifests' schema check (hack/kubeconform.sh): the
+# Kubernetes swagger.json and the Prometheus Operator's CRDs (crds/).
+build_kube_schemas() {
+	local dir="$ROOT/kube-schemas-${K8S_VERSION}-prometheus-operator-${PROMETHEUS_OPERATOR_VERSION}"
+	if built "$dir"; then log "kube-schemas ${K8S_VERSION}, prometheus-operator ${PROMETHEUS_OPERATOR_VERSION}: cached in $dir"; return; fi
+	build_controller_gen
+	log "kube-schemas: the swagger.json of Kubernetes ${K8S_VERSION}, the CRDs of prometheus-operator ${PROMETHEUS_OPERATOR_VERSION}"
+	mkdir -p "$dir"
+	local src work mod="github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring"
+	src=$(module_path Dir "k8s.io/kubernetes@${K8S_VERSION}")
+	cp "$src/api/openapi-spec/swagger.json" "$dir/swagger.json"
+	work=$(mktemp -d)
+	# shellcheck disable=SC2064
+	trap "rm -rf '$work'" RETURN
+	printf 'module ipkeeper.tools/promcrds\ngo 1.24.0\nrequire %s %s\n' "$mod" "$PROMETHEUS_OPERATOR_VERSION" >"$work/go.mod"
+	printf 'package main\n\nimport _ "%s/v1"\n\nfunc main() {}\n' "$mod" >"$work/main.go"
+	rm -rf "$dir/crds"
+	(cd "$work" && GOFLAGS=-mod=mod GOTOOLCHAIN=local go mod tidy &&
+		GOFLAGS=-mod=mod GOTOOLCHAIN=local "$ROOT/controller-gen-${CONTROLLER_TOOLS_VERSION}/controller-gen" \
+			crd:allowDangerousTypes=true paths="$mod/v1" output:crd:dir="$dir/crds") ||
+		die "generating the prometheus-operator CRDs failed"
+	touch "$dir/.complete"
+}
+
 components=("$@")
-[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen kubevirt whereabouts ipam-extensions)
+[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen kubevirt whereabouts ipam-extensions helm promtool kubeconform)
 for c in "${components[@]}"; do
 	case "$c" in
 	etcd) build_etcd ;;
@@ -355,7 +435,11 @@ for c in "${components[@]}"; do
 	whereabouts) build_whereabouts ;;
 	kubevirt) build_kubevirt ;;
 	ipam-extensions) build_ipam_extensions ;;
-	*) die "unknown component '$c' (known: etcd kubernetes cni-plugins multus controller-gen golangci-lint kubevirt whereabouts ipam-extensions)" ;;
+	helm) build_helm ;;
+	promtool) build_promtool ;;
+	kubeconform) build_kubeconform ;;
+	kube-schemas) build_kube_schemas ;;
+	*) die "unknown component '$c' (known: etcd kubernetes cni-plugins multus controller-gen golangci-lint kubevirt whereabouts ipam-extensions helm promtool kubeconform kube-schemas)" ;;
 	esac
 done
 log "all requested tools are in $ROOT"

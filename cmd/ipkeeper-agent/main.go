@@ -12,9 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -23,94 +21,61 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/ipkeeper/ipkeeper/internal/agent"
-	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/logging"
 	"github.com/ipkeeper/ipkeeper/internal/version"
 )
 
-type options struct {
-	kubeconfig  string
-	apiQPS      float64
-	apiBurst    int
-	agent       agent.Options
-	logLevel    string
-	showVersion bool
-}
-
-func (o *options) addFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
-	// client-go's default (5 qps) would cap a node at a few pod starts per second.
-	fs.Float64Var(&o.apiQPS, "kube-api-qps", 100, "API requests per second this agent may send (sustained)")
-	fs.IntVar(&o.apiBurst, "kube-api-burst", 200, "API requests this agent may send in a burst")
-	fs.StringVar(&o.agent.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, set from the downward API)")
-	fs.StringVar(&o.agent.SocketPath, "socket", cniproto.DefaultSocketPath, "unix socket the CNI plugin talks to (created root-only)")
-	fs.StringVar(&o.agent.CNIBinDir, "cni-bin-dir", "", "install the ipkeeper CNI plugin into this directory on start (e.g. /host/opt/cni/bin); empty: do not install")
-	fs.StringVar(&o.agent.PluginSource, "cni-plugin-source", "", "CNI plugin binary to install (default: 'ipkeeper' next to this binary)")
-	fs.StringVar(&o.agent.MetricsAddr, "metrics-bind-address", ":9910", "address for Prometheus /metrics; empty disables")
-	fs.StringVar(&o.agent.ProbeAddr, "health-probe-bind-address", ":9911", "address for /healthz and /readyz; empty disables")
-	fs.DurationVar(&o.agent.ClaimWaitTimeout, "claim-wait-timeout", 30*time.Second, "how long an ADD waits for the IPAMClaim it references to exist and have addresses (ipkeeper-controller records them)")
-	fs.DurationVar(&o.agent.PoolWaitTimeout, "pool-wait-timeout", 10*time.Second, "how long an ADD of an inline network waits for ipkeeper-controller to make the network's IPPool from its NAD")
-	fs.DurationVar(&o.agent.CNIGCMinAge, "cni-gc-min-age", time.Minute, "a CNI GC spares reservations attached (spec.attachedAt) less than this long ago (the runtime's list of valid attachments may predate them); negative: none")
-	fs.IntVar(&o.agent.MultusDefaultNetworks, "multus-default-networks", -1,
-		"number of Multus defaultNetworks (Multus config), to tell which networks annotation element an interface named net<N> by position is; -1: unknown (such attachments then need \"interface\" set, or a NAD network unique in the annotation)")
-	fs.Func("multus-system-namespaces", "comma-separated Multus systemNamespaces, whose pods get no default networks (default kube-system)", func(s string) error {
-		o.agent.MultusSystemNamespaces = strings.Split(s, ",")
-		return nil
-	})
-	fs.StringVar(&o.agent.WebhookConfigurationName, "webhook-configuration-name", "ipkeeper",
-		"ipkeeper's MutatingWebhookConfiguration (as ipkeeper-controller's flag): while it has rules, a virt-launcher interface of a persistent-IP network without an IPAMClaim reference is refused (code 11); empty: no check")
-	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
-}
-
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
-	var o options
-	fs := flag.NewFlagSet("ipkeeper-agent", flag.ContinueOnError)
-	o.addFlags(fs)
+	var o agent.CommandOptions
+	fs := o.FlagSet()
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if o.showVersion {
+	if o.ShowVersion {
 		fmt.Println(version.Version)
 		return 0
 	}
-	log, err := logging.New(os.Stderr, o.logLevel)
+	log, err := logging.New(os.Stderr, o.LogLevel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	if err := o.Complete(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	ctrllog.SetLogger(log)
-	o.agent.Logger = log
+	o.Agent.Logger = log
 
 	if err := streamFirstLists(); err != nil {
 		log.Error(err, "enabling streamed lists")
 		return 1
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 	if err != nil {
 		log.Error(err, "loading kubeconfig")
 		return 1
 	}
-	cfg.QPS, cfg.Burst = float32(o.apiQPS), o.apiBurst
-	cfg.UserAgent = "ipkeeper-agent/" + version.Version + " (" + o.agent.NodeName + ")"
+	cfg.QPS, cfg.Burst = float32(o.APIQPS), o.APIBurst
+	cfg.UserAgent = "ipkeeper-agent/" + version.Version + " (" + o.Agent.NodeName + ")"
 	// The Go runtime's and the process's own figures (heap, RSS, CPU) next
 	// to the agent's, as every Kubernetes component exports them.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	o.agent.Registry = reg
-	a, err := agent.New(cfg, o.agent)
+	o.Agent.Registry = reg
+	a, err := agent.New(cfg, o.Agent)
 	if err != nil {
 		log.Error(err, "starting")
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	log.Info("ipkeeper-agent starting", "version", version.Version, "node", o.agent.NodeName)
+	log.Info("ipkeeper-agent starting", "version", version.Version, "node", o.Agent.NodeName)
 	if err := a.Run(ctx); err != nil {
 		log.Error(err, "agent stopped")
 		return 1

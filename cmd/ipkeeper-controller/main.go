@@ -25,39 +25,30 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
-	var (
-		o           controllermanager.Options
-		kubeconfig  string
-		logLevel    string
-		showVersion bool
-	)
-	fs := flag.NewFlagSet("ipkeeper-controller", flag.ContinueOnError)
-	o.AddFlags(fs)
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+	var c controllermanager.CommandOptions
+	fs := c.FlagSet()
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if showVersion {
+	if c.ShowVersion {
 		fmt.Println(version.Version)
 		return 0
 	}
-	log, err := logging.New(os.Stderr, logLevel)
+	log, err := logging.New(os.Stderr, c.LogLevel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	if err := o.Validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	ctrllog.SetLogger(log)
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {
 		log.Error(err, "loading kubeconfig")
 		return 1
@@ -65,8 +56,8 @@ func run(args []string) int {
 	cfg.UserAgent = "ipkeeper-controller/" + version.Version
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	log.Info("ipkeeper-controller starting", "version", version.Version, "namespace", o.Namespace, "webhook", o.EnableWebhook, "certMode", o.CertMode)
-	if err := controllermanager.Run(ctx, cfg, o); err != nil {
+	log.Info("ipkeeper-controller starting", "version", version.Version, "namespace", c.Namespace, "webhook", c.EnableWebhook, "certMode", c.CertMode)
+	if err := controllermanager.Run(ctx, cfg, c.Options); err != nil {
 		log.Error(err, "controller stopped")
 		return 1
 	}

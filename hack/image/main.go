@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Command image packs ipkeeper's three static binaries into an OCI image
+// Command image packs ipkeeper's four static binaries into an OCI image
 // without Docker, a daemon or a base image: the base is empty (scratch), so
 // nothing is downloaded, and go-containerregistry writes the layer, config,
 // manifests and archives itself. `make image` builds the binaries for each

@@ -4,6 +4,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -30,6 +32,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto/cniserver"
+	"github.com/ipkeeper/ipkeeper/internal/tlsconfig"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	ipkscheme "github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
 )
@@ -46,6 +49,12 @@ type Options struct {
 	// MetricsAddr and ProbeAddr, when set, serve /metrics and /healthz, /readyz.
 	MetricsAddr string
 	ProbeAddr   string
+	// MetricsCertDir, when set, serves /metrics over TLS with tls.crt and
+	// tls.key from this directory, reloaded when they change, with
+	// MetricsTLS's minimum version (TLS 1.3 when zero) and cipher suites.
+	// The probes stay plain HTTP, for the kubelet.
+	MetricsCertDir string
+	MetricsTLS     tlsconfig.Server
 	// Registry receives the agent's metrics; a new one when nil.
 	Registry *prometheus.Registry
 	// Logger for structured logs; slog's default logger when unset.
@@ -110,8 +119,10 @@ type Agent struct {
 	// uncertain remembers creates whose response was lost.
 	uncertain *uncertainCreates
 	metrics   *metrics
-	ready     atomic.Bool // caches synced
-	serving   atomic.Bool // socket listening
+	// metricsCert serves and reloads MetricsCertDir's certificate.
+	metricsCert *certwatcher.CertWatcher
+	ready       atomic.Bool // caches synced
+	serving     atomic.Bool // socket listening
 	// waiting says what start-up waits for while not ready, for /readyz,
 	// STATUS and the errors of requests that arrive meanwhile.
 	waiting atomic.Pointer[string]
@@ -148,6 +159,14 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	}
 	if opts.CNIGCMinAge == 0 {
 		opts.CNIGCMinAge = time.Minute
+	}
+	var metricsCert *certwatcher.CertWatcher
+	if opts.MetricsCertDir != "" {
+		// Read now, so that missing or broken files stop the start.
+		var err error
+		if metricsCert, err = tlsconfig.WatchCertDir("metrics-cert-dir", opts.MetricsCertDir); err != nil {
+			return nil, err
+		}
 	}
 	s, err := ipkscheme.New()
 	if err != nil {
@@ -189,11 +208,12 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		idx:          newNodeIndex(opts.NodeName),
 		blocks:       blocks.NewSet(opts.NodeName),
 		locks:        newKeyLocks(),
+		metricsCert:  metricsCert,
 
 		uncertain: newUncertainCreates(),
 	}
 	a.setWaiting("caches not synced yet")
-	if a.metrics, err = newMetrics(opts.Registry, a.idx.len); err != nil {
+	if a.metrics, err = newMetrics(opts.Registry, a.idx.len, a.Ready); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	a.store = &apiStore{c: live, metrics: a.metrics}
@@ -226,12 +246,23 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	errc := make(chan error, 4)
 	if a.opts.ProbeAddr != "" {
-		go func() { errc <- serveHTTP(ctx, a.opts.ProbeAddr, a.probeHandler()) }()
+		go func() { errc <- serveHTTP(ctx, a.opts.ProbeAddr, a.probeHandler(), nil) }()
 	}
 	if a.opts.MetricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{}))
-		go func() { errc <- serveHTTP(ctx, a.opts.MetricsAddr, mux) }()
+		var tlsConfig *tls.Config
+		if a.metricsCert != nil {
+			go func() {
+				// Without the watch the loaded certificate is still
+				// served, until it expires: say so, do not stop.
+				if err := a.metricsCert.Start(ctx); err != nil {
+					a.log.Error(err, "watching the metrics certificate for changes", "dir", a.opts.MetricsCertDir)
+				}
+			}()
+			tlsConfig = a.opts.MetricsTLS.Config(a.metricsCert.GetCertificate)
+		}
+		go func() { errc <- serveHTTP(ctx, a.opts.MetricsAddr, mux, tlsConfig) }()
 	}
 	// The plugin is installed at once: until the agent is ready it answers
 	// with the reason, which says more than a plugin missing from the node.
@@ -493,10 +524,15 @@ func (a *Agent) probeHandler() http.Handler {
 	return mux
 }
 
-func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
+// serveHTTP serves h on addr until ctx is done: over TLS with tlsConfig,
+// plain HTTP when it is nil.
+func serveHTTP(ctx context.Context, addr string, h http.Handler, tlsConfig *tls.Config) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {

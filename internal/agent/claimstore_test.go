@@ -48,7 +48,7 @@ func TestWaitIgnoresAClaimTheWatchCacheStillShows(t *testing.T) {
 	}
 	current := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm1.blue", UID: "new-uid"}}
 	live := fake.NewClientBuilder().WithScheme(scheme).WithObjects(current).WithStatusSubresource(current).Build()
-	m, err := newMetrics(prometheus.NewRegistry(), func() int { return 0 })
+	m, err := newMetrics(prometheus.NewRegistry(), func() int { return 0 }, func() bool { return true })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -342,7 +342,7 @@ func newTestAgent(t testing.TB, store Store, claims ClaimStore) *Agent {
 
 		uncertain: newUncertainCreates(),
 	}
-	m, err := newMetrics(prometheus.NewRegistry(), a.idx.len)
+	m, err := newMetrics(prometheus.NewRegistry(), a.idx.len, a.Ready)
 	if err != nil {
 		t.Fatal(err)
 	}

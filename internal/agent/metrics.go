@@ -22,9 +22,12 @@ type metrics struct {
 	apiReads     *prometheus.CounterVec // verb
 	podLookups   *prometheus.CounterVec // source
 	reservations prometheus.GaugeFunc
+	ready        prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer, indexLen func() int) (*metrics, error) {
+// newMetrics registers the agent's metrics on reg; indexLen and ready are
+// read at each scrape.
+func newMetrics(reg prometheus.Registerer, indexLen func() int, ready func() bool) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_cni_requests_total", Help: "CNI requests served, by command and result (success or error).",
@@ -61,8 +64,19 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int) (*metrics, error
 		reservations: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ipkeeper_agent_reservations", Help: "Reservations in the agent's cache: its node's and every one without an ipkeeper.io/node label, of all networks.",
 		}, func() float64 { return float64(indexLen()) }),
+		// Read at scrape time, like /readyz: an alert sees an agent that
+		// never gets ready (a missing CRD, caches that do not sync).
+		ready: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ipkeeper_agent_ready",
+			Help: "1 while the agent serves CNI requests (its caches synced, its socket listening), 0 while it starts or waits for a CRD (see /readyz for why).",
+		}, func() float64 {
+			if ready() {
+				return 1
+			}
+			return 0
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.blocksTaken, m.releases, m.apiWrites, m.apiReads, m.podLookups, m.reservations} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.blocksTaken, m.releases, m.apiWrites, m.apiReads, m.podLookups, m.reservations, m.ready} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

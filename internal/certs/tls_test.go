@@ -10,43 +10,14 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-func TestTLSVersion(t *testing.T) {
-	for _, tc := range []struct {
-		in      string
-		want    uint16
-		wantErr bool
-	}{
-		{"1.2", tls.VersionTLS12, false},
-		{"1.3", tls.VersionTLS13, false},
-		{"1.0", 0, true},
-		{"1.1", 0, true},
-		{"", 0, true},
-		{"TLS1.3", 0, true},
-		{"1.4", 0, true},
-	} {
-		got, err := TLSVersion(tc.in)
-		if tc.wantErr {
-			if err == nil {
-				t.Errorf("TLSVersion(%q) accepted", tc.in)
-				continue
-			}
-			if !strings.Contains(err.Error(), "--webhook-tls-min-version") || !strings.Contains(err.Error(), `"`+tc.in+`"`) {
-				t.Errorf("TLSVersion(%q) error %q does not name the flag and value", tc.in, err)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("TLSVersion(%q) = %#x, %v; want %#x", tc.in, got, err, tc.want)
-		}
-	}
-}
+	"github.com/ipkeeper/ipkeeper/internal/tlsconfig"
+)
 
 func TestTLSOptionsKeepsExistingCertificateSource(t *testing.T) {
 	existing := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, errors.New("existing") }
 	cfg := &tls.Config{GetCertificate: existing}
-	TLSOptions(tls.VersionTLS13, nil)(cfg)
+	TLSOptions(tlsconfig.Server{MinVersion: tls.VersionTLS13}, nil)(cfg)
 	if cfg.MinVersion != tls.VersionTLS13 {
 		t.Errorf("MinVersion = %#x, want TLS 1.3", cfg.MinVersion)
 	}
@@ -128,7 +99,7 @@ func TestTLSHandshake(t *testing.T) {
 		{"min 1.3, client without ca.crt", tls.VersionTLS13, tls.VersionTLS13, tls.VersionTLS13, true, false, "bad certificate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			addr, results := serve(t, TLSOptions(tc.serverMin, srv.GetCertificate))
+			addr, results := serve(t, TLSOptions(tlsconfig.Server{MinVersion: tc.serverMin}, srv.GetCertificate))
 			trust := roots
 			if tc.untrusted {
 				trust = x509.NewCertPool()

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ipkeeper/ipkeeper/internal/backlog"
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
@@ -54,6 +55,9 @@ type Reconciler struct {
 	// addresses yet (exhausted, taken, pool missing): events on pools,
 	// reservations and NADs bring it back sooner.
 	backoff workqueue.TypedRateLimiter[reconcile.Request]
+	// unfilled holds the claims of served networks still without
+	// addresses, since their creation (ipkeeper_controller_claims_unfilled).
+	unfilled backlog.Since[types.NamespacedName]
 }
 
 // Reconcile brings one claim's addresses and status up to date.
@@ -62,12 +66,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.backoff.Forget(req)
+			r.unfilled.Delete(req.NamespacedName)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("reading IPAMClaim %s: %w", req, err)
 	}
 	if claim.DeletionTimestamp != nil {
 		// Its reservations go once it is gone (the garbage collector).
+		r.unfilled.Delete(req.NamespacedName)
 		return reconcile.Result{}, nil
 	}
 	if !r.Alloc.Ready() {
@@ -75,7 +81,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	net, err := r.networkOf(ctx, &claim)
 	if net == nil && err == nil {
+		r.unfilled.Delete(req.NamespacedName)
 		return reconcile.Result{}, nil // not a network ipkeeper serves
+	}
+	// Ours (or not known yet, on an error): it waits from its creation
+	// until its addresses are recorded, whatever holds it up.
+	if len(claim.Status.IPs) == 0 {
+		r.unfilled.Set(req.NamespacedName, claim.CreationTimestamp.Time)
+	} else {
+		r.unfilled.Delete(req.NamespacedName)
 	}
 	var out outcome
 	if err == nil {
@@ -90,6 +104,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.record(ctx, &claim, net, out); err != nil {
 		return reconcile.Result{}, err
 	}
+	if len(out.ips) > 0 {
+		r.unfilled.Delete(req.NamespacedName) // recorded now (or already)
+	}
 	if out.retry {
 		return reconcile.Result{RequeueAfter: r.backoff.When(req)}, nil
 	}
@@ -100,6 +117,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // SetupWithManager registers the controller and the indexes it reads.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 2*time.Minute)
+	remove := unfilledMetrics.Add(r.unfilled.Stats)
+	go func() {
+		<-ctx.Done()
+		remove()
+	}()
 	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}

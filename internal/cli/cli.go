@@ -83,6 +83,25 @@ func (o *globalOptions) addFlags(fs *pflag.FlagSet, formats []string) {
 	}
 }
 
+// flagSet registers the command's flags, the global ones into g, on a new
+// flag set, and returns it with the function that runs the command.
+func (cmd command) flagSet(g *globalOptions) (*pflag.FlagSet, runFunc) {
+	fs := pflag.NewFlagSet("kubectl ipkeeper "+cmd.name, pflag.ContinueOnError)
+	g.addFlags(fs, cmd.formats)
+	return fs, cmd.setup(fs)
+}
+
+// FlagSets returns every command's flags (the global ones included) by
+// command name, as Main registers them; the docs check (hack/docscheck)
+// lists them.
+func FlagSets() map[string]*pflag.FlagSet {
+	sets := make(map[string]*pflag.FlagSet, len(commands))
+	for _, cmd := range commands {
+		sets[cmd.name], _ = cmd.flagSet(&globalOptions{})
+	}
+	return sets
+}
+
 // session is what a command works with.
 type session struct {
 	out, errOut io.Writer
@@ -127,11 +146,9 @@ func Main(ctx context.Context, args []string, streams Streams) int {
 		printUsage(streams.Err)
 		return ExitUsage
 	}
-	fs := pflag.NewFlagSet("kubectl ipkeeper "+cmd.name, pflag.ContinueOnError)
-	fs.SetOutput(streams.Err)
 	var g globalOptions
-	g.addFlags(fs, cmd.formats)
-	run := cmd.setup(fs)
+	fs, run := cmd.flagSet(&g)
+	fs.SetOutput(streams.Err)
 	// pflag prints the usage itself on every parse error; the help goes
 	// to stdout on --help only, errors get one line and a pointer to it.
 	fs.Usage = func() {}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/ipkeeper/ipkeeper/internal/certs"
+	"github.com/ipkeeper/ipkeeper/internal/tlsconfig"
 )
 
 // newManager builds the main manager: cache, leader election, metrics,
@@ -33,8 +35,8 @@ func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, *
 	byObject := map[client.Object]cache.ByObject{}
 	var certServer *certs.Server
 	var hookServer webhook.Server
+	tlsSettings := o.tlsSettings()
 	if o.EnableWebhook {
-		tlsMin := o.tlsMinVersion()
 		serverOpts := webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort}
 		switch o.CertMode {
 		case CertsSelfManaged:
@@ -49,16 +51,29 @@ func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, *
 			}
 			// The cache is not running yet; GetCertificate reads it lazily.
 			certServer = &certs.Server{Namespace: o.Namespace, Name: o.SecretName}
-			serverOpts.TLSOpts = []func(*tls.Config){certs.TLSOptions(tlsMin, certServer.GetCertificate)}
+			serverOpts.TLSOpts = []func(*tls.Config){certs.TLSOptions(tlsSettings, certServer.GetCertificate)}
 		case CertsProvided:
 			serverOpts.CertDir, serverOpts.CertName, serverOpts.KeyName = o.CertDir, "tls.crt", "tls.key"
-			serverOpts.TLSOpts = []func(*tls.Config){certs.TLSOptions(tlsMin, nil)}
+			serverOpts.TLSOpts = []func(*tls.Config){certs.TLSOptions(tlsSettings, nil)}
 		}
 		hookServer = webhook.NewServer(serverOpts)
 	}
+	metricsOpts := metricsserver.Options{BindAddress: o.MetricsAddr}
+	var metricsCert *certwatcher.CertWatcher
+	if o.MetricsCertDir != "" {
+		// The watcher is made here, not by controller-runtime from
+		// CertDir: that would fall back to a self-signed certificate
+		// when the files are missing, where an error is wanted.
+		var err error
+		if metricsCert, err = tlsconfig.WatchCertDir("metrics-cert-dir", o.MetricsCertDir); err != nil {
+			return nil, nil, err
+		}
+		metricsOpts.SecureServing = true
+		metricsOpts.TLSOpts = []func(*tls.Config){certs.TLSOptions(tlsSettings, metricsCert.GetCertificate)}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        s,
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.ProbeAddr,
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              o.LeaderElectID,
@@ -79,6 +94,12 @@ func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, *
 	}
 	if certServer != nil {
 		certServer.Reader = mgr.GetClient()
+	}
+	if metricsCert != nil {
+		// Reloads the files when they change; runs on every replica.
+		if err := mgr.Add(metricsCert); err != nil {
+			return nil, nil, fmt.Errorf("adding the metrics certificate watcher: %w", err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, nil, fmt.Errorf("adding healthz: %w", err)

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/blockgc"
-	"github.com/ipkeeper/ipkeeper/internal/certs"
 	"github.com/ipkeeper/ipkeeper/internal/claimaddrs"
 	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
+	"github.com/ipkeeper/ipkeeper/internal/tlsconfig"
 )
 
 // Certificate modes for the webhook.
@@ -33,10 +33,13 @@ type Options struct {
 	LeaderElect   bool
 	LeaderElectID string
 	MetricsAddr   string
-	ProbeAddr     string
-	APIQPS        float64
-	APIBurst      int
-	RequireGate   bool
+	// MetricsCertDir, when set, serves /metrics over TLS with tls.crt and
+	// tls.key from it; plain HTTP when empty.
+	MetricsCertDir string
+	ProbeAddr      string
+	APIQPS         float64
+	APIBurst       int
+	RequireGate    bool
 	// ClaimsController is --claims-controller: who makes VMs' IPAMClaims
 	// (claimmaker.Setting).
 	ClaimsController         string
@@ -53,11 +56,15 @@ type Options struct {
 	WebhookConfig            string
 	ServiceName              string
 	ExtraSANs                string
-	TLSMinVersion            string
 	CertValidity             time.Duration
 	CAValidity               time.Duration
 
 	ClaimWorkers int
+
+	// TLS is --tls-min-version (and its deprecated alias
+	// --webhook-tls-min-version) and --tls-cipher-suites: the settings of
+	// every TLS server the controller runs.
+	TLS tlsconfig.Options
 
 	KubeVirtDiscoveryInterval   time.Duration
 	ClusterAPIDiscoveryInterval time.Duration
@@ -74,6 +81,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader among replicas for the controllers; every replica serves the webhook")
 	fs.StringVar(&o.LeaderElectID, "leader-election-id", "ipkeeper-controller", "name of the leader election Lease")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":9920", "address for Prometheus /metrics; 0 disables")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "serve /metrics over TLS with tls.crt and tls.key from this directory (reloaded when they change), with --tls-min-version and --tls-cipher-suites; empty: plain HTTP")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":9921", "address for /healthz and /readyz; 0 disables")
 	fs.Float64Var(&o.APIQPS, "kube-api-qps", 200, "API requests per second (sustained): the controller writes every VM's first addresses, so a VM boot storm is bounded by this")
 	fs.IntVar(&o.APIBurst, "kube-api-burst", 400, "API requests in a burst")
@@ -96,7 +104,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.WebhookConfig, "webhook-configuration-name", "ipkeeper", "MutatingWebhookConfiguration that gets the self-managed CA bundle")
 	fs.StringVar(&o.ServiceName, "webhook-service-name", "ipkeeper-webhook", "Service in front of the webhook; its DNS names go into the certificate")
 	fs.StringVar(&o.ExtraSANs, "webhook-extra-sans", "", "comma-separated extra DNS names or IPs for the self-managed certificate")
-	fs.StringVar(&o.TLSMinVersion, "webhook-tls-min-version", "1.3", "minimum TLS version the webhook accepts: 1.2 or 1.3")
+	o.TLS.AddFlags(fs, "the webhook server and, with --metrics-cert-dir, /metrics")
+	o.TLS.AddDeprecatedMinVersionFlag(fs, "webhook-tls-min-version")
 	fs.DurationVar(&o.CertValidity, "webhook-cert-validity", 365*24*time.Hour, "lifetime of a self-managed serving certificate (renewed at 2/3)")
 	fs.DurationVar(&o.CAValidity, "webhook-ca-validity", 10*365*24*time.Hour, "lifetime of the self-managed CA (rotated at 2/3, without downtime)")
 }
@@ -134,6 +143,9 @@ func (o Options) Validate() error {
 	if o.APIQPS <= 0 || o.APIBurst <= 0 {
 		return fmt.Errorf("--kube-api-qps %v / --kube-api-burst %d: must be positive", o.APIQPS, o.APIBurst)
 	}
+	if _, err := o.TLS.Parse(); err != nil {
+		return err
+	}
 	if !o.EnableWebhook {
 		return nil
 	}
@@ -142,9 +154,6 @@ func (o Options) Validate() error {
 	}
 	if o.WebhookLiveReadQPS <= 0 {
 		return fmt.Errorf("--webhook-live-read-qps %v: must be positive", o.WebhookLiveReadQPS)
-	}
-	if _, err := certs.TLSVersion(o.TLSMinVersion); err != nil {
-		return err
 	}
 	switch o.CertMode {
 	case CertsSelfManaged:
@@ -164,11 +173,10 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// tlsMinVersion is --webhook-tls-min-version as a crypto/tls constant;
-// Validate has checked it.
-func (o *Options) tlsMinVersion() uint16 {
-	v, _ := certs.TLSVersion(o.TLSMinVersion)
-	return v
+// tlsSettings are the TLS flags parsed; Validate has checked them.
+func (o *Options) tlsSettings() tlsconfig.Server {
+	s, _ := o.TLS.Parse()
+	return s
 }
 
 // sans splits the certificate's subject alternative names: the Service's
@@ -189,4 +197,25 @@ func (o *Options) sans() (dns []string, ips []net.IP) {
 		}
 	}
 	return dns, ips
+}
+
+// CommandOptions are ipkeeper-controller's whole command line: Options,
+// and what main uses itself.
+type CommandOptions struct {
+	Options
+	Kubeconfig  string
+	LogLevel    string
+	ShowVersion bool
+}
+
+// FlagSet registers every flag of ipkeeper-controller on a new flag set,
+// bound to c. main parses the command line with it; the docs check
+// (hack/docscheck) lists the flags from it.
+func (c *CommandOptions) FlagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("ipkeeper-controller", flag.ContinueOnError)
+	c.AddFlags(fs)
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.ShowVersion, "version", false, "print the version and exit")
+	return fs
 }

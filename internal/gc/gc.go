@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/ipkeeper/ipkeeper/internal/backlog"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
@@ -53,6 +54,9 @@ type Reconciler struct {
 	// missingSince records, per reservation, when its pod was first
 	// confirmed missing.
 	missingSince map[string]time.Time
+	// due records, per reservation due for release, since when
+	// (ipkeeper_gc_overdue_reservations); forget clears it.
+	due backlog.Since[string]
 }
 
 func (r *Reconciler) now() time.Time {
@@ -114,6 +118,7 @@ func (r *Reconciler) reconcilePodOwned(ctx context.Context, res *ipkeeperv1alpha
 	if wait := r.GracePeriod - now.Sub(res.CreationTimestamp.Time); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
+	r.due.Set(res.Name, since.Add(r.GracePeriod))
 	return r.release(ctx, res, fmt.Sprintf("pod %s (uid %s) gone for %s", key, owner.UID, now.Sub(since).Round(time.Second)))
 }
 
@@ -128,6 +133,7 @@ func (r *Reconciler) reconcileClaimOwned(ctx context.Context, res *ipkeeperv1alp
 	if exists, err = claimExists(ctx, r.APIReader, key, owner.UID); err != nil || exists {
 		return cacheBehind(exists), err
 	}
+	r.markDue(res.Name)
 	return r.release(ctx, res, fmt.Sprintf("IPAMClaim %s (uid %s) gone", key, owner.UID))
 }
 
@@ -158,6 +164,7 @@ func (r *Reconciler) reconcileAddressClaimOwned(ctx context.Context, res *ipkeep
 	case claim.UID == owner.UID:
 		return reconcile.Result{}, nil
 	}
+	r.markDue(res.Name)
 	return r.release(ctx, res, fmt.Sprintf("IPAddressClaim %s (uid %s) gone", key, owner.UID))
 }
 
@@ -224,9 +231,11 @@ func (r *Reconciler) expire(ctx context.Context, res *ipkeeperv1alpha1.IPReserva
 	if left > 0 {
 		return reconcile.Result{RequeueAfter: left}, nil
 	}
+	r.due.Set(res.Name, r.now().Add(left)) // when its cooldown ended
 	if err := r.delete(ctx, res); err != nil {
 		return reconcile.Result{}, err
 	}
+	r.forget(res.Name)
 	expired.Inc()
 	log.FromContext(ctx).Info("deleted released IPReservation: its cooldown is over", "reservation", res.Name, "network", res.Spec.Network,
 		"ip", res.Spec.IP, "reuseAfter", res.Spec.ReuseAfter)
@@ -264,7 +273,13 @@ func (r *Reconciler) markMissing(name string, now time.Time) time.Time {
 	return since
 }
 
+// markDue records that a reservation is due for release from its first
+// sight as due on: a claim's owner has no grace period, and a failed
+// release keeps it due until one succeeds.
+func (r *Reconciler) markDue(name string) { r.due.SetIfAbsent(name, r.now()) }
+
 func (r *Reconciler) forget(name string) {
+	r.due.Delete(name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.missingSince[name]; ok {
@@ -302,6 +317,11 @@ func claimExists(ctx context.Context, reader client.Reader, key types.Namespaced
 // be registered on mgr.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.ownersGone = make(chan event.GenericEvent, 256)
+	remove := overdue.Add(r.due.Stats)
+	go func() {
+		<-ctx.Done()
+		remove()
+	}()
 	byOwnerUID := func(ctx context.Context, o client.Object) []reconcile.Request {
 		held, err := reservationindex.ByOwner(ctx, r.Client, o.GetUID())
 		if err != nil {

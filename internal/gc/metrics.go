@@ -5,6 +5,8 @@ package gc
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/ipkeeper/ipkeeper/internal/backlog"
 )
 
 var (
@@ -24,8 +26,17 @@ var (
 		Name: "ipkeeper_gc_pending_reservations",
 		Help: "Pods confirmed gone whose reservations wait for the grace period to end.",
 	})
+	// overdue reads each running Reconciler's reservations that are due
+	// for release: a release normally follows at once, so one that stays
+	// due is failing.
+	overdue = backlog.New(
+		"ipkeeper_gc_overdue_reservations",
+		"IPReservations due for release (owner confirmed gone and its grace period over, or reuse cooldown over) that the garbage collector has not released yet (exported by the leader; 0 on the other replicas).",
+		"ipkeeper_gc_oldest_overdue_seconds",
+		"How long the oldest overdue IPReservation has been due for release; 0 when none is.",
+	)
 )
 
 func init() {
-	metrics.Registry.MustRegister(released, expired, liveChecks, pending)
+	metrics.Registry.MustRegister(released, expired, liveChecks, pending, overdue)
 }

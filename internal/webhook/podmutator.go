@@ -32,10 +32,17 @@ const Path = "/mutate-v1-pod"
 
 var mutations = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "ipkeeper_webhook_pod_admissions_total",
-	Help: "virt-launcher pod admissions, by result: mutated, unchanged or denied.",
+	Help: "virt-launcher pod admissions, by result: mutated, unchanged, denied (the pod is refused for what it asks) or error (the webhook could not judge it: a read failed, or the request was malformed).",
 }, []string{"result"})
 
-func init() { metrics.Registry.MustRegister(mutations) }
+func init() {
+	metrics.Registry.MustRegister(mutations)
+	// Every result from 0: increase() over a series born at 1 misses its
+	// first count, and the first denial is the one an alert wants.
+	for _, r := range []string{"mutated", "unchanged", "denied", "error"} {
+		mutations.WithLabelValues(r)
+	}
+}
 
 // PodMutator adds claim references to virt-launcher pods.
 type PodMutator struct {
@@ -55,6 +62,10 @@ type PodMutator struct {
 func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	resp := m.handle(ctx, req)
 	switch {
+	case !resp.Allowed && resp.Result != nil && resp.Result.Code != http.StatusForbidden:
+		// admission.Errored: counted apart, as a failure of the webhook
+		// rather than of the pod (admission.Denied answers 403).
+		mutations.WithLabelValues("error").Inc()
 	case !resp.Allowed:
 		mutations.WithLabelValues("denied").Inc()
 	case len(resp.Patches) > 0:

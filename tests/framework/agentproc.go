@@ -37,7 +37,22 @@ type AgentProcessOptions struct {
 	// MetricsAddr, when set, is the --metrics-bind-address; by default a
 	// free loopback port.
 	MetricsAddr string
+	// Args, when set, are the whole command line instead of the flags of
+	// the contract below and ExtraArgs: RunInstalled runs an installed
+	// DaemonSet's arguments, rewritten for this machine. They must name
+	// the socket, CNI bin dir and bind addresses AgentSocketPath,
+	// AgentCNIBinDir, HealthAddr and MetricsAddr say.
+	Args []string
+	// Env, when set, is the whole environment of the process instead of
+	// the test's.
+	Env []string
 }
+
+// AgentSocketPath is the --socket of an agent process whose Dir is dir.
+func AgentSocketPath(dir string) string { return filepath.Join(dir, "run", "agent.sock") }
+
+// AgentCNIBinDir is the --cni-bin-dir of an agent process whose Dir is dir.
+func AgentCNIBinDir(dir string) string { return filepath.Join(dir, "cni-bin") }
 
 // AgentProcess is a running ipkeeper-agent process.
 type AgentProcess struct {
@@ -83,8 +98,8 @@ func StartAgentProcess(o AgentProcessOptions) (*AgentProcess, error) {
 	}
 	a := &AgentProcess{
 		NodeName:    o.NodeName,
-		Socket:      filepath.Join(o.Dir, "run", "agent.sock"),
-		CNIBinDir:   filepath.Join(o.Dir, "cni-bin"),
+		Socket:      AgentSocketPath(o.Dir),
+		CNIBinDir:   AgentCNIBinDir(o.Dir),
 		HealthAddr:  o.HealthAddr,
 		MetricsAddr: o.MetricsAddr,
 		LogPath:     filepath.Join(o.Dir, "agent.log"),
@@ -102,14 +117,19 @@ func StartAgentProcess(o AgentProcessOptions) (*AgentProcess, error) {
 	if a.log, err = os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 		return nil, fmt.Errorf("creating agent log: %w", err)
 	}
-	a.cmd = exec.Command(o.Binary, append([]string{
-		"--kubeconfig=" + o.Kubeconfig,
-		"--node-name=" + o.NodeName,
-		"--socket=" + a.Socket,
-		"--cni-bin-dir=" + a.CNIBinDir,
-		"--metrics-bind-address=" + a.MetricsAddr,
-		"--health-probe-bind-address=" + a.HealthAddr,
-	}, o.ExtraArgs...)...)
+	args := o.Args
+	if args == nil {
+		args = append([]string{
+			"--kubeconfig=" + o.Kubeconfig,
+			"--node-name=" + o.NodeName,
+			"--socket=" + a.Socket,
+			"--cni-bin-dir=" + a.CNIBinDir,
+			"--metrics-bind-address=" + a.MetricsAddr,
+			"--health-probe-bind-address=" + a.HealthAddr,
+		}, o.ExtraArgs...)
+	}
+	a.cmd = exec.Command(o.Binary, args...)
+	a.cmd.Env = o.Env
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	// Never outlive the test binary, even if it is killed.
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

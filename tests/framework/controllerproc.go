@@ -24,6 +24,7 @@ type ControllerProcess struct {
 	LogPath                string
 
 	args []string
+	env  []string
 	bin  string
 	cmd  *exec.Cmd
 	log  *os.File
@@ -47,6 +48,18 @@ type ControllerProcessOptions struct {
 	GCGracePeriod time.Duration
 	// ExtraArgs are appended to the flags (a later flag wins).
 	ExtraArgs []string
+	// Args, when set, are the whole command line instead of the flags
+	// above: RunInstalled runs an installed Deployment's arguments,
+	// rewritten for this machine. They must bind the webhook, metrics and
+	// probes where WebhookPort, MetricsAddr and ProbeAddr say.
+	Args []string
+	// Env, when set, is the whole environment of the process instead of
+	// the test's.
+	Env []string
+	// WebhookPort, MetricsAddr and ProbeAddr, when set, replace the free
+	// loopback ports chosen by default.
+	WebhookPort            int
+	MetricsAddr, ProbeAddr string
 }
 
 // StartControllerProcess starts ipkeeper-controller with self-managed
@@ -67,6 +80,23 @@ func StartControllerProcess(o ControllerProcessOptions) (*ControllerProcess, err
 		ProbeAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2])),
 		LogPath:     filepath.Join(o.Dir, "controller.log"),
 		bin:         o.Binary,
+		env:         o.Env,
+	}
+	if o.WebhookPort != 0 {
+		c.WebhookPort = o.WebhookPort
+	}
+	if o.MetricsAddr != "" {
+		c.MetricsAddr = o.MetricsAddr
+	}
+	if o.ProbeAddr != "" {
+		c.ProbeAddr = o.ProbeAddr
+	}
+	if o.Args != nil {
+		c.args = o.Args
+		if err := c.start(); err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
 	c.args = append([]string{
 		"--kubeconfig=" + o.Kubeconfig,
@@ -94,6 +124,7 @@ func (c *ControllerProcess) start() error {
 	}
 	c.log = log
 	c.cmd = exec.Command(c.bin, c.args...)
+	c.cmd.Env = c.env
 	c.cmd.Stdout, c.cmd.Stderr = log, log
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {

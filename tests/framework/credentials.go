@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // NodeNameExtra is the user extra the API server gives the holder of a
@@ -49,7 +50,9 @@ func (cp *ControlPlane) ServiceAccountConfig(t testing.TB, namespace, name, node
 		if err := cp.Client.Create(ctx, pod); err != nil {
 			t.Fatalf("creating the pod of %s on %s that its token is bound to: %v", name, node, err)
 		}
-		t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), pod) })
+		// At once: no kubelet confirms a graceful deletion of a pod bound to
+		// a node, which would stay Terminating, and its namespace with it.
+		t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
 		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
 	}
 	tok, err := cp.Clientset.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, req, metav1.CreateOptions{})

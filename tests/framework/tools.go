@@ -27,6 +27,8 @@ type Tools struct {
 	// IPAMExtensions is KubeVirt's ipam-extensions manager; its
 	// install.yaml is next to it.
 	IPAMExtensions string
+	// Helm is the pinned helm (the chart's tests).
+	Helm string
 }
 
 // RepoRoot returns the root of the ipkeeper checkout (the directory holding go.mod).
@@ -49,7 +51,7 @@ func RepoRoot() (string, error) {
 func FindTools() (*Tools, error) {
 	vars := map[string]string{}
 	keys := []string{"IPKEEPER_ETCD", "IPKEEPER_KUBE_APISERVER", "IPKEEPER_KUBE_CONTROLLER_MANAGER",
-		"IPKEEPER_KUBECTL", "IPKEEPER_CNI_PLUGINS_DIR", "IPKEEPER_MULTUS", "IPKEEPER_VIRT_CONTROLLER", "IPKEEPER_KUBEVIRT_CRDS_DIR", "IPKEEPER_IPAM_EXTENSIONS"}
+		"IPKEEPER_KUBECTL", "IPKEEPER_CNI_PLUGINS_DIR", "IPKEEPER_MULTUS", "IPKEEPER_VIRT_CONTROLLER", "IPKEEPER_KUBEVIRT_CRDS_DIR", "IPKEEPER_IPAM_EXTENSIONS", "IPKEEPER_HELM"}
 	for _, k := range keys {
 		if v := os.Getenv(k); v != "" {
 			vars[k] = v
@@ -83,6 +85,7 @@ func FindTools() (*Tools, error) {
 		VirtController:        vars["IPKEEPER_VIRT_CONTROLLER"],
 		KubeVirtCRDsDir:       vars["IPKEEPER_KUBEVIRT_CRDS_DIR"],
 		IPAMExtensions:        vars["IPKEEPER_IPAM_EXTENSIONS"],
+		Helm:                  vars["IPKEEPER_HELM"],
 	}
 	return t, nil
 }

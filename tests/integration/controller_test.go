@@ -76,18 +76,18 @@ func TestWebhookCertificatesAndTLS(t *testing.T) {
 	}
 
 	// Operators who need TLS 1.2 clients can lower the minimum, not below 1.2.
-	lowered := startKubeVirtEnv(t, func(o *controllermanager.Options) { o.TLSMinVersion = "1.2" })
+	lowered := startKubeVirtEnv(t, func(o *controllermanager.Options) { o.TLS.MinVersion = "1.2" })
 	addr = fmt.Sprintf("127.0.0.1:%d", lowered.ctrl.Options.WebhookPort)
 	if err := lowered.dialTLS(addr, tls.VersionTLS12); err != nil {
-		t.Errorf("--webhook-tls-min-version 1.2: TLS 1.2 client refused: %v", err)
+		t.Errorf("--tls-min-version 1.2: TLS 1.2 client refused: %v", err)
 	}
 	if err := lowered.dialTLS(addr, tls.VersionTLS11); err == nil {
 		t.Error("a TLS 1.1 client connected")
 	}
 	bad := controllermanager.Options{}
 	bad.AddFlags(newFlags())
-	bad.TLSMinVersion = "1.1"
-	if err := bad.Validate(); err == nil || !containsAll(err.Error(), "--webhook-tls-min-version", `"1.1"`) {
+	bad.TLS.MinVersion = "1.1"
+	if err := bad.Validate(); err == nil || !containsAll(err.Error(), "--tls-min-version", `"1.1"`) {
 		t.Errorf("Validate() with TLS 1.1 = %v, want an error naming the flag and value", err)
 	}
 }

@@ -53,7 +53,7 @@ func ensureInstallNamespace(t testing.TB) {
 func TestManifestsApplyWithServerSideDryRun(t *testing.T) {
 	ctx := context.Background()
 	ensureInstallNamespace(t)
-	for _, dir := range []string{"manifests", "manifests/overlays/cert-manager", "manifests/overlays/existing-crds"} {
+	for _, dir := range []string{"manifests", "manifests/overlays/cert-manager", "manifests/overlays/existing-crds", "manifests/overlays/openshift"} {
 		t.Run(dir, func(t *testing.T) {
 			rendered, err := cp.Kubectl(ctx, nil, "kustomize", repoPath(t, dir))
 			if err != nil {

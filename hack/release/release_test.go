@@ -1,0 +1,301 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"io"
+	"log"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name, version, image string
+		wantErr              string
+	}{
+		{"release", "v0.1.0", "ghcr.io/ipkeeper/ipkeeper", ""},
+		{"pre-release", "v1.2.3-rc.1", "registry.example.org:5000/team/ipkeeper", ""},
+		{"test version", "v0.0.0-test", "127.0.0.1:5000/ipkeeper", ""},
+		{"no v", "0.1.0", "ghcr.io/ipkeeper/ipkeeper", "want a semantic version"},
+		{"two parts", "v0.1", "ghcr.io/ipkeeper/ipkeeper", "want a semantic version"},
+		{"leading zero", "v0.01.0", "ghcr.io/ipkeeper/ipkeeper", "want a semantic version"},
+		{"build metadata", "v0.1.0+abc", "ghcr.io/ipkeeper/ipkeeper", "no build metadata"},
+		{"git describe", "5046d80-dirty", "ghcr.io/ipkeeper/ipkeeper", "want a semantic version"},
+		{"empty image", "v0.1.0", "", "required"},
+		{"tag", "v0.1.0", "ghcr.io/ipkeeper/ipkeeper:v0.1.0", "without tag or digest"},
+		{"digest", "v0.1.0", "ghcr.io/ipkeeper/ipkeeper@sha256:" + strings.Repeat("a", 64), "without tag or digest"},
+		{"no registry", "v0.1.0", "ipkeeper/ipkeeper", "with its registry"},
+		{"upper case", "v0.1.0", "ghcr.io/IPkeeper", "with its registry"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := options{version: tt.version, image: tt.image}
+			err := o.validate(true)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if o.repo.Name() != tt.image || o.chartVersion != strings.TrimPrefix(tt.version, "v") {
+					t.Errorf("repo %q, chart version %q", o.repo.Name(), o.chartVersion)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("got %v, want an error saying %q", err, tt.wantErr)
+			}
+		})
+	}
+	o := options{version: "v0.1.0", image: "ghcr.io/ipkeeper/ipkeeper"}
+	if err := o.validate(false); err == nil || !strings.Contains(err.Error(), "required") {
+		t.Errorf("without -layout, -out, -kubectl: %v, want required", err)
+	}
+}
+
+const pinnedRef = "registry.example.org/ipkeeper@sha256:0123456789012345678901234567890123456789012345678901234567890123"
+
+func TestPinValues(t *testing.T) {
+	pinned, err := name.NewDigest(pinnedRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, in, want, wantErr string }{
+		{
+			name: "plain values, comments and blank lines kept",
+			in:   "# The image.\nimage:\n  # where\n  repository: ghcr.io/ipkeeper/ipkeeper  # the registry\n  tag: \"\"\n\n  digest: \"\" # by digest\n\nreplicas: 2\n",
+			want: "# The image.\nimage:\n  # where\n  repository: registry.example.org/ipkeeper  # the registry\n  tag: \"\"\n\n  digest: \"sha256:0123456789012345678901234567890123456789012345678901234567890123\" # by digest\n\nreplicas: 2\n",
+		},
+		{
+			name: "digest added",
+			in:   "image:\n    repository: 'ghcr.io/ipkeeper/ipkeeper'\n    pullPolicy: IfNotPresent\n",
+			want: "image:\n    repository: \"registry.example.org/ipkeeper\"\n    digest: sha256:0123456789012345678901234567890123456789012345678901234567890123\n    pullPolicy: IfNotPresent\n",
+		},
+		{name: "no image", in: "replicas: 2\n", wantErr: "no image mapping"},
+		{name: "image a string", in: "image: ghcr.io/ipkeeper/ipkeeper\n", wantErr: "no image mapping"},
+		{name: "no repository", in: "image:\n  digest: \"\"\n", wantErr: "no image.repository"},
+		{name: "multi-line repository", in: "image:\n  repository: >-\n    ghcr.io/ipkeeper/ipkeeper\n", wantErr: "image.repository"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := pinValues([]byte(tt.in), pinned)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got %v, want an error saying %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCheckPinned(t *testing.T) {
+	pinned, err := name.NewDigest(pinnedRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploy := func(images ...string) string {
+		s := "apiVersion: apps/v1\nkind: Deployment\nspec:\n  template:\n    spec:\n      containers:\n"
+		for _, img := range images {
+			s += "        - name: c\n          image: " + img + "\n"
+		}
+		return s
+	}
+	tests := []struct{ name, yaml, wantErr string }{
+		{"pinned", deploy(pinnedRef) + "---\napiVersion: v1\nkind: Pod\nspec:\n  initContainers:\n    - image: " + pinnedRef + "\n  containers:\n    - image: " + pinnedRef + "\n", ""},
+		{"a tag", deploy(pinnedRef) + "---\n" + deploy("ghcr.io/ipkeeper/ipkeeper:v0.1.0"), "ghcr.io/ipkeeper/ipkeeper:v0.1.0"},
+		{"an init container", "kind: DaemonSet\nspec:\n  template:\n    spec:\n      initContainers:\n        - image: busybox\n      containers:\n        - image: " + pinnedRef + "\n", "busybox"},
+		{"no image", "kind: ConfigMap\ndata:\n  image: x\n", "no container image"},
+		{"a container without image", deploy(""), `container image ""`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkPinned([]byte(tt.yaml), pinned)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("got %v, want an error saying %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestWriteSums(t *testing.T) {
+	dir := t.TempDir()
+	for n, content := range map[string]string{"install.yaml": "a\n", "ipkeeper-0.1.0.tgz": "", "other": "not an asset"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writeSums(dir, []string{"ipkeeper-0.1.0.tgz", "install.yaml"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, sumsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sha256sum's own output for these contents.
+	want := "87428fc522803d31065e7bce3cf03fe475096631e5e07bbd7a0fde60c4cf25c7  install.yaml\n" +
+		"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855  ipkeeper-0.1.0.tgz\n"
+	if string(got) != want {
+		t.Errorf("SHA256SUMS:\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestCheckManifestsTag(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "base"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k := "images:\n  - name: ipkeeper\n    newName: ghcr.io/ipkeeper/ipkeeper\n    newTag: v0.1.0\n"
+	if err := os.WriteFile(filepath.Join(dir, "base", "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ version, wantErr, wantNote string }{
+		{"v0.1.0", "", ""},
+		{"v0.2.0", "names ghcr.io/ipkeeper/ipkeeper:v0.1.0, not v0.2.0", ""},
+		{"v0.2.0-rc.1", "", "note:"},
+	}
+	for _, tt := range tests {
+		var note strings.Builder
+		err := checkManifestsTag(dir, tt.version, &note)
+		if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("%s: got %v, want error %q", tt.version, err, tt.wantErr)
+		}
+		if !strings.Contains(note.String(), tt.wantNote) || (tt.wantNote == "" && note.Len() > 0) {
+			t.Errorf("%s: said %q, want %q", tt.version, note.String(), tt.wantNote)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "base", "kustomization.yaml"), []byte("resources: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkManifestsTag(dir, "v0.1.0", io.Discard); err == nil || !strings.Contains(err.Error(), "names no tag") {
+		t.Errorf("without images: %v", err)
+	}
+}
+
+func TestKustomizations(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"overlays/a", "overlays/b", "overlays/not-a-kustomization", "components/c"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"kustomization.yaml", "overlays/a/kustomization.yaml", "overlays/b/kustomization.yaml", "components/c/kustomization.yaml"} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ks, err := kustomizations(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, k := range ks {
+		rel, _ := filepath.Rel(dir, k.dir)
+		got = append(got, rel+"="+k.asset)
+	}
+	want := ".=install.yaml overlays/a=install-a.yaml overlays/b=install-b.yaml"
+	if strings.Join(got, " ") != want {
+		t.Errorf("got %v, want %s", got, want)
+	}
+}
+
+// testLayout writes an OCI layout like hack/image's: one index, tagged
+// tag, of one image labelled with version.
+func testLayout(t *testing.T, tag, version string) (string, v1.ImageIndex) {
+	t.Helper()
+	img, err := mutate.Config(empty.Image, v1.Config{Labels: map[string]string{versionLabel: version}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}})
+	dir := filepath.Join(t.TempDir(), "oci")
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{refNameAnnotation: tag})); err != nil {
+		t.Fatal(err)
+	}
+	return dir, idx
+}
+
+func TestLoadIndexChecksTheVersion(t *testing.T) {
+	dir, idx := testLayout(t, "v0.1.0", "v0.1.0")
+	got, err := loadIndex(dir, "v0.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := idx.Digest()
+	if d, _ := got.Digest(); d != want {
+		t.Errorf("loaded index %s, want %s", d, want)
+	}
+	if _, err := loadIndex(dir, "v0.2.0"); err == nil || !strings.Contains(err.Error(), `built as tag "v0.1.0", not v0.2.0`) {
+		t.Errorf("another version: %v", err)
+	}
+	dir, _ = testLayout(t, "v0.2.0", "v0.1.0")
+	if _, err := loadIndex(dir, "v0.2.0"); err == nil || !strings.Contains(err.Error(), `org.opencontainers.image.version="v0.1.0", not v0.2.0`) {
+		t.Errorf("an image labelled with another version: %v", err)
+	}
+	if _, err := loadIndex(t.TempDir(), "v0.1.0"); err == nil || !strings.Contains(err.Error(), "run make image first") {
+		t.Errorf("no layout: %v", err)
+	}
+}
+
+func TestPushServesTheDigest(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := testLayout(t, "v0.1.0", "v0.1.0")
+	idx, err := loadIndex(dir, "v0.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := idx.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{version: "v0.1.0", image: u.Host + "/ipkeeper"}
+	if err := o.validate(true); err != nil {
+		t.Fatal(err)
+	}
+	pinned := o.repo.Digest(d.String())
+	if err := push(context.Background(), idx, o.repo.Tag(o.version), pinned); err != nil {
+		t.Fatal(err)
+	}
+	got, err := remote.Index(o.repo.Tag("v0.1.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gd, _ := got.Digest(); gd != d {
+		t.Errorf("the registry serves the tag as %s, want %s", gd, d)
+	}
+}

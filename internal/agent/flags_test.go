@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/tlsconfig"
+)
+
+func TestCommandLineTLS(t *testing.T) {
+	for _, tc := range []struct {
+		args       []string
+		wantMin    uint16
+		wantSuites []uint16
+		wantErr    string
+	}{
+		{nil, tls.VersionTLS13, nil, ""},
+		{[]string{"--metrics-cert-dir=/certs", "--tls-min-version=1.2", "--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"},
+			tls.VersionTLS12, []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384}, ""},
+		{[]string{"--tls-min-version=1.0"}, 0, nil, `invalid --tls-min-version "1.0": must be 1.2 or 1.3`},
+		{[]string{"--tls-cipher-suites=TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA"}, 0, nil, `invalid --tls-cipher-suites: "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA" is insecure`},
+	} {
+		var o CommandOptions
+		fs := o.FlagSet()
+		fs.SetOutput(io.Discard)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		err := o.Complete()
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%v: Complete() = %v, want %q", tc.args, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if o.Agent.MetricsTLS.MinVersion != tc.wantMin || !slices.Equal(o.Agent.MetricsTLS.CipherSuites, tc.wantSuites) {
+			t.Errorf("%v: MetricsTLS = %+v, want min %#x, suites %v", tc.args, o.Agent.MetricsTLS, tc.wantMin, tc.wantSuites)
+		}
+	}
+}
+
+// TestServeHTTPOverTLS: with a TLS configuration the metrics server speaks
+// TLS only, at the configured minimum; without one it is plain HTTP.
+func TestServeHTTPOverTLS(t *testing.T) {
+	// httptest's certificate (for 127.0.0.1), taken from a server of its own.
+	donor := httptest.NewTLSServer(http.NotFoundHandler())
+	cert, roots := donor.TLS.Certificates[0], x509.NewCertPool()
+	roots.AddCert(donor.Certificate())
+	donor.Close()
+
+	h := http.NewServeMux()
+	h.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ipkeeper_agent_reservations 0\n"))
+	})
+	serve := func(cfg *tls.Config) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close() // serveHTTP listens itself
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- serveHTTP(ctx, addr, h, cfg) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serveHTTP: %v", err)
+			}
+		})
+		return addr
+	}
+	get := func(url string, minV, maxV uint16) (string, error) {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: minV, MaxVersion: maxV},
+		}}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := c.Get(url)
+			if err == nil {
+				defer func() { _ = resp.Body.Close() }()
+				body, err := io.ReadAll(resp.Body)
+				return string(body), err
+			}
+			// Only a refused connection (not listening yet) is retried.
+			if !strings.Contains(err.Error(), "connection refused") || time.Now().After(deadline) {
+				return "", err
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	// As Run builds it from --tls-min-version's default.
+	secure := serve(tlsconfig.Server{MinVersion: tls.VersionTLS13}.Config(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }))
+	if _, err := get("https://"+secure+"/metrics", tls.VersionTLS12, tls.VersionTLS12); err == nil || !strings.Contains(err.Error(), "protocol version") {
+		t.Errorf("TLS 1.2 client against a TLS 1.3 minimum: %v, want a protocol version error", err)
+	}
+	if body, err := get("https://"+secure+"/metrics", tls.VersionTLS13, tls.VersionTLS13); err != nil || !strings.Contains(body, "ipkeeper_agent_reservations") {
+		t.Errorf("TLS 1.3 client: %q, %v", body, err)
+	}
+	// Go's TLS server answers a plain request with a 400 that says so.
+	if body, err := get("http://"+secure+"/metrics", 0, 0); err == nil && strings.Contains(body, "ipkeeper_agent_reservations") {
+		t.Error("plain HTTP served the metrics on the TLS port")
+	}
+
+	plain := serve(nil)
+	if body, err := get("http://"+plain+"/metrics", 0, 0); err != nil || !strings.Contains(body, "ipkeeper_agent_reservations") {
+		t.Errorf("plain HTTP (no --metrics-cert-dir): %q, %v", body, err)
+	}
+}

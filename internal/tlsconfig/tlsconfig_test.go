@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package tlsconfig
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseVersion(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want uint16
+	}{
+		{"1.2", tls.VersionTLS12},
+		{"1.3", tls.VersionTLS13},
+		{"1.0", 0},
+		{"1.1", 0},
+		{"", 0},
+		{"TLS1.3", 0},
+		{"1.4", 0},
+	} {
+		got, err := ParseVersion("tls-min-version", tc.in)
+		if tc.want == 0 {
+			if err == nil {
+				t.Errorf("ParseVersion(%q) accepted", tc.in)
+			} else if want := `invalid --tls-min-version "` + tc.in + `": must be 1.2 or 1.3`; err.Error() != want {
+				t.Errorf("ParseVersion(%q) error %q, want %q", tc.in, err, want)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseVersion(%q) = %#x, %v; want %#x", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestParseCipherSuites(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		in      string
+		want    []uint16
+		wantErr []string // substrings of the error; nil: no error
+	}{
+		{"empty: Go's defaults", "", nil, nil},
+		{"blank: Go's defaults", "  ", nil, nil},
+		{"two TLS 1.2 suites, spaces trimmed", " TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 ,TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+			[]uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256}, nil},
+		{"a TLS 1.3 suite is accepted and left out", "TLS_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+			[]uint16{tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384}, nil},
+		{"TLS 1.3 suites only", "TLS_AES_256_GCM_SHA384", []uint16{}, nil},
+		{"duplicates once", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+			[]uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}, nil},
+		{"insecure", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_RC4_128_SHA", nil,
+			[]string{"--tls-cipher-suites", `"TLS_RSA_WITH_RC4_128_SHA"`, "insecure"}},
+		{"insecure RSA key exchange", "TLS_RSA_WITH_AES_128_GCM_SHA256", nil,
+			[]string{"--tls-cipher-suites", `"TLS_RSA_WITH_AES_128_GCM_SHA256"`, "insecure"}},
+		{"unknown", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,ECDHE-RSA-AES128-GCM-SHA256", nil,
+			[]string{"--tls-cipher-suites", `unknown cipher suite "ECDHE-RSA-AES128-GCM-SHA256"`, "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}},
+		{"empty element", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,,", nil,
+			[]string{`--tls-cipher-suites "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,,"`, "empty name"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseCipherSuites(FlagCipherSuites, tc.in)
+			if tc.wantErr != nil {
+				if err == nil {
+					t.Fatalf("accepted: %v", got)
+				}
+				for _, s := range tc.wantErr {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not contain %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) || (got == nil) != (tc.want == nil) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+	for _, name := range SecureTLS12Names() {
+		if _, err := ParseCipherSuites(FlagCipherSuites, name); err != nil {
+			t.Errorf("a name SecureTLS12Names lists is refused: %v", err)
+		}
+	}
+}
+
+// parse registers the flags as the controller does (with the deprecated
+// alias) and parses args; notices are what the flags printed.
+func parse(t *testing.T, args ...string) (o Options, notices string) {
+	t.Helper()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	o.AddFlags(fs, "the servers")
+	o.AddDeprecatedMinVersionFlag(fs, "webhook-tls-min-version")
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return o, out.String()
+}
+
+func TestOptionsParse(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		want       Server
+		wantErr    []string
+		deprecated bool // the deprecation notice is printed
+	}{
+		{"defaults: today's TLS 1.3 and Go's suites", nil, Server{MinVersion: tls.VersionTLS13}, nil, false},
+		{"1.2 with suites", []string{"--tls-min-version=1.2", "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"},
+			Server{MinVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}}, nil, false},
+		{"1.3 with suites: accepted, they only matter for 1.2", []string{"--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"},
+			Server{MinVersion: tls.VersionTLS13, CipherSuites: []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}}, nil, false},
+		{"1.2 with TLS 1.3 suites only", []string{"--tls-min-version=1.2", "--tls-cipher-suites=TLS_AES_128_GCM_SHA256"},
+			Server{}, []string{`--tls-cipher-suites "TLS_AES_128_GCM_SHA256"`, "no TLS 1.2 suite"}, false},
+		{"bad version", []string{"--tls-min-version=1.1"}, Server{}, []string{`invalid --tls-min-version "1.1"`}, false},
+		{"deprecated alias alone", []string{"--webhook-tls-min-version=1.2"}, Server{MinVersion: tls.VersionTLS12}, nil, true},
+		{"deprecated alias agreeing", []string{"--webhook-tls-min-version=1.2", "--tls-min-version=1.2"}, Server{MinVersion: tls.VersionTLS12}, nil, true},
+		{"deprecated alias disagreeing", []string{"--tls-min-version=1.3", "--webhook-tls-min-version=1.2"}, Server{},
+			[]string{`--webhook-tls-min-version "1.2" (deprecated) and --tls-min-version "1.3" differ`}, true},
+		{"deprecated alias disagreeing, other order", []string{"--webhook-tls-min-version=1.2", "--tls-min-version=1.3"}, Server{},
+			[]string{`--webhook-tls-min-version "1.2" (deprecated) and --tls-min-version "1.3" differ`}, true},
+		{"deprecated alias with a bad value", []string{"--webhook-tls-min-version=1.1"}, Server{},
+			[]string{`invalid --webhook-tls-min-version "1.1"`}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, notices := parse(t, tc.args...)
+			if got := strings.Contains(notices, "Flag --webhook-tls-min-version has been deprecated, use --tls-min-version instead"); got != tc.deprecated {
+				t.Errorf("deprecation notice printed: %v, want %v (output %q)", got, tc.deprecated, notices)
+			}
+			s, err := o.Parse()
+			if tc.wantErr != nil {
+				if err == nil {
+					t.Fatalf("accepted: %+v", s)
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not contain %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.MinVersion != tc.want.MinVersion || !slices.Equal(s.CipherSuites, tc.want.CipherSuites) {
+				t.Errorf("got %+v, want %+v", s, tc.want)
+			}
+		})
+	}
+}
+
+// selfSigned writes an ECDSA certificate for 127.0.0.1 and its key into
+// dir and returns the certificate (ECDSA: RSA keys take seconds to make).
+func selfSigned(t *testing.T, dir string) *x509.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: "ipkeeper-test"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The key first: the watcher reloads on the certificate's write too,
+	// and a pair that does not match is not taken.
+	if err := os.WriteFile(filepath.Join(dir, KeyFile), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, CertFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf
+}
+
+// newServer starts an HTTPS test server whose TLS settings come from
+// parsing args as the daemons do, with the certificate of dir.
+func newServer(t *testing.T, dir string, args ...string) *httptest.Server {
+	t.Helper()
+	o, _ := parse(t, args...)
+	s, err := o.Parse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := WatchCertDir("metrics-cert-dir", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Start(ctx) }()
+	// Not StartTLS: it would put its own certificate first.
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	srv.Listener = tls.NewListener(srv.Listener, s.Config(w.GetCertificate))
+	srv.Start()
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("certificate watcher: %v", err)
+		}
+	})
+	return srv
+}
+
+// handshake dials srv with a client limited to the versions and suites
+// given (suites nil: Go's) and returns the connection state.
+func handshake(srv *httptest.Server, roots *x509.CertPool, minV, maxV uint16, suites []uint16) (tls.ConnectionState, error) {
+	conn, err := tls.Dial("tcp", srv.Listener.Addr().String(), &tls.Config{
+		RootCAs: roots, ServerName: "127.0.0.1", MinVersion: minV, MaxVersion: maxV, CipherSuites: suites,
+	})
+	if err != nil {
+		return tls.ConnectionState{}, err
+	}
+	defer func() { _ = conn.Close() }()
+	return conn.ConnectionState(), nil
+}
+
+// TestServersApplyTheOptions: a server built from the options refuses TLS
+// 1.2 when the minimum is 1.3, and a TLS 1.2 client whose suites are not
+// in --tls-cipher-suites, while the same clients connect otherwise.
+func TestServersApplyTheOptions(t *testing.T) {
+	dir := t.TempDir()
+	roots := x509.NewCertPool()
+	roots.AddCert(selfSigned(t, dir))
+	const listed, unlisted = tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+
+	defaults := newServer(t, dir)
+	if _, err := handshake(defaults, roots, tls.VersionTLS12, tls.VersionTLS12, nil); err == nil {
+		t.Error("default (minimum TLS 1.3): a TLS 1.2 client connected")
+	} else if !strings.Contains(err.Error(), "protocol version") {
+		t.Errorf("default: TLS 1.2 client refused for another reason than the version: %v", err)
+	}
+	if st, err := handshake(defaults, roots, tls.VersionTLS13, tls.VersionTLS13, nil); err != nil || st.Version != tls.VersionTLS13 {
+		t.Errorf("default: TLS 1.3 client: version %#x, %v", st.Version, err)
+	}
+
+	explicit13 := newServer(t, dir, "--tls-min-version=1.3")
+	if _, err := handshake(explicit13, roots, tls.VersionTLS12, tls.VersionTLS12, nil); err == nil {
+		t.Error("--tls-min-version=1.3: a TLS 1.2 client connected")
+	}
+
+	only := newServer(t, dir, "--tls-min-version=1.2", "--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256")
+	if _, err := handshake(only, roots, tls.VersionTLS12, tls.VersionTLS12, []uint16{unlisted}); err == nil {
+		t.Error("a TLS 1.2 client offering only a suite not in --tls-cipher-suites connected")
+	} else if !strings.Contains(err.Error(), "handshake failure") {
+		t.Errorf("unlisted suite refused for another reason than the suite: %v", err)
+	}
+	st, err := handshake(only, roots, tls.VersionTLS12, tls.VersionTLS12, []uint16{unlisted, listed})
+	if err != nil {
+		t.Fatalf("a TLS 1.2 client offering the listed suite: %v", err)
+	}
+	if st.Version != tls.VersionTLS12 || st.CipherSuite != listed {
+		t.Errorf("negotiated %#x / %s, want TLS 1.2 / %s", st.Version, tls.CipherSuiteName(st.CipherSuite), tls.CipherSuiteName(listed))
+	}
+	// TLS 1.3 is unaffected by the list.
+	if _, err := handshake(only, roots, tls.VersionTLS13, tls.VersionTLS13, nil); err != nil {
+		t.Errorf("TLS 1.3 client with --tls-cipher-suites set: %v", err)
+	}
+
+	// The control: without the list, the same client's suite is accepted,
+	// so the refusal above came from --tls-cipher-suites.
+	any12 := newServer(t, dir, "--tls-min-version=1.2")
+	if _, err := handshake(any12, roots, tls.VersionTLS12, tls.VersionTLS12, []uint16{unlisted}); err != nil {
+		t.Errorf("--tls-min-version=1.2 without a list: %v", err)
+	}
+}
+
+// TestWatchCertDirReloads: a certificate replaced in the directory (as a
+// renewed, mounted Secret) is served without a restart.
+func TestWatchCertDirReloads(t *testing.T) {
+	dir := t.TempDir()
+	first := selfSigned(t, dir)
+	srv := newServer(t, dir)
+	served := func() (*x509.Certificate, error) {
+		conn, err := tls.Dial("tcp", srv.Listener.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = conn.Close() }()
+		return conn.ConnectionState().PeerCertificates[0], nil
+	}
+	got, err := served()
+	if err != nil || !got.Equal(first) {
+		t.Fatalf("served %v, %v; want the first certificate", got, err)
+	}
+	second := selfSigned(t, dir)
+	deadline := time.Now().Add(30 * time.Second) // the watcher also polls every 10 s
+	for {
+		got, err = served()
+		if err == nil && got.Equal(second) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still serving the first certificate (%v) 30 s after it was replaced", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestWatchCertDirErrors(t *testing.T) {
+	dir := t.TempDir()
+	_, err := WatchCertDir("metrics-cert-dir", dir)
+	if err == nil || !strings.Contains(err.Error(), "--metrics-cert-dir "+dir) || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("empty directory: %v, want an error naming the flag and directory", err)
+	}
+}
+
+// TestZeroServerIsTheDefaults: a Server nobody filled (an agent.Options
+// built in code) applies what the flags default to, never Go's TLS 1.2.
+func TestZeroServerIsTheDefaults(t *testing.T) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}}
+	Server{}.Apply(c)
+	if c.MinVersion != tls.VersionTLS13 {
+		t.Errorf("MinVersion = %#x, want TLS 1.3", c.MinVersion)
+	}
+	if got := (Server{}).Config(nil); got.MinVersion != tls.VersionTLS13 || got.CipherSuites != nil {
+		t.Errorf("Config() = min %#x, suites %v; want TLS 1.3 and Go's suites", got.MinVersion, got.CipherSuites)
+	}
+	o, _ := parse(t)
+	s, err := o.Parse()
+	if err != nil || s.MinVersion != tls.VersionTLS13 || s.CipherSuites != nil {
+		t.Errorf("the flags' defaults parse to %+v, %v", s, err)
+	}
+}
