@@ -97,21 +97,12 @@ test-image: ## `make image` into a temporary directory, read back: config, stati
 	go test -count=1 -v -run '^TestImage$$' ./hack/image/
 
 .PHONY: test-integration
-test-integration: tools ## Integration tests on a real etcd + kube-apiserver + kube-controller-manager, with the install tests (tests/install) and the Helm chart's checks (tests/chart) alongside.
-	go test $(GO_TEST_FLAGS) -timeout 30m -v ./tests/integration/... ./tests/install/... ./tests/chart/...
+test-integration: tools ## Integration tests on a real etcd + kube-apiserver + kube-controller-manager, then the install tests (tests/install) and the Helm chart's checks (tests/chart), one package at a time.
+	go test $(GO_TEST_FLAGS) -p 1 -timeout 30m -v ./tests/integration/... ./tests/install/... ./tests/chart/...
 
 .PHONY: test-e2e
 test-e2e: tools ## End-to-end tests as root: controller and agent processes, real Multus/bridge/macvlan plugins, network namespaces (skipped when not root).
 	go test $(GO_TEST_FLAGS) -timeout 20m -v ./tests/e2e/...
-
-# test-integration and test-e2e in one go test run: each package starts its
-# own control plane and free ports, and most of their time is spent waiting
-# on the API server, so two packages at a time take about as long as the
-# integration package alone. The chaos run stays alone: its faults (an API
-# server restarted, processes killed) have deadlines a loaded machine misses.
-.PHONY: test-system
-test-system: tools ## test-integration and test-e2e together, two packages at a time (what `make test` runs).
-	go test $(GO_TEST_FLAGS) -p 2 -timeout 30m -v ./tests/integration/... ./tests/install/... ./tests/chart/... ./tests/e2e/...
 
 .PHONY: test-chaos
 test-chaos: tools ## The short fixed-seed chaos run: random operations and faults on agent and controller processes, invariants checked (tests/chaos).
@@ -132,7 +123,7 @@ LEFTOVERS := $(shell mktemp -u /tmp/ipkeeper-leftovers.XXXXXX)
 .PHONY: test
 test: ## Everything CI runs, then a check that it left no network namespace, interface, process or temporary directory behind.
 	@bash hack/leftovers.sh snapshot $(LEFTOVERS)
-	@$(MAKE) --no-print-directory verify-generated lint test-unit test-image test-system test-chaos || { rm -f $(LEFTOVERS); exit 1; }
+	@$(MAKE) --no-print-directory verify-generated lint test-unit test-image test-integration test-e2e test-chaos || { rm -f $(LEFTOVERS); exit 1; }
 	@bash hack/leftovers.sh check $(LEFTOVERS); status=$$?; rm -f $(LEFTOVERS); exit $$status
 
 .PHONY: clean

@@ -79,6 +79,13 @@ func (o *options) validate(checkOnly bool) error {
 		return fmt.Errorf("-image %q (IMAGE): want a repository with its registry, e.g. ghcr.io/ipkeeper/ipkeeper: %w", o.image, err)
 	}
 	o.repo = repo
+	// Before anything is built or pushed: a final release must be the tag
+	// the manifests name (empty -manifests: not checked).
+	if o.manifestsDir != "" {
+		if err := checkManifestsTag(o.manifestsDir, o.version, os.Stderr); err != nil {
+			return err
+		}
+	}
 	if checkOnly {
 		return nil
 	}
@@ -90,7 +97,7 @@ func (o *options) validate(checkOnly bool) error {
 	return nil
 }
 
-// release pushes the image and writes the assets; it reports on w.
+// release writes the assets, then pushes the image; it reports on w.
 func release(ctx context.Context, o options, w io.Writer) error {
 	idx, err := loadIndex(o.layoutDir, o.version)
 	if err != nil {
@@ -101,18 +108,9 @@ func release(ctx context.Context, o options, w io.Writer) error {
 		return fmt.Errorf("the image index's digest: %w", err)
 	}
 	pinned := o.repo.Digest(digest.String())
-	if o.push {
-		if err := push(ctx, idx, o.repo.Tag(o.version), pinned); err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "pushed %s as %s\n", pinned, o.repo.Tag(o.version))
-	} else {
-		fmt.Fprintf(w, "not pushed (-push=false); the assets pin %s\n", pinned)
-	}
-
-	if err := checkManifestsTag(o.manifestsDir, o.version, w); err != nil {
-		return err
-	}
+	// Everything that can fail is done before the push: a tag whose
+	// manifests or chart do not render must not leave a published image
+	// without its assets.
 	if err := os.MkdirAll(o.outDir, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", o.outDir, err)
 	}
@@ -129,6 +127,14 @@ func release(ctx context.Context, o options, w io.Writer) error {
 	}
 	if err := writeSums(o.outDir, assets); err != nil {
 		return err
+	}
+	if o.push {
+		if err := push(ctx, idx, o.repo.Tag(o.version), pinned); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "pushed %s as %s\n", pinned, o.repo.Tag(o.version))
+	} else {
+		fmt.Fprintf(w, "not pushed (-push=false); the assets pin %s\n", pinned)
 	}
 	for _, a := range append(assets, sumsFile) {
 		fmt.Fprintf(w, "wrote %s\n", filepath.Join(o.outDir, a))

@@ -4,7 +4,9 @@ package chart
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -17,6 +19,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 
+	"github.com/ipkeeper/ipkeeper/internal/tlsconfig"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -475,6 +478,9 @@ func TestChartRefusesInvalidValues(t *testing.T) {
 		{"a quote in a CEL string", []string{"--set", "launcherIdentity.kubevirtControllers[0]=a'b"}, "kubevirtControllers"},
 		{"extra argument without --", []string{"--set", "agent.extraArgs[0]=log-level=debug"}, "extraArgs"},
 		{"runbook URL without %s", []string{"--set", "monitoring.runbookURLTemplate=https://example.org/runbooks"}, "runbookURLTemplate"},
+		// The binaries would refuse these and exit on every node.
+		{"TLS 1.1", []string{"--set", "tls.minVersion=1.1"}, "minVersion"},
+		{"an insecure cipher suite", []string{"--set", "tls.cipherSuites[0]=TLS_RSA_WITH_AES_128_GCM_SHA256"}, "cipherSuites"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -531,4 +537,46 @@ func definedFlags(t *testing.T, binary string) map[string]bool {
 		t.Fatalf("%s -help lists %d flags:\n%s", binary, len(known), out)
 	}
 	return known
+}
+
+// TestChartCipherSuitesAreTheBinariesOnes: the schema's cipher suites are
+// exactly the ones the binaries accept (crypto/tls's secure suites), so a
+// value helm accepts never stops a binary, and none it accepts is refused.
+func TestChartCipherSuitesAreTheBinariesOnes(t *testing.T) {
+	setup(t)
+	data, err := os.ReadFile(filepath.Join(chartDir(), "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			TLS struct {
+				Properties struct {
+					CipherSuites struct {
+						Items struct {
+							Enum []string `json:"enum"`
+						} `json:"items"`
+					} `json:"cipherSuites"`
+				} `json:"properties"`
+			} `json:"tls"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(data, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, c := range tls.CipherSuites() {
+		want = append(want, c.Name)
+	}
+	got := schema.Properties.TLS.Properties.CipherSuites.Items.Enum
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("values.schema.json tls.cipherSuites allows %v; the binaries accept %v", got, want)
+	}
+	for _, name := range got {
+		if _, err := tlsconfig.ParseCipherSuites("--tls-cipher-suites", name); err != nil {
+			t.Errorf("the schema allows %s, the binaries refuse it: %v", name, err)
+		}
+	}
 }
