@@ -112,6 +112,11 @@ func (r *ClaimReleaser) Reconcile(ctx context.Context, req reconcile.Request) (r
 	}
 	users, err := r.users(ctx, r.APIReader, &claim, owner, state)
 	if err != nil || users != "" {
+		if strings.HasSuffix(users, attaching) {
+			// Nothing else brings the claim back once Multus reports the
+			// launcher's interfaces, unless the launcher references it.
+			return reconcile.Result{RequeueAfter: attachingRecheck}, err
+		}
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{}, r.release(ctx, &claim, ownerObj)
@@ -239,6 +244,14 @@ func wanted(ctx context.Context, reader client.Reader, ownerObj client.Object, o
 // a launcher pod): by kubevirt.io/created-by, the UID of the owner's VMI
 // (the vm.kubevirt.io/name label is the VMI's hostname, which spec.hostname
 // changes), and by that name label for launchers of a VMI already gone. It
+// attaching ends the user a launcher whose interfaces Multus has not
+// reported yet is told as; such a claim is judged again attachingRecheck
+// later, when the report is likely there.
+const (
+	attaching        = " (its interfaces are not reported yet)"
+	attachingRecheck = 2 * time.Second
+)
+
 // never lists the whole namespace.
 func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, state ownerState) (string, error) {
 	pods := PodMetadataList()
@@ -273,21 +286,31 @@ func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *
 		p := &pods.Items[i]
 		ownLauncher := i >= byRef && owner.RunsPod(p)
 		launcher := ownLauncher && anyLauncher
+		unreported := false
 		if ownLauncher && !launcher {
 			held, err := r.holdsAddressOf(ctx, p, claim)
 			if err != nil {
 				return "", err
 			}
 			launcher = held
+			// The owner is there and Multus has not reported this
+			// launcher's interfaces yet: its ADDs may be taking this
+			// claim's addresses right now, whatever its references say (a
+			// VM swapped back and forth).
+			unreported = state == ownerLive && !held && p.Annotations[nadv1.NetworkStatusAnnot] == ""
 		}
-		if !launcher && !slices.Contains(multus.ClaimRefs(p.Annotations[multus.Annotation], p.Namespace), claim.Name) {
+		if !launcher && !unreported && !slices.Contains(multus.ClaimRefs(p.Annotations[multus.Annotation], p.Namespace), claim.Name) {
 			continue
 		}
 		ended, err := r.ended(ctx, p)
 		if err != nil {
 			return "", err
 		}
-		if !ended {
+		switch {
+		case ended:
+		case unreported:
+			return "pod " + p.Name + attaching, nil
+		default:
 			return "pod " + p.Name, nil
 		}
 	}

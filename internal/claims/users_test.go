@@ -217,3 +217,53 @@ func TestUsersCountsAnAttachedAddress(t *testing.T) {
 		}
 	}
 }
+
+// While its owner is there, a launcher of the owner whose interfaces Multus
+// has not reported yet keeps the owner's claims, and the claim is judged
+// again shortly: its ADDs may be taking a claim's addresses at that moment
+// whatever its references say (the chaos checker saw a VM swapped away and
+// back lose the claim its new launcher was attaching with).
+func TestUsersCountsALauncherBeingAttached(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, ipamclaimsv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "vm1.blue"},
+		Status: ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{"10.64.0.37/26"}}}
+	owner := claimowner.Owner{Kind: claimowner.KindVM, Name: "vm1", UID: "vm-uid"}
+	for _, tt := range []struct {
+		name   string
+		status string
+		state  ownerState
+		want   string
+	}{
+		{"not reported, owner there", "", ownerLive, "pod virt-launcher-vm1-abcde" + attaching},
+		{"not reported, owner gone", "", ownerGone, ""},
+		{"reported without the claim's address", `[{"name":"vms/blue-b","interface":"pod16477688c0e","ips":["10.64.1.38"]}]`, ownerLive, ""},
+	} {
+		annotations := map[string]string{kubevirtv1.DomainAnnotation: "vm1",
+			multus.Annotation: `[{"name":"blue-b","namespace":"vms","ipam-claim-reference":"vm1.blue.net-b.0123"}]`}
+		if tt.status != "" {
+			annotations["k8s.v1.cni.cncf.io/network-status"] = tt.status
+		}
+		launcher := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "virt-launcher-vm1-abcde",
+			Labels:      map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue, kubevirt.VMINameLabel: "vm1", kubevirtv1.CreatedByLabel: "vmi-uid"},
+			Annotations: annotations,
+		}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+		cache := fake.NewClientBuilder().WithScheme(scheme).
+			WithIndex(PodMetadata(), indexClaimRef, func(o client.Object) []string {
+				return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
+			}).Build()
+		api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(launcher).Build()
+		r := &ClaimReleaser{Client: cache, APIReader: api}
+		who, err := r.users(context.Background(), api, claim, owner, tt.state)
+		if err != nil {
+			t.Fatalf("%s: users: %v", tt.name, err)
+		}
+		if who != tt.want {
+			t.Errorf("%s: users() = %q, want %q", tt.name, who, tt.want)
+		}
+	}
+}
