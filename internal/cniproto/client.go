@@ -116,14 +116,9 @@ func (c *Client) roundTrip(ctx context.Context, what string, body []byte) (*Resp
 	}
 	raw, err := ReadFrame(conn, MaxResponseSize)
 	if err != nil {
-		var fe *FrameError
 		switch cerr := ctxErr(ctx, err); {
 		case cerr != nil:
 			return nil, timedOut(sock, what, timeout, cerr, err)
-		case errors.As(err, &fe) && bytes.HasPrefix(fe.Header, []byte("HTTP/")):
-			// An agent from before the framed protocol answers 400 in HTTP.
-			return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf(
-				"ipkeeper-agent at %s answered the %s request in HTTP: it is older than this plugin and must be upgraded to match it", sock, what), "")
 		case errors.Is(err, io.EOF):
 			return nil, fmt.Errorf("ipkeeper-agent at %s closed the connection without answering the %s request: %w", sock, what, err)
 		}

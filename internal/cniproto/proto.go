@@ -10,12 +10,10 @@
 // A Response carries either "result" (ADD only: a CNI 1.1.0 result) or
 // "error" (a CNI error object that the shim prints as-is).
 //
-// The agent (package cniserver) also serves the same requests as HTTP/1.1
-// on the same socket, told apart by the first bytes, for shims from before
-// the framed protocol (an upgrade replaces shim and agent one after the
-// other) and for probes and curl:
+// The agent (package cniserver) also answers one HTTP/1.1 route on the
+// same socket, told apart by the first bytes, so that curl on the node can
+// ask whether it is ready:
 //
-//	POST /v1/cni     body Request  -> Response (all CNI verbs)
 //	GET  /v1/status                -> Response (agent readiness)
 //
 // The package depends on the standard library and the CNI types only, not
@@ -49,9 +47,8 @@ const (
 	// API-server round trips, but the runtime must not hang forever.
 	DefaultTimeout = 60 * time.Second
 
-	// PathCNI and PathStatus are the HTTP routes the agent serves besides
-	// frames (see package cniserver).
-	PathCNI    = "/v1/cni"
+	// PathStatus is the HTTP route the agent serves besides frames, for
+	// curl (see package cniserver).
 	PathStatus = "/v1/status"
 )
 

@@ -19,7 +19,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/go-logr/logr"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 )
@@ -255,19 +254,10 @@ func TestClientAgainstMisbehavingAgents(t *testing.T) {
 			0, `answered the ADD request with an unreadable body "nope"`, nil},
 		{"never answers", func(conn net.Conn) { readRequest(conn); _, _ = conn.Read(make([]byte, 1)) },
 			50 * time.Millisecond, "did not answer the ADD request within 50ms", func(err error) bool { return errors.Is(err, context.DeadlineExceeded) }},
-		{"an agent from before frames", nil, 0, "answered the ADD request in HTTP: it is older than this plugin", func(err error) bool {
-			var ce *types.Error
-			return errors.As(err, &ce) && ce.Code == types.ErrTryAgainLater
-		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var sock string
-			if tt.agent != nil {
-				sock = fakeAgent(t, tt.agent)
-			} else {
-				sock = oldAgent(t)
-			}
+			sock := fakeAgent(t, tt.agent)
 			_, err := (&cniproto.Client{SocketPath: sock, Timeout: tt.timeout}).Do(t.Context(), addReq())
 			if err == nil || !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Fatalf("error = %v, want one containing %q", err, tt.wantMsg)
@@ -279,35 +269,19 @@ func TestClientAgainstMisbehavingAgents(t *testing.T) {
 	}
 }
 
-// oldAgent serves the HTTP protocol only, as agents before the framed
-// protocol did.
-func oldAgent(t *testing.T) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: NewHTTPHandler(&recorder{}, logr.Discard()), ReadHeaderTimeout: time.Second}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close(); <-done })
-	return sock
-}
-
-// TestHTTPClientAgainstFramedServer: a shim from before the framed
-// protocol, probes and curl still get answers over HTTP.
-func TestHTTPClientAgainstFramedServer(t *testing.T) {
-	h := &recorder{add: func() (*types100.Result, error) { panic("boom") }}
-	sock := serve(t, h)
+// TestHTTPStatusOnly: curl on the node can ask whether the agent is
+// ready; nothing else is served over HTTP.
+func TestHTTPStatusOnly(t *testing.T) {
+	var mu sync.Mutex
+	ready, calls := errors.New("caches not synced"), 0
+	sock := serve(t, &funcHandler{status: func() error { mu.Lock(); defer mu.Unlock(); calls++; return ready }})
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
-	post := func(req cniproto.Request) (int, cniproto.Response) {
-		body, _ := json.Marshal(req)
-		hresp, err := hc.Post("http://ipkeeper-agent"+cniproto.PathCNI, "application/json", bytes.NewReader(body))
+	get := func() (int, cniproto.Response) {
+		hresp, err := hc.Get("http://ipkeeper-agent" + cniproto.PathStatus)
 		if err != nil {
-			t.Fatalf("POST: %v", err)
+			t.Fatalf("GET status: %v", err)
 		}
 		defer func() { _ = hresp.Body.Close() }()
 		var resp cniproto.Response
@@ -316,44 +290,29 @@ func TestHTTPClientAgainstFramedServer(t *testing.T) {
 		}
 		return hresp.StatusCode, resp
 	}
-	tests := []struct {
-		name     string
-		req      cniproto.Request
-		status   int
-		wantCode uint
-		wantMsg  string
-	}{
-		{"DEL", func() cniproto.Request { r := addReq(); r.Command = cniproto.CmdDel; return r }(), http.StatusOK, 0, ""},
-		{"panic in ADD", addReq(), http.StatusInternalServerError, types.ErrInternal, "internal error in ipkeeper-agent: panic: boom"},
-		{"invalid", cniproto.Request{Command: "FROB", Config: json.RawMessage(`{}`)}, http.StatusBadRequest, types.ErrInvalidEnvironmentVariables, "FROB"},
+	if status, resp := get(); status != http.StatusServiceUnavailable || resp.Error == nil ||
+		resp.Error.Code != cniproto.ErrPluginNotAvailable || !strings.Contains(resp.Error.Msg, "caches not synced") {
+		t.Fatalf("not ready: HTTP %d %+v, want 503 with code %d", status, resp.Error, cniproto.ErrPluginNotAvailable)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			status, resp := post(tt.req)
-			if status != tt.status {
-				t.Fatalf("HTTP %d, want %d (%+v)", status, tt.status, resp.Error)
-			}
-			if tt.wantCode == 0 {
-				if resp.Error != nil {
-					t.Fatalf("error %+v", resp.Error)
-				}
-				return
-			}
-			if resp.Error == nil || resp.Error.Code != tt.wantCode || !strings.Contains(resp.Error.Msg, tt.wantMsg) {
-				t.Fatalf("error %+v, want code %d containing %q", resp.Error, tt.wantCode, tt.wantMsg)
-			}
-		})
+	mu.Lock()
+	ready = nil
+	mu.Unlock()
+	if status, resp := get(); status != http.StatusOK || resp.Error != nil {
+		t.Fatalf("ready: HTTP %d %+v", status, resp.Error)
 	}
-	hresp, err := hc.Get("http://ipkeeper-agent" + cniproto.PathStatus)
+	body, _ := json.Marshal(addReq())
+	hresp, err := hc.Post("http://ipkeeper-agent/v1/cni", "application/json", bytes.NewReader(body))
 	if err != nil {
-		t.Fatalf("GET status: %v", err)
+		t.Fatalf("POST: %v", err)
 	}
 	_ = hresp.Body.Close()
-	if hresp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: HTTP %d", cniproto.PathStatus, hresp.StatusCode)
+	if hresp.StatusCode != http.StatusNotFound {
+		t.Fatalf("POST /v1/cni: HTTP %d, want 404 (CNI requests are framed only)", hresp.StatusCode)
 	}
-	if got := h.seen(); strings.Join(got, ",") != "DEL,ADD,STATUS" {
-		t.Fatalf("handler calls %v, want DEL,ADD,STATUS", got)
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 2 {
+		t.Fatalf("Status called %d times, want 2", calls)
 	}
 }
 

@@ -6,13 +6,11 @@
 //
 //   - a cniproto frame (what the shim sends): the header's magic "ipk",
 //     then the JSON Request; the reply is a frame with the JSON Response.
-//   - HTTP/1.1 (POST cniproto.PathCNI, GET cniproto.PathStatus), the
-//     protocol of shims before the framed one, so that a node keeps
-//     working while its shim and agent are upgraded one after the other,
-//     and so that probes and curl can still ask the agent.
+//   - HTTP/1.1 GET cniproto.PathStatus, so that an operator can ask an
+//     agent whether it is ready with curl on the node, no tool needed.
 //
-// Both reach the same Handler with the same limits, validation, panic
-// recovery and logs. The shim links package cniproto only: no net/http.
+// Both reach the same Handler with the same panic recovery. The shim
+// links package cniproto only: no net/http.
 package cniserver
 
 import (
@@ -20,7 +18,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -46,13 +43,13 @@ type Handler interface {
 	Status(ctx context.Context) error
 }
 
-// NewHTTPHandler serves the HTTP routes documented in the package
+// NewHTTPHandler serves the HTTP route documented in the package
 // comment. A zero log discards logs.
 func NewHTTPHandler(h Handler, log logr.Logger) http.Handler {
 	return (&handler{h: h, log: log}).httpMux()
 }
 
-// handler serves h in both encodings.
+// handler serves h as frames, and its Status over HTTP.
 type handler struct {
 	h   Handler
 	log logr.Logger
@@ -60,31 +57,12 @@ type handler struct {
 
 func (s *handler) httpMux() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+cniproto.PathCNI, s.serveCNI)
 	mux.HandleFunc("GET "+cniproto.PathStatus, s.serveStatus)
 	return mux
 }
 
-func (s *handler) serveCNI(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cniproto.MaxRequestSize))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		cerr := types.NewError(types.ErrIOFailure, fmt.Sprintf("reading ipkeeper request: %v", err), "")
-		status := http.StatusBadRequest
-		if errors.As(err, &mbe) {
-			cerr, status = cniproto.TooLargeError(0), http.StatusRequestEntityTooLarge
-		}
-		s.log.Error(cerr, "rejected CNI request")
-		writeResponse(w, status, &cniproto.Response{Error: cerr})
-		return
-	}
-	resp := s.serve(r.Context(), raw, start)
-	writeResponse(w, 0, resp)
-}
-
 // serve decodes, validates and dispatches one request body and logs the
-// outcome; both encodings end here.
+// outcome.
 func (s *handler) serve(ctx context.Context, raw []byte, start time.Time) *cniproto.Response {
 	req, cerr := decodeRequest(raw)
 	if cerr != nil {
@@ -115,7 +93,7 @@ func (s *handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		resp.Error = toCNIError(err, cniproto.ErrPluginNotAvailable)
 	}
-	writeResponse(w, 0, resp)
+	writeResponse(w, resp)
 }
 
 // decodeRequest decodes and validates a request body.
@@ -197,14 +175,11 @@ func toCNIError(err error, fallback uint) *types.Error {
 	return types.NewError(ce.Code, msg, ce.Details)
 }
 
-// writeResponse sends resp; status 0 derives the HTTP status from resp.
-func writeResponse(w http.ResponseWriter, status int, resp *cniproto.Response) {
-	switch {
-	case status != 0:
-	case resp.Error != nil:
+// writeResponse sends resp with an HTTP status derived from it.
+func writeResponse(w http.ResponseWriter, resp *cniproto.Response) {
+	status := http.StatusOK
+	if resp.Error != nil {
 		status = httpStatus(resp.Error.Code)
-	default:
-		status = http.StatusOK
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

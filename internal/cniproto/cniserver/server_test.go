@@ -8,13 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -209,23 +207,25 @@ func TestRequestTooLarge(t *testing.T) {
 	}
 
 	// ...and the server enforces the limit against other clients.
-	body, _ := json.Marshal(cniproto.Request{Command: cniproto.CmdGC, Config: big})
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	hresp, err := hc.Post("http://agent"+cniproto.PathCNI, "application/json", bytes.NewReader(body))
+	conn, err := net.Dial("unix", sock)
 	if err != nil {
-		t.Fatalf("raw POST: %v", err)
+		t.Fatal(err)
 	}
-	defer func() { _ = hresp.Body.Close() }()
-	raw, _ := io.ReadAll(hresp.Body)
+	defer func() { _ = conn.Close() }()
+	h := cniproto.FrameHeader(cniproto.MaxRequestSize + 1)
+	if _, err := conn.Write(h[:]); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := cniproto.ReadFrame(conn, cniproto.MaxResponseSize)
+	if err != nil {
+		t.Fatalf("reading the server's reply: %v", err)
+	}
 	var resp cniproto.Response
 	if err := json.Unmarshal(raw, &resp); err != nil || resp.Error == nil {
-		t.Fatalf("server reply %d %s: want a CNI error (%v)", hresp.StatusCode, raw, err)
+		t.Fatalf("server reply %s: want a CNI error (%v)", raw, err)
 	}
-	if hresp.StatusCode != http.StatusRequestEntityTooLarge || resp.Error.Code != types.ErrInvalidNetworkConfig ||
-		!strings.Contains(resp.Error.Msg, "exceeds the 1048576-byte (1 MiB) limit") {
-		t.Fatalf("server reply %d %+v", hresp.StatusCode, resp.Error)
+	if resp.Error.Code != types.ErrInvalidNetworkConfig || !strings.Contains(resp.Error.Msg, "over the 1048576-byte (1 MiB) limit") {
+		t.Fatalf("server reply %+v", resp.Error)
 	}
 }
 
@@ -269,19 +269,45 @@ func mustCIDR(t *testing.T, s string) net.IPNet {
 }
 
 func TestHandlerLogsRequests(t *testing.T) {
-	var logs bytes.Buffer
-	h := NewHTTPHandler(&funcHandler{}, logr.FromSlogHandler(slog.NewTextHandler(&logs, nil)))
+	var logs syncBuffer
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- ServeListener(ctx, ln, &funcHandler{}, logr.FromSlogHandler(slog.NewTextHandler(&logs, nil)))
+	}()
+	defer func() { cancel(); <-done }()
 	req := addReq()
 	req.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0"
-	body, _ := json.Marshal(req)
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, cniproto.PathCNI, bytes.NewReader(body)))
-	if rec.Code != http.StatusOK {
-		t.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
+	if _, err := (&cniproto.Client{SocketPath: sock}).Do(t.Context(), req); err != nil {
+		t.Fatalf("ADD: %v", err)
 	}
 	for _, want := range []string{"command=ADD", "containerID=c1", "ifName=net1", "pod=ns/web-0"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log %q lacks %q", logs.String(), want)
 		}
 	}
+}
+
+// syncBuffer is a bytes.Buffer the server's goroutines may write while
+// the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
