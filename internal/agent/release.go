@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/internal/reuse"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -22,7 +22,7 @@ const maxReleaseRaces = 3
 // are returned together (callers that cannot act on them ignore them: the
 // next ADD, DEL or the controller's GC tries again). In a pool with a
 // reuse cooldown a reservation is retired (spec.reuseAfter set, see
-// package reuse) instead of deleted; a pool that cannot be read fails the
+// package reservation) instead of deleted; a pool that cannot be read fails the
 // release (retried later) rather than guess. When a reservation changed
 // since, it is re-read and released only if still reports the new version
 // should still go (nil: never; the caller's decision was about a version
@@ -54,29 +54,27 @@ func (a *Agent) releaseAll(ctx context.Context, entries []entry, verb string, st
 }
 
 func (a *Agent) releaseOne(ctx context.Context, e entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool, cool bool) error {
-	var how reuse.Decision // delete
+	var how reservation.Decision // delete
 	if cool {
 		cooldown, err := a.cooldown(ctx, e.pool)
 		if err != nil {
 			return err
 		}
-		how = reuse.Decide(cooldown, time.Now())
+		how = reservation.Decide(cooldown, time.Now())
 	}
 	for range maxReleaseRaces {
 		if e.released() {
 			return nil // released already (by another writer): it waits out its cooldown
 		}
-		var err error
-		if how.Retire {
-			var cur *ipkeeperv1alpha1.IPReservation
-			if cur, err = a.store.Retire(ctx, e.name, e.uid, e.rv, how.ReuseAfter); err == nil {
-				a.observeLive(cur)
-				a.metrics.releases.WithLabelValues(verb).Inc()
-				a.log.V(1).Info("released; the address cools down", "verb", verb, "reservation", e.name, "ip", e.ip,
-					"owner", e.owner.Namespace+"/"+e.owner.Name, "reuseAfter", how.ReuseAfter)
-				return nil
-			}
-		} else if err = a.store.Delete(ctx, e.name, e.uid, e.rv); err == nil {
+		cur, err := reservation.ReleaseAt(ctx, a.store, e.name, e.uid, e.rv, how)
+		switch {
+		case err == nil && how.Retire:
+			a.observeLive(cur)
+			a.metrics.releases.WithLabelValues(verb).Inc()
+			a.log.V(1).Info("released; the address cools down", "verb", verb, "reservation", e.name, "ip", e.ip,
+				"owner", e.owner.Namespace+"/"+e.owner.Name, "reuseAfter", how.ReuseAfter)
+			return nil
+		case err == nil:
 			a.idx.released(e.name, e.uid, time.Now())
 			a.metrics.releases.WithLabelValues(verb).Inc()
 			a.log.V(1).Info("released", "verb", verb, "reservation", e.name, "ip", e.ip, "owner", e.owner.Namespace+"/"+e.owner.Name)
@@ -89,7 +87,7 @@ func (a *Agent) releaseOne(ctx context.Context, e entry, verb string, still func
 		case !errors.Is(err, ErrChanged):
 			return err
 		}
-		cur, err := a.store.Get(ctx, e.name)
+		cur, err = a.store.Get(ctx, e.name)
 		if errors.Is(err, ErrGone) {
 			a.idx.released(e.name, e.uid, time.Now())
 			return nil
@@ -125,7 +123,7 @@ func (a *Agent) cooldown(ctx context.Context, pool string) (time.Duration, error
 	case err != nil:
 		return 0, fmt.Errorf("reading the reuse cooldown of IPPool %q: %w", pool, err)
 	}
-	return reuse.Cooldown(p), nil
+	return reservation.Cooldown(p), nil
 }
 
 // reclaimExpired deletes one of this node's released reservations of the
@@ -140,7 +138,7 @@ func (a *Agent) reclaimExpired(ctx context.Context, pool string, usable func(ip 
 		if !usable(e.ip) {
 			continue
 		}
-		err := a.store.Delete(ctx, e.name, e.uid, e.rv)
+		err := reservation.Discard(ctx, a.store, e.name, e.uid, e.rv)
 		switch {
 		case err == nil:
 			a.idx.released(e.name, e.uid, time.Now())

@@ -18,6 +18,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -288,39 +289,29 @@ func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) b
 // reservation there is labelled with the node, and only this node's agent
 // watches it (no other agent hands out that block's addresses).
 func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, h holder, inBlock bool) (e entry, isNew bool, err error) {
-	pool, network := req.pool.name, req.cfg.Name
-	labels := naming.ReservationLabels(network, string(h.owner.Kind))
+	pool := req.pool.name
+	block := reservation.NoBlock
 	if inBlock {
-		labels[naming.NodeLabel] = naming.NodeLabelValue(a.opts.NodeName)
+		block = reservation.NodeBlock
 	}
-	obj := &ipkeeperv1alpha1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:   naming.Reservation(req.pool.key, ip),
-			Labels: labels,
-		},
-		Spec: ipkeeperv1alpha1.IPReservationSpec{
-			Pool: pool, Network: network, IP: ip.String(), Owner: h.owner,
-			InterfaceName: req.IfName, ContainerID: req.ContainerID, Node: a.opts.NodeName, AttachedAt: ptr.To(metav1.Now()),
-		},
-	}
+	obj := reservation.New(reservation.Params{
+		Pool: pool, Key: req.pool.key, Network: req.cfg.Name, IP: ip, Owner: h.owner, Interface: req.IfName,
+		ContainerID: req.ContainerID, Node: a.opts.NodeName, AttachedAt: ptr.To(metav1.Now()), Block: block,
+	})
 	// Until the create returns, this node's other ADDs skip the address.
 	done := a.idx.markPending(pool, ip)
-	err = a.store.Create(ctx, obj)
+	cur, adopted, err := reservation.CreateOrAdopt(ctx, a.store, obj)
 	done()
 	switch {
 	case err == nil:
-		e, _ = entryOf(obj)
-		a.idx.upsert(e)
-		a.metrics.allocations.Inc()
-		return e, true, nil
-	case errors.Is(err, ErrTaken):
-		cur, gerr := a.store.Get(ctx, obj.Name)
-		if gerr != nil || !h.owns(cur) {
-			return entry{}, false, err
-		}
 		e, _ = entryOf(cur)
 		a.idx.upsert(e)
-		return e, false, nil
+		if !adopted {
+			a.metrics.allocations.Inc()
+		}
+		return e, !adopted, nil
+	case errors.Is(err, ErrTaken):
+		return entry{}, false, err
 	default:
 		a.uncertain.add(h.key(pool), obj.Name, sandboxKey{pool, req.ContainerID, req.IfName})
 		return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
@@ -434,18 +425,16 @@ func (u *uncertainCreates) forget(key, name string) {
 // An address released by its holder and cooling down (its pool's
 // reuseCooldown) is a passing state: "try again later" says when.
 func (a *Agent) describeHolder(ctx context.Context, what string, req *request, ip netip.Addr, namespace string) error {
-	network := req.cfg.Name
 	name := naming.Reservation(req.pool.key, ip)
 	r, err := a.store.Get(ctx, name)
-	switch {
-	case err == nil && r.Spec.Released():
-		return fail(reasonConflict, codeTryAgainLater, fmt.Errorf("%s %s on network %q was released by its previous holder and cools down until %s (IPPool %q reuseCooldown); retry after that",
-			what, ip, network, r.Spec.ReuseAfter.UTC().Format(time.RFC3339), req.pool.name))
-	case err != nil || r.Spec.Owner.Namespace != namespace:
-		return fail(reasonConflict, codeInternal, fmt.Errorf("%s %s on network %q is already reserved by a workload in another namespace (reservation %s)", what, ip, network, name))
+	if err != nil {
+		r = nil // described as another namespace's: nothing to tell
 	}
-	o := r.Spec.Owner
-	return fail(reasonConflict, codeInternal, fmt.Errorf("%s %s on network %q is already reserved by %s %s/%s (reservation %s)", what, ip, network, o.Kind, o.Namespace, o.Name, name))
+	msg := fmt.Sprintf("%s %s on network %q %s", what, ip, req.cfg.Name, reservation.DescribeHolder(name, r, namespace))
+	if r != nil && r.Spec.Released() {
+		return fail(reasonConflict, codeTryAgainLater, errors.New(msg+"; retry after that"))
+	}
+	return fail(reasonConflict, codeInternal, errors.New(msg))
 }
 
 func staticFor(cfg *ipamconfig.Config, is4 bool) (netip.Addr, bool) {

@@ -4,7 +4,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -14,28 +13,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/naming"
-	"github.com/ipkeeper/ipkeeper/internal/reuse"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
+// The reservation error contract (package reservation), under the names
+// the agent's code uses.
 var (
-	// ErrTaken reports that a reservation of that name already exists.
-	ErrTaken = errors.New("address already reserved")
-	// ErrGone reports that a reservation does not exist (any more).
-	ErrGone = errors.New("reservation not found")
-	// ErrChanged reports that a reservation is not the version a write was
-	// made for: it changed, or another object took its name. Re-read it.
-	ErrChanged = errors.New("reservation changed")
+	ErrTaken   = reservation.ErrTaken
+	ErrGone    = reservation.ErrGone
+	ErrChanged = reservation.ErrChanged
 )
 
-// Store is the narrow interface between allocation and the API server.
-// Every method is a live API call; the informer-fed index answers reads.
+// Store is the narrow interface between allocation and the API server:
+// package reservation's steps (Create, Get, Delete, Retire, with its
+// errors) plus the agent's own two. Every method is a live API call; the
+// informer-fed index answers reads.
 type Store interface {
-	// Create creates a reservation and fills in its UID and
-	// resourceVersion; ErrTaken (wrapped) when the name exists.
-	Create(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error
-	// Get reads a reservation live; ErrGone (wrapped) when it does not exist.
-	Get(ctx context.Context, name string) (*ipkeeperv1alpha1.IPReservation, error)
+	reservation.Store
 	// Update rewrites a reservation (only its mutable attachment fields
 	// change) if it is still the version read; ErrChanged otherwise.
 	Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error
@@ -43,47 +38,28 @@ type Store interface {
 	// legacyNetwork, when set, is the network whose inline pool it is:
 	// reservations made before pools existed name only the network.
 	TakenIn(ctx context.Context, pool, legacyNetwork string) (map[netip.Addr]bool, error)
-	// Delete deletes the reservation with that name only if it is still
-	// that object (uid) at that version (resourceVersion): ErrGone when it
-	// does not exist, ErrChanged when it is another object or version.
-	Delete(ctx context.Context, name string, uid types.UID, resourceVersion string) error
-	// Retire sets spec.reuseAfter on the reservation with that name, with
-	// Delete's preconditions and errors, and returns it as written: the
-	// release of an address in a pool with a reuse cooldown.
-	Retire(ctx context.Context, name string, uid types.UID, resourceVersion string, reuseAfter time.Time) (*ipkeeperv1alpha1.IPReservation, error)
 }
 
 // listPageSize bounds one page of a live list of a network's reservations.
 const listPageSize = 500
 
-// apiStore implements Store with an uncached client and counts its calls.
+// apiStore implements Store with an uncached client (reservation's
+// KubeStore for its steps) and counts its calls.
 type apiStore struct {
 	c       client.Client
 	metrics *metrics
 }
 
+func (s *apiStore) kube() reservation.KubeStore { return reservation.KubeStore{Client: s.c} }
+
 func (s *apiStore) Create(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error {
 	s.metrics.apiWrites.WithLabelValues("create").Inc()
-	err := s.c.Create(ctx, r)
-	if apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("%w: reservation %s", ErrTaken, r.Name)
-	}
-	if err != nil {
-		return fmt.Errorf("creating reservation %s: %w", r.Name, err)
-	}
-	return nil
+	return s.kube().Create(ctx, r)
 }
 
 func (s *apiStore) Get(ctx context.Context, name string) (*ipkeeperv1alpha1.IPReservation, error) {
 	s.metrics.apiReads.WithLabelValues("get").Inc()
-	r := &ipkeeperv1alpha1.IPReservation{}
-	if err := s.c.Get(ctx, client.ObjectKey{Name: name}, r); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: %s", ErrGone, name)
-		}
-		return nil, fmt.Errorf("reading reservation %s: %w", name, err)
-	}
-	return r, nil
+	return s.kube().Get(ctx, name)
 }
 
 func (s *apiStore) TakenIn(ctx context.Context, pool, legacyNetwork string) (map[netip.Addr]bool, error) {
@@ -135,46 +111,11 @@ func (s *apiStore) Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation
 }
 
 func (s *apiStore) Retire(ctx context.Context, name string, uid types.UID, resourceVersion string, reuseAfter time.Time) (*ipkeeperv1alpha1.IPReservation, error) {
-	patch, err := reuse.RetirePatch(uid, resourceVersion, reuseAfter)
-	if err != nil {
-		return nil, fmt.Errorf("retiring reservation %s: %w", name, err)
-	}
 	s.metrics.apiWrites.WithLabelValues("patch").Inc()
-	r := &ipkeeperv1alpha1.IPReservation{}
-	r.Name = name
-	err = s.c.Patch(ctx, r, patch)
-	switch {
-	case err == nil:
-		return r, nil
-	case apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("%w: %s", ErrGone, name)
-	case apierrors.IsConflict(err):
-		return nil, fmt.Errorf("%w: retiring reservation %s: %w", ErrChanged, name, err)
-	default:
-		return nil, fmt.Errorf("retiring reservation %s: %w", name, err)
-	}
+	return s.kube().Retire(ctx, name, uid, resourceVersion, reuseAfter)
 }
 
 func (s *apiStore) Delete(ctx context.Context, name string, uid types.UID, resourceVersion string) error {
 	s.metrics.apiWrites.WithLabelValues("delete").Inc()
-	r := &ipkeeperv1alpha1.IPReservation{}
-	r.Name = name
-	// Both preconditions: the UID keeps us from deleting a reservation
-	// someone else made for the address after ours went; the version keeps
-	// us from deleting one a new sandbox took over after we decided.
-	pre := client.Preconditions{UID: &uid}
-	if resourceVersion != "" {
-		pre.ResourceVersion = &resourceVersion
-	}
-	err := s.c.Delete(ctx, r, pre)
-	switch {
-	case err == nil:
-		return nil
-	case apierrors.IsNotFound(err):
-		return fmt.Errorf("%w: %s", ErrGone, name)
-	case apierrors.IsConflict(err):
-		return fmt.Errorf("%w: deleting reservation %s: %w", ErrChanged, name, err)
-	default:
-		return fmt.Errorf("deleting reservation %s: %w", name, err)
-	}
+	return s.kube().Delete(ctx, name, uid, resourceVersion)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -36,8 +37,7 @@ func holder(claim *ipamv1.IPAddressClaim, pool string) claimalloc.Holder {
 
 // owns reports whether res is claim's (and not released).
 func owns(claim *ipamv1.IPAddressClaim, res *v1alpha1.IPReservation) bool {
-	o := res.Spec.Owner
-	return o.Kind == v1alpha1.OwnerIPAddressClaim && o.UID == claim.UID && !res.Spec.Released()
+	return reservation.HeldBy(res, v1alpha1.ReservationOwner{Kind: v1alpha1.OwnerIPAddressClaim, UID: claim.UID}, "")
 }
 
 // rangeOf is the range of ranges that contains ip (its subnet and

@@ -33,9 +33,9 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
-	"github.com/ipkeeper/ipkeeper/internal/reuse"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -301,7 +301,7 @@ func (r *ClaimReconciler) lockKey(ctx context.Context, pool string) string {
 func (r *ClaimReconciler) releaseOne(ctx context.Context, res *v1alpha1.IPReservation) error {
 	// Live when the cache does not show the pool: a pool missing from the
 	// cache would otherwise mean no cooldown, and a delete.
-	cooldown, err := reuse.PoolCooldown(ctx, r.Client, r.APIReader, naming.PoolOf(res.Spec.Pool, res.Spec.Network))
+	cooldown, err := reservation.PoolCooldown(ctx, r.Client, r.APIReader, naming.PoolOf(res.Spec.Pool, res.Spec.Network))
 	if err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func (r *ClaimReconciler) releaseOne(ctx context.Context, res *v1alpha1.IPReserv
 	if r.Now != nil {
 		now = r.Now
 	}
-	_, err = reuse.Release(ctx, r.Client, res, cooldown, now())
+	_, err = reservation.Release(ctx, reservation.KubeStore{Client: r.Client}, res, cooldown, now())
 	return err
 }
 

@@ -21,8 +21,8 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
-	"github.com/ipkeeper/ipkeeper/internal/reuse"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -156,10 +156,11 @@ func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 			continue
 		}
 		_, err = r.Alloc.Reserve(ctx, pool, holderOf(claim, net), ip)
-		var taken *claimalloc.TakenError
+		var taken *reservation.TakenError
 		switch {
 		case errors.As(err, &taken):
-			out.failure = &failure{claimstatus.ReasonConflict, fmt.Sprintf("the claim records %s (status.ips[%d]), which on network %q is %s", ip, i, net.cfg.Name, taken)}
+			out.failure = &failure{claimstatus.ReasonConflict, fmt.Sprintf("the claim records %s (status.ips[%d]), which on network %q %s",
+				ip, i, net.cfg.Name, reservation.DescribeHolder(taken.Name, taken.Holder, claim.Namespace))}
 			out.retry = true
 		case err != nil:
 			return outcome{}, fmt.Errorf("IPAMClaim %s/%s: reserving recorded %s: %w", claim.Namespace, claim.Name, ip, err)
@@ -204,12 +205,12 @@ func (r *Reconciler) releaseSuperseded(ctx context.Context, claim *ipamclaimsv1a
 	if fresh.UID != claim.UID || !slices.Equal(fresh.Status.IPs, claim.Status.IPs) {
 		return fmt.Errorf("IPAMClaim %s/%s changed since the cache showed it; looking again", claim.Namespace, claim.Name)
 	}
-	cooldown, err := reuse.PoolCooldown(ctx, r.Client, r.APIReader, pool.Name)
+	cooldown, err := reservation.PoolCooldown(ctx, r.Client, r.APIReader, pool.Name)
 	if err != nil {
 		return err
 	}
 	for _, h := range superseded {
-		if _, err := reuse.Release(ctx, r.Client, h.res, cooldown, time.Now()); err != nil {
+		if _, err := reservation.Release(ctx, reservation.KubeStore{Client: r.Client}, h.res, cooldown, time.Now()); err != nil {
 			return fmt.Errorf("IPAMClaim %s/%s: releasing %s, which it no longer records: %w", claim.Namespace, claim.Name, h.ip, err)
 		}
 		log.FromContext(ctx).Info("released an address the claim no longer records", "claim", claim.Namespace+"/"+claim.Name, "ip", h.ip, "reservation", h.res.Name)

@@ -130,8 +130,8 @@ func claim(name string) *ipamclaimsv1alpha1.IPAMClaim {
 	}
 }
 
-// reservation is owner's reservation of ip in the inline pool of blue.
-func reservation(ip string, owner ipkeeperv1alpha1.ReservationOwner) *ipkeeperv1alpha1.IPReservation {
+// heldRes is owner's reservation of ip in the inline pool of blue.
+func heldRes(ip string, owner ipkeeperv1alpha1.ReservationOwner) *ipkeeperv1alpha1.IPReservation {
 	return &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", netip.MustParseAddr(ip)), UID: types.UID("uid-res-" + ip)},
 		Spec:       ipkeeperv1alpha1.IPReservationSpec{Pool: "blue", Network: "blue", IP: ip, Owner: owner},
@@ -301,7 +301,7 @@ func TestReconcileFillsAClaim(t *testing.T) {
 func TestReconcileReusesWhatTheClaimHolds(t *testing.T) {
 	n := nad(ns, "blue", dualConf)
 	cl := claim("vm1.blue")
-	f := newFixture(t, n, poolOfNAD(t, n), cl, reservation("10.0.0.42", claimOwner(cl)))
+	f := newFixture(t, n, poolOfNAD(t, n), cl, heldRes("10.0.0.42", claimOwner(cl)))
 	f.reconcile(t, "vm1.blue")
 	c := f.claim(t, "vm1.blue")
 	if len(c.Status.IPs) != 2 || c.Status.IPs[0] != "10.0.0.42/24" {
@@ -331,7 +331,7 @@ func TestReconcileRequestedAddresses(t *testing.T) {
 		{name: "both requested", request: `["fd00::50/64","10.0.0.50"]`, wantIPs: []string{"10.0.0.50/24", "fd00::50/120"},
 			reason: claimstatus.ReasonAllocated, requested: claimstatus.ReasonRequestedReserved},
 		{name: "taken by another namespace", request: `["10.0.0.50","fd00::50"]`, taken: []string{"fd00::50"},
-			reason: claimstatus.ReasonConflict, requested: claimstatus.ReasonRequestedTaken, msgHas: "fd00::50 on network \"blue\" is reserved by a workload in another namespace", retry: true},
+			reason: claimstatus.ReasonConflict, requested: claimstatus.ReasonRequestedTaken, msgHas: "fd00::50 on network \"blue\" is already reserved by a workload in another namespace", retry: true},
 		{name: "outside the pool", request: `["10.0.1.50"]`,
 			reason: claimstatus.ReasonInternal, requested: claimstatus.ReasonRequestedOutsidePool, msgHas: "10.0.1.50 is outside every range", retry: true},
 		{name: "unreadable", request: `"10.0.0.50"`, reason: claimstatus.ReasonInternal, requested: claimstatus.ReasonRequestedInvalid, msgHas: "not a JSON list"},
@@ -342,7 +342,7 @@ func TestReconcileRequestedAddresses(t *testing.T) {
 			cl.Annotations[claimstatus.RequestedAnnotation] = tt.request
 			objs := []client.Object{n, poolOfNAD(t, n), cl}
 			for _, ip := range tt.taken {
-				objs = append(objs, reservation(ip, stranger))
+				objs = append(objs, heldRes(ip, stranger))
 			}
 			f := newFixture(t, objs...)
 			res := f.reconcile(t, "vm1.blue")
@@ -382,7 +382,7 @@ func TestReconcileExhausted(t *testing.T) {
 	const conf = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24","range_start":"10.0.0.4","range_end":"10.0.0.5"}}`
 	n := nad(ns, "blue", conf)
 	other := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: ns, Name: "web", UID: "uid-web"}
-	f := newFixture(t, n, poolOfNAD(t, n), claim("vm1.blue"), reservation("10.0.0.4", other), reservation("10.0.0.5", other))
+	f := newFixture(t, n, poolOfNAD(t, n), claim("vm1.blue"), heldRes("10.0.0.4", other), heldRes("10.0.0.5", other))
 	if res := f.reconcile(t, "vm1.blue"); res.RequeueAfter <= 0 {
 		t.Errorf("an exhausted claim is not retried")
 	}
@@ -434,7 +434,7 @@ func TestReconcileKeepsWhatTheClaimRecords(t *testing.T) {
 		{name: "a recorded address is reserved", recorded: "10.0.0.77/24", wantHeld: []string{"10.0.0.77"}, reason: claimstatus.ReasonAllocated},
 		{name: "a superseded one is released", recorded: "10.0.0.77/24", holds: []string{"10.0.0.77", "10.0.0.9"}, wantHeld: []string{"10.0.0.77"}, reason: claimstatus.ReasonAllocated},
 		{name: "someone else's", recorded: "10.0.0.77/24", podHolds: "10.0.0.77", reason: claimstatus.ReasonConflict,
-			msgHas: "the claim records 10.0.0.77 (status.ips[0]), which on network \"blue\" is reserved by Pod web in this namespace"},
+			msgHas: "the claim records 10.0.0.77 (status.ips[0]), which on network \"blue\" is already reserved by Pod " + ns + "/web (reservation "},
 		// The condition promises that nothing was released: the address
 		// the claim held (its VM's, before status.ips was mistyped) stays.
 		{name: "one the pool does not hand out", recorded: "10.9.0.7/24", holds: []string{"10.0.0.9"}, wantHeld: []string{"10.0.0.9"}, reason: claimstatus.ReasonInternal,
@@ -446,10 +446,10 @@ func TestReconcileKeepsWhatTheClaimRecords(t *testing.T) {
 			cl.Status.IPs = []string{tt.recorded}
 			objs := []client.Object{n, poolOfNAD(t, n), cl}
 			for _, ip := range tt.holds {
-				objs = append(objs, reservation(ip, claimOwner(cl)))
+				objs = append(objs, heldRes(ip, claimOwner(cl)))
 			}
 			if tt.podHolds != "" {
-				objs = append(objs, reservation(tt.podHolds, pod))
+				objs = append(objs, heldRes(tt.podHolds, pod))
 			}
 			f := newFixture(t, objs...)
 			f.reconcile(t, "vm1.blue")
@@ -794,7 +794,7 @@ func TestReconcileDoesNotRecordAReservationThatIsGone(t *testing.T) {
 			if tt.request != "" {
 				cl.Annotations[claimstatus.RequestedAnnotation] = tt.request
 			}
-			gone := reservation("10.0.0.42", claimOwner(cl))
+			gone := heldRes("10.0.0.42", claimOwner(cl))
 			f := newFixture(t, n, poolOfNAD(t, n), cl, gone)
 			f.staleCache(t, gone)
 			f.reconcile(t, "vm1.blue")
@@ -817,7 +817,7 @@ func TestRefusedRequestHoldsNothing(t *testing.T) {
 	n := nad(ns, "blue", dualConf)
 	cl := claim("vm1.blue")
 	cl.Annotations[claimstatus.RequestedAnnotation] = `["fd00::5"]`
-	f := newFixture(t, n, poolOfNAD(t, n), cl, reservation("10.0.0.42", claimOwner(cl)), reservation("fd00::5", stranger))
+	f := newFixture(t, n, poolOfNAD(t, n), cl, heldRes("10.0.0.42", claimOwner(cl)), heldRes("fd00::5", stranger))
 	f.reconcile(t, "vm1.blue")
 	c := f.claim(t, "vm1.blue")
 	if len(c.Status.IPs) != 0 {
@@ -844,7 +844,7 @@ func TestReservationWakesClaimsWaitingForItsAddress(t *testing.T) {
 	other := claim("other.blue")
 	other.Status.IPs = []string{"10.0.0.8/24"}
 	f := newFixture(t, n, poolOfNAD(t, n), edited, asking, other)
-	got := claimsOfReservation(f.c)(context.Background(), reservation("10.0.0.7", stranger))
+	got := claimsOfReservation(f.c)(context.Background(), heldRes("10.0.0.7", stranger))
 	var names []string
 	for _, r := range got {
 		names = append(names, r.Name)
@@ -853,7 +853,7 @@ func TestReservationWakesClaimsWaitingForItsAddress(t *testing.T) {
 	if want := []string{"asking.blue", "edited.blue"}; !slices.Equal(names, want) {
 		t.Errorf("a reservation of 10.0.0.7 woke %v, want %v", names, want)
 	}
-	own := claimsOfReservation(f.c)(context.Background(), reservation("10.0.0.8", claimOwner(other)))
+	own := claimsOfReservation(f.c)(context.Background(), heldRes("10.0.0.8", claimOwner(other)))
 	if len(own) != 1 || own[0].Name != "other.blue" {
 		t.Errorf("a claim's own reservation woke %v, want the claim once", own)
 	}

@@ -13,11 +13,11 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -83,8 +83,8 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 	var created []*ipkeeperv1alpha1.IPReservation
 	undo := func() {
 		for _, res := range append(created, reservationsOf(mine)...) {
-			err := r.Client.Delete(context.WithoutCancel(ctx), res, client.Preconditions{UID: &res.UID})
-			if client.IgnoreNotFound(err) != nil {
+			err := reservation.Discard(context.WithoutCancel(ctx), reservation.KubeStore{Client: r.Client}, res.Name, res.UID, "")
+			if err != nil && !errors.Is(err, reservation.ErrGone) {
 				log.FromContext(ctx).Error(err, "releasing an address of a claim whose request failed", "reservation", res.Name)
 			}
 		}
@@ -99,10 +99,10 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 		}
 		if !ok {
 			res, err := r.Alloc.Reserve(ctx, pool, h, ip)
-			var taken *claimalloc.TakenError
+			var taken *reservation.TakenError
 			if errors.As(err, &taken) {
 				undo()
-				return requestRefused(claimstatus.ReasonRequestedTaken, true, "%s on network %q is %s", ip, name, taken), nil
+				return requestRefused(claimstatus.ReasonRequestedTaken, true, "%s on network %q %s", ip, name, reservation.DescribeHolder(taken.Name, taken.Holder, claim.Namespace)), nil
 			}
 			if err != nil {
 				undo()

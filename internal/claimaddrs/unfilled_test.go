@@ -29,7 +29,7 @@ func TestUnfilledClaimsMetric(t *testing.T) {
 	foreign.Annotations = nil
 	foreign.Spec.Network = "not-ours"
 	foreign.CreationTimestamp = metav1.NewTime(created.Add(-time.Hour))
-	f := newFixture(t, n, poolOfNAD(t, n), waiting, foreign, reservation("10.0.0.4", other), reservation("10.0.0.5", other))
+	f := newFixture(t, n, poolOfNAD(t, n), waiting, foreign, heldRes("10.0.0.4", other), heldRes("10.0.0.5", other))
 	remove := unfilledMetrics.Add(f.r.unfilled.Stats)
 	t.Cleanup(remove)
 

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/go-logr/logr"
@@ -20,17 +18,13 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
 // ErrExhausted reports that a family's ranges have no free address.
 var ErrExhausted = allocator.ErrExhausted
-
-// maxConflicts bounds the creates one allocation may lose to holders the
-// cache did not show yet; past it the caller retries later.
-const maxConflicts = 64
 
 // recentTTL is how long the allocator counts an address it created, or
 // found taken, as held while its cache does not show it: far longer than a
@@ -171,12 +165,6 @@ type Holder struct {
 	Interface string
 }
 
-// owns reports whether res is the holder's, and not released.
-func (h Holder) owns(res *ipkeeperv1alpha1.IPReservation) bool {
-	o := res.Spec.Owner
-	return o.Kind == h.Owner.Kind && o.UID == h.Owner.UID && !res.Spec.Released()
-}
-
 // Assign reserves a free address of one IP family of the pool (family:
 // its ranges, in spec order) for the holder; seed (the claim's UID) picks
 // the first candidate, so a retry tries the same address first. It
@@ -192,23 +180,25 @@ func (a *Allocator) Assign(ctx context.Context, pool *Pool, h Holder, family []i
 	return nil, err
 }
 
-// assignInRange runs the phases of the search in one range.
+// assignInRange runs the phases of the search in one range, candidate
+// after candidate (reservation.Hunt) while the cache has not shown their
+// holders yet.
 func (a *Allocator) assignInRange(ctx context.Context, pool *Pool, h Holder, r iprange.Range, seed string) (*ipkeeperv1alpha1.IPReservation, error) {
-	for range maxConflicts {
+	res, err := reservation.Hunt(func() (*ipkeeperv1alpha1.IPReservation, error) {
 		ip, inBlock, err := a.pick(ctx, pool, r, seed)
 		if err != nil {
 			return nil, err
 		}
 		res, err := a.create(ctx, pool, h, ip, inBlock)
-		var te *TakenError
-		if errors.As(err, &te) {
-			// The cache has not shown its holder yet: the next candidate.
+		if errors.Is(err, reservation.ErrTaken) {
 			conflicts.Inc()
-			continue
 		}
 		return res, err
+	})
+	if errors.Is(err, reservation.ErrCollisions) {
+		return nil, fmt.Errorf("%d addresses of %s (IPPool %q) the controller's cache showed free were held: the cache is behind; retrying", reservation.MaxCollisions, r, pool.Name)
 	}
-	return nil, fmt.Errorf("%d addresses of %s (IPPool %q) the controller's cache showed free were held: the cache is behind; retrying", maxConflicts, r, pool.Name)
+	return res, err
 }
 
 // pick chooses a candidate of r and remembers it, so no other worker
@@ -239,66 +229,36 @@ func (a *Allocator) pick(ctx context.Context, pool *Pool, r iprange.Range, seed 
 
 // Reserve makes ip the holder's: an address a claim requests or records.
 // A reservation of ip the holder already has is returned as it is; one of
-// anyone else's is a *TakenError saying whose, in words fit for the
-// holder's namespace.
+// anyone else's is a *reservation.TakenError naming it
+// (reservation.DescribeHolder says whose in words fit for the holder's
+// namespace).
 func (a *Allocator) Reserve(ctx context.Context, pool *Pool, h Holder, ip netip.Addr) (*ipkeeperv1alpha1.IPReservation, error) {
 	return a.create(ctx, pool, h, ip, a.taker.Set.Owns(pool.Name, ip))
 }
 
 // create creates the reservation of ip for the holder (labelled as in a
 // block of IPAMClaims when inBlock), adopting one that is already the
-// holder's (a create whose answer was lost).
+// holder's (a create whose answer was lost). Someone else's is a
+// *reservation.TakenError.
 func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.Addr, inBlock bool) (*ipkeeperv1alpha1.IPReservation, error) {
 	if err := ipkeeperv1alpha1.ValidateIP(ip); err != nil {
 		return nil, fmt.Errorf("address %s of IPPool %s: %w", ip, pool.Name, err)
 	}
-	labels := naming.ReservationLabels(h.Network, string(h.Owner.Kind))
+	block := reservation.NoBlock
 	if inBlock {
-		labels[naming.ClaimsBlockLabel] = "true"
+		block = reservation.ClaimsBlock
 	}
-	res := &ipkeeperv1alpha1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(pool.Key, ip), Labels: labels},
-		Spec: ipkeeperv1alpha1.IPReservationSpec{
-			Pool: pool.Name, Network: h.Network, IP: ip.String(), Owner: h.Owner, InterfaceName: h.Interface,
-		},
-	}
+	res := reservation.New(reservation.Params{Pool: pool.Name, Key: pool.Key, Network: h.Network, IP: ip, Owner: h.Owner, Interface: h.Interface, Block: block})
 	a.remember(pool.Name, ip)
 	creates.Inc()
-	err := a.client.Create(ctx, res)
-	if err == nil {
-		return res, nil
+	res, _, err := reservation.CreateOrAdopt(ctx, reservation.KubeStore{Client: a.client, Live: a.live}, res)
+	var taken *reservation.TakenError
+	if errors.As(err, &taken) && taken.Holder == nil {
+		// Taken, but its holder could not be read (gone meanwhile): not a
+		// conflict to report; the next reconcile may get the address.
+		return nil, fmt.Errorf("reading IPReservation %s: %w", taken.Name, taken.Err)
 	}
-	if !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("creating IPReservation %s: %w", res.Name, err)
-	}
-	cur := &ipkeeperv1alpha1.IPReservation{}
-	if err := a.live.Get(ctx, client.ObjectKeyFromObject(res), cur); err != nil {
-		// Gone meanwhile: the next attempt may get it.
-		return nil, fmt.Errorf("reading IPReservation %s: %w", res.Name, err)
-	}
-	if h.owns(cur) {
-		return cur, nil
-	}
-	return nil, &TakenError{Reservation: cur, Namespace: h.Owner.Namespace}
-}
-
-// TakenError says an address is someone else's.
-type TakenError struct {
-	Reservation *ipkeeperv1alpha1.IPReservation
-	// Namespace is the requester's: only its own objects are named.
-	Namespace string
-}
-
-func (e *TakenError) Error() string {
-	r, o := e.Reservation, e.Reservation.Spec.Owner
-	switch {
-	case r.Spec.Released():
-		return fmt.Sprintf("released by its previous holder and held until %s (the pool's reuse cooldown)", r.Spec.ReuseAfter.UTC().Format("2006-01-02T15:04:05Z"))
-	case o.Namespace != e.Namespace:
-		return "reserved by a workload in another namespace"
-	default:
-		return fmt.Sprintf("reserved by %s %s in this namespace", o.Kind, o.Name)
-	}
+	return res, err
 }
 
 // takenFunc reports what the allocator counts as held in the pool: what

@@ -22,6 +22,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -301,18 +302,18 @@ func TestReserve(t *testing.T) {
 		ip       string
 		existing *v1alpha1.IPReservation
 		inBlock  bool   // the address lies in a block of IPAMClaims
-		taken    string // part of the TakenError's message; "" when reserved
+		taken    string // part of the holder's description; "" when reserved
 		not      []string
 	}{
 		{name: "free, outside the claims' blocks", ip: "10.0.0.20"},
 		{name: "free, in a claims' block", ip: "10.0.0.5", inBlock: true},
 		{name: "the holder's already (a lost answer)", ip: "10.0.0.20", existing: existing("10.0.0.20", h.Owner, false)},
-		{name: "a pod's in the namespace", ip: "10.0.0.20", existing: existing("10.0.0.20", pod, false), taken: "reserved by Pod web-1 in this namespace"},
+		{name: "a pod's in the namespace", ip: "10.0.0.20", existing: existing("10.0.0.20", pod, false), taken: "is already reserved by Pod ns/web-1 (reservation "},
 		{name: "another namespace's", ip: "10.0.0.20", existing: existing("10.0.0.20", otherNS, false),
-			taken: "reserved by a workload in another namespace", not: []string{"secret-team", "db-0"}},
-		{name: "an earlier claim of the same name", ip: "10.0.0.20", existing: existing("10.0.0.20", recreated, false), taken: "reserved by IPAMClaim vm1.blue in this namespace"},
+			taken: "is already reserved by a workload in another namespace", not: []string{"secret-team", "db-0"}},
+		{name: "an earlier claim of the same name", ip: "10.0.0.20", existing: existing("10.0.0.20", recreated, false), taken: "is already reserved by IPAMClaim ns/vm1.blue (reservation "},
 		{name: "released, cooling down", ip: "10.0.0.20", existing: existing("10.0.0.20", otherNS, true),
-			taken: "released by its previous holder and held until 2026-01-01T00:01:00Z (the pool's reuse cooldown)", not: []string{"secret-team"}},
+			taken: "was released by its previous holder and cools down until 2026-01-01T00:01:00Z", not: []string{"secret-team"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var objs []client.Object
@@ -324,20 +325,21 @@ func TestReserve(t *testing.T) {
 				e.set.Observe(&v1alpha1.IPBlock{Spec: v1alpha1.IPBlockSpec{Pool: pool, CIDR: "10.0.0.4/30", Holder: v1alpha1.HolderIPAMClaims}})
 			}
 			res, err := e.alloc.Reserve(context.Background(), e.pool, h, addr(tt.ip))
-			var te *claimalloc.TakenError
+			var te *reservation.TakenError
 			if tt.taken != "" {
 				if !errors.As(err, &te) {
 					t.Fatalf("Reserve = %v, %v; want a TakenError", res, err)
 				}
-				if te.Reservation == nil || te.Reservation.Name != tt.existing.Name {
-					t.Errorf("TakenError names reservation %+v, want %s", te.Reservation, tt.existing.Name)
+				if te.Holder == nil || te.Holder.Name != tt.existing.Name {
+					t.Errorf("TakenError names reservation %+v, want %s", te.Holder, tt.existing.Name)
 				}
-				if msg := err.Error(); !strings.Contains(msg, tt.taken) {
-					t.Errorf("message %q lacks %q", msg, tt.taken)
+				msg := reservation.DescribeHolder(te.Name, te.Holder, h.Owner.Namespace)
+				if !strings.Contains(msg, tt.taken) {
+					t.Errorf("description %q lacks %q", msg, tt.taken)
 				}
 				for _, n := range tt.not {
-					if strings.Contains(err.Error(), n) {
-						t.Errorf("message %q names %q, another namespace's", err, n)
+					if strings.Contains(msg, n) {
+						t.Errorf("description %q names %q, another namespace's", msg, n)
 					}
 				}
 				return
@@ -360,7 +362,7 @@ func TestReserve(t *testing.T) {
 func TestReserveRefusesAnInvalidAddress(t *testing.T) {
 	e := newEnv(t, ippool("p", span("10.0.0.4", "10.0.0.251")))
 	_, err := e.alloc.Reserve(context.Background(), e.pool, claimHolder("ns", "vm1.blue"), netip.MustParseAddr("::ffff:10.0.0.5"))
-	var te *claimalloc.TakenError
+	var te *reservation.TakenError
 	if err == nil || errors.As(err, &te) || !strings.Contains(err.Error(), "IPv4-mapped") {
 		t.Errorf("Reserve(::ffff:10.0.0.5) = %v, want an error naming the mapped address", err)
 	}

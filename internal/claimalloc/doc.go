@@ -3,8 +3,9 @@
 // Package claimalloc is ipkeeper-controller's one way to hold addresses
 // for claims: IPAMClaims (a VM's addresses, which move between nodes with
 // the VM) and Cluster API IPAddressClaims. Every controller writer of a
-// claim's reservation calls it; nothing else in the controller builds a
-// reservation or runs a create-as-lock loop.
+// claim's reservation calls it; it chooses the candidates, and package
+// reservation builds, creates (its one bounded create-as-lock loop, Hunt)
+// and describes the holders of the reservations.
 //
 // Why the controller, and why blocks: a claim's addresses are chosen once,
 // when the claim exists, by one leader-elected writer, so the launchers

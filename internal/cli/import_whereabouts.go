@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -31,6 +32,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	wb "github.com/ipkeeper/ipkeeper/internal/whereaboutsimport"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -80,6 +82,8 @@ type ImportStep struct {
 	cfg    *ipamconfig.Config
 	node   string
 	claim  *ipamclaimsv1alpha1.IPAMClaim
+	// key is what the reservation is named from (its pool's lock key).
+	key string
 }
 
 // The whereabouts kinds the import reads, in the version whereaboutsimport
@@ -337,7 +341,8 @@ func (w *importWorld) plan(ctx context.Context, a wb.Address) (ImportStep, error
 		}
 	}
 	st.prefix = netip.PrefixFrom(a.IP, a.Subnet.Bits())
-	st.Reservation = naming.Reservation(w.lockKey(net), a.IP)
+	st.key = w.lockKey(net)
+	st.Reservation = naming.Reservation(st.key, a.IP)
 	st.node = pod.Spec.NodeName
 
 	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
@@ -360,7 +365,7 @@ func (w *importWorld) plan(ctx context.Context, a wb.Address) (ImportStep, error
 	st.Owner = &owner
 
 	if cur, ok := w.reservations[st.Reservation]; ok {
-		if heldBy(cur, owner, a.IfName) {
+		if reservation.HeldBy(cur, owner, a.IfName) {
 			st.Action, st.Detail = importExists, "already imported"
 			if claim != nil && !claimRecords(claim, a.IP) {
 				// The reservation is there, the claim's status is not yet:
@@ -489,15 +494,6 @@ func (w *importWorld) claimOf(ctx context.Context, pod *corev1.Pod, net *wb.Netw
 	return claim, "", nil
 }
 
-// heldBy reports whether a reservation is owner's (for a pod: on ifName).
-func heldBy(r *ipkeeperv1alpha1.IPReservation, owner ipkeeperv1alpha1.ReservationOwner, ifName string) bool {
-	o := r.Spec.Owner
-	if o.Kind != owner.Kind || o.UID != owner.UID || r.Spec.Released() {
-		return false
-	}
-	return owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim || r.Spec.InterfaceName == ifName
-}
-
 // recordedOtherAddress returns an address of ip's family other than ip
 // that the claim's status records, "" when none.
 func recordedOtherAddress(claim *ipamclaimsv1alpha1.IPAMClaim, ip netip.Addr) string {
@@ -524,34 +520,28 @@ func claimRecords(claim *ipamclaimsv1alpha1.IPAMClaim, ip netip.Addr) bool {
 // (a pod's: interface, container ID, node), and for a claim then records
 // the address in its status as the agent does after allocating.
 func applyImportStep(ctx context.Context, c client.Client, st *ImportStep) error {
-	res := &ipkeeperv1alpha1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:   st.Reservation,
-			Labels: naming.ReservationLabels(st.Network, string(st.Owner.Kind)),
-		},
-		Spec: ipkeeperv1alpha1.IPReservationSpec{
-			Pool: st.Pool, Network: st.Network, IP: st.ip.String(), Owner: *st.Owner, InterfaceName: st.Interface,
-		},
-	}
+	p := reservation.Params{Pool: st.Pool, Key: st.key, Network: st.Network, IP: st.ip, Owner: *st.Owner, Interface: st.Interface}
 	if st.claim != nil {
-		res.Spec.InterfaceName = st.claim.Spec.Interface
+		p.Interface = st.claim.Spec.Interface
 	} else {
-		res.Spec.ContainerID, res.Spec.Node = st.ContainerID, st.node
+		p.ContainerID, p.Node = st.ContainerID, st.node
 	}
-	switch err := c.Create(ctx, res); {
-	case apierrors.IsAlreadyExists(err):
-		// Made since the plan was read: the holder's own (an import run
-		// again after it stopped half-way), or someone else's now.
-		var cur ipkeeperv1alpha1.IPReservation
-		if err := c.Get(ctx, client.ObjectKey{Name: res.Name}, &cur); err != nil {
-			return fmt.Errorf("reading IPReservation %s of %s, made while importing: %w", res.Name, st.IP, err)
-		}
-		if !heldBy(&cur, *st.Owner, res.Spec.InterfaceName) {
-			st.Action, st.Detail = importConflict, "reserved in ipkeeper meanwhile"
-			return nil
-		}
+	res := reservation.New(p)
+	if res.Name != st.Reservation {
+		return fmt.Errorf("the reservation of %s is named %s, but the plan names it %s", st.IP, res.Name, st.Reservation)
+	}
+	_, _, err := reservation.CreateOrAdopt(ctx, reservation.KubeStore{Client: c}, res)
+	// Made since the plan was read: the holder's own (an import run again
+	// after it stopped half-way) is adopted, someone else's is a conflict.
+	var taken *reservation.TakenError
+	switch {
+	case errors.As(err, &taken) && taken.Holder == nil:
+		return fmt.Errorf("reading IPReservation %s of %s, made while importing: %w", st.Reservation, st.IP, taken.Err)
+	case errors.As(err, &taken):
+		st.Action, st.Detail = importConflict, "reserved in ipkeeper meanwhile"
+		return nil
 	case err != nil:
-		return fmt.Errorf("creating IPReservation %s for %s: %w", res.Name, st.IP, err)
+		return fmt.Errorf("creating IPReservation %s for %s: %w", st.Reservation, st.IP, err)
 	}
 	if st.claim == nil || claimRecords(st.claim, st.ip) {
 		return nil

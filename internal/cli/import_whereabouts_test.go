@@ -60,7 +60,7 @@ func TestImportOfAnAddressReservedMeanwhile(t *testing.T) {
 			st := &ImportStep{
 				IP: ip.String() + "/24", Pod: "vms/virt-launcher-vm1-x", Interface: "net1", Network: "blue", Pool: "blue",
 				Reservation: naming.Reservation("blue", ip), Owner: &owner, Action: importCreate,
-				ip: ip, prefix: netip.MustParsePrefix(ip.String() + "/24"),
+				key: "blue", ip: ip, prefix: netip.MustParsePrefix(ip.String() + "/24"),
 			}
 			if tt.claim {
 				st.claim = &ipamclaimsv1alpha1.IPAMClaim{}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/ipkeeper/ipkeeper/internal/reuse"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -66,7 +66,7 @@ func runLeaks(ctx context.Context, s *session, args []string) error {
 	for i := range all {
 		r := &all[i]
 		l := Leak{Reservation: r.Name, Pool: poolOf(r), Network: r.Spec.Network, IP: r.Spec.IP, Owner: r.Spec.Owner, Created: r.CreationTimestamp.Time}
-		if left, released := reuse.Left(&r.Spec, now); released {
+		if left, released := reservation.Left(&r.Spec, now); released {
 			t := r.Spec.ReuseAfter.Time
 			l.ReuseAfter = &t
 			if left > 0 {

@@ -25,7 +25,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/gc"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
-	"github.com/ipkeeper/ipkeeper/internal/reuse"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -164,7 +164,7 @@ func vmBehindClaim(ctx context.Context, c client.Reader, owner ipkeeperv1alpha1.
 // reservationState says whether a reservation holds its address for its
 // owner or only waits out its pool's reuse cooldown.
 func reservationState(spec *ipkeeperv1alpha1.IPReservationSpec, now time.Time) string {
-	left, released := reuse.Left(spec, now)
+	left, released := reservation.Left(spec, now)
 	switch {
 	case !released:
 		return "held"

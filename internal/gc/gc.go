@@ -4,6 +4,7 @@ package gc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -26,14 +27,14 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/backlog"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
-	"github.com/ipkeeper/ipkeeper/internal/reuse"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
 // Reconciler releases reservations whose owner no longer exists (in a
-// pool with a reuse cooldown by retiring them, see package reuse), and
+// pool with a reuse cooldown by retiring them, see package reservation), and
 // deletes released reservations once their cooldown is over.
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
@@ -77,7 +78,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, fmt.Errorf("reading IPReservation %s: %w", req.Name, err)
 	}
-	if left, released := reuse.Left(&res.Spec, r.now()); released {
+	if left, released := reservation.Left(&res.Spec, r.now()); released {
 		// Nobody's any more, whoever released it (a CNI DEL, this
 		// collector, before a restart or not): only its cooldown is left.
 		return r.expire(ctx, &res, left)
@@ -201,12 +202,12 @@ func cacheBehind(liveOnly bool) reconcile.Result {
 // cooldown, retired until the cooldown is over (and looked at again
 // then). Both writes carry the reservation's UID and resourceVersion.
 func (r *Reconciler) release(ctx context.Context, res *ipkeeperv1alpha1.IPReservation, why string) (reconcile.Result, error) {
-	cooldown, err := reuse.PoolCooldown(ctx, r.Client, r.APIReader, naming.PoolOf(res.Spec.Pool, res.Spec.Network))
+	cooldown, err := reservation.PoolCooldown(ctx, r.Client, r.APIReader, naming.PoolOf(res.Spec.Pool, res.Spec.Network))
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	how, err := reuse.Release(ctx, r.Client, res, cooldown, r.now())
-	if apierrors.IsConflict(err) {
+	how, err := reservation.Release(ctx, reservation.KubeStore{Client: r.Client}, res, cooldown, r.now())
+	if errors.Is(err, reservation.ErrChanged) {
 		// Changed since we looked (a new sandbox took it over): look again.
 		return reconcile.Result{}, fmt.Errorf("IPReservation %s changed while releasing it; rechecking: %w", res.Name, err)
 	}
@@ -245,12 +246,11 @@ func (r *Reconciler) expire(ctx context.Context, res *ipkeeperv1alpha1.IPReserva
 // delete deletes the reservation if it is still that object at that
 // version; one already gone is done.
 func (r *Reconciler) delete(ctx context.Context, res *ipkeeperv1alpha1.IPReservation) error {
-	uid, rv := res.UID, res.ResourceVersion
-	err := r.Client.Delete(ctx, res, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	err := reservation.Discard(ctx, reservation.KubeStore{Client: r.Client}, res.Name, res.UID, res.ResourceVersion)
 	switch {
-	case err == nil, apierrors.IsNotFound(err):
+	case err == nil, errors.Is(err, reservation.ErrGone):
 		return nil
-	case apierrors.IsConflict(err):
+	case errors.Is(err, reservation.ErrChanged):
 		// Changed since we looked (a new sandbox took it over): look again.
 		return fmt.Errorf("IPReservation %s changed while releasing it; rechecking: %w", res.Name, err)
 	default:

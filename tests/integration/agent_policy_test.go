@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/naming"
-	"github.com/ipkeeper/ipkeeper/internal/reuse"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -98,7 +98,7 @@ func TestAgentWritesBoundToItsNode(t *testing.T) {
 	// expired release is left to the controller's garbage collector.
 	t.Run("released reservations", func(t *testing.T) {
 		retire := func(c client.Client, r *ipkeeperv1alpha1.IPReservation, at time.Time) error {
-			patch, err := reuse.RetirePatch(r.UID, r.ResourceVersion, at)
+			patch, err := reservation.RetirePatch(r.UID, r.ResourceVersion, at)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -104,7 +104,7 @@ func TestVMRequestedAddresses(t *testing.T) {
 	refusals := []struct {
 		vm, request, reason, message string
 	}{
-		{"vm-b", `{"blue":["10.78.0.50/24"]}`, claimstatus.ReasonRequestedTaken, "10.78.0.50 on network \"blue\" is reserved by IPAMClaim vm-a.blue in this namespace"},
+		{"vm-b", `{"blue":["10.78.0.50/24"]}`, claimstatus.ReasonRequestedTaken, "10.78.0.50 on network \"blue\" is already reserved by IPAMClaim " + e.ns + "/vm-a.blue"},
 		{"vm-c", `{"blue":["10.78.0.60"]}`, claimstatus.ReasonRequestedTaken, "reserved by a workload in another namespace"},
 		{"vm-d", `{"blue":["192.168.5.5"]}`, claimstatus.ReasonRequestedOutsidePool, "192.168.5.5 is outside every range of IPPool"},
 		{"vm-e", `{"blue":["10.78.0.1"]}`, claimstatus.ReasonRequestedOutsidePool, "10.78.0.1 is the gateway"},

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/reuse"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -123,7 +123,7 @@ func TestCompromisedNodeCannotFreeVMAddressesOrTouchPools(t *testing.T) {
 		stillThere(t, held)
 	})
 	t.Run("release a VM reservation by a past reuseAfter", func(t *testing.T) {
-		patch, err := reuse.RetirePatch(retired.UID, retired.ResourceVersion, time.Now().Add(-time.Hour))
+		patch, err := reservation.RetirePatch(retired.UID, retired.ResourceVersion, time.Now().Add(-time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}

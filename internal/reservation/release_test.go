@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package reuse
+package reservation
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -47,7 +48,7 @@ func TestRelease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := Release(ctx, c, res, cooldown, now); err != nil {
+			if _, err := Release(ctx, KubeStore{Client: c}, res, cooldown, now); err != nil {
 				t.Fatal(err)
 			}
 			var got v1alpha1.IPReservation
@@ -60,7 +61,7 @@ func TestRelease(t *testing.T) {
 					t.Fatalf("reuseAfter = %v, want %v", got.Spec.ReuseAfter, want)
 				}
 				// Releasing again changes nothing.
-				if _, err := Release(ctx, c, &got, cooldown, now.Add(time.Hour)); err != nil {
+				if _, err := Release(ctx, KubeStore{Client: c}, &got, cooldown, now.Add(time.Hour)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -91,8 +92,8 @@ func TestReleaseChangedIsNotReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, cooldown := range []time.Duration{0, time.Minute} {
-		if _, err := Release(ctx, c, stale.DeepCopy(), cooldown, time.Now()); !apierrors.IsConflict(err) {
-			t.Errorf("cooldown %s: releasing a changed reservation: %v, want a conflict", cooldown, err)
+		if _, err := Release(ctx, KubeStore{Client: c}, stale.DeepCopy(), cooldown, time.Now()); !errors.Is(err, ErrChanged) {
+			t.Errorf("cooldown %s: releasing a changed reservation: %v, want ErrChanged", cooldown, err)
 		}
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(res), &stale); err != nil || stale.Spec.Released() {

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package reservation
+
+import (
+	"net/netip"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipkeeper/ipkeeper/internal/naming"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// Block says whose address block a reserved address lies in, which the
+// reservation's labels tell the agents that watch reservations.
+type Block int
+
+const (
+	// NoBlock: no block of the writer's (borrowed, or a pool without
+	// blocks). Unlabelled, so the agent of the node whose block it lies
+	// in sees it and skips it.
+	NoBlock Block = iota
+	// NodeBlock: a block of Params.Node. Labelled with the node, as only
+	// that node's agent hands out, and watches, its block's addresses.
+	NodeBlock
+	// ClaimsBlock: a block of IPAMClaims (naming.ClaimsBlockLabel), whose
+	// addresses no agent hands out or needs to watch.
+	ClaimsBlock
+)
+
+// Params is what a reservation is made of.
+type Params struct {
+	// Pool is the IPPool (spec.pool); Key what its reservations are named
+	// from (IPPool.LockKey).
+	Pool, Key string
+	// Network is spec.network: the CNI network (a Cluster API claim's is
+	// its pool).
+	Network string
+	IP      netip.Addr
+	Owner   ipkeeperv1alpha1.ReservationOwner
+	// Interface is the pod interface (an IPAMClaim's spec.interface).
+	Interface string
+	// ContainerID, Node and AttachedAt are a pod attachment's: its
+	// sandbox, the node it runs on and when it got the address.
+	ContainerID, Node string
+	AttachedAt        *metav1.Time
+	// Block is whose block IP lies in.
+	Block Block
+}
+
+// New builds the reservation p describes: the one place a reservation's
+// name, labels and spec are put together.
+func New(p Params) *ipkeeperv1alpha1.IPReservation {
+	labels := naming.ReservationLabels(p.Network, string(p.Owner.Kind))
+	switch p.Block {
+	case NodeBlock:
+		labels[naming.NodeLabel] = naming.NodeLabelValue(p.Node)
+	case ClaimsBlock:
+		labels[naming.ClaimsBlockLabel] = "true"
+	}
+	return &ipkeeperv1alpha1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(p.Key, p.IP), Labels: labels},
+		Spec: ipkeeperv1alpha1.IPReservationSpec{
+			Pool: p.Pool, Network: p.Network, IP: p.IP.String(), Owner: p.Owner, InterfaceName: p.Interface,
+			ContainerID: p.ContainerID, Node: p.Node, AttachedAt: p.AttachedAt,
+		},
+	}
+}
+
+// HeldBy reports whether r is owner's and in use (not released): the
+// same object (kind and UID, so a re-created owner of the same name is
+// another), and for a pod the same interface (ifName), as a pod holds one
+// address per interface and family; a claim's is the claim's whatever
+// its interface.
+func HeldBy(r *ipkeeperv1alpha1.IPReservation, owner ipkeeperv1alpha1.ReservationOwner, ifName string) bool {
+	o := r.Spec.Owner
+	if o.Kind != owner.Kind || o.UID != owner.UID || r.Spec.Released() {
+		return false
+	}
+	return owner.Kind != ipkeeperv1alpha1.OwnerPod || r.Spec.InterfaceName == ifName
+}
