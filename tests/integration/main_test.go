@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	var err error
-	cp, err = framework.Start(context.Background(), framework.Options{RealVirtController: true})
+	cp, err = framework.Start(context.Background(), framework.Options{VirtController: true})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
 		return 1
