@@ -79,10 +79,11 @@ verify-generated: ## Fail when generated files are stale.
 	bash hack/verify-generated.sh
 
 .PHONY: lint
-lint: ## gofmt check, go vet, the SPDX licence line in every Go file, golangci-lint, and kubeconform on the rendered manifests and chart.
+lint: ## gofmt check, go vet, the SPDX licence line in every Go file, docs/development.md's code map against the packages, golangci-lint, and kubeconform on the rendered manifests and chart.
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^vendor/')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	bash hack/check-license.sh
+	go test -count=1 -run '^TestCodeMapNamesThePackagesThatExist$$' ./hack/docscheck/
 	bash hack/tools.sh golangci-lint
 	$(IPKEEPER_GOLANGCI_LINT) run ./...
 	bash hack/kubeconform.sh

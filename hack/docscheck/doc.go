@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package docscheck holds the test that keeps README.md and docs/ true to
-// the code (make test-unit runs it; no control plane):
+// Package docscheck holds the tests that keep README.md and docs/ true to
+// the code (make test-unit runs them; no control plane):
 //
 //   - binaries: every cmd/<name> the docs name exists, "N binaries" counts
 //     them right, and each binary is named in README.md and docs/install.md;
@@ -22,4 +22,8 @@
 //     one defined is documented;
 //   - the first build time of the pinned tools is the same figure in
 //     README.md, docs/development.md and the Makefile.
+//   - the code map: docs/development.md's "Code map" table has a row for
+//     every Go package under cmd/, internal/, pkg/ and tests/, and the
+//     section names no package that does not exist (make lint runs this
+//     one too).
 package docscheck

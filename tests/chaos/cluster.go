@@ -179,7 +179,7 @@ func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err 
 	if c.bins, err = build(ctx, root, filepath.Join(dir, "bin")); err != nil {
 		return nil, err
 	}
-	if c.cp, err = framework.Start(ctx, framework.Options{RealVirtController: true}); err != nil {
+	if c.cp, err = framework.Start(ctx, framework.Options{VirtController: true}); err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}
 	if c.proxy, err = newAPIProxy(c.cp.Config, seed+2); err != nil {

@@ -51,7 +51,7 @@ func coexistence(t *testing.T) (*Cluster, *framework.IPAMExtensions) {
 	setup(t)
 	coexist.once.Do(func() {
 		ctx := context.Background()
-		cp, err := framework.Start(ctx, framework.Options{RealVirtController: true})
+		cp, err := framework.Start(ctx, framework.Options{VirtController: true})
 		if err != nil {
 			coexist.err = fmt.Errorf("starting the coexistence control plane: %w", err)
 			return

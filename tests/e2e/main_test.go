@@ -95,7 +95,7 @@ func runWithCluster(m *testing.M) (code int, err error) {
 		return 0, err
 	}
 
-	cp, err := framework.Start(ctx, framework.Options{RealVirtController: true})
+	cp, err := framework.Start(ctx, framework.Options{VirtController: true})
 	if err != nil {
 		return 0, fmt.Errorf("starting the control plane: %w", err)
 	}

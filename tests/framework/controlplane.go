@@ -48,10 +48,10 @@ type Options struct {
 	// WithoutClusterAPICRDs leaves Cluster API's IPAddressClaim, IPAddress
 	// and Cluster CRDs out; InstallClusterAPICRDs adds them later.
 	WithoutClusterAPICRDs bool
-	// RealVirtController runs KubeVirt's own virt-controller (see
+	// VirtController runs KubeVirt's own virt-controller (see
 	// virtcontroller.go). The KubeVirt CRDs are always the ones generated
 	// with it (hack/tools.sh), so CRDs and binary agree.
-	RealVirtController bool
+	VirtController bool
 }
 
 // ControlPlane is a running etcd + kube-apiserver (+ kube-controller-manager).
@@ -107,9 +107,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 			return nil, err
 		}
 	}
-	if opts.RealVirtController {
+	if opts.VirtController {
 		if opts.WithoutKubeVirtCRDs {
-			return nil, errors.New("RealVirtController needs the KubeVirt CRDs: it cannot be combined with WithoutKubeVirtCRDs")
+			return nil, errors.New("VirtController needs the KubeVirt CRDs: it cannot be combined with WithoutKubeVirtCRDs")
 		}
 		if err := requireExecutables(tools.VirtController); err != nil {
 			return nil, err
@@ -226,7 +226,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 			return nil, err
 		}
 	}
-	if opts.RealVirtController {
+	if opts.VirtController {
 		if err := cp.StartVirtController(ctx); err != nil {
 			return nil, err
 		}

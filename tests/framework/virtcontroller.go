@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// The real virt-controller (Options.RealVirtController) runs as KubeVirt
+// The real virt-controller (Options.VirtController) runs as KubeVirt
 // ships it, against this control plane, with no virt-api (so no defaulting
 // webhooks: VM templates must be explicit), no virt-handler and no kubelet.
 // What it needs, found by running it against this control plane:
@@ -51,7 +51,7 @@ type virtControllerProc struct {
 
 // StartVirtController writes the KubeVirt CR virt-controller reads, starts
 // it, and returns once it holds its lease (it then runs its controllers).
-// Start calls it for Options.RealVirtController; a test that installs
+// Start calls it for Options.VirtController; a test that installs
 // KubeVirt later (InstallKubeVirtCRDs) calls it then.
 func (cp *ControlPlane) StartVirtController(ctx context.Context) error {
 	if cp.virtController != nil {

@@ -418,17 +418,3 @@ func TestAgentStatusAndCheck(t *testing.T) {
 	_, err := a.Client.Do(ctx, check)
 	mustContain(t, err, "holds no address")
 }
-
-func withRuntimeIPs(t testing.TB, conf []byte, ips ...string) []byte {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(conf, &m); err != nil {
-		t.Fatal(err)
-	}
-	m["runtimeConfig"] = map[string]any{"ips": ips}
-	b, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}

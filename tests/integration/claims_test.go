@@ -12,17 +12,14 @@ import (
 	"testing"
 	"time"
 
-	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/agent"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -34,107 +31,7 @@ import (
 // it), and virt-launcher-like pods whose networks annotation carries
 // ipam-claim-reference (KubeVirt is not involved here: VM tests with the
 // real virt-controller are in kubevirt_test.go). ipkeeper-controller runs
-// in-process and fills the claims; the agents only read them. The
-// launcher's interface name is KubeVirt's hashed pod interface name.
-
-const launcherIf = "pod16477688c0e"
-
-// persistentConf is a network that allows persistent IPs.
-func persistentConf(network string, ipam map[string]any) json.RawMessage {
-	var m map[string]any
-	if err := json.Unmarshal(framework.NetConf(network, ipam), &m); err != nil {
-		panic(err)
-	}
-	m["allowPersistentIPs"] = true
-	b, _ := json.Marshal(m)
-	return b
-}
-
-// persistentNAD creates (unless it exists) NAD name in ns for network with
-// allowPersistentIPs at the top level: the agent reads the flag from the
-// NAD a pod's networks annotation element names. Without conf its config
-// has no ipam section, so no IPAM serves the network (the claims of such a
-// network are another IPAM's); with conf it is that config.
-func persistentNAD(t testing.TB, ns, name, network string, conf ...json.RawMessage) {
-	t.Helper()
-	config := fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","allowPersistentIPs":true}`, network)
-	if len(conf) > 0 {
-		config = string(conf[0])
-	}
-	n := &nadv1.NetworkAttachmentDefinition{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: config},
-	}
-	if err := cp.Client.Create(context.Background(), n); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("creating NAD %s/%s: %v", ns, name, err)
-	}
-}
-
-// claimNetwork starts ipkeeper-controller for the test (it fills claims
-// and makes the inline network's pool; no KubeVirt here, so no webhook)
-// and creates the NAD blue-nad of the persistent network conf in ns, which
-// createLaunchers' pods name.
-func claimNetwork(t testing.TB, ns string, conf json.RawMessage) *framework.Controller {
-	t.Helper()
-	c := startClaimController(t, ns)
-	cfg := struct {
-		Name string `json:"name"`
-	}{}
-	if err := json.Unmarshal(conf, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	persistentNAD(t, ns, "blue-nad", cfg.Name, conf)
-	return c
-}
-
-// startClaimController runs ipkeeper-controller without its pod webhook.
-func startClaimController(t testing.TB, ns string) *framework.Controller {
-	t.Helper()
-	return cp.StartController(t, ns, func(o *controllermanager.Options) { o.EnableWebhook = false })
-}
-
-// createClaim creates a claim (owned by nothing, as other tools make them)
-// and, unless it exists, the NAD blue-nad of its network (without ipam:
-// claimNetwork makes the one ipkeeper serves).
-func createClaim(t testing.TB, ns, name, network string) *ipamclaimsv1alpha1.IPAMClaim {
-	t.Helper()
-	persistentNAD(t, ns, "blue-nad", network)
-	c := &ipamclaimsv1alpha1.IPAMClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: network, Interface: launcherIf},
-	}
-	if err := cp.Client.Create(context.Background(), c); err != nil {
-		t.Fatalf("creating IPAMClaim: %v", err)
-	}
-	return c
-}
-
-// createLaunchers creates virt-launcher pods on node whose networks
-// annotation references claim for interface launcherIf, as the pod webhook
-// leaves them.
-func createLaunchers(t testing.TB, ns, node, prefix, claim string, n int) []*corev1.Pod {
-	t.Helper()
-	return cp.CreateAnnotatedPods(t, ns, node, prefix, n, map[string]string{multus.Annotation: networksAnnotation(ns, claim)})
-}
-
-func networksAnnotation(ns, claim string) string {
-	annot, _ := json.Marshal([]map[string]any{{"name": "blue-nad", "namespace": ns, "interface": launcherIf, "ipam-claim-reference": claim}})
-	return string(annot)
-}
-
-// waitFilled waits until ipkeeper-controller has recorded the claim's
-// addresses and returns it.
-func waitFilled(t testing.TB, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
-	t.Helper()
-	var c ipamclaimsv1alpha1.IPAMClaim
-	if err := framework.Eventually(context.Background(), 30*time.Second, 20*time.Millisecond, func(ctx context.Context) (bool, error) {
-		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c)
-		return err == nil && len(c.Status.IPs) > 0, client.IgnoreNotFound(err)
-	}); err != nil {
-		t.Fatalf("IPAMClaim %s/%s never got addresses (conditions %+v): %v", ns, name, c.Status.Conditions, err)
-	}
-	return &c
-}
+// in-process and fills the claims; the agents only read them.
 
 // setClaimIPs writes a claim's status.ips as an administrator editing it
 // would (retrying on the conflicts ipkeeper-controller's own status writes
@@ -149,20 +46,6 @@ func setClaimIPs(t testing.TB, ns, name string, ips ...string) {
 	if err != nil {
 		t.Fatalf("writing status.ips of IPAMClaim %s/%s: %v", ns, name, err)
 	}
-}
-
-// agentWrites is the number of API writes an agent made.
-func agentWrites(a *framework.Agent) float64 { return a.CounterSum("ipkeeper_agent_api_writes_total") }
-
-func agentReads(a *framework.Agent) float64 { return a.CounterSum("ipkeeper_agent_api_reads_total") }
-
-func getClaim(t testing.TB, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
-	t.Helper()
-	c := &ipamclaimsv1alpha1.IPAMClaim{}
-	if err := cp.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, c); err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // TestClaimFilledBeforeLaunchersWhichOnlyRead: ipkeeper-controller
@@ -236,18 +119,6 @@ func TestClaimFilledBeforeLaunchersWhichOnlyRead(t *testing.T) {
 		t.Fatalf("restarted VM got %v, want %v", resultIPs(t, res), want)
 	}
 	waitOwnerPod(t, ns, claim.Name, second.Name)
-}
-
-// waitOwnerPod waits for the claim's status.ownerPod to name pod.
-func waitOwnerPod(t testing.TB, ns, claim, pod string) {
-	t.Helper()
-	var got *ipamclaimsv1alpha1.OwnerPod
-	if err := framework.Eventually(context.Background(), 20*time.Second, 20*time.Millisecond, func(context.Context) (bool, error) {
-		got = getClaim(t, ns, claim).Status.OwnerPod
-		return got != nil && got.Name == pod, nil
-	}); err != nil {
-		t.Fatalf("claim %s ownerPod = %+v, want %s: %v", claim, got, pod, err)
-	}
 }
 
 // TestClaimLiveMigration: source and target launchers ADD at the same time

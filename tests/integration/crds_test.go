@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"net/netip"
 	"strings"
 	"testing"
 
@@ -16,26 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
-
-func newReservation(network, ip string) *ipkeeperv1alpha1.IPReservation {
-	return &ipkeeperv1alpha1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:   naming.Reservation(network, netip.MustParseAddr(ip)),
-			Labels: map[string]string{naming.NetworkLabel: naming.NetworkLabelValue(network)},
-		},
-		Spec: ipkeeperv1alpha1.IPReservationSpec{
-			Network:       network,
-			IP:            ip,
-			Owner:         ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "default", Name: "pod-a", UID: "0b8e7c1a-1111-4c1e-9f00-000000000001"},
-			InterfaceName: "net1",
-			ContainerID:   "c0ffee",
-			Node:          "node-1",
-		},
-	}
-}
 
 // crdCase is an object the API server must take and one it must refuse,
 // with the words ("|"-separated) the refusal must contain: the field first.

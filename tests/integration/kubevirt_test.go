@@ -506,25 +506,6 @@ func TestClaimNamesDoNotCollide(t *testing.T) {
 	}
 }
 
-// assertKeptAfterReconcile makes the claim release controller look at
-// claim again (through the pod that references it) and checks the claim
-// survived that look.
-func assertKeptAfterReconcile(t *testing.T, e *kvEnv, pod *corev1.Pod, claim string) {
-	t.Helper()
-	before := reconciles("claim-release")
-	if err := framework.Touch(context.Background(), cp.Client, pod); err != nil {
-		t.Fatal(err)
-	}
-	waitReconciled(t, "claim-release", before, 1)
-	c, err := e.claim(context.Background(), claim)
-	if err != nil {
-		t.Fatalf("claim %s released while pod %s still uses it: %v", claim, pod.Name, err)
-	}
-	if !slices.Contains(c.Finalizers, claims.Finalizer) {
-		t.Fatalf("claim %s lost its finalizer while pod %s still uses it", claim, pod.Name)
-	}
-}
-
 // startRefused starts vm and waits until virt-controller reports, with a
 // FailedCreate event on the VMI, that the API server refused its launcher
 // pod with an error containing want (the webhook's denial).

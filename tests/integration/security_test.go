@@ -9,7 +9,6 @@ import (
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,34 +22,6 @@ import (
 // real credential (a ServiceAccount token bound to a pod on that node, as
 // the DaemonSet's pods get), against the shipped RBAC and admission
 // policies on the real API server.
-
-// grantAgentEverything binds the agent's ServiceAccount to every verb on
-// ipkeeper's objects and IPAMClaims for one test, as a mistaken RBAC edit
-// would: what the admission policy refuses then, it refuses on its own,
-// whatever RBAC says.
-func grantAgentEverything(t *testing.T) {
-	t.Helper()
-	ctx := context.Background()
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "test-agent-everything"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{ipkeeperv1alpha1.GroupVersion.Group}, Resources: []string{"*"}, Verbs: []string{"*"}},
-			{APIGroups: []string{ipamclaimsv1alpha1.SchemeGroupVersion.Group}, Resources: []string{"ipamclaims", "ipamclaims/status"}, Verbs: []string{"*"}},
-		},
-	}
-	user, _ := framework.ServiceAccountUser(installNS, "ipkeeper-agent")
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "test-agent-everything"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-	}
-	for _, o := range []client.Object{role, binding} {
-		if err := cp.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), o) })
-	}
-}
 
 // refusedByPolicy fails unless err is an admission refusal carrying want.
 func refusedByPolicy(t *testing.T, what string, err error, want string) {

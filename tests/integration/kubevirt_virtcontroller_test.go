@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -109,13 +108,5 @@ func TestRealVirtControllerVMGetsClaimAndReference(t *testing.T) {
 	}
 	if ref := metav1.GetControllerOf(&pod); ref == nil || ref.UID != vmi.UID {
 		t.Errorf("launcher pod controller = %+v, want the VMI (uid %s)", ref, vmi.UID)
-	}
-}
-
-// waitFor waits up to a minute for cond, failing the test with what.
-func waitFor(t testing.TB, what string, cond func(context.Context) (bool, error)) {
-	t.Helper()
-	if err := framework.Eventually(context.Background(), time.Minute, 100*time.Millisecond, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -253,4 +255,31 @@ func containsAll(s string, parts ...string) bool {
 		}
 	}
 	return true
+}
+
+// assertKeptAfterReconcile makes the claim release controller look at
+// claim again (through the pod that references it) and checks the claim
+// survived that look.
+func assertKeptAfterReconcile(t *testing.T, e *kvEnv, pod *corev1.Pod, claim string) {
+	t.Helper()
+	before := reconciles("claim-release")
+	if err := framework.Touch(context.Background(), cp.Client, pod); err != nil {
+		t.Fatal(err)
+	}
+	waitReconciled(t, "claim-release", before, 1)
+	c, err := e.claim(context.Background(), claim)
+	if err != nil {
+		t.Fatalf("claim %s released while pod %s still uses it: %v", claim, pod.Name, err)
+	}
+	if !slices.Contains(c.Finalizers, claims.Finalizer) {
+		t.Fatalf("claim %s lost its finalizer while pod %s still uses it", claim, pod.Name)
+	}
+}
+
+// waitFor waits up to a minute for cond, failing the test with what.
+func waitFor(t testing.TB, what string, cond func(context.Context) (bool, error)) {
+	t.Helper()
+	if err := framework.Eventually(context.Background(), time.Minute, 100*time.Millisecond, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
 }

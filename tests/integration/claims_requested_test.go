@@ -15,12 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipkagent "github.com/ipkeeper/ipkeeper/internal/agent"
 	"github.com/ipkeeper/ipkeeper/internal/claimaddrs"
-	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -146,18 +144,6 @@ func TestVMRequestedAddresses(t *testing.T) {
 			}
 		})
 	}
-}
-
-// createVMRequesting creates a stopped VM on network blue whose template
-// requests addresses.
-func createVMRequesting(t *testing.T, e *kvEnv, name, request string) *kubevirtv1.VirtualMachine {
-	t.Helper()
-	vm := framework.NewVM(e.ns, name, framework.VMNetwork{Name: "blue", NAD: "blue"})
-	vm.Spec.Template.ObjectMeta.Annotations = map[string]string{claims.RequestedAddressesAnnotation: request}
-	if err := cp.Client.Create(context.Background(), vm); err != nil {
-		t.Fatal(err)
-	}
-	return vm
 }
 
 // waitRequested waits for the claim's RequestedAddresses condition to have reason.

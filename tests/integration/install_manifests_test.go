@@ -4,7 +4,6 @@ package integration
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -25,27 +24,6 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
-
-const installNS = "ipkeeper-system"
-
-func repoPath(t testing.TB, parts ...string) string {
-	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(append([]string{root}, parts...)...)
-}
-
-// ensureInstallNamespace creates ipkeeper-system (a dry run of namespaced
-// objects needs the namespace to exist).
-func ensureInstallNamespace(t testing.TB) {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNS}}
-	if err := cp.Client.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-}
 
 // Every shipped manifest, default and cert-manager overlay, is accepted by
 // the API server (server-side apply, dry run: validation, defaulting and
@@ -82,39 +60,6 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// applyRBAC installs the shipped ServiceAccounts, roles and bindings for real.
-func applyRBAC(t testing.TB) {
-	t.Helper()
-	ensureInstallNamespace(t)
-	if _, err := cp.Kubectl(context.Background(), nil, "apply", "--server-side", "--force-conflicts", "-k", repoPath(t, "manifests", "rbac")); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func clientAs(t testing.TB, sa string) client.Client {
-	t.Helper()
-	user, groups := framework.ServiceAccountUser(installNS, sa)
-	c, err := client.New(cp.As(user, groups...).Config, client.Options{Scheme: cp.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func expectForbidden(t *testing.T, what string, err error) {
-	t.Helper()
-	if !apierrors.IsForbidden(err) {
-		t.Errorf("%s: got %v, want Forbidden", what, err)
-	}
-}
-
-func expectAllowed(t *testing.T, what string, err error) {
-	t.Helper()
-	if apierrors.IsForbidden(err) || (err != nil && !apierrors.IsNotFound(err)) {
-		t.Errorf("%s: got %v, want it allowed", what, err)
-	}
 }
 
 // Each ServiceAccount can do what its component needs and is refused the

@@ -9,7 +9,6 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -17,18 +16,6 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
-
-func ownedByPod(network, ip string, p *corev1.Pod, uid types.UID) *ipkeeperv1alpha1.IPReservation {
-	r := newReservation(network, ip)
-	r.Spec.Owner = ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: p.Namespace, Name: p.Name, UID: uid}
-	return r
-}
-
-func ownedByClaim(network, ip string, c *ipamclaimsv1alpha1.IPAMClaim) *ipkeeperv1alpha1.IPReservation {
-	r := newReservation(network, ip)
-	r.Spec.Owner = ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: c.Namespace, Name: c.Name, UID: c.UID}
-	return r
-}
 
 // The garbage collector releases what lost its owner (by UID), only after
 // the grace period for pods, and keeps everything else.

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"strings"
 	"testing"
@@ -59,3 +60,17 @@ func mustContain(t testing.TB, err error, parts ...string) {
 }
 
 func keyOf(name string) client.ObjectKey { return client.ObjectKey{Name: name} }
+
+func withRuntimeIPs(t testing.TB, conf []byte, ips ...string) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(conf, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["runtimeConfig"] = map[string]any{"ips": ips}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -178,23 +178,6 @@ func TestPoolPrinterColumns(t *testing.T) {
 	}
 }
 
-func condIs(st *ipkeeperv1alpha1.IPPoolStatus, typ string, s metav1.ConditionStatus) bool {
-	return meta.IsStatusConditionPresentAndEqual(st.Conditions, typ, s)
-}
-
-// waitPool polls pool (updating it) until ok holds for its status.
-func waitPool(t *testing.T, pool *ipkeeperv1alpha1.IPPool, what string, ok func(*ipkeeperv1alpha1.IPPoolStatus) bool) {
-	t.Helper()
-	if err := framework.Eventually(context.Background(), 30*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
-		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
-			return false, err
-		}
-		return ok(&pool.Status), nil
-	}); err != nil {
-		t.Fatalf("IPPool %s not %s: %v; status %+v", pool.Name, what, err, pool.Status)
-	}
-}
-
 // poolMetric reads ipkeeper_pool_addresses{pool,state} from the in-process controller.
 func poolMetric(pool, state string) (float64, bool) {
 	mfs, err := metrics.Registry.Gather()

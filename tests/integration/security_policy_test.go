@@ -10,7 +10,6 @@ import (
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,19 +20,6 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
-
-// agentOn is a client authenticated as ipkeeper-agent's ServiceAccount
-// exactly as the DaemonSet's pod on node is: a token from the TokenRequest
-// API bound to a pod bound to node, so the API server itself adds the node
-// name to the user ("" for a token bound to no pod, hence no node).
-func agentOn(t testing.TB, node string) client.Client {
-	t.Helper()
-	c, err := client.New(cp.ServiceAccountConfig(t, installNS, "ipkeeper-agent", node), client.Options{Scheme: cp.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 func expectRefusedBy(t *testing.T, what string, err error, want string) {
 	t.Helper()
@@ -237,34 +223,4 @@ func TestControllerMayOnlySetClaimConditions(t *testing.T) {
 	f.Status.IPs = []string{"10.99.7.9/24", "fd00:99::9/64"}
 	meta.SetStatusCondition(&f.Status.Conditions, metav1.Condition{Type: "IPsAllocated", Status: metav1.ConditionTrue, Reason: "SuccessfulAllocation", Message: "10.99.7.9 allocated"})
 	expectAllowed(t, "the controller records a claim's first addresses", ctrl.Status().Update(ctx, &f))
-}
-
-// applyPolicies applies the shipped RBAC and admission policies
-// (manifests/policy) for one test. Removing them at the end waits until
-// the API server no longer enforces them: its policy informer lags the
-// deletion, and the tests that follow write as the same ServiceAccounts.
-func applyPolicies(t *testing.T) {
-	t.Helper()
-	ctx := context.Background()
-	applyRBAC(t)
-	if _, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", repoPath(t, "manifests", "policy")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := cp.Kubectl(ctx, nil, "delete", "--ignore-not-found", "-k", repoPath(t, "manifests", "policy")); err != nil {
-			t.Errorf("removing the policies: %v", err)
-			return
-		}
-		noNode := agentOn(t, "")
-		probe := newReservation("policy-gone-net", "10.99.9.1")
-		launcher := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: "policy-gone", Labels: map[string]string{"kubevirt.io/created-by": "policy-gone"}},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}},
-		}
-		if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
-			return noNode.Create(ctx, probe, client.DryRunAll) == nil && cp.Client.Create(ctx, launcher.DeepCopy(), client.DryRunAll) == nil, nil
-		}); err != nil {
-			t.Errorf("the policies are still enforced after their removal: %v", err)
-		}
-	})
 }
