@@ -179,7 +179,7 @@ func (r *ClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddressClaim
 	}
 	var inPool []*v1alpha1.IPReservation
 	for i := range all {
-		if owns(claim, &all[i]) && naming.PoolOf(all[i].Spec.Pool, all[i].Spec.Network) == pool.Name {
+		if owns(claim, &all[i]) && all[i].Spec.Pool == pool.Name {
 			inPool = append(inPool, &all[i])
 		}
 	}
@@ -301,7 +301,7 @@ func (r *ClaimReconciler) lockKey(ctx context.Context, pool string) string {
 func (r *ClaimReconciler) releaseOne(ctx context.Context, res *v1alpha1.IPReservation) error {
 	// Live when the cache does not show the pool: a pool missing from the
 	// cache would otherwise mean no cooldown, and a delete.
-	cooldown, err := reservation.PoolCooldown(ctx, r.Client, r.APIReader, naming.PoolOf(res.Spec.Pool, res.Spec.Network))
+	cooldown, err := reservation.PoolCooldown(ctx, r.Client, r.APIReader, res.Spec.Pool)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -82,7 +81,7 @@ func (r *Reconciler) heldBy(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		res := &all[i]
 		ip, err := netip.ParseAddr(res.Spec.IP)
 		if err != nil || res.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim || res.Spec.Released() ||
-			naming.PoolOf(res.Spec.Pool, res.Spec.Network) != pool.Name {
+			res.Spec.Pool != pool.Name {
 			continue
 		}
 		out = append(out, held{res: res, ip: ip})

@@ -65,7 +65,7 @@ func runLeaks(ctx context.Context, s *session, args []string) error {
 	unknown := map[ipkeeperv1alpha1.OwnerKind]int{}
 	for i := range all {
 		r := &all[i]
-		l := Leak{Reservation: r.Name, Pool: poolOf(r), Network: r.Spec.Network, IP: r.Spec.IP, Owner: r.Spec.Owner, Created: r.CreationTimestamp.Time}
+		l := Leak{Reservation: r.Name, Pool: r.Spec.Pool, Network: r.Spec.Network, IP: r.Spec.IP, Owner: r.Spec.Owner, Created: r.CreationTimestamp.Time}
 		if left, released := reservation.Left(&r.Spec, now); released {
 			t := r.Spec.ReuseAfter.Time
 			l.ReuseAfter = &t

@@ -24,7 +24,6 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/gc"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -44,17 +43,13 @@ func listReservations(ctx context.Context, c client.Reader, namespace string) ([
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
-		pi, pj := poolOf(&out[i]), poolOf(&out[j])
+		pi, pj := out[i].Spec.Pool, out[j].Spec.Pool
 		if pi != pj {
 			return pi < pj
 		}
 		return out[i].Name < out[j].Name
 	})
 	return out, nil
-}
-
-func poolOf(r *ipkeeperv1alpha1.IPReservation) string {
-	return naming.PoolOf(r.Spec.Pool, r.Spec.Network)
 }
 
 // ownedBy keeps the reservations of one owner (by UID: a recreated owner

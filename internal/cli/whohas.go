@@ -74,13 +74,13 @@ func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) erro
 		if err != nil || got.Unmap() != ip {
 			continue
 		}
-		if (o.network != "" && r.Spec.Network != o.network) || (o.pool != "" && poolOf(r) != o.pool) ||
+		if (o.network != "" && r.Spec.Network != o.network) || (o.pool != "" && r.Spec.Pool != o.pool) ||
 			(s.namespaceSet && r.Spec.Owner.Namespace != s.namespace) {
 			elsewhere++
 			continue
 		}
 		h := Holder{
-			Reservation: r.Name, Pool: poolOf(r), Network: r.Spec.Network, IP: r.Spec.IP, Owner: r.Spec.Owner,
+			Reservation: r.Name, Pool: r.Spec.Pool, Network: r.Spec.Network, IP: r.Spec.IP, Owner: r.Spec.Owner,
 			Node: r.Spec.Node, Interface: r.Spec.InterfaceName, ContainerID: r.Spec.ContainerID,
 			Created: r.CreationTimestamp.Time, State: reservationState(&r.Spec, now),
 		}

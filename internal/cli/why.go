@@ -148,7 +148,7 @@ func reservationLines(list []ipkeeperv1alpha1.IPReservation, now time.Time) []st
 	var out []string
 	for i := range list {
 		r := &list[i]
-		line := fmt.Sprintf("%s in pool %s (network %s", r.Spec.IP, poolOf(r), r.Spec.Network)
+		line := fmt.Sprintf("%s in pool %s (network %s", r.Spec.IP, r.Spec.Pool, r.Spec.Network)
 		if r.Spec.InterfaceName != "" {
 			line += ", interface " + r.Spec.InterfaceName
 		}

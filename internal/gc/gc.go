@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ipkeeper/ipkeeper/internal/backlog"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
@@ -202,7 +201,7 @@ func cacheBehind(liveOnly bool) reconcile.Result {
 // cooldown, retired until the cooldown is over (and looked at again
 // then). Both writes carry the reservation's UID and resourceVersion.
 func (r *Reconciler) release(ctx context.Context, res *ipkeeperv1alpha1.IPReservation, why string) (reconcile.Result, error) {
-	cooldown, err := reservation.PoolCooldown(ctx, r.Client, r.APIReader, naming.PoolOf(res.Spec.Pool, res.Spec.Network))
+	cooldown, err := reservation.PoolCooldown(ctx, r.Client, r.APIReader, res.Spec.Pool)
 	if err != nil {
 		return reconcile.Result{}, err
 	}

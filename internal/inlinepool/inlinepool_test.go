@@ -88,8 +88,8 @@ func TestBuild(t *testing.T) {
 			if !maps.Equal(p.Annotations, want) {
 				t.Errorf("annotations = %v, want %v", p.Annotations, want)
 			}
-			// Reservations made before pools existed are named from the
-			// network: the pool's lock key must be the network's name.
+			// An inline pool's reservations are named from its network:
+			// the pool's lock key must be the network's name.
 			if p.LockKey() != cfg.Name {
 				t.Errorf("LockKey = %q, want the network name %q", p.LockKey(), cfg.Name)
 			}

@@ -150,7 +150,4 @@ func TestInlinePool(t *testing.T) {
 	if InlinePool("Blue_Net") == InlinePool("blue_net") {
 		t.Errorf("distinct networks share an inline pool")
 	}
-	if PoolOf("", "blue") != "blue" || PoolOf("red", "blue") != "red" {
-		t.Errorf("PoolOf: spec.pool wins, else the network's inline pool")
-	}
 }

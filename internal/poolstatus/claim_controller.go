@@ -23,7 +23,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -55,7 +54,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		if res.Spec.Owner.Kind != v1alpha1.OwnerIPAMClaim || res.Spec.Released() {
 			continue
 		}
-		name := naming.PoolOf(res.Spec.Pool, res.Spec.Network)
+		name := res.Spec.Pool
 		var pool v1alpha1.IPPool
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &pool); err != nil {
 			if apierrors.IsNotFound(err) {

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -58,7 +57,7 @@ func entryOf(r *v1alpha1.IPReservation) entry {
 	// zero Addr, which no range can hand out: it counts as out of range.
 	ip, _ := netip.ParseAddr(r.Spec.IP)
 	e := entry{
-		pool:    naming.PoolOf(r.Spec.Pool, r.Spec.Network),
+		pool:    r.Spec.Pool,
 		network: r.Spec.Network,
 		ip:      ip,
 		cooling: r.Spec.Released(),

@@ -16,16 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
 const (
 	// OwnerUID indexes reservations by spec.owner.uid.
 	OwnerUID = "ipkeeper.ownerUID"
-	// Pool indexes reservations by their pool, naming.PoolOf(spec.pool,
-	// spec.network): reservations made before pools existed are in their
-	// network's inline pool.
+	// Pool indexes reservations by spec.pool.
 	Pool = "ipkeeper.pool"
 )
 
@@ -40,7 +37,7 @@ func Setup(ctx context.Context, indexer client.FieldIndexer) error {
 	}
 	if err := indexer.IndexField(ctx, res, Pool, func(o client.Object) []string {
 		s := o.(*v1alpha1.IPReservation).Spec
-		return []string{naming.PoolOf(s.Pool, s.Network)}
+		return []string{s.Pool}
 	}); err != nil {
 		return fmt.Errorf("indexing IPReservations by pool: %w", err)
 	}

@@ -68,7 +68,7 @@ func TestClaimAddressStates(t *testing.T) {
 				for _, ip := range ips {
 					name := naming.Reservation(networks[poolVM].key, ip)
 					ls.res[name] = &ipkv1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipkv1alpha1.IPReservationSpec{
-						Network: networks[poolVM].name, IP: ip.String(), Owner: ipkv1alpha1.ReservationOwner{Kind: ipkv1alpha1.OwnerIPAMClaim, UID: owner}}}
+						Network: networks[poolVM].name, Pool: networks[poolVM].pool, IP: ip.String(), Owner: ipkv1alpha1.ReservationOwner{Kind: ipkv1alpha1.OwnerIPAMClaim, UID: owner}}}
 				}
 			}
 			v, facts := viewClaim(ls, claim), claimFacts{edit: tt.edit}

@@ -17,7 +17,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -241,7 +240,7 @@ func (r *runner) vmHeld(ctx context.Context, op int) (map[netip.Addr]*ipkv1alpha
 		clear(held)
 		for i := range list.Items {
 			res := &list.Items[i]
-			if naming.PoolOf(res.Spec.Pool, res.Spec.Network) != networks[poolVM].pool {
+			if res.Spec.Pool != networks[poolVM].pool {
 				continue
 			}
 			if ip, err := netip.ParseAddr(res.Spec.IP); err == nil {

@@ -20,7 +20,7 @@ import (
 // here, so that is a harness problem, not ipkeeper's.
 func (r *runner) checkLockKeys(ls *liveState) {
 	for name, res := range ls.res {
-		pool := ls.pools[naming.PoolOf(res.Spec.Pool, res.Spec.Network)]
+		pool := ls.pools[res.Spec.Pool]
 		ip, err := netip.ParseAddr(res.Spec.IP)
 		if pool == nil || err != nil {
 			r.counts.inc("check:I7-skipped")

@@ -146,7 +146,7 @@ func claimReservation(t *testing.T, c client.Client, claim *ipamclaimsv1alpha1.I
 			Labels: map[string]string{naming.NetworkLabel: naming.NetworkLabelValue(network)},
 		},
 		Spec: ipkv1alpha1.IPReservationSpec{
-			Network: network, IP: ip,
+			Network: network, Pool: naming.InlinePool(network), IP: ip,
 			Owner: ipkv1alpha1.ReservationOwner{Kind: ipkv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
 		},
 	}

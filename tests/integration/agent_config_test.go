@@ -110,7 +110,7 @@ func TestReservationRulesAgreeWithAPIServer(t *testing.T) {
 				Labels: map[string]string{naming.NetworkLabel: naming.NetworkLabelValue(network)},
 			},
 			Spec: ipkeeperv1alpha1.IPReservationSpec{
-				Network: network, IP: ip.String(), // as the agent writes it
+				Network: network, Pool: naming.InlinePool(network), IP: ip.String(), // as the agent writes it
 				Owner:         ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "ns", Name: "pod", UID: "uid-1"},
 				InterfaceName: "net1", ContainerID: "c", Node: "node-1",
 			},

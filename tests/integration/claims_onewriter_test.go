@@ -68,7 +68,7 @@ func TestRequestedAddressOfAPoolNADHasOneHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range list.Items {
-		if naming.PoolOf(r.Spec.Pool, r.Spec.Network) == pool && r.Spec.IP == held.String() {
+		if r.Spec.Pool == pool && r.Spec.IP == held.String() {
 			holders = append(holders, fmt.Sprintf("%s (%s %s/%s)", r.Name, r.Spec.Owner.Kind, r.Spec.Owner.Namespace, r.Spec.Owner.Name))
 		}
 	}

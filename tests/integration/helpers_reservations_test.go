@@ -24,6 +24,7 @@ func newReservation(network, ip string) *ipkeeperv1alpha1.IPReservation {
 		},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
 			Network:       network,
+			Pool:          naming.InlinePool(network),
 			IP:            ip,
 			Owner:         ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "default", Name: "pod-a", UID: "0b8e7c1a-1111-4c1e-9f00-000000000001"},
 			InterfaceName: "net1",

@@ -188,9 +188,9 @@ const (
 	InlineDefinitionAnnotation = "ipkeeper.io/inline-definition"
 	// InlineNetworkAnnotation holds the CNI network name an inline pool is
 	// the definition of. Its reservations are named from it rather than
-	// from the pool (LockKey): for a network name that is not a valid
-	// object name the pool's name is a hash, and reservations made before
-	// pools existed are named from the network.
+	// from the pool (LockKey), so that they read as the network's even
+	// when the pool's name is a hash (a network name that is not a valid
+	// object name).
 	InlineNetworkAnnotation = "ipkeeper.io/inline-network"
 	// DefinedByAnnotation says what an inline pool was created from:
 	// "NAD namespace/name".

@@ -71,11 +71,11 @@ type IPReservationSpec struct {
 	Network string `json:"network"`
 	// Pool is the IPPool the address belongs to; the reservation's name
 	// derives from (pool, ip), so one address of a pool has one holder
-	// whichever network asks. Empty on reservations made before pools
-	// existed: theirs is the inline pool of spec.network.
-	// +optional
+	// whichever network asks.
+	// +required
+	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	Pool string `json:"pool,omitempty"`
+	Pool string `json:"pool"`
 	// IP is the reserved address, in canonical form (no prefix length).
 	// +required
 	// +kubebuilder:validation:MaxLength=45
