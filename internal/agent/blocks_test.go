@@ -139,7 +139,7 @@ func TestAgentsHandOutAddressesOfTheirOwnBlocks(t *testing.T) {
 	r := iprange.MustNew(iprange.Spec{Subnet: netip.MustParsePrefix("10.5.0.0/20")})
 	for _, res := range store.all() {
 		ip := netip.MustParseAddr(res.Spec.IP)
-		if node := held[blocks.Of(r, ip).String()]; node != res.Spec.Node {
+		if node := held[r.BlockOf(ip).String()]; node != res.Spec.Node {
 			t.Errorf("%s of %s lies in a block of %q", ip, res.Spec.Node, node)
 		}
 		if got := res.Labels[naming.NodeLabel]; got != res.Spec.Node {

@@ -20,7 +20,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -161,13 +160,13 @@ func (s *fakeStore) Update(_ context.Context, r *ipkeeperv1alpha1.IPReservation)
 	return nil
 }
 
-func (s *fakeStore) TakenIn(_ context.Context, pool, _ string) (map[netip.Addr]bool, error) {
+func (s *fakeStore) TakenIn(_ context.Context, pool string) (map[netip.Addr]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls["list"]++
 	out := map[netip.Addr]bool{}
 	for _, o := range s.objs {
-		if naming.PoolOf(o.Spec.Pool, o.Spec.Network) == pool {
+		if o.Spec.Pool == pool {
 			out[netip.MustParseAddr(o.Spec.IP)] = true
 		}
 	}

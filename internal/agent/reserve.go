@@ -262,14 +262,7 @@ func (a *Agent) confirmedTaken(ctx context.Context, req *request, r iprange.Rang
 func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) bool, error) {
 	pool := req.pool.name
 	since := time.Now()
-	// Reservations made before pools existed name only their network: the
-	// inline network's, or, for a pool named like a network (the way to
-	// turn an inline network into a pool), that network's.
-	legacy := pool
-	if req.cfg.Pool == "" {
-		legacy = req.cfg.Name
-	}
-	live, err := a.store.TakenIn(ctx, pool, legacy)
+	live, err := a.store.TakenIn(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
