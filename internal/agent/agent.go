@@ -29,6 +29,7 @@ import (
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto/cniserver"
@@ -92,16 +93,21 @@ type Agent struct {
 	log   logr.Logger
 	cache cache.Cache
 	live  client.WithWatch
-	// reservations is a REST client of IPReservations, whose watch the
-	// agent decodes itself (reservationEventDecoder).
-	reservations rest.Interface
-	store        Store
-	claims       ClaimStore
+	// reservationREST is a REST client of IPReservations, whose watch the
+	// cache decodes itself (package index).
+	reservationREST rest.Interface
+	store           Store
+	claims          ClaimStore
 	// poolStore reads IPPools; parsed caches their parsed ranges.
 	poolStore PoolStore
 	parsed    parsedPools
 	pods      *podLookup
-	idx       *index
+	// reservations is the cache of the reservations this node's agent
+	// sees; conflicts live there too. pending and exhausted are the
+	// allocation search's hints beside it.
+	reservations *index.Cache
+	pending      pendingHints
+	exhausted    exhaustedHints
 	// blocks are the address blocks this node holds and, as last listed,
 	// the others; taker finds addresses in them and takes new ones for this
 	// node. Without a taker (unit tests of allocation) addresses come from
@@ -136,6 +142,9 @@ type Agent struct {
 }
 
 var _ cniserver.Handler = (*Agent)(nil)
+
+// entry is a reservation as the agent's cache holds it.
+type entry = index.Entry
 
 // New builds an agent talking to the API server of cfg. Nothing runs until Run.
 func New(cfg *rest.Config, opts Options) (*Agent, error) {
@@ -176,15 +185,15 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating API client: %w", err)
 	}
-	reservations, err := reservationClient(cfg, s)
+	reservationREST, err := index.RESTClient(cfg, s)
 	if err != nil {
 		return nil, err
 	}
 	// IPPools and NADs get their transform as the default rather than from
 	// ByObject: a ByObject entry is resolved against the API server here,
 	// and would fail New before the CRD is installed (start waits for it).
-	// IPReservations have no informer: a reflector feeds the index
-	// (reservationFeed).
+	// IPReservations have no informer: reflectors feed the agent's own
+	// cache (package index).
 	c, err := cache.New(cfg, cache.Options{
 		Scheme: s,
 		ByObject: map[client.Object]cache.ByObject{
@@ -199,21 +208,22 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("creating caches: %w", err)
 	}
 	a := &Agent{
-		opts:         opts,
-		log:          opts.Logger.WithValues("node", opts.NodeName),
-		cache:        c,
-		live:         live,
-		reservations: reservations,
-		pods:         &podLookup{cached: c, live: live, node: opts.NodeName},
-		idx:          newNodeIndex(opts.NodeName),
-		blocks:       blocks.NewSet(opts.NodeName),
-		locks:        newKeyLocks(),
-		metricsCert:  metricsCert,
+		opts:            opts,
+		log:             opts.Logger.WithValues("node", opts.NodeName),
+		cache:           c,
+		live:            live,
+		reservationREST: reservationREST,
+		pods:            &podLookup{cached: c, live: live, node: opts.NodeName},
+		reservations:    index.New(opts.NodeName),
+		blocks:          blocks.NewSet(opts.NodeName),
+		locks:           newKeyLocks(),
+		metricsCert:     metricsCert,
 
 		uncertain: newUncertainCreates(),
 	}
+	a.exhausted.releases = func(pool string) uint64 { return a.reservations.Releases(pool) }
 	a.setWaiting("caches not synced yet")
-	if a.metrics, err = newMetrics(opts.Registry, a.idx.len, a.Ready); err != nil {
+	if a.metrics, err = newMetrics(opts.Registry, a.reservations.Len, a.Ready); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	a.store = &apiStore{c: live, metrics: a.metrics}
@@ -298,7 +308,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.ready.Store(true)
 	a.waiting.Store(nil)
-	a.log.Info("serving CNI requests", "socket", a.opts.SocketPath, "reservations", a.idx.len())
+	a.log.Info("serving CNI requests", "socket", a.opts.SocketPath, "reservations", a.reservations.Len())
 	select {
 	case <-ctx.Done():
 		a.serving.Store(false)
@@ -319,14 +329,7 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	// Two reflectors: this node's labelled pod reservations, and every
 	// unlabelled one; other nodes' labelled ones lie in their blocks.
-	scopes := reservationScopes(a.opts.NodeName)
-	feeds := newReservationFeeds(a, len(scopes))
-	for i, scope := range scopes {
-		feed := feeds[i]
-		r := toolscache.NewReflectorWithOptions(reservationListWatch(a.live, a.reservations, a.opts.NodeName, scope.selector), &ipkeeperv1alpha1.IPReservation{}, feed,
-			toolscache.ReflectorOptions{Name: "ipreservations " + scope.name, TypeDescription: "ipkeeper.io/v1alpha1, Kind=IPReservation"})
-		go r.RunWithContext(ctx)
-	}
+	reservationsSynced := a.reservations.Watch(ctx, a.live, a.reservationREST)
 	// Its own node's blocks only: which blocks others hold is read live
 	// when it takes one, so a block taken is not sent to every agent.
 	if err := waitForKind(ctx, a, blockCRD, func() error {
@@ -364,20 +367,12 @@ func (a *Agent) start(ctx context.Context) error {
 	start := time.Now()
 	a.setWaiting("caches not synced yet")
 	synced := func() bool {
-		if !blocks.HasSynced() {
-			return false
-		}
-		for _, f := range feeds {
-			if !f.HasSynced() {
-				return false
-			}
-		}
-		return true
+		return blocks.HasSynced() && reservationsSynced()
 	}
 	if !a.cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), synced) {
 		return fmt.Errorf("caches did not sync: %w", context.Cause(ctx))
 	}
-	a.log.Info("caches synced", "reservations", a.idx.len(), "took", time.Since(start).Round(time.Millisecond))
+	a.log.Info("caches synced", "reservations", a.reservations.Len(), "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -490,23 +485,6 @@ func (u untilReady) GC(ctx context.Context, req *cniproto.Request) error {
 // Status says why the agent is not ready; the server reports it as
 // "plugin not available".
 func (u untilReady) Status(ctx context.Context) error { return u.a.Status(ctx) }
-
-func (a *Agent) onReservation(obj any) {
-	if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
-		if e, ok := entryOf(r); ok {
-			a.idx.observe(e)
-		}
-	}
-}
-
-func (a *Agent) onReservationDeleted(obj any) {
-	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
-		a.idx.remove(r.Name, r.UID)
-	}
-}
 
 // Ready reports whether the agent serves CNI requests.
 func (a *Agent) Ready() bool { return a.ready.Load() && a.serving.Load() }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types2 "k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -101,7 +102,7 @@ func blockAgents(t *testing.T, store *fakeStore, nodes ...string) ([]*Agent, *fa
 	for _, n := range nodes {
 		a := newTestAgent(t, store, newFakeClaims())
 		a.opts.NodeName = n
-		a.idx = newNodeIndex(n)
+		a.reservations = index.New(n)
 		withBlocks(a, fb)
 		agents = append(agents, a)
 	}
@@ -181,8 +182,8 @@ func TestAgentBorrowsWhenEveryBlockIsHeld(t *testing.T) {
 			t.Errorf("the borrowed %s is labelled %s: node-a, whose block it lies in, would not see it", rs[0].Spec.IP, naming.NodeLabel)
 		}
 		// node-a's watch delivers unlabelled reservations.
-		if e, ok := entryOf(rs[0]); ok {
-			a.idx.observe(e)
+		if e, ok := index.EntryOf(rs[0]); ok {
+			a.reservations.Watched(e)
 		}
 	}
 

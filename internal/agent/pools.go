@@ -314,7 +314,7 @@ func (p *poolView) prefixOf(ip netip.Addr, family []iprange.Range) netip.Prefix 
 // addresses were chosen by ipkeeper-controller, which applied the rule
 // when it did.
 func (a *Agent) admitsNew(ctx context.Context, req *request, podUID types.UID) error {
-	if req.attach.claim != "" || len(a.idx.attachment(req.pool.name, podUID, req.IfName)) > 0 {
+	if req.attach.claim != "" || len(a.reservations.Attachment(req.pool.name, podUID, req.IfName)) > 0 {
 		return nil
 	}
 	return a.poolAdmits(ctx, req.pool.obj, req.args.PodNamespace)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package index
 
 import (
 	"iter"
@@ -13,36 +13,34 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ipkeeper/ipkeeper/internal/iprange"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// entry is the compact form of an IPReservation the index keeps.
-type entry struct {
-	name        string
-	uid         types.UID
-	rv          string // resourceVersion: a release deletes exactly this version
-	pool        string // naming.PoolOf: the key the agent indexes and locks by
-	network     string // spec.network, as written
-	ip          netip.Addr
-	owner       ipkeeperv1alpha1.ReservationOwner
-	ifName      string
-	containerID string
-	node        string
-	created     time.Time
-	// attached is when the node's agent last pointed the reservation at an
+// Entry is the compact form of an IPReservation the index keeps.
+type Entry struct {
+	Name            string
+	UID             types.UID
+	ResourceVersion string // resourceVersion: a release deletes exactly this version
+	Pool            string // spec.pool: the key the agent indexes and locks by
+	Network         string // spec.network, as written
+	IP              netip.Addr
+	Owner           ipkeeperv1alpha1.ReservationOwner
+	InterfaceName   string
+	ContainerID     string
+	Node            string
+	Created         time.Time
+	// Attached is when the node's agent last pointed the reservation at an
 	// attachment (spec.attachedAt, else its creation).
-	attached time.Time
-	// reuseAfter is set once the owner let it go and it only waits out its
-	// pool's reuse cooldown (spec.reuseAfter): it keeps the address taken
+	Attached time.Time
+	// ReuseAfter is set once the owner let it go and it only waits out its
+	// pool's reuse cooldown (spec.ReuseAfter): it keeps the address taken
 	// but is nobody's, and may be deleted from then on.
-	reuseAfter time.Time
+	ReuseAfter time.Time
 }
 
-// released reports whether the owner let the reservation go (it waits out
+// Released reports whether the owner let the reservation go (it waits out
 // its pool's cooldown).
-func (e entry) released() bool { return !e.reuseAfter.IsZero() }
+func (e Entry) Released() bool { return !e.ReuseAfter.IsZero() }
 
 func attachedAt(r *ipkeeperv1alpha1.IPReservation) time.Time {
 	if r.Spec.AttachedAt != nil {
@@ -51,23 +49,23 @@ func attachedAt(r *ipkeeperv1alpha1.IPReservation) time.Time {
 	return r.CreationTimestamp.Time
 }
 
-func entryOf(r *ipkeeperv1alpha1.IPReservation) (entry, bool) {
+func EntryOf(r *ipkeeperv1alpha1.IPReservation) (Entry, bool) {
 	ip, err := netip.ParseAddr(r.Spec.IP)
 	if err != nil {
-		return entry{}, false
+		return Entry{}, false
 	}
 	var reuseAfter time.Time
 	if r.Spec.Released() {
 		reuseAfter = r.Spec.ReuseAfter.Time
 	}
 	network := intern(r.Spec.Network)
-	return entry{
-		name: r.Name, uid: r.UID, rv: r.ResourceVersion, pool: intern(naming.PoolOf(r.Spec.Pool, network)), network: network, ip: ip,
-		owner: ipkeeperv1alpha1.ReservationOwner{
+	return Entry{
+		Name: r.Name, UID: r.UID, ResourceVersion: r.ResourceVersion, Pool: intern(r.Spec.Pool), Network: network, IP: ip,
+		Owner: ipkeeperv1alpha1.ReservationOwner{
 			Kind: intern(r.Spec.Owner.Kind), Namespace: intern(r.Spec.Owner.Namespace), Name: r.Spec.Owner.Name, UID: r.Spec.Owner.UID,
 		},
-		ifName: intern(r.Spec.InterfaceName), containerID: r.Spec.ContainerID, node: intern(r.Spec.Node),
-		created: r.CreationTimestamp.Time, attached: attachedAt(r), reuseAfter: reuseAfter,
+		InterfaceName: intern(r.Spec.InterfaceName), ContainerID: r.Spec.ContainerID, Node: intern(r.Spec.Node),
+		Created: r.CreationTimestamp.Time, Attached: attachedAt(r), ReuseAfter: reuseAfter,
 	}, true
 }
 
@@ -79,12 +77,12 @@ func intern[S ~string](s S) S { return unique.Make(s).Value() }
 // olderThan reports whether e is an older version of the same object than
 // o. resourceVersions are opaque to clients, but those of one object grow;
 // when either does not parse as a number, neither is called older.
-func (e entry) olderThan(o entry) bool {
-	if e.uid != o.uid {
+func (e Entry) olderThan(o Entry) bool {
+	if e.UID != o.UID {
 		return false
 	}
-	a, errA := strconv.ParseUint(e.rv, 10, 64)
-	b, errB := strconv.ParseUint(o.rv, 10, 64)
+	a, errA := strconv.ParseUint(e.ResourceVersion, 10, 64)
+	b, errB := strconv.ParseUint(o.ResourceVersion, 10, 64)
 	return errA == nil && errB == nil && a < b
 }
 
@@ -108,25 +106,19 @@ type nodeKey struct {
 	pool string
 }
 
-// exhaustedMemo records a live confirmation that a range was full.
-type exhaustedMemo struct {
-	releases uint64 // the pool's release count when the live list began
-	at       time.Time
-}
-
-// index answers "is this address taken" and "what does this attachment
+// Cache answers "is this address taken" and "what does this attachment
 // hold" without an API call. It is fed by the reservation informer and,
 // ahead of it, by the agent's own writes; it errs on the side of "taken"
 // (a stale entry only skips an address) and the API server's AlreadyExists
 // is what guarantees uniqueness. It never goes back to an older version of
 // an object it holds, nor brings back one this agent deleted: DEL and GC
 // decide from it.
-type index struct {
+type Cache struct {
 	// node is the agent's node; when set, other nodes' pod reservations
 	// are kept compact (see remote).
 	node      string
 	mu        sync.RWMutex
-	byName    map[string]entry
+	byName    map[string]Entry
 	taken     map[string]map[netip.Addr]string // pool -> IP -> reservation name
 	byPod     map[attachmentKey]set
 	bySandbox map[sandboxKey]set
@@ -137,9 +129,6 @@ type index struct {
 	// conflicts are addresses a create found taken before the informer
 	// showed them; they expire in case the holder is gone by then.
 	conflicts map[string]map[netip.Addr]time.Time
-	// pending are addresses this agent's creates in flight are for: its
-	// other ADDs skip them.
-	pending map[string]map[netip.Addr]int
 	// unobserved holds the UIDs of reservations this agent wrote that the
 	// informer has not delivered yet; a lagging event for an older object of
 	// the same name must not replace them.
@@ -147,10 +136,9 @@ type index struct {
 	// deleted holds reservations this agent deleted whose deletion the
 	// informer has not delivered yet; their lagging events are stale.
 	deleted map[string]tombstone
-	// releases counts, per pool, reservations that went away; a change
-	// invalidates an exhaustion confirmation.
-	releases  map[string]uint64
-	exhausted map[string]exhaustedMemo // pool + range -> confirmation
+	// releases counts, per pool, reservations that went away (a change
+	// invalidates what a live list showed).
+	releases map[string]uint64
 }
 
 // set holds reservation names. Almost every set of the index holds one
@@ -228,10 +216,6 @@ type tombstone struct {
 
 const (
 	conflictTTL = 30 * time.Second
-	// exhaustedTTL bounds how long a live confirmation of exhaustion stands
-	// without a release event (the informer may miss one while its watch
-	// is down).
-	exhaustedTTL = 10 * time.Second
 	// tombstoneTTL bounds how long a deletion waits for its informer event.
 	tombstoneTTL = 10 * time.Minute
 	// unobservedTTL bounds how long a write of this agent that the informer
@@ -240,66 +224,59 @@ const (
 	unobservedTTL = 2 * time.Minute
 )
 
-// newNodeIndex returns the index of the agent of node.
-func newNodeIndex(node string) *index {
-	x := newIndex()
-	x.node = node
-	return x
-}
-
-// newIndex returns an index that keeps every reservation whole.
-func newIndex() *index {
-	return &index{
-		byName:     map[string]entry{},
+// New returns the cache of the agent of node; with node "" it keeps every
+// reservation whole.
+func New(node string) *Cache {
+	return &Cache{
+		node:       node,
+		byName:     map[string]Entry{},
 		taken:      map[string]map[netip.Addr]string{},
 		byPod:      map[attachmentKey]set{},
 		bySandbox:  map[sandboxKey]set{},
 		byNode:     map[nodeKey]set{},
 		retired:    map[nodeKey]set{},
 		conflicts:  map[string]map[netip.Addr]time.Time{},
-		pending:    map[string]map[netip.Addr]int{},
 		unobserved: map[string]unobservedWrite{},
 		deleted:    map[string]tombstone{},
 		releases:   map[string]uint64{},
-		exhausted:  map[string]exhaustedMemo{},
 	}
 }
 
-// upsert records a reservation this agent just wrote or read live.
-func (x *index) upsert(e entry) {
+// Wrote records a reservation this agent just wrote or read live.
+func (x *Cache) Wrote(e Entry) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if old, ok := x.byName[e.name]; ok && e.olderThan(old) {
+	if old, ok := x.byName[e.Name]; ok && e.olderThan(old) {
 		return
 	}
 	now := time.Now()
-	x.unobserved[e.name] = unobservedWrite{uid: e.uid, at: now}
-	delete(x.deleted, e.name)
-	x.upsertLocked(e)
+	x.unobserved[e.Name] = unobservedWrite{uid: e.UID, at: now}
+	delete(x.deleted, e.Name)
+	x.putLocked(e)
 }
 
-// observe records a reservation delivered by the informer. It ignores an
+// Watched records a reservation delivered by the informer. It ignores an
 // event older than what the index holds: another object of the same name
 // than one this agent wrote since, an older version of the same object, or
 // an object this agent deleted.
-func (x *index) observe(e entry) {
+func (x *Cache) Watched(e Entry) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if t, ok := x.deleted[e.name]; ok && t.uid == e.uid {
+	if t, ok := x.deleted[e.Name]; ok && t.uid == e.UID {
 		return
 	}
-	if w, ok := x.unobserved[e.name]; ok {
-		if w.uid != e.uid && time.Since(w.at) < unobservedTTL {
+	if w, ok := x.unobserved[e.Name]; ok {
+		if w.uid != e.UID && time.Since(w.at) < unobservedTTL {
 			return
 		}
-		delete(x.unobserved, e.name)
+		delete(x.unobserved, e.Name)
 	}
-	if old, ok := x.byName[e.name]; ok {
+	if old, ok := x.byName[e.Name]; ok {
 		if e.olderThan(old) {
 			return
 		}
 	}
-	x.upsertLocked(e)
+	x.putLocked(e)
 }
 
 // remote reports whether e is anything but a pod reservation of this
@@ -308,7 +285,7 @@ func (x *index) observe(e entry) {
 // claim's, another writer's) it needs the address, the object's identity
 // and version, and the owner's kind, so those are kept without the rest
 // and found by no attachment, sandbox or node.
-func (x *index) remote(e entry) bool { return remoteTo(x.node, e.node, e.owner.Kind) }
+func (x *Cache) remote(e Entry) bool { return remoteTo(x.node, e.Node, e.Owner.Kind) }
 
 // remoteTo reports whether a reservation made on node resNode for an owner
 // of the given kind is not one of this node's pods', as seen by an agent
@@ -317,58 +294,58 @@ func remoteTo(node, resNode string, ownerKind ipkeeperv1alpha1.OwnerKind) bool {
 	return node != "" && (resNode != node || ownerKind != ipkeeperv1alpha1.OwnerPod)
 }
 
-func (x *index) upsertLocked(e entry) {
-	if old, ok := x.byName[e.name]; ok {
+func (x *Cache) putLocked(e Entry) {
+	if old, ok := x.byName[e.Name]; ok {
 		x.unlinkLocked(old)
 	}
 	remote := x.remote(e)
 	if remote {
-		e.owner = ipkeeperv1alpha1.ReservationOwner{Kind: e.owner.Kind}
-		e.ifName, e.containerID = "", ""
+		e.Owner = ipkeeperv1alpha1.ReservationOwner{Kind: e.Owner.Kind}
+		e.InterfaceName, e.ContainerID = "", ""
 	}
-	x.byName[e.name] = e
-	if x.taken[e.pool] == nil {
-		x.taken[e.pool] = map[netip.Addr]string{}
+	x.byName[e.Name] = e
+	if x.taken[e.Pool] == nil {
+		x.taken[e.Pool] = map[netip.Addr]string{}
 	}
-	x.taken[e.pool][e.ip] = e.name
-	if c := x.conflicts[e.pool]; c != nil {
-		delete(c, e.ip)
+	x.taken[e.Pool][e.IP] = e.Name
+	if c := x.conflicts[e.Pool]; c != nil {
+		delete(c, e.IP)
 	}
 	// Only pods' reservations are found by attachment, sandbox or node:
 	// the agent acts on no other.
-	if remote || e.owner.Kind != ipkeeperv1alpha1.OwnerPod {
+	if remote || e.Owner.Kind != ipkeeperv1alpha1.OwnerPod {
 		return
 	}
-	if e.released() {
+	if e.Released() {
 		// Holds the address for nobody: no attachment finds it.
-		link(x.retired, nodeKey{e.node, e.pool}, e.name)
+		link(x.retired, nodeKey{e.Node, e.Pool}, e.Name)
 		return
 	}
-	link(x.bySandbox, sandboxKey{e.pool, e.containerID, e.ifName}, e.name)
-	link(x.byPod, attachmentKey{e.pool, e.owner.UID, e.ifName}, e.name)
-	link(x.byNode, nodeKey{e.node, e.pool}, e.name)
+	link(x.bySandbox, sandboxKey{e.Pool, e.ContainerID, e.InterfaceName}, e.Name)
+	link(x.byPod, attachmentKey{e.Pool, e.Owner.UID, e.InterfaceName}, e.Name)
+	link(x.byNode, nodeKey{e.Node, e.Pool}, e.Name)
 }
 
-// remove drops a reservation the informer reports deleted, if the index
+// WatchedDeletion drops a reservation the informer reports deleted, if the index
 // holds that very object (by UID; "" matches any).
-func (x *index) remove(name string, uid types.UID) {
+func (x *Cache) WatchedDeletion(name string, uid types.UID) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if t, ok := x.deleted[name]; ok && (uid == "" || t.uid == uid) {
 		delete(x.deleted, name)
 	}
-	if old, ok := x.byName[name]; ok && (uid == "" || old.uid == uid) {
+	if old, ok := x.byName[name]; ok && (uid == "" || old.UID == uid) {
 		x.dropLocked(old)
 		delete(x.unobserved, name)
 	}
 }
 
-// released drops a reservation this agent deleted (or found deleted) and
+// Deleted drops a reservation this agent deleted (or found deleted) and
 // remembers it until the informer reports the deletion.
-func (x *index) released(name string, uid types.UID, now time.Time) {
+func (x *Cache) Deleted(name string, uid types.UID, now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if old, ok := x.byName[name]; ok && old.uid == uid {
+	if old, ok := x.byName[name]; ok && old.UID == uid {
 		x.dropLocked(old)
 		delete(x.unobserved, name)
 	}
@@ -383,29 +360,29 @@ func (x *index) released(name string, uid types.UID, now time.Time) {
 }
 
 // dropLocked removes e for good: its address is free again.
-func (x *index) dropLocked(e entry) {
+func (x *Cache) dropLocked(e Entry) {
 	x.unlinkLocked(e)
-	x.releases[e.pool]++
+	x.releases[e.Pool]++
 }
 
-func (x *index) unlinkLocked(e entry) {
-	delete(x.byName, e.name)
-	if m := x.taken[e.pool]; m != nil && m[e.ip] == e.name {
-		delete(m, e.ip)
+func (x *Cache) unlinkLocked(e Entry) {
+	delete(x.byName, e.Name)
+	if m := x.taken[e.Pool]; m != nil && m[e.IP] == e.Name {
+		delete(m, e.IP)
 		if len(m) == 0 {
-			delete(x.taken, e.pool)
+			delete(x.taken, e.Pool)
 		}
 	}
-	if x.remote(e) || e.owner.Kind != ipkeeperv1alpha1.OwnerPod {
+	if x.remote(e) || e.Owner.Kind != ipkeeperv1alpha1.OwnerPod {
 		return
 	}
-	if e.released() {
-		unlink(x.retired, nodeKey{e.node, e.pool}, e.name)
+	if e.Released() {
+		unlink(x.retired, nodeKey{e.Node, e.Pool}, e.Name)
 		return
 	}
-	unlink(x.bySandbox, sandboxKey{e.pool, e.containerID, e.ifName}, e.name)
-	unlink(x.byPod, attachmentKey{e.pool, e.owner.UID, e.ifName}, e.name)
-	unlink(x.byNode, nodeKey{e.node, e.pool}, e.name)
+	unlink(x.bySandbox, sandboxKey{e.Pool, e.ContainerID, e.InterfaceName}, e.Name)
+	unlink(x.byPod, attachmentKey{e.Pool, e.Owner.UID, e.InterfaceName}, e.Name)
+	unlink(x.byNode, nodeKey{e.Node, e.Pool}, e.Name)
 }
 
 func link[K comparable](m map[K]set, k K, name string) {
@@ -427,8 +404,8 @@ func unlink[K comparable](m map[K]set, k K, name string) {
 	}
 }
 
-// markConflict records that a create found ip taken.
-func (x *index) markConflict(pool string, ip netip.Addr, now time.Time) {
+// MarkConflict records that a create found ip taken.
+func (x *Cache) MarkConflict(pool string, ip netip.Addr, now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	m := x.conflicts[pool]
@@ -446,44 +423,8 @@ func (x *index) markConflict(pool string, ip netip.Addr, now time.Time) {
 	}
 }
 
-// markPending records that a create of ip is in flight; the returned
-// func ends it.
-func (x *index) markPending(pool string, ip netip.Addr) (done func()) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	m := x.pending[pool]
-	if m == nil {
-		m = map[netip.Addr]int{}
-		x.pending[pool] = m
-	}
-	m[ip]++
-	return func() {
-		x.mu.Lock()
-		defer x.mu.Unlock()
-		if m := x.pending[pool]; m != nil {
-			if m[ip]--; m[ip] <= 0 {
-				delete(m, ip)
-			}
-			if len(m) == 0 {
-				delete(x.pending, pool)
-			}
-		}
-	}
-}
-
-// pendingFunc reports whether a create of this agent is in flight for an
-// address of the pool: a candidate to avoid while there are others, but
-// no proof that the pool is full.
-func (x *index) pendingFunc(pool string) func(netip.Addr) bool {
-	return func(ip netip.Addr) bool {
-		x.mu.RLock()
-		defer x.mu.RUnlock()
-		return x.pending[pool][ip] > 0
-	}
-}
-
-// takenFunc returns the predicate the allocator scans with.
-func (x *index) takenFunc(pool string, now time.Time) func(netip.Addr) bool {
+// TakenFunc returns the predicate the allocator scans with.
+func (x *Cache) TakenFunc(pool string, now time.Time) func(netip.Addr) bool {
 	return func(ip netip.Addr) bool {
 		x.mu.RLock()
 		defer x.mu.RUnlock()
@@ -495,117 +436,90 @@ func (x *index) takenFunc(pool string, now time.Time) func(netip.Addr) bool {
 	}
 }
 
-// conflictSince reports whether a create found ip taken at or after since.
-func (x *index) conflictSince(pool string, ip netip.Addr, since time.Time) bool {
+// ConflictSince reports whether a create found ip taken at or after since.
+func (x *Cache) ConflictSince(pool string, ip netip.Addr, since time.Time) bool {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	t, ok := x.conflicts[pool][ip]
 	return ok && !t.Before(since)
 }
 
-// releaseCount is the pool's release counter, read before a live list
+// Releases is the pool's release counter, read before a live list
 // that may confirm exhaustion.
-func (x *index) releaseCount(pool string) uint64 {
+func (x *Cache) Releases(pool string) uint64 {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.releases[pool]
 }
 
-func exhaustedKey(pool string, r iprange.Range) string { return pool + "\x00" + r.String() }
-
-// confirmExhausted records that a live list begun at release count n found
-// r full.
-func (x *index) confirmExhausted(pool string, r iprange.Range, n uint64, now time.Time) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.exhausted[exhaustedKey(pool, r)] = exhaustedMemo{releases: n, at: now}
-}
-
-// exhaustionConfirmed reports whether r was confirmed full by a live list
-// with no release on the pool seen since, within exhaustedTTL.
-func (x *index) exhaustionConfirmed(pool string, r iprange.Range, now time.Time) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	k := exhaustedKey(pool, r)
-	m, ok := x.exhausted[k]
-	if !ok {
-		return false
-	}
-	if m.releases != x.releases[pool] || now.Sub(m.at) >= exhaustedTTL {
-		delete(x.exhausted, k)
-		return false
-	}
-	return true
-}
-
-func (x *index) entries(s set) []entry {
-	out := make([]entry, 0, s.len())
+func (x *Cache) entries(s set) []Entry {
+	out := make([]Entry, 0, s.len())
 	for name := range s.all() {
 		out = append(out, x.byName[name])
 	}
 	return out
 }
 
-// attachment returns the reservations a pod attachment holds.
-func (x *index) attachment(pool string, podUID types.UID, ifName string) []entry {
+// Attachment returns the reservations a pod Attachment holds.
+func (x *Cache) Attachment(pool string, podUID types.UID, ifName string) []Entry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.entries(x.byPod[attachmentKey{pool, podUID, ifName}])
 }
 
-// sandbox returns the pod reservations a sandbox's interface made or holds.
-func (x *index) sandbox(pool, containerID, ifName string) []entry {
+// Sandbox returns the pod reservations a Sandbox's interface made or holds.
+func (x *Cache) Sandbox(pool, containerID, ifName string) []Entry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.entries(x.bySandbox[sandboxKey{pool, containerID, ifName}])
 }
 
-// onNode returns a node's pod reservations on a pool.
-func (x *index) onNode(node, pool string) []entry {
+// OnNode returns a node's pod reservations on a pool.
+func (x *Cache) OnNode(node, pool string) []Entry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.entries(x.byNode[nodeKey{node, pool}])
 }
 
-// expired returns a node's released reservations on a pool whose
+// Expired returns a node's released reservations on a pool whose
 // cooldown is over at now.
-func (x *index) expired(node, pool string, now time.Time) []entry {
+func (x *Cache) Expired(node, pool string, now time.Time) []Entry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	var out []entry
+	var out []Entry
 	for name := range x.retired[nodeKey{node, pool}].all() {
-		if e := x.byName[name]; !now.Before(e.reuseAfter) {
+		if e := x.byName[name]; !now.Before(e.ReuseAfter) {
 			out = append(out, e)
 		}
 	}
 	return out
 }
 
-// get returns the reservation of that name, if the index has it.
-func (x *index) get(name string) (entry, bool) {
+// Get returns the reservation of that name, if the index has it.
+func (x *Cache) Get(name string) (Entry, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	e, ok := x.byName[name]
 	return e, ok
 }
 
-func (x *index) len() int {
+func (x *Cache) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return len(x.byName)
 }
 
-// reservationOf renders an entry back as the fields a release decision
+// ReservationOf renders an entry back as the fields a release decision
 // reads, so one predicate judges index entries and live objects alike.
-func reservationOf(e entry) *ipkeeperv1alpha1.IPReservation {
+func ReservationOf(e Entry) *ipkeeperv1alpha1.IPReservation {
 	r := &ipkeeperv1alpha1.IPReservation{}
-	r.Name, r.UID, r.ResourceVersion = e.name, e.uid, e.rv
+	r.Name, r.UID, r.ResourceVersion = e.Name, e.UID, e.ResourceVersion
 	r.Spec = ipkeeperv1alpha1.IPReservationSpec{
-		Pool: e.pool, Network: e.network, IP: e.ip.String(), Owner: e.owner,
-		InterfaceName: e.ifName, ContainerID: e.containerID, Node: e.node,
+		Pool: e.Pool, Network: e.Network, IP: e.IP.String(), Owner: e.Owner,
+		InterfaceName: e.InterfaceName, ContainerID: e.ContainerID, Node: e.Node,
 	}
-	if e.released() {
-		r.Spec.ReuseAfter = &metav1.Time{Time: e.reuseAfter}
+	if e.Released() {
+		r.Spec.ReuseAfter = &metav1.Time{Time: e.ReuseAfter}
 	}
 	return r
 }
