@@ -29,8 +29,8 @@ import (
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/agent/index"
-	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto/cniserver"
 	"github.com/ipkeeper/ipkeeper/internal/tlsconfig"
@@ -108,14 +108,10 @@ type Agent struct {
 	reservations *index.Cache
 	pending      pendingHints
 	exhausted    exhaustedHints
-	// blocks are the address blocks this node holds and, as last listed,
-	// the others; taker finds addresses in them and takes new ones for this
-	// node. Without a taker (unit tests of allocation) addresses come from
-	// the whole range.
-	blocks *blocks.Set
-	taker  *blocks.Taker
-	// blockOwner is the owner of the node's new blocks, its Node.
-	blockOwner *nodeOwner
+	// blocks are the address blocks this node holds, where its ADDs find
+	// addresses first. Without them (unit tests of allocation) addresses
+	// come from the whole range.
+	blocks *blocks.Node
 	// borrowed keeps borrowing ADDs' live lists for a moment.
 	borrowed borrowSnapshots
 	// blockErrorLogged is when a failure to take a block was last logged
@@ -215,7 +211,6 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		reservationREST: reservationREST,
 		pods:            &podLookup{cached: c, live: live, node: opts.NodeName},
 		reservations:    index.New(opts.NodeName),
-		blocks:          blocks.NewSet(opts.NodeName),
 		locks:           newKeyLocks(),
 		metricsCert:     metricsCert,
 
@@ -227,17 +222,12 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	a.store = &apiStore{c: live, metrics: a.metrics}
-	a.blockOwner = &nodeOwner{c: live, node: opts.NodeName, metrics: a.metrics}
-	a.taker = &blocks.Taker{
-		Set: a.blocks,
-		Store: &blocks.KubeStore{
-			Client: live, Holder: ipkeeperv1alpha1.HolderNode, Node: opts.NodeName,
-			Owner:   a.blockOwner.owner,
-			Writing: func(verb string) { a.metrics.apiWrites.WithLabelValues(verb).Inc() },
-		},
-		Took:   func(*ipkeeperv1alpha1.IPBlock) { a.metrics.blocksTaken.Inc() },
+	a.blocks = blocks.New(live, opts.NodeName, blocks.Hooks{
+		Read:   func(verb string) { a.metrics.apiReads.WithLabelValues(verb).Inc() },
+		Write:  func(verb string) { a.metrics.apiWrites.WithLabelValues(verb).Inc() },
+		Took:   a.metrics.blocksTaken.Inc,
 		Failed: a.noteBlockError,
-	}
+	})
 	a.pods.metrics = a.metrics
 	a.claims = &apiClaimStore{c: live, metrics: a.metrics}
 	a.poolStore = &apiPoolStore{cached: c, live: live, metrics: a.metrics}
@@ -338,10 +328,7 @@ func (a *Agent) start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	blocks := &blockFeed{a: a}
-	br := toolscache.NewReflectorWithOptions(blockListWatch(a.live, a.opts.NodeName), &ipkeeperv1alpha1.IPBlock{}, blocks,
-		toolscache.ReflectorOptions{Name: "ipblocks of this node", TypeDescription: "ipkeeper.io/v1alpha1, Kind=IPBlock"})
-	go br.RunWithContext(ctx)
+	blocksSynced := a.blocks.Watch(ctx, a.live)
 	if err := waitForKind(ctx, a, poolCRD, func() error {
 		_, err := a.cache.GetInformer(ctx, &ipkeeperv1alpha1.IPPool{})
 		return err
@@ -367,7 +354,7 @@ func (a *Agent) start(ctx context.Context) error {
 	start := time.Now()
 	a.setWaiting("caches not synced yet")
 	synced := func() bool {
-		return blocks.HasSynced() && reservationsSynced()
+		return blocksSynced() && reservationsSynced()
 	}
 	if !a.cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), synced) {
 		return fmt.Errorf("caches did not sync: %w", context.Cause(ctx))

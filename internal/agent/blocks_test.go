@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	agentblocks "github.com/ipkeeper/ipkeeper/internal/agent/blocks"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types2 "k8s.io/apimachinery/pkg/types"
 
@@ -82,14 +84,13 @@ func (s nodeBlocks) Held(_ context.Context, pool string) ([]ipkeeperv1alpha1.IPB
 	return out, nil
 }
 
-// withBlocks gives a test agent a block set and a taker on store, as New
-// does with the API server.
+// withBlocks gives a test agent blocks taken through store, as New does
+// with the API server.
 func withBlocks(a *Agent, store *fakeBlocks) {
 	node := a.opts.NodeName
-	a.blocks = blocks.NewSet(node)
-	a.taker = &blocks.Taker{Set: a.blocks, Store: store.storeOf(node), Took: func(*ipkeeperv1alpha1.IPBlock) { a.metrics.blocksTaken.Inc() }}
+	a.blocks = agentblocks.NewWithStore(node, store.storeOf(node), a.metrics.blocksTaken.Inc)
 	store.mu.Lock()
-	store.sets[node] = a.blocks
+	store.sets[node] = a.blocks.Set()
 	store.mu.Unlock()
 }
 

@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
-	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -155,7 +155,7 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 	}
 	// Without blocks (unit tests of allocation) the index sees the whole
 	// range.
-	borrowing := a.taker == nil
+	borrowing := a.blocks == nil
 	// live is set once taken holds a live list of the pool: what a
 	// borrower must scan (the index does not show other nodes' blocks),
 	// and what exhaustion is confirmed against; shared, once it holds the
@@ -171,7 +171,7 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 		}
 		if borrowing {
 			switch {
-			case live || shared || a.taker == nil:
+			case live || shared || a.blocks == nil:
 				ip, err = pick(taken)
 			case a.exhausted.confirmed(pool, r, time.Now()):
 				// Confirmed full by a live list a moment ago, with no

@@ -16,7 +16,7 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// Entry is the compact form of an IPReservation the index keeps.
+// Entry is the compact form of an IPReservation the cache keeps.
 type Entry struct {
 	Name            string
 	UID             types.UID
@@ -107,12 +107,13 @@ type nodeKey struct {
 }
 
 // Cache answers "is this address taken" and "what does this attachment
-// hold" without an API call. It is fed by the reservation informer and,
-// ahead of it, by the agent's own writes; it errs on the side of "taken"
-// (a stale entry only skips an address) and the API server's AlreadyExists
-// is what guarantees uniqueness. It never goes back to an older version of
-// an object it holds, nor brings back one this agent deleted: DEL and GC
-// decide from it.
+// hold" without an API call. It is fed by the agent's reservation
+// reflectors (Watch; Watched, WatchedDeletion) and, ahead of them, by the
+// agent's own writes and live reads (Wrote, Deleted); it errs on the side
+// of "taken" (a stale entry only skips an address) and the API server's
+// AlreadyExists is what guarantees uniqueness. It never goes back to an
+// older version of an object it holds, nor brings back one this agent
+// deleted: DEL and GC decide from it.
 type Cache struct {
 	// node is the agent's node; when set, other nodes' pod reservations
 	// are kept compact (see remote).
@@ -126,24 +127,24 @@ type Cache struct {
 	// retired finds the released reservations a node made on a pool,
 	// waiting out the cooldown: the ones its agent may delete once expired.
 	retired map[nodeKey]set
-	// conflicts are addresses a create found taken before the informer
+	// conflicts are addresses a create found taken before the watch
 	// showed them; they expire in case the holder is gone by then.
 	conflicts map[string]map[netip.Addr]time.Time
-	// unobserved holds the UIDs of reservations this agent wrote that the
-	// informer has not delivered yet; a lagging event for an older object of
+	// undelivered holds the UIDs of reservations this agent wrote that the
+	// watch has not delivered yet; a lagging event for an older object of
 	// the same name must not replace them.
-	unobserved map[string]unobservedWrite
+	undelivered map[string]undeliveredWrite
 	// deleted holds reservations this agent deleted whose deletion the
-	// informer has not delivered yet; their lagging events are stale.
+	// watch has not delivered yet; their lagging events are stale.
 	deleted map[string]tombstone
 	// releases counts, per pool, reservations that went away (a change
 	// invalidates what a live list showed).
 	releases map[string]uint64
 }
 
-// set holds reservation names. Almost every set of the index holds one
+// set holds reservation names. Almost every set of the cache holds one
 // name (an attachment's, a sandbox's or a claim's reservation), which it
-// keeps without a map: a map per set was a third of the index's memory.
+// keeps without a map: a map per set was a third of the cache's memory.
 type set struct {
 	one  string              // the only name, while many is nil
 	many map[string]struct{} // every name, once there were two
@@ -204,7 +205,7 @@ func (s set) all() iter.Seq[string] {
 	}
 }
 
-type unobservedWrite struct {
+type undeliveredWrite struct {
 	uid types.UID
 	at  time.Time
 }
@@ -216,12 +217,12 @@ type tombstone struct {
 
 const (
 	conflictTTL = 30 * time.Second
-	// tombstoneTTL bounds how long a deletion waits for its informer event.
+	// tombstoneTTL bounds how long a deletion waits for its watch event.
 	tombstoneTTL = 10 * time.Minute
-	// unobservedTTL bounds how long a write of this agent that the informer
+	// undeliveredTTL bounds how long a write of this agent that the watch
 	// never delivered (created and deleted within a watch gap) keeps events
 	// of another object of the same name out.
-	unobservedTTL = 2 * time.Minute
+	undeliveredTTL = 2 * time.Minute
 )
 
 // New returns the cache of the agent of node; with node "" it keeps every
@@ -236,7 +237,7 @@ func New(node string) *Cache {
 		byNode:     map[nodeKey]set{},
 		retired:    map[nodeKey]set{},
 		conflicts:  map[string]map[netip.Addr]time.Time{},
-		unobserved: map[string]unobservedWrite{},
+		undelivered: map[string]undeliveredWrite{},
 		deleted:    map[string]tombstone{},
 		releases:   map[string]uint64{},
 	}
@@ -250,13 +251,13 @@ func (x *Cache) Wrote(e Entry) {
 		return
 	}
 	now := time.Now()
-	x.unobserved[e.Name] = unobservedWrite{uid: e.UID, at: now}
+	x.undelivered[e.Name] = undeliveredWrite{uid: e.UID, at: now}
 	delete(x.deleted, e.Name)
 	x.putLocked(e)
 }
 
-// Watched records a reservation delivered by the informer. It ignores an
-// event older than what the index holds: another object of the same name
+// Watched records a reservation delivered by the watch. It ignores an
+// event older than what the cache holds: another object of the same name
 // than one this agent wrote since, an older version of the same object, or
 // an object this agent deleted.
 func (x *Cache) Watched(e Entry) {
@@ -265,11 +266,11 @@ func (x *Cache) Watched(e Entry) {
 	if t, ok := x.deleted[e.Name]; ok && t.uid == e.UID {
 		return
 	}
-	if w, ok := x.unobserved[e.Name]; ok {
-		if w.uid != e.UID && time.Since(w.at) < unobservedTTL {
+	if w, ok := x.undelivered[e.Name]; ok {
+		if w.uid != e.UID && time.Since(w.at) < undeliveredTTL {
 			return
 		}
-		delete(x.unobserved, e.Name)
+		delete(x.undelivered, e.Name)
 	}
 	if old, ok := x.byName[e.Name]; ok {
 		if e.olderThan(old) {
@@ -326,7 +327,7 @@ func (x *Cache) putLocked(e Entry) {
 	link(x.byNode, nodeKey{e.Node, e.Pool}, e.Name)
 }
 
-// WatchedDeletion drops a reservation the informer reports deleted, if the index
+// WatchedDeletion drops a reservation the watch reports deleted, if the cache
 // holds that very object (by UID; "" matches any).
 func (x *Cache) WatchedDeletion(name string, uid types.UID) {
 	x.mu.Lock()
@@ -336,18 +337,18 @@ func (x *Cache) WatchedDeletion(name string, uid types.UID) {
 	}
 	if old, ok := x.byName[name]; ok && (uid == "" || old.UID == uid) {
 		x.dropLocked(old)
-		delete(x.unobserved, name)
+		delete(x.undelivered, name)
 	}
 }
 
 // Deleted drops a reservation this agent deleted (or found deleted) and
-// remembers it until the informer reports the deletion.
+// remembers it until the watch reports the deletion.
 func (x *Cache) Deleted(name string, uid types.UID, now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if old, ok := x.byName[name]; ok && old.UID == uid {
 		x.dropLocked(old)
-		delete(x.unobserved, name)
+		delete(x.undelivered, name)
 	}
 	x.deleted[name] = tombstone{uid: uid, at: now}
 	if len(x.deleted) > 1024 {
@@ -495,7 +496,7 @@ func (x *Cache) Expired(node, pool string, now time.Time) []Entry {
 	return out
 }
 
-// Get returns the reservation of that name, if the index has it.
+// Get returns the reservation of that name, if the cache has it.
 func (x *Cache) Get(name string) (Entry, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -510,7 +511,7 @@ func (x *Cache) Len() int {
 }
 
 // ReservationOf renders an entry back as the fields a release decision
-// reads, so one predicate judges index entries and live objects alike.
+// reads, so one predicate judges cached entries and live objects alike.
 func ReservationOf(e Entry) *ipkeeperv1alpha1.IPReservation {
 	r := &ipkeeperv1alpha1.IPReservation{}
 	r.Name, r.UID, r.ResourceVersion = e.Name, e.UID, e.ResourceVersion

@@ -65,7 +65,7 @@ func (x *Cache) Verify() error {
 		}
 		for name := range m.all() {
 			if e, ok := x.byName[name]; !ok || !e.Released() || (nodeKey{e.Node, e.Pool}) != k {
-				errs = append(errs, fmt.Errorf("retired[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok))
+				errs = append(errs, fmt.Errorf("retired[%+v] lists %q, which the cache holds as %+v (present: %v)", k, name, e, ok))
 			}
 		}
 	}
@@ -75,14 +75,14 @@ func (x *Cache) Verify() error {
 		}
 		for ip, name := range m {
 			if e, ok := x.byName[name]; !ok || e.Pool != network || e.IP != ip {
-				errs = append(errs, fmt.Errorf("taken[%q][%s] = %q, which the index holds as %+v (present: %v)", network, ip, name, e, ok))
+				errs = append(errs, fmt.Errorf("taken[%q][%s] = %q, which the cache holds as %+v (present: %v)", network, ip, name, e, ok))
 			}
 		}
 	}
 	for k, m := range x.bySandbox {
 		for name := range m.all() {
 			if e, ok := x.byName[name]; !ok || (sandboxKey{e.Pool, e.ContainerID, e.InterfaceName}) != k {
-				errs = append(errs, fmt.Errorf("bySandbox[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok))
+				errs = append(errs, fmt.Errorf("bySandbox[%+v] lists %q, which the cache holds as %+v (present: %v)", k, name, e, ok))
 			}
 		}
 		if m.len() == 0 {
@@ -92,7 +92,7 @@ func (x *Cache) Verify() error {
 	for k, m := range x.byNode {
 		for name := range m.all() {
 			if e, ok := x.byName[name]; !ok || (nodeKey{e.Node, e.Pool}) != k {
-				errs = append(errs, fmt.Errorf("byNode[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok))
+				errs = append(errs, fmt.Errorf("byNode[%+v] lists %q, which the cache holds as %+v (present: %v)", k, name, e, ok))
 			}
 		}
 		if m.len() == 0 {
@@ -106,7 +106,7 @@ func (x *Cache) Verify() error {
 		for name := range m.all() {
 			e, ok := x.byName[name]
 			if !ok || (attachmentKey{e.Pool, e.Owner.UID, e.InterfaceName}) != k || e.Owner.Kind != ipkeeperv1alpha1.OwnerPod {
-				errs = append(errs, fmt.Errorf("byPod[%+v] lists %q, which the index holds as %+v (present: %v)", k, name, e, ok))
+				errs = append(errs, fmt.Errorf("byPod[%+v] lists %q, which the cache holds as %+v (present: %v)", k, name, e, ok))
 			}
 		}
 	}
