@@ -141,9 +141,9 @@ func (a *Agent) takeOver(ctx context.Context, e entry, req *request, sandbox boo
 		return entry{}, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reservation %s changed while in use; retry", e.Name))
 	}
 	if r.Spec.Released() {
-		// Released since the index was read (a DEL of this attachment):
+		// Released since the cache was read (a DEL of this attachment):
 		// it cools down for nobody; the retry allocates anew.
-		a.observeLive(r)
+		a.recordLive(r)
 		return entry{}, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reservation %s was released while this ADD ran; retry", e.Name))
 	}
 	r.Spec.Node = a.opts.NodeName

@@ -309,7 +309,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// start runs the informers and waits until the index holds every reservation.
+// start runs the reflectors and informers and waits until the reservation
+// cache holds every reservation the agent watches.
 func (a *Agent) start(ctx context.Context) error {
 	if err := waitForKind(ctx, a, reservationCRD, func() error {
 		_, err := a.live.IsObjectNamespaced(&ipkeeperv1alpha1.IPReservation{})
@@ -436,7 +437,7 @@ func (a *Agent) notReady() error {
 }
 
 // untilReady refuses CNI requests until the agent is ready: before its
-// caches have synced the index is incomplete, so an ADD could pick a held
+// caches have synced the reservation cache is incomplete, so an ADD could pick a held
 // address and a DEL could miss what it must release. They fail with "try
 // again later"; STATUS says why the plugin is not available.
 type untilReady struct{ a *Agent }

@@ -66,7 +66,7 @@ func (s nodeBlocks) Create(_ context.Context, pool, key string, p netip.Prefix) 
 	set := f.sets[s.node]
 	f.mu.Unlock()
 	if set != nil {
-		set.Observe(b)
+		set.Record(b)
 	}
 	return b, nil
 }

@@ -34,7 +34,7 @@ func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
 		return r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerPod && r.Spec.ContainerID == creq.ContainerID && r.Spec.InterfaceName == creq.IfName
 	}
 	// A create of this sandbox whose response was lost may exist without
-	// the index showing it yet (the same fault often cuts the watch).
+	// the cache showing it yet (the same fault often cuts the watch).
 	if err := a.resolveUncertainOfSandbox(ctx, sandboxKey{pool, creq.ContainerID, creq.IfName}); err != nil {
 		return cniError(codeTryAgainLater, err)
 	}
@@ -50,7 +50,7 @@ func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
 
 // resolveUncertainOfSandbox reads live the reservations of the sandbox's
 // creates whose outcome was unknown, putting those that exist and are
-// still the sandbox's into the index for the DEL to find.
+// still the sandbox's into the cache for the DEL to find.
 func (a *Agent) resolveUncertainOfSandbox(ctx context.Context, sk sandboxKey) error {
 	for _, kn := range a.uncertain.ofSandbox(sk) {
 		cur, err := a.store.Get(ctx, kn[1])
@@ -69,9 +69,9 @@ func (a *Agent) resolveUncertainOfSandbox(ctx context.Context, sk sandboxKey) er
 }
 
 // releaseAttachment releases a pod reservation under its attachment's
-// lock (the one ADD takes), if the index still holds that object and
+// lock (the one ADD takes), if the cache still holds that object and
 // still says it should go. With exact, only the version judged (e) may go:
-// any change since, seen in the index or by the API server, keeps it.
+// any change since, seen in the cache or by the API server, keeps it.
 func (a *Agent) releaseAttachment(ctx context.Context, e entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool, exact bool) error {
 	h := holder{owner: e.Owner, ifName: e.InterfaceName}
 	defer a.locks.lock(h.key(e.Pool))()

@@ -176,7 +176,7 @@ func TestReleasedReservationIsNobodys(t *testing.T) {
 	if err := store.Update(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
-	a.observeLive(r)
+	a.recordLive(r)
 	again, err := addVia(t, a, conf, "c2", "p1")
 	if err != nil || again == first {
 		t.Fatalf("the former owner's next ADD = %q, %v; want the other address, not the released %s", again, err, first)
@@ -280,7 +280,7 @@ func TestTakeOverRefusesAReservationReleasedMeanwhile(t *testing.T) {
 	if err := store.Update(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
-	a.observeLive(r)
+	a.recordLive(r)
 	r = store.all()[0]
 	r.Spec.ReuseAfter = &metav1.Time{Time: time.Now().Add(time.Hour)}
 	if err := store.Update(context.Background(), r); err != nil { // released; the index does not know yet

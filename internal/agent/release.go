@@ -71,7 +71,7 @@ func (a *Agent) releaseOne(ctx context.Context, e entry, verb string, still func
 		if how.Retire {
 			var cur *ipkeeperv1alpha1.IPReservation
 			if cur, err = a.store.Retire(ctx, e.Name, e.UID, e.ResourceVersion, how.ReuseAfter); err == nil {
-				a.observeLive(cur)
+				a.recordLive(cur)
 				a.metrics.releases.WithLabelValues(verb).Inc()
 				a.log.V(1).Info("released; the address cools down", "verb", verb, "reservation", e.Name, "ip", e.IP,
 					"owner", e.Owner.Namespace+"/"+e.Owner.Name, "reuseAfter", how.ReuseAfter)
@@ -101,10 +101,10 @@ func (a *Agent) releaseOne(ctx context.Context, e entry, verb string, still func
 		if cur.UID != e.UID {
 			// Ours went and someone else reserved the address since.
 			a.reservations.Deleted(e.Name, e.UID, time.Now())
-			a.observeLive(cur)
+			a.recordLive(cur)
 			return nil
 		}
-		a.observeLive(cur)
+		a.recordLive(cur)
 		if still == nil || !still(cur) {
 			return nil
 		}
@@ -159,8 +159,8 @@ func (a *Agent) reclaimExpired(ctx context.Context, pool string, usable func(ip 
 	return netip.Addr{}, false
 }
 
-// observeLive puts a reservation just read live into the index.
-func (a *Agent) observeLive(r *ipkeeperv1alpha1.IPReservation) {
+// recordLive puts a reservation just read live into the cache.
+func (a *Agent) recordLive(r *ipkeeperv1alpha1.IPReservation) {
 	if e, ok := index.EntryOf(r); ok {
 		a.reservations.Wrote(e)
 	}

@@ -48,7 +48,7 @@ func (h holder) owns(r *ipkeeperv1alpha1.IPReservation) bool {
 	return o.Kind == h.owner.Kind && o.UID == h.owner.UID && !r.Spec.Released() && r.Spec.InterfaceName == h.ifName
 }
 
-// held returns the reservations the index shows for the holder in a pool.
+// held returns the reservations the cache shows for the holder in a pool.
 func (a *Agent) held(pool string, h holder) []entry {
 	return a.reservations.Attachment(pool, h.owner.UID, h.ifName)
 }
@@ -142,7 +142,7 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 	pool, network := req.pool.name, req.cfg.Name
 	seed := string(h.owner.UID) + "/" + req.IfName
 	inIndex := a.reservations.TakenFunc(pool, time.Now())
-	taken := func(ip netip.Addr) bool { return inIndex(ip) || req.pool.isBlocked(ip) }
+	taken := func(ip netip.Addr) bool { return inIndex(ip) || req.pool.inOverlap(ip) }
 	// pick prefers an address no create of this node is in flight for,
 	// and takes one that is rather than call the range full.
 	pending := a.pending.in(pool)
@@ -239,7 +239,7 @@ func (a *Agent) borrowView(ctx context.Context, req *request, r iprange.Range, s
 		a.borrowed.put(pool, snap, time.Now())
 	}
 	inIndex := a.reservations.TakenFunc(pool, time.Now())
-	return func(ip netip.Addr) bool { return snap(ip) || inIndex(ip) || req.pool.isBlocked(ip) }, !ok, nil
+	return func(ip netip.Addr) bool { return snap(ip) || inIndex(ip) || req.pool.inOverlap(ip) }, !ok, nil
 }
 
 // confirmedTaken returns the taken predicate of a live list of the pool
@@ -268,7 +268,7 @@ func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) b
 		return nil, err
 	}
 	return func(ip netip.Addr) bool {
-		return live[ip] || a.reservations.ConflictSince(pool, ip, since) || req.pool.isBlocked(ip)
+		return live[ip] || a.reservations.ConflictSince(pool, ip, since) || req.pool.inOverlap(ip)
 	}, nil
 }
 

@@ -28,7 +28,7 @@ var (
 )
 
 // Store is the narrow interface between allocation and the API server.
-// Every method is a live API call; the informer-fed index answers reads.
+// Every method is a live API call; the reservation cache answers reads.
 type Store interface {
 	// Create creates a reservation and fills in its UID and
 	// resourceVersion; ErrTaken (wrapped) when the name exists.

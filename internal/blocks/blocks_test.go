@@ -28,10 +28,10 @@ func TestSetSeesOverlapsGuessesAndFreedBlocks(t *testing.T) {
 	now := time.Now()
 	s := NewSet("node-a")
 	p := netip.MustParsePrefix
-	s.Observe(blk("10.0.0.4/30", "node-b"))
-	s.Observe(blk("10.0.1.0/27", "node-b"))
-	s.Observe(blk("10.0.2.0/30", "node-a"))
-	s.Observe(claimsBlk("10.0.5.0/30"))
+	s.Record(blk("10.0.0.4/30", "node-b"))
+	s.Record(blk("10.0.1.0/27", "node-b"))
+	s.Record(blk("10.0.2.0/30", "node-a"))
+	s.Record(claimsBlk("10.0.5.0/30"))
 	for _, tt := range []struct {
 		block string
 		free  bool
@@ -99,9 +99,9 @@ func TestSetSeesOverlapsGuessesAndFreedBlocks(t *testing.T) {
 func TestSetIgnoresBlocksLargerThanTheGeometrys(t *testing.T) {
 	s := NewSet("node-a")
 	p := netip.MustParsePrefix
-	s.Observe(blk("10.9.0.0/16", "node-evil"))
-	s.Observe(blk("fd00:9::/64", "node-evil"))
-	s.Observe(blk("10.9.7.4/31", "node-b"))
+	s.Record(blk("10.9.0.0/16", "node-evil"))
+	s.Record(blk("fd00:9::/64", "node-evil"))
+	s.Record(blk("10.9.7.4/31", "node-b"))
 	for _, tt := range []struct {
 		block string
 		free  bool
@@ -121,8 +121,8 @@ func TestSetIgnoresBlocksLargerThanTheGeometrys(t *testing.T) {
 // holder IPAMClaims are its own, a node's are not, whatever the node's name.
 func TestSetOfIPAMClaimsOwnsClaimsBlocksOnly(t *testing.T) {
 	s := NewSet(string(ipkeeperv1alpha1.HolderIPAMClaims))
-	s.Observe(claimsBlk("10.0.0.0/30"))
-	s.Observe(blk("10.0.0.4/30", "node-a"))
+	s.Record(claimsBlk("10.0.0.0/30"))
+	s.Record(blk("10.0.0.4/30", "node-a"))
 	if got := s.Own("blue"); !slices.Equal(got, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/30")}) {
 		t.Errorf("Own = %v, want only the IPAMClaims block 10.0.0.0/30", got)
 	}

@@ -110,7 +110,7 @@ func (t *Taker) Candidate(ctx context.Context, pool, key string, r iprange.Range
 			t.failed(err)
 			return netip.Addr{}, ErrNoBlock
 		}
-		t.Set.Observe(blk)
+		t.Set.Record(blk)
 		if t.Took != nil {
 			t.Took(blk)
 		}

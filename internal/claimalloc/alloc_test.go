@@ -321,7 +321,7 @@ func TestReserve(t *testing.T) {
 			}
 			e := newEnv(t, ippool(pool, span("10.0.0.4", "10.0.0.251")), objs...)
 			if tt.inBlock {
-				e.set.Observe(&v1alpha1.IPBlock{Spec: v1alpha1.IPBlockSpec{Pool: pool, CIDR: "10.0.0.4/30", Holder: v1alpha1.HolderIPAMClaims}})
+				e.set.Record(&v1alpha1.IPBlock{Spec: v1alpha1.IPBlockSpec{Pool: pool, CIDR: "10.0.0.4/30", Holder: v1alpha1.HolderIPAMClaims}})
 			}
 			res, err := e.alloc.Reserve(context.Background(), e.pool, h, addr(tt.ip))
 			var te *claimalloc.TakenError

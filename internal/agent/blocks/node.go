@@ -157,7 +157,7 @@ func (f *feed) Resync() error        { return nil }
 
 func (f *feed) deliver(obj any) {
 	if b, ok := obj.(*ipkeeperv1alpha1.IPBlock); ok && b.Spec.HolderName() == f.n.name {
-		f.n.set.Observe(b)
+		f.n.set.Record(b)
 	}
 }
 
