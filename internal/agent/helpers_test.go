@@ -42,22 +42,6 @@ func podEntry(t testing.TB, network, ip string, podUID types.UID, ifName, contai
 	}
 }
 
-// claimEntry is an index entry for an IPAMClaim-owned reservation (as an
-// agent of an earlier version made them, with interface and node).
-func claimEntry(t testing.TB, network, ip string, claimUID types.UID, ifName string) entry {
-	t.Helper()
-	e := podEntry(t, network, ip, claimUID, ifName, "")
-	e.Owner.Kind = ipkeeperv1alpha1.OwnerIPAMClaim
-	e.Owner.Name = "claim-" + string(claimUID)
-	return e
-}
-
-// with returns a copy of e changed by f.
-func with(e entry, f func(*entry)) entry {
-	f(&e)
-	return e
-}
-
 func sortedNames(es []entry) []string {
 	out := make([]string, 0, len(es))
 	for _, e := range es {

@@ -229,17 +229,17 @@ const (
 // reservation whole.
 func New(node string) *Cache {
 	return &Cache{
-		node:       node,
-		byName:     map[string]Entry{},
-		taken:      map[string]map[netip.Addr]string{},
-		byPod:      map[attachmentKey]set{},
-		bySandbox:  map[sandboxKey]set{},
-		byNode:     map[nodeKey]set{},
-		retired:    map[nodeKey]set{},
-		conflicts:  map[string]map[netip.Addr]time.Time{},
+		node:        node,
+		byName:      map[string]Entry{},
+		taken:       map[string]map[netip.Addr]string{},
+		byPod:       map[attachmentKey]set{},
+		bySandbox:   map[sandboxKey]set{},
+		byNode:      map[nodeKey]set{},
+		retired:     map[nodeKey]set{},
+		conflicts:   map[string]map[netip.Addr]time.Time{},
 		undelivered: map[string]undeliveredWrite{},
-		deleted:    map[string]tombstone{},
-		releases:   map[string]uint64{},
+		deleted:     map[string]tombstone{},
+		releases:    map[string]uint64{},
 	}
 }
 
