@@ -151,4 +151,4 @@ BENCH ?= .
 .PHONY: bench
 bench: tools ## The seven figures of docs/performance.md on a real control plane, each against a same-run baseline, plus micro-benchmarks.
 	go test -run '^$$' -bench '$(BENCH)' -benchtime=1x -count=1 -timeout 40m -v ./tests/bench/
-	go test -run '^$$' -bench . -benchmem ./internal/allocator/ ./internal/iprange/ ./internal/agent/
+	go test -run '^$$' -bench . -benchmem ./internal/allocator/ ./internal/iprange/ ./internal/agent/...

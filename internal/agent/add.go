@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
@@ -129,21 +130,21 @@ func (a *Agent) allocateForPod(ctx context.Context, req *request, pod *corev1.Po
 // at the request's sandbox, so a DEL for an older sandbox of the same pod
 // does not release it. Nothing is written when it points there already.
 func (a *Agent) takeOver(ctx context.Context, e entry, req *request, sandbox bool) (entry, error) {
-	if e.node == a.opts.NodeName && (!sandbox || e.containerID == req.ContainerID) {
+	if e.Node == a.opts.NodeName && (!sandbox || e.ContainerID == req.ContainerID) {
 		return e, nil
 	}
-	r, err := a.store.Get(ctx, e.name)
+	r, err := a.store.Get(ctx, e.Name)
 	if err != nil {
 		return entry{}, fail(reasonInternal, codeTryAgainLater, err)
 	}
-	if r.UID != e.uid {
-		return entry{}, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reservation %s changed while in use; retry", e.name))
+	if r.UID != e.UID {
+		return entry{}, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reservation %s changed while in use; retry", e.Name))
 	}
 	if r.Spec.Released() {
-		// Released since the index was read (a DEL of this attachment):
+		// Released since the cache was read (a DEL of this attachment):
 		// it cools down for nobody; the retry allocates anew.
-		a.observeLive(r)
-		return entry{}, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reservation %s was released while this ADD ran; retry", e.name))
+		a.recordLive(r)
+		return entry{}, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("reservation %s was released while this ADD ran; retry", e.Name))
 	}
 	r.Spec.Node = a.opts.NodeName
 	if sandbox {
@@ -153,8 +154,8 @@ func (a *Agent) takeOver(ctx context.Context, e entry, req *request, sandbox boo
 	if err := a.store.Update(ctx, r); err != nil {
 		return entry{}, fail(reasonInternal, codeTryAgainLater, err)
 	}
-	ne, _ := entryOf(r)
-	a.idx.upsert(ne)
+	ne, _ := index.EntryOf(r)
+	a.reservations.Wrote(ne)
 	return ne, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -184,7 +185,7 @@ func TestHeldIn(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, ok := heldIn(tt.held, tt.r.Is4())
 			if ok != tt.wantOK || got != tt.want {
-				t.Errorf("heldIn(%v, %s) = %s, %v, want %s, %v", sortedNames(tt.held), tt.r, got.name, ok, tt.want.name, tt.wantOK)
+				t.Errorf("heldIn(%v, %s) = %s, %v, want %s, %v", sortedNames(tt.held), tt.r, got.Name, ok, tt.want.Name, tt.wantOK)
 			}
 		})
 	}
@@ -227,7 +228,7 @@ func TestEntryOf(t *testing.T) {
 		return &ipkeeperv1alpha1.IPReservation{
 			ObjectMeta: metav1.ObjectMeta{Name: "storage.x", UID: "r-uid", CreationTimestamp: metav1.Time{Time: created}},
 			Spec: ipkeeperv1alpha1.IPReservationSpec{
-				Network: "storage", IP: ip,
+				Pool: "storage", Network: "storage", IP: ip,
 				Owner:         ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "ns", Name: "pod", UID: "pod-uid"},
 				InterfaceName: "net1", ContainerID: "sandbox", Node: "worker-1",
 			},
@@ -247,7 +248,7 @@ func TestEntryOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e, ok := entryOf(base(tt.ip))
+			e, ok := index.EntryOf(base(tt.ip))
 			if ok != tt.wantOK {
 				t.Fatalf("entryOf(ip %q) ok = %v, want %v", tt.ip, ok, tt.wantOK)
 			}
@@ -255,9 +256,9 @@ func TestEntryOf(t *testing.T) {
 				return
 			}
 			want := entry{
-				name: "storage.x", uid: "r-uid", pool: "storage", network: "storage", ip: netip.MustParseAddr(tt.wantIP),
-				owner:  ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "ns", Name: "pod", UID: "pod-uid"},
-				ifName: "net1", containerID: "sandbox", node: "worker-1", created: created, attached: created,
+				Name: "storage.x", UID: "r-uid", Pool: "storage", Network: "storage", IP: netip.MustParseAddr(tt.wantIP),
+				Owner:         ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "ns", Name: "pod", UID: "pod-uid"},
+				InterfaceName: "net1", ContainerID: "sandbox", Node: "worker-1", Created: created, Attached: created,
 			}
 			if e != want {
 				t.Errorf("entryOf =\n  %+v\nwant\n  %+v", e, want)

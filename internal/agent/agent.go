@@ -29,7 +29,8 @@ import (
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 
-	"github.com/ipkeeper/ipkeeper/internal/blocks"
+	"github.com/ipkeeper/ipkeeper/internal/agent/blocks"
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto/cniserver"
 	"github.com/ipkeeper/ipkeeper/internal/tlsconfig"
@@ -92,24 +93,25 @@ type Agent struct {
 	log   logr.Logger
 	cache cache.Cache
 	live  client.WithWatch
-	// reservations is a REST client of IPReservations, whose watch the
-	// agent decodes itself (reservationEventDecoder).
-	reservations rest.Interface
-	store        Store
-	claims       ClaimStore
+	// reservationREST is a REST client of IPReservations, whose watch the
+	// cache decodes itself (package index).
+	reservationREST rest.Interface
+	store           Store
+	claims          ClaimStore
 	// poolStore reads IPPools; parsed caches their parsed ranges.
 	poolStore PoolStore
 	parsed    parsedPools
 	pods      *podLookup
-	idx       *index
-	// blocks are the address blocks this node holds and, as last listed,
-	// the others; taker finds addresses in them and takes new ones for this
-	// node. Without a taker (unit tests of allocation) addresses come from
-	// the whole range.
-	blocks *blocks.Set
-	taker  *blocks.Taker
-	// blockOwner is the owner of the node's new blocks, its Node.
-	blockOwner *nodeOwner
+	// reservations is the cache of the reservations this node's agent
+	// sees; conflicts live there too. pending and exhausted are the
+	// allocation search's hints beside it.
+	reservations *index.Cache
+	pending      pendingHints
+	exhausted    exhaustedHints
+	// blocks are the address blocks this node holds, where its ADDs find
+	// addresses first. Without them (unit tests of allocation) addresses
+	// come from the whole range.
+	blocks *blocks.Node
 	// borrowed keeps borrowing ADDs' live lists for a moment.
 	borrowed borrowSnapshots
 	// blockErrorLogged is when a failure to take a block was last logged
@@ -136,6 +138,9 @@ type Agent struct {
 }
 
 var _ cniserver.Handler = (*Agent)(nil)
+
+// entry is a reservation as the agent's cache holds it.
+type entry = index.Entry
 
 // New builds an agent talking to the API server of cfg. Nothing runs until Run.
 func New(cfg *rest.Config, opts Options) (*Agent, error) {
@@ -176,15 +181,15 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating API client: %w", err)
 	}
-	reservations, err := reservationClient(cfg, s)
+	reservationREST, err := index.RESTClient(cfg, s)
 	if err != nil {
 		return nil, err
 	}
 	// IPPools and NADs get their transform as the default rather than from
 	// ByObject: a ByObject entry is resolved against the API server here,
 	// and would fail New before the CRD is installed (start waits for it).
-	// IPReservations have no informer: a reflector feeds the index
-	// (reservationFeed).
+	// IPReservations have no informer: reflectors feed the agent's own
+	// cache (package index).
 	c, err := cache.New(cfg, cache.Options{
 		Scheme: s,
 		ByObject: map[client.Object]cache.ByObject{
@@ -199,35 +204,30 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("creating caches: %w", err)
 	}
 	a := &Agent{
-		opts:         opts,
-		log:          opts.Logger.WithValues("node", opts.NodeName),
-		cache:        c,
-		live:         live,
-		reservations: reservations,
-		pods:         &podLookup{cached: c, live: live, node: opts.NodeName},
-		idx:          newNodeIndex(opts.NodeName),
-		blocks:       blocks.NewSet(opts.NodeName),
-		locks:        newKeyLocks(),
-		metricsCert:  metricsCert,
+		opts:            opts,
+		log:             opts.Logger.WithValues("node", opts.NodeName),
+		cache:           c,
+		live:            live,
+		reservationREST: reservationREST,
+		pods:            &podLookup{cached: c, live: live, node: opts.NodeName},
+		reservations:    index.New(opts.NodeName),
+		locks:           newKeyLocks(),
+		metricsCert:     metricsCert,
 
 		uncertain: newUncertainCreates(),
 	}
+	a.exhausted.releases = func(pool string) uint64 { return a.reservations.Releases(pool) }
 	a.setWaiting("caches not synced yet")
-	if a.metrics, err = newMetrics(opts.Registry, a.idx.len, a.Ready); err != nil {
+	if a.metrics, err = newMetrics(opts.Registry, a.reservations.Len, a.Ready); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	a.store = &apiStore{c: live, metrics: a.metrics}
-	a.blockOwner = &nodeOwner{c: live, node: opts.NodeName, metrics: a.metrics}
-	a.taker = &blocks.Taker{
-		Set: a.blocks,
-		Store: &blocks.KubeStore{
-			Client: live, Holder: ipkeeperv1alpha1.HolderNode, Node: opts.NodeName,
-			Owner:   a.blockOwner.owner,
-			Writing: func(verb string) { a.metrics.apiWrites.WithLabelValues(verb).Inc() },
-		},
-		Took:   func(*ipkeeperv1alpha1.IPBlock) { a.metrics.blocksTaken.Inc() },
+	a.blocks = blocks.New(live, opts.NodeName, blocks.Hooks{
+		Read:   func(verb string) { a.metrics.apiReads.WithLabelValues(verb).Inc() },
+		Write:  func(verb string) { a.metrics.apiWrites.WithLabelValues(verb).Inc() },
+		Took:   a.metrics.blocksTaken.Inc,
 		Failed: a.noteBlockError,
-	}
+	})
 	a.pods.metrics = a.metrics
 	a.claims = &apiClaimStore{c: live, metrics: a.metrics}
 	a.poolStore = &apiPoolStore{cached: c, live: live, metrics: a.metrics}
@@ -298,7 +298,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.ready.Store(true)
 	a.waiting.Store(nil)
-	a.log.Info("serving CNI requests", "socket", a.opts.SocketPath, "reservations", a.idx.len())
+	a.log.Info("serving CNI requests", "socket", a.opts.SocketPath, "reservations", a.reservations.Len())
 	select {
 	case <-ctx.Done():
 		a.serving.Store(false)
@@ -309,7 +309,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// start runs the informers and waits until the index holds every reservation.
+// start runs the reflectors and informers and waits until the reservation
+// cache holds every reservation the agent watches.
 func (a *Agent) start(ctx context.Context) error {
 	if err := waitForKind(ctx, a, reservationCRD, func() error {
 		_, err := a.live.IsObjectNamespaced(&ipkeeperv1alpha1.IPReservation{})
@@ -319,14 +320,7 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	// Two reflectors: this node's labelled pod reservations, and every
 	// unlabelled one; other nodes' labelled ones lie in their blocks.
-	scopes := reservationScopes(a.opts.NodeName)
-	feeds := newReservationFeeds(a, len(scopes))
-	for i, scope := range scopes {
-		feed := feeds[i]
-		r := toolscache.NewReflectorWithOptions(reservationListWatch(a.live, a.reservations, a.opts.NodeName, scope.selector), &ipkeeperv1alpha1.IPReservation{}, feed,
-			toolscache.ReflectorOptions{Name: "ipreservations " + scope.name, TypeDescription: "ipkeeper.io/v1alpha1, Kind=IPReservation"})
-		go r.RunWithContext(ctx)
-	}
+	reservationsSynced := a.reservations.Watch(ctx, a.live, a.reservationREST)
 	// Its own node's blocks only: which blocks others hold is read live
 	// when it takes one, so a block taken is not sent to every agent.
 	if err := waitForKind(ctx, a, blockCRD, func() error {
@@ -335,10 +329,7 @@ func (a *Agent) start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	blocks := &blockFeed{a: a}
-	br := toolscache.NewReflectorWithOptions(blockListWatch(a.live, a.opts.NodeName), &ipkeeperv1alpha1.IPBlock{}, blocks,
-		toolscache.ReflectorOptions{Name: "ipblocks of this node", TypeDescription: "ipkeeper.io/v1alpha1, Kind=IPBlock"})
-	go br.RunWithContext(ctx)
+	blocksSynced := a.blocks.Watch(ctx, a.live)
 	if err := waitForKind(ctx, a, poolCRD, func() error {
 		_, err := a.cache.GetInformer(ctx, &ipkeeperv1alpha1.IPPool{})
 		return err
@@ -364,20 +355,12 @@ func (a *Agent) start(ctx context.Context) error {
 	start := time.Now()
 	a.setWaiting("caches not synced yet")
 	synced := func() bool {
-		if !blocks.HasSynced() {
-			return false
-		}
-		for _, f := range feeds {
-			if !f.HasSynced() {
-				return false
-			}
-		}
-		return true
+		return blocksSynced() && reservationsSynced()
 	}
 	if !a.cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), synced) {
 		return fmt.Errorf("caches did not sync: %w", context.Cause(ctx))
 	}
-	a.log.Info("caches synced", "reservations", a.idx.len(), "took", time.Since(start).Round(time.Millisecond))
+	a.log.Info("caches synced", "reservations", a.reservations.Len(), "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -454,7 +437,7 @@ func (a *Agent) notReady() error {
 }
 
 // untilReady refuses CNI requests until the agent is ready: before its
-// caches have synced the index is incomplete, so an ADD could pick a held
+// caches have synced the reservation cache is incomplete, so an ADD could pick a held
 // address and a DEL could miss what it must release. They fail with "try
 // again later"; STATUS says why the plugin is not available.
 type untilReady struct{ a *Agent }
@@ -490,23 +473,6 @@ func (u untilReady) GC(ctx context.Context, req *cniproto.Request) error {
 // Status says why the agent is not ready; the server reports it as
 // "plugin not available".
 func (u untilReady) Status(ctx context.Context) error { return u.a.Status(ctx) }
-
-func (a *Agent) onReservation(obj any) {
-	if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
-		if e, ok := entryOf(r); ok {
-			a.idx.observe(e)
-		}
-	}
-}
-
-func (a *Agent) onReservationDeleted(obj any) {
-	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
-		a.idx.remove(r.Name, r.UID)
-	}
-}
 
 // Ready reports whether the agent serves CNI requests.
 func (a *Agent) Ready() bool { return a.ready.Load() && a.serving.Load() }

@@ -9,9 +9,12 @@ import (
 	"sync"
 	"testing"
 
+	agentblocks "github.com/ipkeeper/ipkeeper/internal/agent/blocks"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types2 "k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -63,7 +66,7 @@ func (s nodeBlocks) Create(_ context.Context, pool, key string, p netip.Prefix) 
 	set := f.sets[s.node]
 	f.mu.Unlock()
 	if set != nil {
-		set.Observe(b)
+		set.Record(b)
 	}
 	return b, nil
 }
@@ -81,14 +84,13 @@ func (s nodeBlocks) Held(_ context.Context, pool string) ([]ipkeeperv1alpha1.IPB
 	return out, nil
 }
 
-// withBlocks gives a test agent a block set and a taker on store, as New
-// does with the API server.
+// withBlocks gives a test agent blocks taken through store, as New does
+// with the API server.
 func withBlocks(a *Agent, store *fakeBlocks) {
 	node := a.opts.NodeName
-	a.blocks = blocks.NewSet(node)
-	a.taker = &blocks.Taker{Set: a.blocks, Store: store.storeOf(node), Took: func(*ipkeeperv1alpha1.IPBlock) { a.metrics.blocksTaken.Inc() }}
+	a.blocks = agentblocks.NewWithStore(node, store.storeOf(node), a.metrics.blocksTaken.Inc)
 	store.mu.Lock()
-	store.sets[node] = a.blocks
+	store.sets[node] = a.blocks.Set()
 	store.mu.Unlock()
 }
 
@@ -101,7 +103,7 @@ func blockAgents(t *testing.T, store *fakeStore, nodes ...string) ([]*Agent, *fa
 	for _, n := range nodes {
 		a := newTestAgent(t, store, newFakeClaims())
 		a.opts.NodeName = n
-		a.idx = newNodeIndex(n)
+		a.reservations = index.New(n)
 		withBlocks(a, fb)
 		agents = append(agents, a)
 	}
@@ -139,7 +141,7 @@ func TestAgentsHandOutAddressesOfTheirOwnBlocks(t *testing.T) {
 	r := iprange.MustNew(iprange.Spec{Subnet: netip.MustParsePrefix("10.5.0.0/20")})
 	for _, res := range store.all() {
 		ip := netip.MustParseAddr(res.Spec.IP)
-		if node := held[blocks.Of(r, ip).String()]; node != res.Spec.Node {
+		if node := held[r.BlockOf(ip).String()]; node != res.Spec.Node {
 			t.Errorf("%s of %s lies in a block of %q", ip, res.Spec.Node, node)
 		}
 		if got := res.Labels[naming.NodeLabel]; got != res.Spec.Node {
@@ -181,8 +183,8 @@ func TestAgentBorrowsWhenEveryBlockIsHeld(t *testing.T) {
 			t.Errorf("the borrowed %s is labelled %s: node-a, whose block it lies in, would not see it", rs[0].Spec.IP, naming.NodeLabel)
 		}
 		// node-a's watch delivers unlabelled reservations.
-		if e, ok := entryOf(rs[0]); ok {
-			a.idx.observe(e)
+		if e, ok := index.EntryOf(rs[0]); ok {
+			a.reservations.Watched(e)
 		}
 	}
 

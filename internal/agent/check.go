@@ -33,14 +33,14 @@ func (a *Agent) Check(ctx context.Context, creq *cniproto.Request) (err error) {
 	if req.attach.claim != "" {
 		return a.checkClaim(ctx, req, pod, req.attach.claim)
 	}
-	held := a.idx.attachment(req.pool.name, pod.UID, req.IfName)
+	held := a.reservations.Attachment(req.pool.name, pod.UID, req.IfName)
 	for _, family := range req.pool.families() {
 		e, ok := heldIn(held, family[0].Is4())
 		if !ok {
 			return cniError(codeInternal, fmt.Errorf("pod %s/%s interface %s holds no address (%s) of network %q", pod.Namespace, pod.Name, req.IfName, familyName(family[0].Is4()), req.cfg.Name))
 		}
-		if e.containerID != req.ContainerID {
-			return cniError(codeInternal, fmt.Errorf("reservation %s of pod %s/%s belongs to sandbox %s, not %s", e.name, pod.Namespace, pod.Name, e.containerID, req.ContainerID))
+		if e.ContainerID != req.ContainerID {
+			return cniError(codeInternal, fmt.Errorf("reservation %s of pod %s/%s belongs to sandbox %s, not %s", e.Name, pod.Namespace, pod.Name, e.ContainerID, req.ContainerID))
 		}
 	}
 	return nil

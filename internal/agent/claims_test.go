@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -76,7 +77,7 @@ func newClaimFixture(t *testing.T) *claimFixture {
 	t.Helper()
 	f := &claimFixture{store: newFakeStore(), claims: newFakeClaims(), blocks: newFakeBlocks(), claim: testClaim("claim-uid-1")}
 	f.a = newTestAgent(t, f.store, f.claims)
-	f.a.idx = newNodeIndex("node-a")
+	f.a.reservations = index.New("node-a")
 	withBlocks(f.a, f.blocks)
 	f.pod = testPod("virt-launcher-vm1-abcde", "pod-uid-1")
 	f.pod.OwnerReferences = []metav1.OwnerReference{{
@@ -530,7 +531,7 @@ func TestClaimBackedDelAndGCReleaseNothing(t *testing.T) {
 	old.Spec.Node, old.Spec.ContainerID, old.Spec.InterfaceName = "node-a", "sandbox-1", "net1"
 	f.store.put(old)
 	for _, r := range f.store.all() {
-		f.a.onReservation(r)
+		watched(f.a, r)
 	}
 	kept := map[string]types2.UID{}
 	for _, r := range f.store.all() {
@@ -551,7 +552,7 @@ func TestClaimBackedDelAndGCReleaseNothing(t *testing.T) {
 			t.Errorf("the claim's reservation %s was released by a DEL or GC of its launcher (present %v)", name, ok)
 		}
 	}
-	checkIndex(t, f.a.idx)
+	checkIndex(t, f.a.reservations)
 }
 
 // CHECK of a claim-backed attachment reads as the ADD does: the recorded

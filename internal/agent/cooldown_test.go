@@ -70,7 +70,7 @@ func TestDelInCooldownPoolRetiresTheReservation(t *testing.T) {
 	if store.count("delete") != 0 {
 		t.Errorf("%d deletes, want none", store.count("delete"))
 	}
-	checkIndex(t, a.idx)
+	checkIndex(t, a.reservations)
 	// A retried DEL finds nothing of the sandbox's left.
 	if err := delVia(t, a, coolConf, "c1"); err != nil {
 		t.Fatalf("DEL again: %v", err)
@@ -91,7 +91,7 @@ func TestDelInCooldownPoolRetiresTheReservation(t *testing.T) {
 	expired := store.modify(name, func(r *ipkeeperv1alpha1.IPReservation) {
 		r.Spec.ReuseAfter = &metav1.Time{Time: time.Now().Add(-time.Second)}
 	})
-	a.onReservation(expired)
+	watched(a, expired)
 	got, err := addVia(t, a, coolConf, "c3", "p3")
 	if err != nil || got != x {
 		t.Fatalf("ADD once %s's cooldown is over = %q, %v; want %s", x, got, err, x)
@@ -99,7 +99,7 @@ func TestDelInCooldownPoolRetiresTheReservation(t *testing.T) {
 	if r, _ := store.get(name); r.UID == before.UID || r.Spec.Released() || r.Spec.Owner.UID != "p3" {
 		t.Errorf("reservation of %s: uid %s, released %v, owner %s; want a new one for p3", x, r.UID, r.Spec.Released(), r.Spec.Owner.UID)
 	}
-	checkIndex(t, a.idx)
+	checkIndex(t, a.reservations)
 }
 
 // An expired released reservation of another node is left to its node's
@@ -115,7 +115,7 @@ func TestExpiredReleaseOfAnotherNodeIsLeft(t *testing.T) {
 			Spec: ipkeeperv1alpha1.IPReservationSpec{Pool: "cool", Network: "coolnet", IP: ip, InterfaceName: "net1", Node: "node-b",
 				Owner:      ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "default", Name: fmt.Sprint("gone", i), UID: types2.UID(fmt.Sprint("gone", i))},
 				ReuseAfter: &metav1.Time{Time: time.Now().Add(-time.Minute)}}}
-		a.onReservation(store.put(r))
+		watched(a, store.put(r))
 	}
 	if _, err := addVia(t, a, coolConf, "c1", "p1"); reasonOf(err) != reasonExhausted {
 		t.Fatalf("ADD with only node-b's expired releases free: %v, want exhausted", err)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -33,12 +34,12 @@ func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
 		return r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerPod && r.Spec.ContainerID == creq.ContainerID && r.Spec.InterfaceName == creq.IfName
 	}
 	// A create of this sandbox whose response was lost may exist without
-	// the index showing it yet (the same fault often cuts the watch).
+	// the cache showing it yet (the same fault often cuts the watch).
 	if err := a.resolveUncertainOfSandbox(ctx, sandboxKey{pool, creq.ContainerID, creq.IfName}); err != nil {
 		return cniError(codeTryAgainLater, err)
 	}
 	var errs []error
-	for _, e := range a.idx.sandbox(pool, creq.ContainerID, creq.IfName) {
+	for _, e := range a.reservations.Sandbox(pool, creq.ContainerID, creq.IfName) {
 		errs = append(errs, a.releaseAttachment(ctx, e, "DEL", stillThisSandbox, false))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -49,7 +50,7 @@ func (a *Agent) Del(ctx context.Context, creq *cniproto.Request) (err error) {
 
 // resolveUncertainOfSandbox reads live the reservations of the sandbox's
 // creates whose outcome was unknown, putting those that exist and are
-// still the sandbox's into the index for the DEL to find.
+// still the sandbox's into the cache for the DEL to find.
 func (a *Agent) resolveUncertainOfSandbox(ctx context.Context, sk sandboxKey) error {
 	for _, kn := range a.uncertain.ofSandbox(sk) {
 		cur, err := a.store.Get(ctx, kn[1])
@@ -58,8 +59,8 @@ func (a *Agent) resolveUncertainOfSandbox(ctx context.Context, sk sandboxKey) er
 		case err != nil:
 			return fmt.Errorf("checking the outcome of an earlier create of this sandbox: %w", err)
 		case cur.Spec.ContainerID == sk.containerID && cur.Spec.InterfaceName == sk.ifName:
-			if e, ok := entryOf(cur); ok {
-				a.idx.upsert(e)
+			if e, ok := index.EntryOf(cur); ok {
+				a.reservations.Wrote(e)
 			}
 		}
 		a.uncertain.forget(kn[0], kn[1])
@@ -68,14 +69,14 @@ func (a *Agent) resolveUncertainOfSandbox(ctx context.Context, sk sandboxKey) er
 }
 
 // releaseAttachment releases a pod reservation under its attachment's
-// lock (the one ADD takes), if the index still holds that object and
+// lock (the one ADD takes), if the cache still holds that object and
 // still says it should go. With exact, only the version judged (e) may go:
-// any change since, seen in the index or by the API server, keeps it.
+// any change since, seen in the cache or by the API server, keeps it.
 func (a *Agent) releaseAttachment(ctx context.Context, e entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool, exact bool) error {
-	h := holder{owner: e.owner, ifName: e.ifName}
-	defer a.locks.lock(h.key(e.pool))()
-	cur, ok := a.idx.get(e.name)
-	if !ok || cur.uid != e.uid || cur.released() || !still(reservationOf(cur)) || (exact && cur.rv != e.rv) {
+	h := holder{owner: e.Owner, ifName: e.InterfaceName}
+	defer a.locks.lock(h.key(e.Pool))()
+	cur, ok := a.reservations.Get(e.Name)
+	if !ok || cur.UID != e.UID || cur.Released() || !still(index.ReservationOf(cur)) || (exact && cur.ResourceVersion != e.ResourceVersion) {
 		return nil // released, or taken over, while we waited for the lock
 	}
 	if exact {
@@ -115,4 +116,11 @@ func networkOf(config []byte) (pool, network string, err error) {
 		return ipam.Pool, bare.Name, nil
 	}
 	return naming.InlinePool(bare.Name), bare.Name, nil
+}
+
+// sandboxKey is what a DEL names: a sandbox's interface on a pool.
+type sandboxKey struct {
+	pool        string
+	containerID string
+	ifName      string
 }

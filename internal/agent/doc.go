@@ -6,13 +6,17 @@
 //
 // Why an agent: a plugin that talks to the API server itself must list a
 // network's allocations on every ADD or take a global lock. The agent keeps
-// an index of the reservations it must see (its node's pods' and those of
-// no block's holder; package blocks) and of its node's pods, so an ADD
-// costs one write: the create of the reservation. The reservation's name
-// is derived from (pool, IP), so the API server refuses a duplicate with
-// AlreadyExists; the index is only a hint for picking candidates and is
-// never trusted for uniqueness. On a conflict the agent marks the address
-// taken and tries the next candidate.
+// a scoped cache of reservations (package index: its node's pods' and
+// those of no block's holder, fed by its own reflectors and watch decoder,
+// not an informer of every reservation) and an informer of its node's
+// pods, so an ADD costs one write: the create of the reservation. It hands
+// out addresses from the blocks its node holds (package agent/blocks),
+// borrowing from the whole range when it can take none. The reservation's
+// name is derived from (pool, IP), so the API server refuses a duplicate
+// with AlreadyExists; the cache and the allocation hints beside it
+// (hints.go) only steer the choice of candidates and are never trusted
+// for uniqueness. On a conflict the agent marks the address taken and
+// tries the next candidate.
 //
 // One writer per object: an agent writes its own node's pods'
 // reservations and its own node's address blocks, nothing else. A

@@ -17,10 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -161,13 +161,13 @@ func (s *fakeStore) Update(_ context.Context, r *ipkeeperv1alpha1.IPReservation)
 	return nil
 }
 
-func (s *fakeStore) TakenIn(_ context.Context, pool, _ string) (map[netip.Addr]bool, error) {
+func (s *fakeStore) TakenIn(_ context.Context, pool string) (map[netip.Addr]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls["list"]++
 	out := map[netip.Addr]bool{}
 	for _, o := range s.objs {
-		if naming.PoolOf(o.Spec.Pool, o.Spec.Network) == pool {
+		if o.Spec.Pool == pool {
 			out[netip.MustParseAddr(o.Spec.IP)] = true
 		}
 	}
@@ -332,17 +332,18 @@ func (f *fakeClaims) Wait(ctx context.Context, ns, name string, timeout time.Dur
 func newTestAgent(t testing.TB, store Store, claims ClaimStore) *Agent {
 	t.Helper()
 	a := &Agent{
-		opts:      Options{NodeName: "node-a", ClaimWaitTimeout: time.Second, PoolWaitTimeout: time.Second, CNIGCMinAge: time.Minute},
-		log:       logr.Discard(),
-		store:     store,
-		claims:    claims,
-		poolStore: newFakePoolStore(),
-		idx:       newIndex(),
-		locks:     newKeyLocks(),
+		opts:         Options{NodeName: "node-a", ClaimWaitTimeout: time.Second, PoolWaitTimeout: time.Second, CNIGCMinAge: time.Minute},
+		log:          logr.Discard(),
+		store:        store,
+		claims:       claims,
+		poolStore:    newFakePoolStore(),
+		reservations: index.New(""),
+		locks:        newKeyLocks(),
 
 		uncertain: newUncertainCreates(),
 	}
-	m, err := newMetrics(prometheus.NewRegistry(), a.idx.len, a.Ready)
+	a.exhausted.releases = func(pool string) uint64 { return a.reservations.Releases(pool) }
+	m, err := newMetrics(prometheus.NewRegistry(), a.reservations.Len, a.Ready)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -50,14 +51,14 @@ func (a *Agent) GC(ctx context.Context, creq *cniproto.Request) (err error) {
 	}
 	start := time.Now()
 	var errs []error
-	for _, e := range a.idx.onNode(a.opts.NodeName, pool) {
-		if a.opts.CNIGCMinAge > 0 && !e.attached.Before(start.Add(-a.opts.CNIGCMinAge)) {
+	for _, e := range a.reservations.OnNode(a.opts.NodeName, pool) {
+		if a.opts.CNIGCMinAge > 0 && !e.Attached.Before(start.Add(-a.opts.CNIGCMinAge)) {
 			// Attached since the runtime may have built its list: an ADD
 			// that finished just before this GC. The time is the object's,
 			// so an agent restarted in between judges alike.
 			continue
 		}
-		if stale(reservationOf(e)) {
+		if stale(index.ReservationOf(e)) {
 			errs = append(errs, a.releaseAttachment(ctx, e, "GC", stale, true))
 		}
 	}

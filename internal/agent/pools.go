@@ -48,15 +48,15 @@ type poolView struct {
 	key      string          // what its reservations are named from (IPPool.LockKey)
 	ranges   []iprange.Range // spec order
 	cooldown time.Duration
-	// blocked are ranges of younger inline networks that overlap this
+	// overlapped are ranges of younger inline networks that overlap this
 	// one's: theirs, never handed out here.
-	blocked []iprange.Range
-	obj     *ipkeeperv1alpha1.IPPool // as read, for its namespaceSelector
+	overlapped []iprange.Range
+	obj        *ipkeeperv1alpha1.IPPool // as read, for its namespaceSelector
 }
 
-// isBlocked reports whether ip lies in a younger overlapping network's range.
-func (p *poolView) isBlocked(ip netip.Addr) bool {
-	for _, r := range p.blocked {
+// inOverlap reports whether ip lies in a younger overlapping network's range.
+func (p *poolView) inOverlap(ip netip.Addr) bool {
+	for _, r := range p.overlapped {
 		if !ip.Less(r.Start()) && !r.End().Less(ip) {
 			return true
 		}
@@ -98,7 +98,7 @@ func (p *poolView) rangeFor(ip netip.Addr) (iprange.Range, bool) {
 
 // usable reports why no range of the pool may hand out ip now, or nil.
 func (p *poolView) usable(ip netip.Addr) error {
-	if p.isBlocked(ip) {
+	if p.inOverlap(ip) {
 		return fmt.Errorf("%s is in the range of a younger inline network that overlaps IPPool %q", ip, p.name)
 	}
 	return iprange.UsableIn(p.ranges, ip, p.name)
@@ -169,7 +169,7 @@ func (a *Agent) resolvePool(ctx context.Context, req *request) (*poolView, error
 			return nil, err
 		}
 	}
-	v := &poolView{name: name, key: pool.LockKey(), ranges: ranges, blocked: blocked, obj: pool}
+	v := &poolView{name: name, key: pool.LockKey(), ranges: ranges, overlapped: blocked, obj: pool}
 	if pool.Spec.ReuseCooldown != nil {
 		v.cooldown = pool.Spec.ReuseCooldown.Duration
 	}
@@ -314,7 +314,7 @@ func (p *poolView) prefixOf(ip netip.Addr, family []iprange.Range) netip.Prefix 
 // addresses were chosen by ipkeeper-controller, which applied the rule
 // when it did.
 func (a *Agent) admitsNew(ctx context.Context, req *request, podUID types.UID) error {
-	if req.attach.claim != "" || len(a.idx.attachment(req.pool.name, podUID, req.IfName)) > 0 {
+	if req.attach.claim != "" || len(a.reservations.Attachment(req.pool.name, podUID, req.IfName)) > 0 {
 		return nil
 	}
 	return a.poolAdmits(ctx, req.pool.obj, req.args.PodNamespace)

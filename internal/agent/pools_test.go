@@ -176,7 +176,7 @@ func TestReleasedReservationIsNobodys(t *testing.T) {
 	if err := store.Update(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
-	a.observeLive(r)
+	a.recordLive(r)
 	again, err := addVia(t, a, conf, "c2", "p1")
 	if err != nil || again == first {
 		t.Fatalf("the former owner's next ADD = %q, %v; want the other address, not the released %s", again, err, first)
@@ -242,14 +242,14 @@ func TestCNIGCOfOneNetworkSparesTheOtherNetworksOfItsPool(t *testing.T) {
 }
 
 // A network whose name is not a valid object name gets a hashed pool name;
-// its reservations made before pools existed are named from the network,
-// and new ones must be too, or the name lock would not cover them.
-func TestLegacyReservationOfHashedPoolKeepsItsLock(t *testing.T) {
+// its reservations are named from the network (the pool's lock key), so a
+// reservation another writer made under that name is the same lock.
+func TestHashedInlinePoolLocksByNetworkName(t *testing.T) {
 	store := newFakeStore()
 	a := newTestAgent(t, store, newFakeClaims())
 	legacy := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("My_Net", netip.MustParseAddr("10.12.0.3"))},
-		Spec: ipkeeperv1alpha1.IPReservationSpec{Network: "My_Net", IP: "10.12.0.3", InterfaceName: "net1", Node: "node-a",
+		Spec: ipkeeperv1alpha1.IPReservationSpec{Network: "My_Net", Pool: naming.InlinePool("My_Net"), IP: "10.12.0.3", InterfaceName: "net1", Node: "node-a",
 			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "vms", Name: "old", UID: "old-uid"}},
 	}
 	if err := store.Create(context.Background(), legacy); err != nil {
@@ -258,7 +258,7 @@ func TestLegacyReservationOfHashedPoolKeepsItsLock(t *testing.T) {
 	static := `{"cniVersion":"1.0.0","name":"My_Net","type":"bridge","runtimeConfig":{"ips":["10.12.0.3"]},"ipam":{"type":"ipkeeper","range":"10.12.0.0/24"}}`
 	got, err := addVia(t, a, static, "c1", "p1")
 	if err == nil || reasonOf(err) != reasonConflict {
-		t.Fatalf("static ADD of an address held by a reservation of the previous version = %q, %v; want a conflict", got, err)
+		t.Fatalf("static ADD of an address held under the network's lock = %q, %v; want a conflict", got, err)
 	}
 	if n := len(store.all()); n != 1 {
 		t.Errorf("%d reservations, want only the old one", n)
@@ -280,7 +280,7 @@ func TestTakeOverRefusesAReservationReleasedMeanwhile(t *testing.T) {
 	if err := store.Update(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
-	a.observeLive(r)
+	a.recordLive(r)
 	r = store.all()[0]
 	r.Spec.ReuseAfter = &metav1.Time{Time: time.Now().Add(time.Hour)}
 	if err := store.Update(context.Background(), r); err != nil { // released; the index does not know yet

@@ -105,9 +105,9 @@ func TestLateDelAfterSandboxTakeoverKeepsReservation(t *testing.T) {
 		t.Fatalf("ADD (new sandbox): %v", err)
 	}
 	// The informer now delivers the creation event: the older version.
-	a.onReservation(oldVersion)
-	if e, _ := a.idx.get(name); e.containerID != "sandbox-new" {
-		t.Errorf("index went back to an older version: container ID %q, want sandbox-new", e.containerID)
+	watched(a, oldVersion)
+	if e, _ := a.reservations.Get(name); e.ContainerID != "sandbox-new" {
+		t.Errorf("index went back to an older version: container ID %q, want sandbox-new", e.ContainerID)
 	}
 
 	// The runtime's late DEL for the old sandbox.
@@ -133,11 +133,11 @@ func TestReleaseDeletesOnlyTheVersionItDecidedOn(t *testing.T) {
 			stale := store.put(&ipkeeperv1alpha1.IPReservation{
 				ObjectMeta: metav1.ObjectMeta{Name: name},
 				Spec: ipkeeperv1alpha1.IPReservationSpec{
-					Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "sandbox-old", Node: "node-a",
+					Pool: "small", Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "sandbox-old", Node: "node-a",
 					Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "vms", Name: "web", UID: "pod-uid-1"},
 				},
 			})
-			a.onReservation(stale) // the index knows only this version
+			watched(a, stale) // the index knows only this version
 			store.modify(name, func(r *ipkeeperv1alpha1.IPReservation) { r.Spec.ContainerID = "sandbox-new" })
 
 			var err error
@@ -198,10 +198,10 @@ func TestExhaustionIsConfirmedOncePerRelease(t *testing.T) {
 	ctx := context.Background()
 	for i := 1; i <= 6; i++ { // 10.9.0.1-6: every usable address of the /29
 		ip := netip.AddrFrom4([4]byte{10, 9, 0, byte(i)})
-		a.onReservation(store.put(&ipkeeperv1alpha1.IPReservation{
+		watched(a, store.put(&ipkeeperv1alpha1.IPReservation{
 			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("small", ip)},
 			Spec: ipkeeperv1alpha1.IPReservationSpec{
-				Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "c", Node: "node-b",
+				Pool: "small", Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "c", Node: "node-b",
 				Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "vms", Name: "other", UID: types2.UID("other-" + ip.String())},
 			},
 		}))
@@ -222,7 +222,7 @@ func TestExhaustionIsConfirmedOncePerRelease(t *testing.T) {
 	if err := store.Delete(ctx, victim, r.UID, r.ResourceVersion); err != nil {
 		t.Fatal(err)
 	}
-	a.onReservationDeleted(r)
+	watchedDeletion(a, r)
 	pod := testPod("web", "pod-after-release")
 	ips, err := a.allocateForPod(ctx, testRequest(t, cniproto.CmdAdd, smallConf, "c", pod), pod)
 	if err != nil || ips[0].Addr().String() != "10.9.0.4" {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -43,7 +44,7 @@ func (a *Agent) releaseAll(ctx context.Context, entries []entry, verb string, st
 	var errs []error
 	for _, e := range entries {
 		if err := a.releaseOne(ctx, e, verb, still, cool); err != nil {
-			a.log.Error(err, "releasing a reservation", "verb", verb, "reservation", e.name)
+			a.log.Error(err, "releasing a reservation", "verb", verb, "reservation", e.Name)
 			errs = append(errs, err)
 		}
 	}
@@ -56,58 +57,58 @@ func (a *Agent) releaseAll(ctx context.Context, entries []entry, verb string, st
 func (a *Agent) releaseOne(ctx context.Context, e entry, verb string, still func(*ipkeeperv1alpha1.IPReservation) bool, cool bool) error {
 	var how reservation.Decision // delete
 	if cool {
-		cooldown, err := a.cooldown(ctx, e.pool)
+		cooldown, err := a.cooldown(ctx, e.Pool)
 		if err != nil {
 			return err
 		}
 		how = reservation.Decide(cooldown, time.Now())
 	}
 	for range maxReleaseRaces {
-		if e.released() {
+		if e.Released() {
 			return nil // released already (by another writer): it waits out its cooldown
 		}
-		cur, err := reservation.ReleaseAt(ctx, a.store, e.name, e.uid, e.rv, how)
+		cur, err := reservation.ReleaseAt(ctx, a.store, e.Name, e.UID, e.ResourceVersion, how)
 		switch {
 		case err == nil && how.Retire:
-			a.observeLive(cur)
+			a.recordLive(cur)
 			a.metrics.releases.WithLabelValues(verb).Inc()
-			a.log.V(1).Info("released; the address cools down", "verb", verb, "reservation", e.name, "ip", e.ip,
-				"owner", e.owner.Namespace+"/"+e.owner.Name, "reuseAfter", how.ReuseAfter)
+			a.log.V(1).Info("released; the address cools down", "verb", verb, "reservation", e.Name, "ip", e.IP,
+				"owner", e.Owner.Namespace+"/"+e.Owner.Name, "reuseAfter", how.ReuseAfter)
 			return nil
 		case err == nil:
-			a.idx.released(e.name, e.uid, time.Now())
+			a.reservations.Deleted(e.Name, e.UID, time.Now())
 			a.metrics.releases.WithLabelValues(verb).Inc()
-			a.log.V(1).Info("released", "verb", verb, "reservation", e.name, "ip", e.ip, "owner", e.owner.Namespace+"/"+e.owner.Name)
+			a.log.V(1).Info("released", "verb", verb, "reservation", e.Name, "ip", e.IP, "owner", e.Owner.Namespace+"/"+e.Owner.Name)
 			return nil
 		}
 		switch {
 		case errors.Is(err, ErrGone):
-			a.idx.released(e.name, e.uid, time.Now())
+			a.reservations.Deleted(e.Name, e.UID, time.Now())
 			return nil
 		case !errors.Is(err, ErrChanged):
 			return err
 		}
-		cur, err = a.store.Get(ctx, e.name)
+		cur, err = a.store.Get(ctx, e.Name)
 		if errors.Is(err, ErrGone) {
-			a.idx.released(e.name, e.uid, time.Now())
+			a.reservations.Deleted(e.Name, e.UID, time.Now())
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if cur.UID != e.uid {
+		if cur.UID != e.UID {
 			// Ours went and someone else reserved the address since.
-			a.idx.released(e.name, e.uid, time.Now())
-			a.observeLive(cur)
+			a.reservations.Deleted(e.Name, e.UID, time.Now())
+			a.recordLive(cur)
 			return nil
 		}
-		a.observeLive(cur)
+		a.recordLive(cur)
 		if still == nil || !still(cur) {
 			return nil
 		}
-		e, _ = entryOf(cur)
+		e, _ = index.EntryOf(cur)
 	}
-	return fmt.Errorf("reservation %s kept changing while being released; retry", e.name)
+	return fmt.Errorf("reservation %s kept changing while being released; retry", e.Name)
 }
 
 // cooldown reads a pool's reuse cooldown (from the cache). A pool that no
@@ -134,31 +135,31 @@ func (a *Agent) cooldown(ctx context.Context, pool string) (time.Duration, error
 // are left to them and to the garbage collector: the node-bound admission
 // policy lets an agent delete only its own node's reservations.
 func (a *Agent) reclaimExpired(ctx context.Context, pool string, usable func(ip netip.Addr) bool) (netip.Addr, bool) {
-	for _, e := range a.idx.expired(a.opts.NodeName, pool, time.Now()) {
-		if !usable(e.ip) {
+	for _, e := range a.reservations.Expired(a.opts.NodeName, pool, time.Now()) {
+		if !usable(e.IP) {
 			continue
 		}
-		err := reservation.Discard(ctx, a.store, e.name, e.uid, e.rv)
+		err := reservation.Discard(ctx, a.store, e.Name, e.UID, e.ResourceVersion)
 		switch {
 		case err == nil:
-			a.idx.released(e.name, e.uid, time.Now())
+			a.reservations.Deleted(e.Name, e.UID, time.Now())
 			a.metrics.releases.WithLabelValues("expired").Inc()
-			a.log.V(1).Info("deleted a released reservation whose cooldown is over", "reservation", e.name, "ip", e.ip, "reuseAfter", e.reuseAfter)
-			return e.ip, true
+			a.log.V(1).Info("deleted a released reservation whose cooldown is over", "reservation", e.Name, "ip", e.IP, "reuseAfter", e.ReuseAfter)
+			return e.IP, true
 		case errors.Is(err, ErrGone):
-			a.idx.released(e.name, e.uid, time.Now())
-			return e.ip, true
+			a.reservations.Deleted(e.Name, e.UID, time.Now())
+			return e.IP, true
 		default:
 			// Changed (or refused): the index catches up; try another.
-			a.log.V(1).Info("could not delete an expired released reservation", "reservation", e.name, "error", err.Error())
+			a.log.V(1).Info("could not delete an expired released reservation", "reservation", e.Name, "error", err.Error())
 		}
 	}
 	return netip.Addr{}, false
 }
 
-// observeLive puts a reservation just read live into the index.
-func (a *Agent) observeLive(r *ipkeeperv1alpha1.IPReservation) {
-	if e, ok := entryOf(r); ok {
-		a.idx.upsert(e)
+// recordLive puts a reservation just read live into the cache.
+func (a *Agent) recordLive(r *ipkeeperv1alpha1.IPReservation) {
+	if e, ok := index.EntryOf(r); ok {
+		a.reservations.Wrote(e)
 	}
 }

@@ -13,8 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/blocks"
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
-	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -48,9 +49,9 @@ func (h holder) owns(r *ipkeeperv1alpha1.IPReservation) bool {
 	return o.Kind == h.owner.Kind && o.UID == h.owner.UID && !r.Spec.Released() && r.Spec.InterfaceName == h.ifName
 }
 
-// held returns the reservations the index shows for the holder in a pool.
+// held returns the reservations the cache shows for the holder in a pool.
 func (a *Agent) held(pool string, h holder) []entry {
-	return a.idx.attachment(pool, h.owner.UID, h.ifName)
+	return a.reservations.Attachment(pool, h.owner.UID, h.ifName)
 }
 
 // reserve is the one allocation path: one address per configured range,
@@ -85,7 +86,7 @@ func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(c
 				return nil, err
 			}
 		}
-		ips = append(ips, req.pool.prefixOf(e.ip, family))
+		ips = append(ips, req.pool.prefixOf(e.IP, family))
 	}
 	return ips, nil
 }
@@ -100,10 +101,10 @@ func heldIn(held []entry, is4 bool) (entry, bool) {
 	var best entry
 	found := false
 	for _, e := range held {
-		if e.ip.Is4() != is4 {
+		if e.IP.Is4() != is4 {
 			continue
 		}
-		if !found || e.created.Before(best.created) || (e.created.Equal(best.created) && e.name < best.name) {
+		if !found || e.Created.Before(best.Created) || (e.Created.Equal(best.Created) && e.Name < best.Name) {
 			best, found = e, true
 		}
 	}
@@ -141,11 +142,11 @@ func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []ipra
 func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Range, h holder) (e entry, isNew bool, err error) {
 	pool, network := req.pool.name, req.cfg.Name
 	seed := string(h.owner.UID) + "/" + req.IfName
-	inIndex := a.idx.takenFunc(pool, time.Now())
-	taken := func(ip netip.Addr) bool { return inIndex(ip) || req.pool.isBlocked(ip) }
+	inIndex := a.reservations.TakenFunc(pool, time.Now())
+	taken := func(ip netip.Addr) bool { return inIndex(ip) || req.pool.inOverlap(ip) }
 	// pick prefers an address no create of this node is in flight for,
 	// and takes one that is rather than call the range full.
-	pending := a.idx.pendingFunc(pool)
+	pending := a.pending.in(pool)
 	pick := func(taken func(netip.Addr) bool) (netip.Addr, error) {
 		ip, err := allocator.Candidate(r, func(ip netip.Addr) bool { return taken(ip) || pending(ip) }, seed)
 		if errors.Is(err, allocator.ErrExhausted) {
@@ -155,7 +156,7 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 	}
 	// Without blocks (unit tests of allocation) the index sees the whole
 	// range.
-	borrowing := a.taker == nil
+	borrowing := a.blocks == nil
 	// live is set once taken holds a live list of the pool: what a
 	// borrower must scan (the index does not show other nodes' blocks),
 	// and what exhaustion is confirmed against; shared, once it holds the
@@ -171,9 +172,9 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 		}
 		if borrowing {
 			switch {
-			case live || shared || a.taker == nil:
+			case live || shared || a.blocks == nil:
 				ip, err = pick(taken)
-			case a.idx.exhaustionConfirmed(pool, r, time.Now()):
+			case a.exhausted.confirmed(pool, r, time.Now()):
 				// Confirmed full by a live list a moment ago, with no
 				// release seen since: the index alone would show other
 				// nodes' blocks free.
@@ -188,7 +189,7 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 			}
 		}
 		if errors.Is(err, allocator.ErrExhausted) {
-			if !live && !a.idx.exhaustionConfirmed(pool, r, time.Now()) {
+			if !live && !a.exhausted.confirmed(pool, r, time.Now()) {
 				// The index errs towards "taken" (an informer event for a
 				// reservation already released may arrive late), so confirm
 				// exhaustion against a live list before refusing the pod, and
@@ -216,7 +217,7 @@ func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Rang
 		e, isNew, err := a.createOrAdopt(ctx, req, ip, h, fromBlock)
 		if errors.Is(err, ErrTaken) {
 			a.metrics.conflicts.Inc()
-			a.idx.markConflict(pool, ip, time.Now())
+			a.reservations.MarkConflict(pool, ip, time.Now())
 			continue
 		}
 		return e, isNew, err
@@ -238,8 +239,8 @@ func (a *Agent) borrowView(ctx context.Context, req *request, r iprange.Range, s
 		}
 		a.borrowed.put(pool, snap, time.Now())
 	}
-	inIndex := a.idx.takenFunc(pool, time.Now())
-	return func(ip netip.Addr) bool { return snap(ip) || inIndex(ip) || req.pool.isBlocked(ip) }, !ok, nil
+	inIndex := a.reservations.TakenFunc(pool, time.Now())
+	return func(ip netip.Addr) bool { return snap(ip) || inIndex(ip) || req.pool.inOverlap(ip) }, !ok, nil
 }
 
 // confirmedTaken returns the taken predicate of a live list of the pool
@@ -247,13 +248,13 @@ func (a *Agent) borrowView(ctx context.Context, req *request, r iprange.Range, s
 // release seen on the pool, within exhaustedTTL).
 func (a *Agent) confirmedTaken(ctx context.Context, req *request, r iprange.Range, seed string) (func(netip.Addr) bool, error) {
 	pool := req.pool.name
-	releases := a.idx.releaseCount(pool)
+	releases := a.reservations.Releases(pool)
 	taken, err := a.liveTaken(ctx, req)
 	if err != nil {
 		return nil, fail(reasonInternal, codeTryAgainLater, err)
 	}
 	if _, err := allocator.Candidate(r, taken, seed); errors.Is(err, allocator.ErrExhausted) {
-		a.idx.confirmExhausted(pool, r, releases, time.Now())
+		a.exhausted.confirm(pool, r, releases, time.Now())
 	}
 	return taken, nil
 }
@@ -263,19 +264,12 @@ func (a *Agent) confirmedTaken(ctx context.Context, req *request, r iprange.Rang
 func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) bool, error) {
 	pool := req.pool.name
 	since := time.Now()
-	// Reservations made before pools existed name only their network: the
-	// inline network's, or, for a pool named like a network (the way to
-	// turn an inline network into a pool), that network's.
-	legacy := pool
-	if req.cfg.Pool == "" {
-		legacy = req.cfg.Name
-	}
-	live, err := a.store.TakenIn(ctx, pool, legacy)
+	live, err := a.store.TakenIn(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
 	return func(ip netip.Addr) bool {
-		return live[ip] || a.idx.conflictSince(pool, ip, since) || req.pool.isBlocked(ip)
+		return live[ip] || a.reservations.ConflictSince(pool, ip, since) || req.pool.inOverlap(ip)
 	}, nil
 }
 
@@ -299,13 +293,13 @@ func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, 
 		ContainerID: req.ContainerID, Node: a.opts.NodeName, AttachedAt: ptr.To(metav1.Now()), Block: block,
 	})
 	// Until the create returns, this node's other ADDs skip the address.
-	done := a.idx.markPending(pool, ip)
+	done := a.pending.mark(pool, ip)
 	cur, adopted, err := reservation.CreateOrAdopt(ctx, a.store, obj)
 	done()
 	switch {
 	case err == nil:
-		e, _ = entryOf(cur)
-		a.idx.upsert(e)
+		e, _ = index.EntryOf(cur)
+		a.reservations.Wrote(e)
 		if !adopted {
 			a.metrics.allocations.Inc()
 		}
@@ -330,8 +324,8 @@ func (a *Agent) resolveUncertain(ctx context.Context, pool string, h holder) ([]
 		case err != nil:
 			return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("checking the outcome of an earlier create: %w", err))
 		case h.owns(cur):
-			if e, ok := entryOf(cur); ok {
-				a.idx.upsert(e)
+			if e, ok := index.EntryOf(cur); ok {
+				a.reservations.Wrote(e)
 			}
 		}
 		a.uncertain.forget(key, name)

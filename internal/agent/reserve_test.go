@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types2 "k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -50,12 +51,12 @@ func TestReserve(t *testing.T) {
 	res := func(ip netip.Addr, o ipkeeperv1alpha1.ReservationOwner) *ipkeeperv1alpha1.IPReservation {
 		return &ipkeeperv1alpha1.IPReservation{
 			ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", ip)},
-			Spec:       ipkeeperv1alpha1.IPReservationSpec{Network: "blue", IP: ip.String(), Owner: o, InterfaceName: "net1", Node: "node-b"},
+			Spec:       ipkeeperv1alpha1.IPReservationSpec{Pool: "blue", Network: "blue", IP: ip.String(), Owner: o, InterfaceName: "net1", Node: "node-b"},
 		}
 	}
 	fillV6 := func(s *fakeStore, a *Agent) {
 		for i := 1; i <= 7; i++ {
-			a.onReservation(s.put(res(netip.MustParseAddr("fd00::"+string(rune('0'+i))), other)))
+			watched(a, s.put(res(netip.MustParseAddr("fd00::"+string(rune('0'+i))), other)))
 		}
 	}
 
@@ -179,7 +180,7 @@ func TestReserve(t *testing.T) {
 			if got := counterValue(t, a.metrics.conflicts); got != tt.wantConfl {
 				t.Errorf("conflicts counted = %v, want %v", got, tt.wantConfl)
 			}
-			checkIndex(t, a.idx)
+			checkIndex(t, a.reservations)
 		})
 	}
 }
@@ -191,7 +192,7 @@ func TestReleaseOne(t *testing.T) {
 	base := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
-			Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "s1", Node: "node-a",
+			Pool: "small", Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "s1", Node: "node-a",
 			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "vms", Name: "web", UID: "pod-1"},
 		},
 	}
@@ -227,8 +228,8 @@ func TestReleaseOne(t *testing.T) {
 			store := newFakeStore()
 			a := newTestAgent(t, store, newFakeClaims())
 			stored := store.put(base)
-			e, _ := entryOf(stored)
-			a.idx.observe(e)
+			e, _ := index.EntryOf(stored)
+			a.reservations.Watched(e)
 			if tt.change != nil {
 				tt.change(store)
 			}
@@ -240,60 +241,17 @@ func TestReleaseOne(t *testing.T) {
 			if gone := !ok || cur.UID != stored.UID; gone != tt.wantGone && !tt.wantNewUID {
 				t.Errorf("deleted = %v, want %v", gone, tt.wantGone)
 			}
-			got, inIdx := a.idx.get(name)
+			got, inIdx := a.reservations.Get(name)
 			if inIdx != tt.wantInIdx {
 				t.Errorf("in index = %v, want %v", inIdx, tt.wantInIdx)
 			}
-			if tt.wantNewUID && got.uid != "someone-else" {
-				t.Errorf("index holds uid %s, want the new object's", got.uid)
+			if tt.wantNewUID && got.UID != "someone-else" {
+				t.Errorf("index holds uid %s, want the new object's", got.UID)
 			}
-			checkIndex(t, a.idx)
+			checkIndex(t, a.reservations)
 		})
 	}
 }
-
-func TestIndexNeverGoesBack(t *testing.T) {
-	e := podEntry(t, netA, "10.0.0.5", "pod-1", "net1", "s1")
-	e.rv = "10"
-	older := with(e, func(x *entry) { x.rv = "9"; x.containerID = "s0" })
-	newer := with(e, func(x *entry) { x.rv = "11"; x.containerID = "s2" })
-	tests := []struct {
-		name string
-		ops  func(x *index)
-		want string // container ID in the index; "" means absent
-	}{
-		{"older informer event after our write", func(x *index) { x.upsert(e); x.observe(older) }, "s1"},
-		{"older live read after a newer event", func(x *index) { x.observe(e); x.upsert(older) }, "s1"},
-		{"newer event replaces", func(x *index) { x.upsert(e); x.observe(newer) }, "s2"},
-		{"event of an object we deleted", func(x *index) { x.upsert(e); x.released(e.name, e.uid, timeZero); x.observe(e) }, ""},
-		{"informer delete clears the tombstone", func(x *index) {
-			x.upsert(e)
-			x.released(e.name, e.uid, timeZero)
-			x.remove(e.name, e.uid)
-			x.observe(with(e, func(y *entry) { y.uid = "new-object"; y.containerID = "s3" }))
-		}, "s3"},
-		{"unparsable versions: the event wins", func(x *index) {
-			x.upsert(with(e, func(y *entry) { y.rv = "a" }))
-			x.observe(with(older, func(y *entry) { y.rv = "b" }))
-		}, "s0"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			x := newIndex()
-			tt.ops(x)
-			got, ok := x.get(e.name)
-			if !ok {
-				got.containerID = ""
-			}
-			if got.containerID != tt.want {
-				t.Errorf("container ID = %q, want %q", got.containerID, tt.want)
-			}
-			checkIndex(t, x)
-		})
-	}
-}
-
-var timeZero time.Time
 
 func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	t.Helper()
@@ -331,14 +289,14 @@ func TestGCSparesRecentAndTakenOverReservations(t *testing.T) {
 	old := store.put(&ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
-			Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "gone", Node: "node-a",
+			Pool: "small", Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "gone", Node: "node-a",
 			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "vms", Name: "db", UID: "pod-uid-db"},
 		},
 	})
-	a.onReservation(old)
-	e, _ := a.idx.get(name)
+	watched(a, old)
+	e, _ := a.reservations.Get(name)
 	newer := store.modify(name, func(r *ipkeeperv1alpha1.IPReservation) { r.Spec.ContainerID = "new" })
-	a.onReservation(newer)                                              // the takeover, seen before GC takes the lock
+	watched(a, newer)                                                   // the takeover, seen before GC takes the lock
 	stale := func(*ipkeeperv1alpha1.IPReservation) bool { return true } // the runtime's list names neither
 	if err := a.releaseAttachment(ctx, e, "GC", stale, true); err != nil {
 		t.Fatal(err)
@@ -369,11 +327,11 @@ func TestGCAfterARestartSparesWhatWasWrittenMomentsBefore(t *testing.T) {
 	old := store.put(&ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("small", ip), CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour))},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
-			Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "sandbox-old", Node: "node-a",
+			Pool: "small", Network: "small", IP: ip.String(), InterfaceName: "net1", ContainerID: "sandbox-old", Node: "node-a",
 			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "vms", Name: "db", UID: "pod-uid-db"},
 		},
 	})
-	a.onReservation(old)
+	watched(a, old)
 	db := testPod("db", "pod-uid-db")
 	if _, err := a.allocateForPod(ctx, testRequest(t, cniproto.CmdAdd, smallConf, "sandbox-new", db), db); err != nil {
 		t.Fatal(err)
@@ -381,7 +339,7 @@ func TestGCAfterARestartSparesWhatWasWrittenMomentsBefore(t *testing.T) {
 
 	restarted := newTestAgent(t, store, newFakeClaims())
 	for _, r := range store.all() {
-		restarted.onReservation(r)
+		watched(restarted, r)
 	}
 	gc := strings.TrimSuffix(smallConf, "}") + `,"cni.dev/valid-attachments":[]}`
 	if err := restarted.GC(ctx, &cniproto.Request{Command: cniproto.CmdGC, Config: []byte(gc)}); err != nil {

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -28,16 +27,14 @@ var (
 // Store is the narrow interface between allocation and the API server:
 // package reservation's steps (Create, Get, Delete, Retire, with its
 // errors) plus the agent's own two. Every method is a live API call; the
-// informer-fed index answers reads.
+// reservation cache answers reads.
 type Store interface {
 	reservation.Store
 	// Update rewrites a reservation (only its mutable attachment fields
 	// change) if it is still the version read; ErrChanged otherwise.
 	Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error
 	// TakenIn lists, live, the addresses reserved in a pool.
-	// legacyNetwork, when set, is the network whose inline pool it is:
-	// reservations made before pools existed name only the network.
-	TakenIn(ctx context.Context, pool, legacyNetwork string) (map[netip.Addr]bool, error)
+	TakenIn(ctx context.Context, pool string) (map[netip.Addr]bool, error)
 }
 
 // listPageSize bounds one page of a live list of a network's reservations.
@@ -62,39 +59,23 @@ func (s *apiStore) Get(ctx context.Context, name string) (*ipkeeperv1alpha1.IPRe
 	return s.kube().Get(ctx, name)
 }
 
-func (s *apiStore) TakenIn(ctx context.Context, pool, legacyNetwork string) (map[netip.Addr]bool, error) {
+// TakenIn lists the reservations of the pool (by spec.pool) page by page.
+func (s *apiStore) TakenIn(ctx context.Context, pool string) (map[netip.Addr]bool, error) {
 	taken := map[netip.Addr]bool{}
-	if err := s.listInto(ctx, taken, "spec.pool", pool, pool); err != nil {
-		return nil, err
-	}
-	if legacyNetwork != "" {
-		if err := s.listInto(ctx, taken, "spec.network", legacyNetwork, pool); err != nil {
-			return nil, err
-		}
-	}
-	return taken, nil
-}
-
-// listInto adds the addresses of the reservations of pool whose field
-// equals value, page by page.
-func (s *apiStore) listInto(ctx context.Context, taken map[netip.Addr]bool, field, value, pool string) error {
-	opts := []client.ListOption{client.MatchingFields{field: value}, client.Limit(listPageSize)}
+	opts := []client.ListOption{client.MatchingFields{"spec.pool": pool}, client.Limit(listPageSize)}
 	for cont := ""; ; {
 		s.metrics.apiReads.WithLabelValues("list").Inc()
 		var list ipkeeperv1alpha1.IPReservationList
 		if err := s.c.List(ctx, &list, append(opts, client.Continue(cont))...); err != nil {
-			return fmt.Errorf("listing reservations of pool %q: %w", pool, err)
+			return nil, fmt.Errorf("listing reservations of pool %q: %w", pool, err)
 		}
 		for _, r := range list.Items {
-			if naming.PoolOf(r.Spec.Pool, r.Spec.Network) != pool {
-				continue
-			}
 			if ip, err := netip.ParseAddr(r.Spec.IP); err == nil {
 				taken[ip] = true
 			}
 		}
 		if cont = list.Continue; cont == "" {
-			return nil
+			return taken, nil
 		}
 	}
 }

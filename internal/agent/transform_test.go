@@ -64,7 +64,7 @@ func fullReservation() *ipkeeperv1alpha1.IPReservation {
 			ManagedFields:     managedFields,
 		},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
-			Network: "storage", IP: "10.1.2.3",
+			Pool: "storage", Network: "storage", IP: "10.1.2.3",
 			Owner:         ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "shop", Name: "web-7d9c8b6f5d-x2x9k", UID: "0b9e1c6e-8f7a-4a59-9d0b-3f0c2a1e5d44"},
 			InterfaceName: "net1", ContainerID: "3f1e9a", Node: "worker-1",
 		},

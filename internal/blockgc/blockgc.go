@@ -145,7 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // the block of its first address in a range whose subnet holds it.
 func fits(ranges []iprange.Range, p netip.Prefix) bool {
 	for _, r := range ranges {
-		if r.Subnet().Contains(p.Addr()) && blocks.Of(r, p.Addr()) == p {
+		if r.Subnet().Contains(p.Addr()) && r.BlockOf(p.Addr()) == p {
 			return true
 		}
 	}

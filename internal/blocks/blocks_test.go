@@ -16,80 +16,6 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-func TestBlockGeometry(t *testing.T) {
-	for _, tt := range []struct{ subnet, ip, want, why string }{
-		{"10.1.0.0/20", "10.1.3.77", "10.1.3.64/27", "32 IPv4 addresses"},
-		{"10.2.0.0/24", "10.2.0.10", "10.2.0.8/30", "a /24 is cut into 64 blocks of 4"},
-		{"10.2.0.8/30", "10.2.0.10", "10.2.0.8/30", "a /30 is one block"},
-		{"10.2.0.8/31", "10.2.0.9", "10.2.0.8/31", "a subnet smaller than the smallest block is one block"},
-		{"fd00::/64", "fd00::1:2", "fd00::1:0/120", "256 IPv6 addresses"},
-	} {
-		r := iprange.MustNew(iprange.Spec{Subnet: netip.MustParsePrefix(tt.subnet)})
-		if got := Of(r, netip.MustParseAddr(tt.ip)); got != netip.MustParsePrefix(tt.want) {
-			t.Errorf("Of(%s, %s) = %s, want %s (%s)", tt.subnet, tt.ip, got, tt.want, tt.why)
-		}
-	}
-
-	// A range that starts and ends inside blocks, with an exclude and a gateway.
-	r := iprange.MustNew(iprange.Spec{
-		Subnet: netip.MustParsePrefix("10.3.0.0/20"), Start: netip.MustParseAddr("10.3.0.10"), End: netip.MustParseAddr("10.3.0.200"),
-		Gateway: netip.MustParseAddr("10.3.0.33"), Exclude: []netip.Prefix{netip.MustParsePrefix("10.3.0.64/27")},
-	})
-	// Of depends only on the subnet: a range whose start or end changed
-	// keeps its blocks.
-	if got, whole := Of(r, netip.MustParseAddr("10.3.0.77")), Of(iprange.MustNew(iprange.Spec{Subnet: r.Subnet()}), netip.MustParseAddr("10.3.0.77")); got != whole {
-		t.Errorf("Of a range = %s, of its whole subnet = %s: holders would cut it differently", got, whole)
-	}
-	blocks := slices.Collect(From(r, "node-a"))
-	if len(blocks) != 7 { // 10.3.0.0/27 .. 10.3.0.192/27
-		t.Fatalf("From(10.3.0.10-10.3.0.200) = %v, want the 7 /27s it touches", blocks)
-	}
-	seen := map[netip.Prefix]bool{}
-	for _, b := range blocks {
-		if seen[b] || b.Bits() != 27 || !r.Subnet().Contains(b.Addr()) {
-			t.Errorf("block %s repeated or not a /27 of the range", b)
-		}
-		seen[b] = true
-	}
-	if slices.Collect(From(r, "node-b"))[0] == blocks[0] && slices.Collect(From(r, "node-c"))[0] == blocks[0] {
-		t.Errorf("three holders start at the same block %s: they would race for it", blocks[0])
-	}
-	if again := slices.Collect(From(r, "node-a")); !slices.Equal(again, blocks) {
-		t.Errorf("From is not deterministic for one seed: %v, then %v", blocks, again)
-	}
-	for _, tt := range []struct {
-		block      string
-		start, end string // "" when the range hands out nothing there
-	}{
-		{"10.3.0.0/27", "10.3.0.10", "10.3.0.31"},
-		{"10.3.0.32/27", "10.3.0.32", "10.3.0.63"},
-		{"10.3.0.64/27", "", ""},
-		{"10.3.0.192/27", "10.3.0.192", "10.3.0.200"},
-		{"10.3.0.224/27", "", ""},
-		{"10.4.0.0/27", "", ""},
-	} {
-		sub, ok := Part(r, netip.MustParsePrefix(tt.block))
-		if ok != (tt.start != "") {
-			t.Errorf("Part(%s) ok = %v, want %v", tt.block, ok, tt.start != "")
-			continue
-		}
-		if !ok {
-			continue
-		}
-		if sub.Start().String() != tt.start || sub.End().String() != tt.end {
-			t.Errorf("Part(%s) = %s-%s, want %s-%s", tt.block, sub.Start(), sub.End(), tt.start, tt.end)
-		}
-		if sub.Usable(netip.MustParseAddr("10.3.0.33")) == nil {
-			t.Errorf("Part(%s) hands out the gateway", tt.block)
-		}
-	}
-
-	huge := iprange.MustNew(iprange.Spec{Subnet: netip.MustParsePrefix("fd00::/48")})
-	if got := len(slices.Collect(From(huge, "node-a"))); got != MaxTries {
-		t.Errorf("a /48 yields %d blocks to try, want at most %d", got, MaxTries)
-	}
-}
-
 func blk(cidr, node string) *ipkeeperv1alpha1.IPBlock {
 	return &ipkeeperv1alpha1.IPBlock{Spec: ipkeeperv1alpha1.IPBlockSpec{Pool: "blue", CIDR: cidr, Holder: ipkeeperv1alpha1.HolderNode, Node: node}}
 }
@@ -102,10 +28,10 @@ func TestSetSeesOverlapsGuessesAndFreedBlocks(t *testing.T) {
 	now := time.Now()
 	s := NewSet("node-a")
 	p := netip.MustParsePrefix
-	s.Observe(blk("10.0.0.4/30", "node-b"))
-	s.Observe(blk("10.0.1.0/27", "node-b"))
-	s.Observe(blk("10.0.2.0/30", "node-a"))
-	s.Observe(claimsBlk("10.0.5.0/30"))
+	s.Record(blk("10.0.0.4/30", "node-b"))
+	s.Record(blk("10.0.1.0/27", "node-b"))
+	s.Record(blk("10.0.2.0/30", "node-a"))
+	s.Record(claimsBlk("10.0.5.0/30"))
 	for _, tt := range []struct {
 		block string
 		free  bool
@@ -173,9 +99,9 @@ func TestSetSeesOverlapsGuessesAndFreedBlocks(t *testing.T) {
 func TestSetIgnoresBlocksLargerThanTheGeometrys(t *testing.T) {
 	s := NewSet("node-a")
 	p := netip.MustParsePrefix
-	s.Observe(blk("10.9.0.0/16", "node-evil"))
-	s.Observe(blk("fd00:9::/64", "node-evil"))
-	s.Observe(blk("10.9.7.4/31", "node-b"))
+	s.Record(blk("10.9.0.0/16", "node-evil"))
+	s.Record(blk("fd00:9::/64", "node-evil"))
+	s.Record(blk("10.9.7.4/31", "node-b"))
 	for _, tt := range []struct {
 		block string
 		free  bool
@@ -195,8 +121,8 @@ func TestSetIgnoresBlocksLargerThanTheGeometrys(t *testing.T) {
 // holder IPAMClaims are its own, a node's are not, whatever the node's name.
 func TestSetOfIPAMClaimsOwnsClaimsBlocksOnly(t *testing.T) {
 	s := NewSet(string(ipkeeperv1alpha1.HolderIPAMClaims))
-	s.Observe(claimsBlk("10.0.0.0/30"))
-	s.Observe(blk("10.0.0.4/30", "node-a"))
+	s.Record(claimsBlk("10.0.0.0/30"))
+	s.Record(blk("10.0.0.4/30", "node-a"))
 	if got := s.Own("blue"); !slices.Equal(got, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/30")}) {
 		t.Errorf("Own = %v, want only the IPAMClaims block 10.0.0.0/30", got)
 	}

@@ -7,8 +7,10 @@
 // every agent of the cluster. A block is a hint, not a lock: an address is
 // still locked by its IPReservation's name.
 //
-// The package has three parts: the geometry every holder cuts ranges by
-// (pure), the Set of blocks a holder knows of, and the Taker, which finds a
-// free address in the holder's blocks and takes a new block when they are
-// full, through a narrow Store.
+// This package is what every holder shares: the Set of blocks a holder
+// knows of, and the Taker, which finds a free address in the holder's
+// blocks and takes a new block when they are full, through a narrow Store
+// (KubeStore on the API server). How a range is cut into blocks is
+// iprange's (Range.BlockOf, BlockPart, Blocks); an agent's watch of its
+// node's blocks and the Node that owns them are package agent/blocks'.
 package blocks

@@ -59,8 +59,8 @@ func NewSet(holder string) *Set {
 // Holder is whose Set this is.
 func (s *Set) Holder() string { return s.holder }
 
-// Observe records a block a watch delivered or the holder created.
-func (s *Set) Observe(b *ipkeeperv1alpha1.IPBlock) {
+// Record records a block a watch delivered or the holder created.
+func (s *Set) Record(b *ipkeeperv1alpha1.IPBlock) {
 	p, err := netip.ParsePrefix(b.Spec.CIDR)
 	if err != nil {
 		return
@@ -116,7 +116,7 @@ func (s *Set) ReplaceMine(blocks []*ipkeeperv1alpha1.IPBlock) bool {
 		s.forget(g.pool, g.p, s.holder)
 	}
 	for _, b := range blocks {
-		s.Observe(b)
+		s.Record(b)
 	}
 	return len(went) > 0
 }

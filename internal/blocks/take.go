@@ -47,10 +47,10 @@ type Taker struct {
 // holds. Blocks cut from r's subnet before it changed are left alone.
 func (t *Taker) InOwn(pool string, r iprange.Range, taken func(netip.Addr) bool, seed string) (netip.Addr, bool) {
 	for _, b := range t.Set.Own(pool) {
-		if Of(r, b.Addr()) != b {
+		if r.BlockOf(b.Addr()) != b {
 			continue
 		}
-		sub, ok := Part(r, b)
+		sub, ok := r.BlockPart(b)
 		if !ok {
 			continue
 		}
@@ -86,11 +86,11 @@ func (t *Taker) Candidate(ctx context.Context, pool, key string, r iprange.Range
 		return netip.Addr{}, ErrNoBlock
 	}
 	t.Set.SetHeld(pool, held)
-	for b := range From(r, t.Set.Holder()) {
+	for b := range r.Blocks(t.Set.Holder()) {
 		if !t.Set.Free(pool, b) {
 			continue
 		}
-		sub, ok := Part(r, b)
+		sub, ok := r.BlockPart(b)
 		if !ok {
 			continue
 		}
@@ -110,7 +110,7 @@ func (t *Taker) Candidate(ctx context.Context, pool, key string, r iprange.Range
 			t.failed(err)
 			return netip.Addr{}, ErrNoBlock
 		}
-		t.Set.Observe(blk)
+		t.Set.Record(blk)
 		if t.Took != nil {
 			t.Took(blk)
 		}

@@ -113,7 +113,7 @@ func TestAssignTakesABlockOfIPAMClaims(t *testing.T) {
 				t.Fatalf("%d blocks, want 1: %+v", len(bs), bs)
 			}
 			b := bs[0]
-			want := blocks.Of(e.pool.Ranges[0], ip)
+			want := e.pool.Ranges[0].BlockOf(ip)
 			if b.Spec.CIDR != want.String() || b.Spec.Holder != v1alpha1.HolderIPAMClaims || b.Spec.Node != "" || b.Spec.Pool != tt.pool.Name {
 				t.Errorf("block spec = %+v, want %s of pool %s, holder IPAMClaims, no node", b.Spec, want, tt.pool.Name)
 			}
@@ -146,7 +146,7 @@ func TestAssignFillsABlockThenTakesAnother(t *testing.T) {
 		if res.Labels[naming.ClaimsBlockLabel] != "true" {
 			t.Errorf("assignment %d (%s) is not in a claims' block", i, res.Spec.IP)
 		}
-		perBlock[blocks.Of(e.pool.Ranges[0], ipOf(t, res)).String()]++
+		perBlock[e.pool.Ranges[0].BlockOf(ipOf(t, res)).String()]++
 		if got, want := len(e.blocks(t)), i/4+1; got != want {
 			t.Fatalf("after %d assignments: %d blocks, want %d", i+1, got, want)
 		}
@@ -322,7 +322,7 @@ func TestReserve(t *testing.T) {
 			}
 			e := newEnv(t, ippool(pool, span("10.0.0.4", "10.0.0.251")), objs...)
 			if tt.inBlock {
-				e.set.Observe(&v1alpha1.IPBlock{Spec: v1alpha1.IPBlockSpec{Pool: pool, CIDR: "10.0.0.4/30", Holder: v1alpha1.HolderIPAMClaims}})
+				e.set.Record(&v1alpha1.IPBlock{Spec: v1alpha1.IPBlockSpec{Pool: pool, CIDR: "10.0.0.4/30", Holder: v1alpha1.HolderIPAMClaims}})
 			}
 			res, err := e.alloc.Reserve(context.Background(), e.pool, h, addr(tt.ip))
 			var te *reservation.TakenError

@@ -23,7 +23,7 @@ func WatchBlocks(ctx context.Context, informers cache.Informers, set *blocks.Set
 	}
 	observe := func(obj any) {
 		if b, ok := obj.(*ipkeeperv1alpha1.IPBlock); ok {
-			set.Observe(b)
+			set.Record(b)
 		}
 	}
 	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{

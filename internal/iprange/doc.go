@@ -4,7 +4,9 @@
 // owns its bounds (Start..End inside a subnet, never the network or IPv4
 // broadcast address), its free spans (the bounds minus the gateway and the
 // excludes), the "may this address be handed out" check (Usable), its size
-// and the mapping between indexes and usable addresses (At, Walk).
+// and the mapping between indexes and usable addresses (At, Walk), and
+// how it is cut into address blocks (BlockOf, BlockPart, Blocks; package
+// blocks keeps who holds which).
 //
 // A Range is made only by New from a Spec, so it always holds the
 // invariants New checks: ipamconfig builds Ranges from a network

@@ -117,3 +117,25 @@ func (x u128) big() *big.Int {
 	b.Lsh(b, 64)
 	return b.Or(b, new(big.Int).SetUint64(x.lo))
 }
+
+// shr returns x >> n, for n < 64.
+func (x u128) shr(n uint) u128 {
+	if n == 0 {
+		return x
+	}
+	return u128{x.hi >> n, x.lo>>n | x.hi<<(64-n)}
+}
+
+// shl returns x << n modulo 2^128, for n < 64.
+func (x u128) shl(n uint) u128 {
+	if n == 0 {
+		return x
+	}
+	return u128{x.hi<<n | x.lo>>(64-n), x.lo << n}
+}
+
+// inc returns x+1 modulo 2^128.
+func (x u128) inc() u128 {
+	y, _ := x.add(u128{0, 1})
+	return y
+}

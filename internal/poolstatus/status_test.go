@@ -14,13 +14,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// res is a reservation of pool (empty: a legacy one, in its network's
-// inline pool) on network holding ip.
+// res is a reservation of pool on network holding ip.
 func res(pool, network, ip string) *v1alpha1.IPReservation {
 	r := &v1alpha1.IPReservation{Spec: v1alpha1.IPReservationSpec{Pool: pool, Network: network, IP: ip}}
 	r.Name = fmt.Sprintf("%s.%s.%s", pool, network, ip)
@@ -86,13 +84,6 @@ func TestCounting(t *testing.T) {
 		total:    pu("254", 0, "254"),
 		ranges:   []v1alpha1.PoolUsage{pu("254", 0, "254")},
 		families: map[string]v1alpha1.PoolUsage{"IPv4": pu("254", 0, "254")},
-	}, {
-		name:   "legacy reservations count in their network's inline pool",
-		pool:   poolOf(naming.InlinePool("blue"), v4),
-		held:   []*v1alpha1.IPReservation{res("", "blue", "10.0.0.7"), res("", "green", "10.0.0.8")},
-		total:  pu("254", 1, "253"),
-		ranges: []v1alpha1.PoolUsage{pu("254", 1, "253")}, families: map[string]v1alpha1.PoolUsage{"IPv4": pu("254", 1, "253")},
-		networks: []string{"blue"},
 	}, {
 		name: "excluded address held: out of range",
 		pool: poolOf("p", v1alpha1.PoolRange{Range: "10.0.0.0/24", Exclude: []string{"10.0.0.0/28"}}),

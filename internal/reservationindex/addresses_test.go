@@ -42,7 +42,7 @@ func poolOf(name string, ranges ...v1alpha1.PoolRange) *v1alpha1.IPPool {
 // Updates and deletes move an address between pools and out of them.
 func TestIndexFollowsUpdatesAndDeletes(t *testing.T) {
 	x := NewAddresses()
-	r := res("", "blue", "10.0.0.5")
+	r := res("blue", "blue", "10.0.0.5")
 	if pool, old, changed := x.Set(r); pool != "blue" || old != "" || !changed {
 		t.Fatalf("Set = %q, %q, %v; want blue, \"\", true", pool, old, changed)
 	}

@@ -33,7 +33,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
@@ -224,7 +223,7 @@ func addrs(b *testing.B, r iprange.Range, n int) (ips []netip.Addr, blks []netip
 			continue
 		}
 		ips = append(ips, ip)
-		if blk := blocks.Of(r, ip); len(blks) == 0 || blks[len(blks)-1] != blk {
+		if blk := r.BlockOf(ip); len(blks) == 0 || blks[len(blks)-1] != blk {
 			blks = append(blks, blk)
 		}
 	}
@@ -258,7 +257,7 @@ func (c *bootCluster) holdPool(b *testing.B, n, heldNodes int) {
 		})
 	})
 	createAll(b, "the held addresses' pods and reservations", n, bootCreateInFlight, func(k int) error {
-		node := blockNode[blocks.Of(r, ips[k])]
+		node := blockNode[r.BlockOf(ips[k])]
 		p := plainPod(bootHeldNS, fmt.Sprintf("held-%d", k), node)
 		if err := c.cp.Client.Create(ctx, p); err != nil {
 			return err

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package index
 
 import (
 	"bytes"
@@ -166,8 +166,8 @@ func TestReservationEventDecoder(t *testing.T) {
 			if !apiequality.Semantic.DeepEqual(g.Spec, w.Spec) {
 				t.Errorf("event %d: spec %+v, want %+v", k, g.Spec, w.Spec)
 			}
-			we, wok := entryOf(w)
-			ge, gok := entryOf(g)
+			we, wok := EntryOf(w)
+			ge, gok := EntryOf(g)
 			if wok != gok || we != ge {
 				t.Errorf("event %d: the index gets %+v (%v), want %+v (%v)", k, ge, gok, we, wok)
 			}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package index
 
 import (
 	"encoding/json"
@@ -17,7 +17,7 @@ import (
 
 // reservationEventDecoder decodes a watch stream of IPReservations (JSON,
 // one event after another) in one pass per event, into objects holding
-// only what the index reads. Every agent decodes every reservation event
+// only what the cache reads. Every agent decodes every reservation event
 // of the cluster; client-go's decoder reads each event four times (the
 // framer, the event, the object's kind, the object) and keeps its managed
 // fields, which the agent drops.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package index
 
 import (
 	"fmt"
@@ -22,7 +22,7 @@ func feedReservation(ip string, uid types.UID, rv string) *ipkeeperv1alpha1.IPRe
 	return &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation("blue", addr), UID: uid, ResourceVersion: rv},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
-			Network: "blue", IP: ip, InterfaceName: "net1", ContainerID: "c-" + ip, Node: "node-b",
+			Pool: "blue", Network: "blue", IP: ip, InterfaceName: "net1", ContainerID: "c-" + ip, Node: "node-b",
 			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "ns", Name: "p-" + ip, UID: types.UID("pod-" + ip)},
 		},
 	}
@@ -30,10 +30,10 @@ func feedReservation(ip string, uid types.UID, rv string) *ipkeeperv1alpha1.IPRe
 
 // indexedIPs lists the addresses the index holds on network blue, with
 // the UID of each holder.
-func indexedIPs(x *index) []string {
+func indexedIPs(x *Cache) []string {
 	var out []string
 	for ip, name := range x.taken["blue"] {
-		out = append(out, ip.String()+"="+string(x.byName[name].uid))
+		out = append(out, ip.String()+"="+string(x.byName[name].UID))
 	}
 	slices.Sort(out)
 	return out
@@ -42,14 +42,14 @@ func indexedIPs(x *index) []string {
 // The feed stands in for an informer's store and handlers: it must give
 // the index exactly what their events gave it, relists included.
 func TestReservationFeed(t *testing.T) {
-	a := newTestAgent(t, newFakeStore(), newFakeClaims())
-	f := newReservationFeeds(a, 1)[0]
+	x := New("")
+	f := newReservationFeeds(x, 1)[0]
 	step := func(what string, want ...string) {
 		t.Helper()
-		if got := indexedIPs(a.idx); !slices.Equal(got, want) {
+		if got := indexedIPs(x); !slices.Equal(got, want) {
 			t.Errorf("after %s the index holds %v, want %v", what, got, want)
 		}
-		checkIndex(t, a.idx)
+		checkIndex(t, x)
 	}
 	if f.HasSynced() {
 		t.Fatal("synced before the first list")
@@ -65,8 +65,8 @@ func TestReservationFeed(t *testing.T) {
 	step("watch events", "10.0.0.1=u1", "10.0.0.3=u3")
 
 	// The agent's own create, which the watch has not delivered yet.
-	own, _ := entryOf(feedReservation("10.0.0.4", "u4", "20"))
-	a.idx.upsert(own)
+	own, _ := EntryOf(feedReservation("10.0.0.4", "u4", "20"))
+	x.Wrote(own)
 	// The watch is lost; meanwhile 10.0.0.3 is deleted and 10.0.0.1 is
 	// deleted and created again under another UID. The relist, made before
 	// the agent's create, lacks it: an informer never delivered it either,
@@ -93,8 +93,8 @@ func TestReservationFeed(t *testing.T) {
 func TestReservationFeedsShareDeliveries(t *testing.T) {
 	for _, deleteFirst := range []bool{false, true} {
 		t.Run(fmt.Sprintf("delete first %v", deleteFirst), func(t *testing.T) {
-			a := newTestAgent(t, newFakeStore(), newFakeClaims())
-			feeds := newReservationFeeds(a, 2)
+			x := New("")
+			feeds := newReservationFeeds(x, 2)
 			labelled, unlabelled := feeds[0], feeds[1]
 			mustFeed(t, labelled.Replace([]any{feedReservation("10.0.0.1", "u1", "10")}, "10"))
 			mustFeed(t, unlabelled.Replace(nil, "10"))
@@ -106,15 +106,15 @@ func TestReservationFeedsShareDeliveries(t *testing.T) {
 				mustFeed(t, unlabelled.Add(moved))
 				mustFeed(t, labelled.Delete(moved))
 			}
-			if got := indexedIPs(a.idx); !slices.Equal(got, []string{"10.0.0.1=u1"}) {
+			if got := indexedIPs(x); !slices.Equal(got, []string{"10.0.0.1=u1"}) {
 				t.Errorf("after the move the index holds %v, want 10.0.0.1=u1", got)
 			}
 			mustFeed(t, labelled.Replace(nil, "12"))
-			if got := indexedIPs(a.idx); !slices.Equal(got, []string{"10.0.0.1=u1"}) {
+			if got := indexedIPs(x); !slices.Equal(got, []string{"10.0.0.1=u1"}) {
 				t.Errorf("a relist of the scope it left took it out: the index holds %v", got)
 			}
 			mustFeed(t, unlabelled.Delete(moved))
-			if got := indexedIPs(a.idx); len(got) != 0 {
+			if got := indexedIPs(x); len(got) != 0 {
 				t.Errorf("deleted in the scope that delivered it last, the index still holds %v", got)
 			}
 		})
@@ -134,66 +134,66 @@ func mustFeed(t *testing.T, err error) {
 // object's identity and version and the owner's kind, and no attachment,
 // sandbox or node lookup finds them.
 func TestIndexKeepsAllButOwnNodesPodsCompact(t *testing.T) {
-	x := newNodeIndex("node-a")
+	x := New("node-a")
 	mine := podEntry(t, "blue", "10.0.0.1", "pod-1", "net1", "c1")
-	mine.node = "node-a"
+	mine.Node = "node-a"
 	theirs := podEntry(t, "blue", "10.0.0.2", "pod-2", "net1", "c2")
-	theirs.node = "node-b"
+	theirs.Node = "node-b"
 	claimThere := claimEntry(t, "blue", "10.0.0.3", "claim-1", "net1")
-	claimThere.node = "node-b"
+	claimThere.Node = "node-b"
 	// A claim reservation an agent of an earlier version made on this
 	// node, with its sandbox: no DEL or GC of this node may find it.
-	claimHere := with(claimEntry(t, "blue", "10.0.0.5", "claim-2", "net1"), func(e *entry) { e.containerID = "c1"; e.node = "node-a" })
+	claimHere := with(claimEntry(t, "blue", "10.0.0.5", "claim-2", "net1"), func(e *Entry) { e.ContainerID = "c1"; e.Node = "node-a" })
 	// One ipkeeper-controller made: no node, no sandbox.
-	claimOfController := with(claimEntry(t, "blue", "10.0.0.6", "claim-3", ""), func(e *entry) { e.node = "" })
-	retiredThere := with(podEntry(t, "blue", "10.0.0.4", "pod-4", "net1", "c4"), func(e *entry) {
-		e.node = "node-b"
-		e.reuseAfter = time.Now().Add(time.Hour)
+	claimOfController := with(claimEntry(t, "blue", "10.0.0.6", "claim-3", ""), func(e *Entry) { e.Node = "" })
+	retiredThere := with(podEntry(t, "blue", "10.0.0.4", "pod-4", "net1", "c4"), func(e *Entry) {
+		e.Node = "node-b"
+		e.ReuseAfter = time.Now().Add(time.Hour)
 	})
-	all := []entry{mine, theirs, claimThere, claimHere, claimOfController, retiredThere}
+	all := []Entry{mine, theirs, claimThere, claimHere, claimOfController, retiredThere}
 	for _, e := range all {
-		x.observe(e)
+		x.Watched(e)
 	}
 	checkIndex(t, x)
 
-	taken := x.takenFunc("blue", time.Now())
+	taken := x.TakenFunc("blue", time.Now())
 	for _, e := range all {
-		if !taken(e.ip) {
-			t.Errorf("%s is not taken", e.ip)
+		if !taken(e.IP) {
+			t.Errorf("%s is not taken", e.IP)
 		}
 	}
-	for _, e := range []entry{theirs, claimThere, claimHere, claimOfController} {
-		if got, ok := x.get(e.name); !ok || got.uid != e.uid || got.rv != e.rv || got.owner.Kind != e.owner.Kind || got.owner.UID != "" || got.containerID != "" || got.ifName != "" {
-			t.Errorf("%s (%s on %q) is held as %+v (present %v), want its identity, version and owner kind only", e.name, e.owner.Kind, e.node, got, ok)
+	for _, e := range []Entry{theirs, claimThere, claimHere, claimOfController} {
+		if got, ok := x.Get(e.Name); !ok || got.UID != e.UID || got.ResourceVersion != e.ResourceVersion || got.Owner.Kind != e.Owner.Kind || got.Owner.UID != "" || got.ContainerID != "" || got.InterfaceName != "" {
+			t.Errorf("%s (%s on %q) is held as %+v (present %v), want its identity, version and owner kind only", e.Name, e.Owner.Kind, e.Node, got, ok)
 		}
 	}
-	if got, _ := x.get(retiredThere.name); !got.released() {
+	if got, _ := x.Get(retiredThere.Name); !got.Released() {
 		t.Error("another node's released reservation is no longer released")
 	}
-	if got := x.attachment("blue", "pod-2", "net1"); len(got) != 0 {
+	if got := x.Attachment("blue", "pod-2", "net1"); len(got) != 0 {
 		t.Errorf("another node's pod attachment found: %+v", got)
 	}
-	if got := x.attachment("blue", "claim-2", "net1"); len(got) != 0 {
+	if got := x.Attachment("blue", "claim-2", "net1"); len(got) != 0 {
 		t.Errorf("a claim's reservation found as an attachment: %+v", got)
 	}
-	if got := x.attachment("blue", "pod-1", "net1"); len(got) != 1 || got[0].containerID != "c1" {
+	if got := x.Attachment("blue", "pod-1", "net1"); len(got) != 1 || got[0].ContainerID != "c1" {
 		t.Errorf("own pod attachment = %+v, want it whole", got)
 	}
-	if got := x.sandbox("blue", "c1", "net1"); len(got) != 1 || got[0].name != mine.name {
+	if got := x.Sandbox("blue", "c1", "net1"); len(got) != 1 || got[0].Name != mine.Name {
 		t.Errorf("sandbox c1 = %v, want only the pod's reservation, not the claim's made with the same sandbox", sortedNames(got))
 	}
-	if got := x.onNode("node-a", "blue"); len(got) != 1 || got[0].name != mine.name {
+	if got := x.OnNode("node-a", "blue"); len(got) != 1 || got[0].Name != mine.Name {
 		t.Errorf("onNode(node-a) = %v, want only its own pod's reservation", sortedNames(got))
 	}
 
 	// Removing them leaves nothing behind.
 	for _, e := range all {
-		x.remove(e.name, e.uid)
+		x.WatchedDeletion(e.Name, e.UID)
 	}
 	checkIndex(t, x)
-	if x.len() != 0 || len(x.taken) != 0 || len(x.byPod) != 0 || len(x.bySandbox) != 0 || len(x.retired) != 0 || len(x.byNode) != 0 {
+	if x.Len() != 0 || len(x.taken) != 0 || len(x.byPod) != 0 || len(x.bySandbox) != 0 || len(x.retired) != 0 || len(x.byNode) != 0 {
 		t.Errorf("after removing everything: %d entries, taken %v, byPod %v, bySandbox %v, retired %v, byNode %v",
-			x.len(), x.taken, x.byPod, x.bySandbox, x.retired, x.byNode)
+			x.Len(), x.taken, x.byPod, x.bySandbox, x.retired, x.byNode)
 	}
 }
 
@@ -228,9 +228,8 @@ func TestSet(t *testing.T) {
 // A streamed first list collects every object before Replace: the feed's
 // transformer must leave of each only what the index keeps.
 func TestReservationFeedTrims(t *testing.T) {
-	a := newTestAgent(t, newFakeStore(), newFakeClaims())
-	a.opts.NodeName = "node-a"
-	var f toolscache.TransformingStore = newReservationFeeds(a, 1)[0]
+	x := New("node-a")
+	var f toolscache.TransformingStore = newReservationFeeds(x, 1)[0]
 	trim := f.Transformer()
 	if trim == nil {
 		t.Fatal("the feed has no transformer: a streamed list would hold whole objects")
@@ -276,14 +275,14 @@ func TestReservationFeedTrims(t *testing.T) {
 		}
 		// What the index makes of the trimmed object equals what it makes
 		// of the whole one.
-		x := newNodeIndex("node-a")
-		we, _ := entryOf(want)
-		x.observe(we)
-		fromWhole, _ := x.get(want.Name)
-		y := newNodeIndex("node-a")
-		te, _ := entryOf(r)
-		y.observe(te)
-		fromTrimmed, _ := y.get(want.Name)
+		x := New("node-a")
+		we, _ := EntryOf(want)
+		x.Watched(we)
+		fromWhole, _ := x.Get(want.Name)
+		y := New("node-a")
+		te, _ := EntryOf(r)
+		y.Watched(te)
+		fromTrimmed, _ := y.Get(want.Name)
 		if fromWhole != fromTrimmed {
 			t.Errorf("%s: the index holds %+v from the trimmed object, %+v from the whole one", c.name, fromTrimmed, fromWhole)
 		}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package index
 
 import (
 	"encoding/json"
@@ -116,10 +116,10 @@ func liveHeap(build func() any) (int64, any) {
 }
 
 // buildIndex feeds entries to an index as the reservation feed does.
-func buildIndex(entries []entry) *index {
-	x := newIndex()
+func buildIndex(entries []Entry) *Cache {
+	x := New("")
 	for _, e := range entries {
-		x.observe(e)
+		x.Watched(e)
 	}
 	return x
 }
@@ -140,23 +140,23 @@ func BenchmarkIndex50k(b *testing.B) {
 	const n = benchReservations
 	perRes := func(v int64) float64 { return float64(v) / n }
 
-	fill := func(x *index) func() any {
+	fill := func(x *Cache) func() any {
 		return func() any {
 			for k := range n {
-				e, ok := entryOf(benchObject(b, k))
+				e, ok := EntryOf(benchObject(b, k))
 				if !ok {
 					b.Fatalf("entryOf(%d) failed", k)
 				}
-				x.observe(e)
+				x.Watched(e)
 			}
 			return x
 		}
 	}
-	idxBytes, idxAny := liveHeap(fill(newNodeIndex(benchSpecOf(0).node)))
-	wholeBytes, wholeAny := liveHeap(fill(newIndex()))
-	for _, x := range []*index{idxAny.(*index), wholeAny.(*index)} {
-		if x.len() != n {
-			b.Fatalf("index holds %d reservations, want %d (names collide)", x.len(), n)
+	idxBytes, idxAny := liveHeap(fill(New(benchSpecOf(0).node)))
+	wholeBytes, wholeAny := liveHeap(fill(New("")))
+	for _, x := range []*Cache{idxAny.(*Cache), wholeAny.(*Cache)} {
+		if x.Len() != n {
+			b.Fatalf("index holds %d reservations, want %d (names collide)", x.Len(), n)
 		}
 	}
 	runtime.KeepAlive(idxAny)
@@ -164,14 +164,14 @@ func BenchmarkIndex50k(b *testing.B) {
 
 	objBytes, objsAny := liveHeap(func() any { return benchObjects(b, n) })
 	objs := objsAny.([]*ipkeeperv1alpha1.IPReservation)
-	entries := make([]entry, 0, n)
+	entries := make([]Entry, 0, n)
 	kinds := map[ipkeeperv1alpha1.OwnerKind]int{}
 	v6 := 0
 	for _, r := range objs {
-		e, _ := entryOf(r)
+		e, _ := EntryOf(r)
 		entries = append(entries, e)
-		kinds[e.owner.Kind]++
-		if e.ip.Is6() {
+		kinds[e.Owner.Kind]++
+		if e.IP.Is6() {
 			v6++
 		}
 	}

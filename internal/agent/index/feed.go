@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package index
 
 import (
 	"context"
@@ -25,8 +25,8 @@ import (
 )
 
 // reservationFeed is where a reservation reflector writes: straight into
-// the index. An informer would also keep every reservation it is sent as a
-// decoded object, which nothing reads: the index's compact entries are
+// the cache. An informer would also keep every reservation it is sent as a
+// decoded object, which nothing reads: the cache's compact entries are
 // all the agent needs.
 //
 // It keeps what an informer's store gives its handlers: the UID of each
@@ -37,9 +37,9 @@ import (
 // The agent's two reflectors (reservationScopes) share that record: an
 // object whose label moved it from one scope to the other is sent as
 // deleted by the first and added by the second, in either order, and only
-// the scope that delivered it last may take it out of the index.
+// the scope that delivered it last may take it out of the cache.
 type reservationFeed struct {
-	a      *Agent
+	x      *Cache
 	shared *deliveries
 	synced atomic.Bool
 }
@@ -60,15 +60,37 @@ var (
 	_ toolscache.TransformingStore = (*reservationFeed)(nil)
 )
 
-// newReservationFeeds returns n feeds into a's index sharing one record
-// of deliveries.
-func newReservationFeeds(a *Agent, n int) []*reservationFeed {
+// newReservationFeeds returns n feeds into x sharing one record of
+// deliveries.
+func newReservationFeeds(x *Cache, n int) []*reservationFeed {
 	shared := &deliveries{m: map[string]delivery{}}
 	feeds := make([]*reservationFeed, n)
 	for i := range feeds {
-		feeds[i] = &reservationFeed{a: a, shared: shared}
+		feeds[i] = &reservationFeed{x: x, shared: shared}
 	}
 	return feeds
+}
+
+// Watch starts the reflectors that feed x (one per reservationScopes
+// scope), listing through c and watching through rc (see RESTClient), until
+// ctx is done. hasSynced reports whether every one has delivered its first
+// list.
+func (x *Cache) Watch(ctx context.Context, c client.WithWatch, rc rest.Interface) (hasSynced func() bool) {
+	scopes := reservationScopes(x.node)
+	feeds := newReservationFeeds(x, len(scopes))
+	for i, scope := range scopes {
+		r := toolscache.NewReflectorWithOptions(reservationListWatch(c, rc, x.node, scope.selector), &ipkeeperv1alpha1.IPReservation{}, feeds[i],
+			toolscache.ReflectorOptions{Name: "ipreservations " + scope.name, TypeDescription: "ipkeeper.io/v1alpha1, Kind=IPReservation"})
+		go r.RunWithContext(ctx)
+	}
+	return func() bool {
+		for _, f := range feeds {
+			if !f.HasSynced() {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 func (f *reservationFeed) Add(obj any) error    { f.deliver(obj); return nil }
@@ -88,7 +110,7 @@ func (f *reservationFeed) Delete(obj any) error {
 	}
 	delete(f.shared.m, r.Name)
 	f.shared.mu.Unlock()
-	f.a.onReservationDeleted(r)
+	f.x.WatchedDeletion(r.Name, r.UID)
 	return nil
 }
 
@@ -100,7 +122,14 @@ func (f *reservationFeed) deliver(obj any) {
 	f.shared.mu.Lock()
 	f.shared.m[r.Name] = delivery{uid: r.UID, feed: f}
 	f.shared.mu.Unlock()
-	f.a.onReservation(r)
+	f.watched(r)
+}
+
+// watched puts a delivered reservation into the cache.
+func (f *reservationFeed) watched(r *ipkeeperv1alpha1.IPReservation) {
+	if e, ok := EntryOf(r); ok {
+		f.x.Watched(e)
+	}
 }
 
 // Replace takes a full list (the first one, or a relist after the watch
@@ -112,7 +141,7 @@ func (f *reservationFeed) Replace(list []any, _ string) error {
 	for _, obj := range list {
 		if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
 			listed[r.Name] = r.UID
-			f.a.onReservation(r)
+			f.watched(r)
 		}
 	}
 	f.shared.mu.Lock()
@@ -128,7 +157,7 @@ func (f *reservationFeed) Replace(list []any, _ string) error {
 	}
 	f.shared.mu.Unlock()
 	for name, uid := range gone {
-		f.a.onReservationDeleted(&ipkeeperv1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}})
+		f.x.WatchedDeletion(name, uid)
 	}
 	f.synced.Store(true)
 	return nil
@@ -144,15 +173,15 @@ func (f *reservationFeed) HasSynced() bool { return f.synced.Load() }
 func (f *reservationFeed) Transformer() toolscache.TransformFunc {
 	return func(obj any) (any, error) {
 		if r, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok {
-			trimReservation(r, f.a.opts.NodeName)
+			trimReservation(r, f.x.node)
 		}
 		return obj, nil
 	}
 }
 
-// trimReservation drops what entryOf does not read (managed fields are most
+// trimReservation drops what EntryOf does not read (managed fields are most
 // of a decoded reservation) and, of a reservation that is not this node's
-// pods', what the index does not keep of it (see index.remote).
+// pods', what the cache does not keep of it (see Cache.remote).
 func trimReservation(r *ipkeeperv1alpha1.IPReservation, node string) {
 	r.ObjectMeta = metav1.ObjectMeta{
 		Name: r.Name, UID: r.UID, ResourceVersion: r.ResourceVersion, CreationTimestamp: r.CreationTimestamp,
@@ -211,10 +240,10 @@ func reservationListWatch(c client.WithWatch, rc rest.Interface, node, selector 
 	}
 }
 
-// reservationClient returns a REST client of ipkeeper.io/v1alpha1 on cfg's
-// API server (client-go's transport cache gives it the connection the
-// agent's other clients of cfg use).
-func reservationClient(cfg *rest.Config, s *runtime.Scheme) (rest.Interface, error) {
+// RESTClient returns the REST client of ipkeeper.io/v1alpha1 on cfg's API
+// server that Watch watches through (client-go's transport cache gives it
+// the connection the agent's other clients of cfg use).
+func RESTClient(cfg *rest.Config, s *runtime.Scheme) (rest.Interface, error) {
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the HTTP client of the reservation watch: %w", err)
