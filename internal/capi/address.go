@@ -29,7 +29,7 @@ func (e *addressConflict) Error() string { return e.msg }
 // like the claim, owned by it (controller) and by the pool, with the
 // contract's protect finalizer; prefix and gateway from ip's range. An
 // IPAddress is immutable: one that exists is checked, never changed.
-func (r *ClaimReconciler) ensureAddress(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *v1alpha1.IPPool, ip netip.Addr, rng iprange.Range) error {
+func (r *AddressClaimReconciler) ensureAddress(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *v1alpha1.IPPool, ip netip.Addr, rng iprange.Range) error {
 	addr := &ipamv1.IPAddress{
 		ObjectMeta: metav1.ObjectMeta{Namespace: claim.Namespace, Name: claim.Name, Finalizers: []string{ProtectFinalizer}},
 		Spec: ipamv1.IPAddressSpec{
@@ -76,7 +76,7 @@ func (r *ClaimReconciler) ensureAddress(ctx context.Context, claim *ipamv1.IPAdd
 
 // claimAddress reads the IPAddress of claim live; nil when there is none
 // or it is not the claim's.
-func (r *ClaimReconciler) claimAddress(ctx context.Context, claim *ipamv1.IPAddressClaim) (*ipamv1.IPAddress, error) {
+func (r *AddressClaimReconciler) claimAddress(ctx context.Context, claim *ipamv1.IPAddressClaim) (*ipamv1.IPAddress, error) {
 	addr := &ipamv1.IPAddress{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Name}, addr); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -94,7 +94,7 @@ func (r *ClaimReconciler) claimAddress(ctx context.Context, claim *ipamv1.IPAddr
 // live (the cache may not show one just made); nil when there is none or
 // it is not the claim's. Its spec.address never changes, so a cached copy
 // is as good as a live one.
-func (r *ClaimReconciler) cachedClaimAddress(ctx context.Context, claim *ipamv1.IPAddressClaim) (*ipamv1.IPAddress, error) {
+func (r *AddressClaimReconciler) cachedClaimAddress(ctx context.Context, claim *ipamv1.IPAddressClaim) (*ipamv1.IPAddress, error) {
 	addr := &ipamv1.IPAddress{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Name}, addr)
 	switch {
@@ -108,7 +108,7 @@ func (r *ClaimReconciler) cachedClaimAddress(ctx context.Context, claim *ipamv1.
 
 // deleteAddress takes the protect finalizer off the claim's IPAddress and
 // deletes it.
-func (r *ClaimReconciler) deleteAddress(ctx context.Context, addr *ipamv1.IPAddress) error {
+func (r *AddressClaimReconciler) deleteAddress(ctx context.Context, addr *ipamv1.IPAddress) error {
 	if controllerutil.RemoveFinalizer(addr, ProtectFinalizer) {
 		if err := r.Client.Update(ctx, addr); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("removing finalizer %s from IPAddress %s/%s: %w", ProtectFinalizer, addr.Namespace, addr.Name, err)

@@ -93,7 +93,7 @@ func TestAllocateThroughTheAllocator(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := b.Build()
-			r := &ClaimReconciler{Client: c, Reservations: c, APIReader: c, Alloc: allocatorOn(t, c, tt.synced)}
+			r := &AddressClaimReconciler{Client: c, Reservations: c, APIReader: c, Alloc: allocatorOn(t, c, tt.synced)}
 			res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(claim)})
 			if err != nil {
 				t.Fatal(err)

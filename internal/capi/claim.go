@@ -43,9 +43,9 @@ import (
 // missing, invalid or exhausted) tries again without an event.
 const DefaultRetryAfter = 30 * time.Second
 
-// ClaimReconciler serves the IPAddressClaims whose poolRef names an
+// AddressClaimReconciler serves the IPAddressClaims whose poolRef names an
 // ipkeeper IPPool.
-type ClaimReconciler struct {
+type AddressClaimReconciler struct {
 	// Client reads claims, addresses, pools and Clusters from the
 	// provider's cache and writes to the API server.
 	Client client.Client
@@ -68,7 +68,7 @@ type ClaimReconciler struct {
 }
 
 // Reconcile serves one claim.
-func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *AddressClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	claim := &ipamv1.IPAddressClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -102,7 +102,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 
 // allocate gives claim its address and IPAddress, or says on its Ready
 // condition why not.
-func (r *ClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPAddressClaim) (reconcile.Result, error) {
+func (r *AddressClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPAddressClaim) (reconcile.Result, error) {
 	poolName := claim.Spec.PoolRef.Name
 	pool := &v1alpha1.IPPool{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: poolName}, pool); err != nil {
@@ -172,7 +172,7 @@ func (r *ClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPAddressC
 // names, as that is the address the machine uses (also when the cache does
 // not show that reservation yet); without an IPAddress, the oldest (then
 // the first by name), which allocate then writes into the IPAddress.
-func (r *ClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *claimalloc.Pool) (*v1alpha1.IPReservation, error) {
+func (r *AddressClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *claimalloc.Pool) (*v1alpha1.IPReservation, error) {
 	all, err := reservationindex.ByOwner(ctx, r.Reservations, claim.UID)
 	if err != nil {
 		return nil, err
@@ -210,7 +210,7 @@ func (r *ClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddressClaim
 // named is the claim's reservation in pool that its IPAddress names: from
 // cached (the claim's reservations the cache shows), else read live; nil
 // when there is no IPAddress or it names no reservation of the claim's.
-func (r *ClaimReconciler) named(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *claimalloc.Pool, cached []*v1alpha1.IPReservation) (*v1alpha1.IPReservation, error) {
+func (r *AddressClaimReconciler) named(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *claimalloc.Pool, cached []*v1alpha1.IPReservation) (*v1alpha1.IPReservation, error) {
 	addr, err := r.cachedClaimAddress(ctx, claim)
 	if err != nil || addr == nil {
 		return nil, err
@@ -239,7 +239,7 @@ func (r *ClaimReconciler) named(ctx context.Context, claim *ipamv1.IPAddressClai
 // release gives the claim's address back and lets the claim go: its
 // reservations released (the pool's cooldown honoured), its IPAddress
 // deleted, then the finalizer removed.
-func (r *ClaimReconciler) release(ctx context.Context, claim *ipamv1.IPAddressClaim) error {
+func (r *AddressClaimReconciler) release(ctx context.Context, claim *ipamv1.IPAddressClaim) error {
 	if !controllerutil.ContainsFinalizer(claim, ReleaseFinalizer) {
 		return nil
 	}
@@ -290,7 +290,7 @@ func (r *ClaimReconciler) release(ctx context.Context, claim *ipamv1.IPAddressCl
 // lockKey is what the reservations of a pool are named from
 // (IPPool.LockKey); a pool that is gone names them after itself, as it did
 // unless it was an inline network's.
-func (r *ClaimReconciler) lockKey(ctx context.Context, pool string) string {
+func (r *AddressClaimReconciler) lockKey(ctx context.Context, pool string) string {
 	var p v1alpha1.IPPool
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: pool}, &p); err == nil {
 		return p.LockKey()
@@ -298,7 +298,7 @@ func (r *ClaimReconciler) lockKey(ctx context.Context, pool string) string {
 	return pool
 }
 
-func (r *ClaimReconciler) releaseOne(ctx context.Context, res *v1alpha1.IPReservation) error {
+func (r *AddressClaimReconciler) releaseOne(ctx context.Context, res *v1alpha1.IPReservation) error {
 	// Live when the cache does not show the pool: a pool missing from the
 	// cache would otherwise mean no cooldown, and a delete.
 	cooldown, err := reservation.PoolCooldown(ctx, r.Client, r.APIReader, res.Spec.Pool)
@@ -314,12 +314,12 @@ func (r *ClaimReconciler) releaseOne(ctx context.Context, res *v1alpha1.IPReserv
 }
 
 // ready records the claim's IPAddress and Ready=True.
-func (r *ClaimReconciler) ready(ctx context.Context, claim *ipamv1.IPAddressClaim, address string) (reconcile.Result, error) {
+func (r *AddressClaimReconciler) ready(ctx context.Context, claim *ipamv1.IPAddressClaim, address string) (reconcile.Result, error) {
 	return reconcile.Result{}, r.setStatus(ctx, claim, address, metav1.ConditionTrue, clusterv1.ReadyReason, "")
 }
 
 // notReady records why the claim got no address and tries again later.
-func (r *ClaimReconciler) notReady(ctx context.Context, claim *ipamv1.IPAddressClaim, reason, msg string) (reconcile.Result, error) {
+func (r *AddressClaimReconciler) notReady(ctx context.Context, claim *ipamv1.IPAddressClaim, reason, msg string) (reconcile.Result, error) {
 	if err := r.setStatus(ctx, claim, claim.Status.AddressRef.Name, metav1.ConditionFalse, reason, msg); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -332,7 +332,7 @@ func (r *ClaimReconciler) notReady(ctx context.Context, claim *ipamv1.IPAddressC
 
 // failed records an allocation failure and returns err for a retry with
 // backoff; a conflicting IPAddress waits for an event instead.
-func (r *ClaimReconciler) failed(ctx context.Context, claim *ipamv1.IPAddressClaim, err error) (reconcile.Result, error) {
+func (r *AddressClaimReconciler) failed(ctx context.Context, claim *ipamv1.IPAddressClaim, err error) (reconcile.Result, error) {
 	if serr := r.setStatus(ctx, claim, claim.Status.AddressRef.Name, metav1.ConditionFalse, ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error()); serr != nil {
 		return reconcile.Result{}, errors.Join(err, serr)
 	}
@@ -343,7 +343,7 @@ func (r *ClaimReconciler) failed(ctx context.Context, claim *ipamv1.IPAddressCla
 	return reconcile.Result{}, err
 }
 
-func (r *ClaimReconciler) setStatus(ctx context.Context, claim *ipamv1.IPAddressClaim, address string, status metav1.ConditionStatus, reason, msg string) error {
+func (r *AddressClaimReconciler) setStatus(ctx context.Context, claim *ipamv1.IPAddressClaim, address string, status metav1.ConditionStatus, reason, msg string) error {
 	orig := claim.DeepCopy()
 	claim.Status.AddressRef.Name = address
 	meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{
@@ -383,7 +383,7 @@ func family(is4 bool) string {
 // its waiting claims, as does a claim of the pool going away); and, with
 // WatchClusters, Clusters (unpausing wakes their claims). SetupIndexes must
 // have run on mgr.
-func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *AddressClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("ipaddressclaim").
 		// Claims in parallel: uniqueness is the reservation's name, not a
@@ -419,7 +419,7 @@ func withWorkers(o controller.Options, n int) controller.Options {
 }
 
 // waiting are the claims of pool without an address yet.
-func (r *ClaimReconciler) waiting(ctx context.Context, pool string) []reconcile.Request {
+func (r *AddressClaimReconciler) waiting(ctx context.Context, pool string) []reconcile.Request {
 	var list ipamv1.IPAddressClaimList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{indexPool: pool}); err != nil {
 		log.FromContext(ctx).Error(err, "listing the IPAddressClaims of a pool", "pool", pool)
@@ -436,7 +436,7 @@ func (r *ClaimReconciler) waiting(ctx context.Context, pool string) []reconcile.
 }
 
 // claimsOfCluster are the claims of ours that belong to a Cluster.
-func (r *ClaimReconciler) claimsOfCluster(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *AddressClaimReconciler) claimsOfCluster(ctx context.Context, o client.Object) []reconcile.Request {
 	var list ipamv1.IPAddressClaimList
 	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexCluster: o.GetName()}); err != nil {
 		log.FromContext(ctx).Error(err, "listing the IPAddressClaims of a Cluster", "cluster", client.ObjectKeyFromObject(o))

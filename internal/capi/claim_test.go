@@ -134,7 +134,7 @@ func TestHeldKeepsTheAddressInUse(t *testing.T) {
 				objs = append(objs, claimIPAddress(t, s, claim, tt.address))
 			}
 			c := fakeWithIndexes(t, s, objs...)
-			r := &ClaimReconciler{Client: c, Reservations: c, APIReader: c}
+			r := &AddressClaimReconciler{Client: c, Reservations: c, APIReader: c}
 			got, err := r.held(context.Background(), claim, machines)
 			if err != nil {
 				t.Fatal(err)
@@ -161,7 +161,7 @@ func TestHeldPrefersTheIPAddressOverTheCache(t *testing.T) {
 	r1, r2 := claimReservation(claim, "10.0.0.5", t0), claimReservation(claim, "10.0.0.9", t0.Add(time.Second))
 	cached := fakeWithIndexes(t, s, claim, r1.DeepCopy())
 	live := fakeWithIndexes(t, s, claim, r1.DeepCopy(), r2.DeepCopy(), claimIPAddress(t, s, claim, "10.0.0.9"))
-	r := &ClaimReconciler{Client: cached, Reservations: cached, APIReader: live}
+	r := &AddressClaimReconciler{Client: cached, Reservations: cached, APIReader: live}
 	got, err := r.held(context.Background(), claim, machines)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +187,7 @@ func TestReleaseOneReadsThePoolLive(t *testing.T) {
 	cached := fakeWithIndexes(t, s, res)
 	live := fakeWithIndexes(t, s, pool)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	r := &ClaimReconciler{Client: cached, Reservations: cached, APIReader: live, Now: func() time.Time { return now }}
+	r := &AddressClaimReconciler{Client: cached, Reservations: cached, APIReader: live, Now: func() time.Time { return now }}
 	cur := &v1alpha1.IPReservation{}
 	if err := cached.Get(context.Background(), client.ObjectKeyFromObject(res), cur); err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func TestHeldFindsTheNamedReservationByLockKey(t *testing.T) {
 	}
 	cached := fakeWithIndexes(t, s, claim, claimIPAddress(t, s, claim, "10.0.0.9"))
 	live := fakeWithIndexes(t, s, claim, res.DeepCopy())
-	r := &ClaimReconciler{Client: cached, Reservations: cached, APIReader: live}
+	r := &AddressClaimReconciler{Client: cached, Reservations: cached, APIReader: live}
 	got, err := r.held(context.Background(), claim, pool)
 	if err != nil {
 		t.Fatal(err)

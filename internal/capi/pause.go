@@ -19,7 +19,7 @@ import (
 // cluster.x-k8s.io/paused annotation; or its Cluster not found. A claim
 // being deleted whose Cluster is gone is released (a deleted Cluster's
 // claims must not hang): the contract holds a deletion only for a pause.
-func (r *ClaimReconciler) hold(ctx context.Context, claim *ipamv1.IPAddressClaim) (string, error) {
+func (r *AddressClaimReconciler) hold(ctx context.Context, claim *ipamv1.IPAddressClaim) (string, error) {
 	if _, ok := claim.Annotations[clusterv1.PausedAnnotation]; ok {
 		return "the claim has the " + clusterv1.PausedAnnotation + " annotation", nil
 	}

@@ -65,7 +65,7 @@ func TestHold(t *testing.T) {
 			if tt.claim != nil {
 				tt.claim(claim)
 			}
-			r := &ClaimReconciler{Client: fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build(), WatchClusters: !tt.noClusterKind}
+			r := &AddressClaimReconciler{Client: fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build(), WatchClusters: !tt.noClusterKind}
 			why, err := r.hold(context.Background(), claim)
 			if err != nil {
 				t.Fatal(err)

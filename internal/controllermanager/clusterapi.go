@@ -64,7 +64,7 @@ func (c *clusterAPISupport) setup(ctx context.Context, child ctrl.Manager, serve
 		return nil, err
 	}
 	lead := &leaderGated{Manager: child, elected: c.main.Elected()}
-	r := &capi.ClaimReconciler{
+	r := &capi.AddressClaimReconciler{
 		Client:        child.GetClient(),
 		Reservations:  c.main.GetClient(), // the main cache has the reservation indexes
 		Alloc:         c.alloc,

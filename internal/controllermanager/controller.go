@@ -100,7 +100,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	if err := inline.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("setting up the inline pool controller: %w", err)
 	}
-	inPool := &poolstatus.ClaimReconciler{Client: mgr.GetClient()}
+	inPool := &poolstatus.InPoolReconciler{Client: mgr.GetClient()}
 	if err := inPool.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the claims' AddressesInPool controller: %w", err)
 	}

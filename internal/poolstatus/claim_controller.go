@@ -28,18 +28,18 @@ import (
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// ClaimReconciler sets AddressesInPool on IPAMClaims when their pool
+// InPoolReconciler sets AddressesInPool on IPAMClaims when their pool
 // changes under them: a VM that runs on keeps its address and makes no
 // CNI ADD, so the agent (which sets it at ADD) would not say so until the
 // VM restarts. It needs the reservation indexes (package reservationindex).
-type ClaimReconciler struct {
+type InPoolReconciler struct {
 	// Client reads claims, reservations and pools from the manager's
 	// cache and writes claim status.
 	Client client.Client
 }
 
 // Reconcile judges one claim's reservations against their pools' ranges.
-func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *InPoolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var claim ipamclaimsv1alpha1.IPAMClaim
 	if err := r.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -98,7 +98,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 // SetupWithManager registers the controller: a claim is judged when it or
 // one of its reservations changes, and every claim holding an address in
 // a pool when the pool's spec changes.
-func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *InPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	claimOf := func(_ context.Context, o client.Object) []reconcile.Request {
 		res := o.(*v1alpha1.IPReservation)
 		if res.Spec.Owner.Kind != v1alpha1.OwnerIPAMClaim {
