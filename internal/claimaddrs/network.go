@@ -187,12 +187,12 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		if err := r.Client.List(ctx, &pools); err != nil {
 			return nil, fmt.Errorf("listing IPPools: %w", err)
 		}
-		blocked, refused := inlinepool.FindOverlap(cfg.Name, obj.Annotations[ipkeeperv1alpha1.NetworkNameAnnotation], pool.Ranges, &obj, pools.Items,
+		overlapped, refused := inlinepool.FindOverlap(cfg.Name, obj.Annotations[ipkeeperv1alpha1.NetworkNameAnnotation], pool.Ranges, &obj, pools.Items,
 			func(p *ipkeeperv1alpha1.IPPool) ([]iprange.Range, error) { return ipamconfig.PoolRanges(&p.Spec) })
 		if refused != nil {
 			return nil, refuse(false, "%s", refused.Explain(claim.Namespace, "its NADs"))
 		}
-		pool.Blocked = blocked
+		pool.Overlapped = overlapped
 	}
 	return pool, nil
 }

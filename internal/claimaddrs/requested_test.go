@@ -90,7 +90,7 @@ func TestPlaceRequested(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pool := &claimalloc.Pool{Name: "p", Key: "p", Ranges: tt.ranges, Blocked: tt.blocked}
+			pool := &claimalloc.Pool{Name: "p", Key: "p", Ranges: tt.ranges, Overlapped: tt.blocked}
 			var got []netip.Prefix
 			for _, s := range tt.ips {
 				ip := netip.MustParseAddr(s)

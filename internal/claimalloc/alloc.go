@@ -96,9 +96,9 @@ type Pool struct {
 	Name, Key string
 	// Ranges are the pool's parsed spec.ranges, in spec order.
 	Ranges []iprange.Range
-	// Blocked are ranges of younger overlapping inline networks
+	// Overlapped are ranges of younger overlapping inline networks
 	// (inlinepool.FindOverlap): theirs, never handed out here.
-	Blocked []iprange.Range
+	Overlapped []iprange.Range
 }
 
 // PoolOf parses an IPPool for allocation; errors name the field.
@@ -132,7 +132,7 @@ func (p *Pool) Families() [][]iprange.Range {
 
 // RangeFor returns the range of the pool that hands ip out, or why none does.
 func (p *Pool) RangeFor(ip netip.Addr) (iprange.Range, error) {
-	if p.blocked(ip) {
+	if p.inOverlap(ip) {
 		return iprange.Range{}, fmt.Errorf("%s is in the range of a younger inline network that overlaps IPPool %q", ip, p.Name)
 	}
 	if err := iprange.UsableIn(p.Ranges, ip, p.Name); err != nil {
@@ -146,8 +146,8 @@ func (p *Pool) RangeFor(ip netip.Addr) (iprange.Range, error) {
 	return iprange.Range{}, fmt.Errorf("%s is not handed out by IPPool %q", ip, p.Name)
 }
 
-func (p *Pool) blocked(ip netip.Addr) bool {
-	for _, r := range p.Blocked {
+func (p *Pool) inOverlap(ip netip.Addr) bool {
+	for _, r := range p.Overlapped {
 		if !ip.Less(r.Start()) && !r.End().Less(ip) {
 			return true
 		}
@@ -268,7 +268,7 @@ func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.A
 func (a *Allocator) takenFunc(pool *Pool) func(netip.Addr) bool {
 	now := time.Now()
 	return func(ip netip.Addr) bool {
-		if pool.blocked(ip) {
+		if pool.inOverlap(ip) {
 			return true
 		}
 		return a.addrs.Held(pool.Name, ip) || a.isRecent(pool.Name, ip, now)

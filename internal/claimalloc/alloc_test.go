@@ -168,7 +168,7 @@ func TestAssignSkipsHeldAndBlockedAddresses(t *testing.T) {
 	for _, r := range []*v1alpha1.IPReservation{heldRes("p", "10.0.0.5"), cooling, heldRes("p", "10.0.0.9")} {
 		e.addrs.Set(r) // the cache only: a create of theirs would succeed
 	}
-	e.pool.Blocked = []iprange.Range{iprange.MustNew(iprange.Spec{
+	e.pool.Overlapped = []iprange.Range{iprange.MustNew(iprange.Spec{
 		Subnet: netip.MustParsePrefix("10.0.0.0/24"), Start: addr("10.0.0.10"), End: addr("10.0.0.11"),
 	})}
 	var got []string
