@@ -95,12 +95,13 @@ func explainWait(err error) error {
 // the controller's AddressesInPool condition says it left the pool.
 func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipamclaimsv1alpha1.IPAMClaim) ([]netip.Prefix, error) {
 	network, pool := req.cfg.Name, req.pool.name
-	ips := make([]netip.Prefix, 0, len(claim.Status.IPs))
-	for i, s := range claim.Status.IPs {
-		ip, err := claimstatus.ParseIP(s)
-		if err != nil {
-			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("IPAMClaim %s/%s status.ips[%d] %q: %w", claim.Namespace, claim.Name, i, s, err))
-		}
+	recorded, err := claimstatus.Entries(claim)
+	if err != nil {
+		return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("IPAMClaim %s/%s %w", claim.Namespace, claim.Name, err))
+	}
+	ips := make([]netip.Prefix, 0, len(recorded))
+	for _, rec := range recorded {
+		ip, i := rec.IP, rec.Index
 		name := naming.Reservation(req.pool.key, ip)
 		r, err := a.store.Get(ctx, name)
 		switch {
@@ -116,7 +117,7 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 			return nil, fail(reasonConflict, codeInvalidConfig, fmt.Errorf("IPAMClaim %s/%s records %s (status.ips[%d]), but on network %q it is %s",
 				claim.Namespace, claim.Name, ip, i, network, heldBy(r, claim.Namespace)))
 		}
-		ips = append(ips, recordedPrefix(s, ip, req.pool))
+		ips = append(ips, recordedPrefix(rec, req.pool))
 	}
 	return ips, nil
 }
@@ -161,12 +162,9 @@ func staticAgrees(req *request, claim *ipamclaimsv1alpha1.IPAMClaim, ips []netip
 // recordedPrefix returns a recorded address with the prefix length of the
 // pool's range containing it (the network as it is now), else, for one
 // whose range was removed, the length it was recorded with.
-func recordedPrefix(s string, ip netip.Addr, pool *poolView) netip.Prefix {
-	if r, ok := pool.rangeFor(ip); ok {
-		return netip.PrefixFrom(ip, r.Subnet().Bits())
+func recordedPrefix(rec claimstatus.Entry, pool *poolView) netip.Prefix {
+	if r, ok := pool.rangeFor(rec.IP); ok {
+		return netip.PrefixFrom(rec.IP, r.Subnet().Bits())
 	}
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return netip.PrefixFrom(ip, p.Bits())
-	}
-	return netip.PrefixFrom(ip, ip.BitLen())
+	return rec.Prefix
 }

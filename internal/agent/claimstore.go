@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 )
 
 // ClaimStore reads IPAMClaims, live. The agent never writes them.
@@ -69,7 +71,7 @@ func (s *apiClaimStore) Get(ctx context.Context, namespace, name string) (*ipamc
 // being deleted are freed once it is gone, so a launcher waits for the
 // claim made again.
 func usable(c *ipamclaimsv1alpha1.IPAMClaim) bool {
-	return len(c.Status.IPs) > 0 && c.DeletionTimestamp == nil
+	return claimstatus.Filled(c) && c.DeletionTimestamp == nil
 }
 
 // Wait watches the one claim instead of polling: the controller creates

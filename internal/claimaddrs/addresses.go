@@ -49,7 +49,7 @@ type held struct {
 func (r *Reconciler) addresses(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network) (outcome, error) {
 	_, requested := claim.Annotations[claimstatus.RequestedAnnotation]
 	pool, err := r.poolOf(ctx, claim, net)
-	if ce := asConfigError(err); ce != nil && ce.poolMissing && requested && len(claim.Status.IPs) == 0 {
+	if ce := asConfigError(err); ce != nil && ce.poolMissing && requested && !claimstatus.Filled(claim) {
 		return requestRefused(claimstatus.ReasonRequestedPoolNotFound, true, "%s", ce.failure.message), nil
 	}
 	if err != nil {
@@ -59,7 +59,7 @@ func (r *Reconciler) addresses(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 	if err != nil {
 		return outcome{}, err
 	}
-	if len(claim.Status.IPs) > 0 {
+	if claimstatus.Filled(claim) {
 		return r.keep(ctx, claim, net, pool, mine)
 	}
 	if requested {
@@ -138,12 +138,13 @@ func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 // holds but no longer records is released.
 func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held) (outcome, error) {
 	var out outcome
+	entries, err := claimstatus.Entries(claim)
+	if err != nil {
+		return outcome{failure: &failure{claimstatus.ReasonInternal, err.Error()}}, nil
+	}
 	recorded := map[netip.Addr]bool{}
-	for i, s := range claim.Status.IPs {
-		ip, err := claimstatus.ParseIP(s)
-		if err != nil {
-			return outcome{failure: &failure{claimstatus.ReasonInternal, fmt.Sprintf("status.ips[%d] %q: %v", i, s, err)}}, nil
-		}
+	for _, rec := range entries {
+		ip, i := rec.IP, rec.Index
 		recorded[ip] = true
 		if slices.ContainsFunc(mine, func(h held) bool { return h.ip == ip }) {
 			continue
@@ -154,7 +155,7 @@ func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 				ip, i, net.cfg.Name, pool.Name, err)}
 			continue
 		}
-		_, err = r.Alloc.Reserve(ctx, pool, holderOf(claim, net), ip)
+		_, err := r.Alloc.Reserve(ctx, pool, holderOf(claim, net), ip)
 		var taken *reservation.TakenError
 		switch {
 		case errors.As(err, &taken):

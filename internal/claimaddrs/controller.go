@@ -23,6 +23,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/backlog"
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
@@ -86,7 +87,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	// Ours (or not known yet, on an error): it waits from its creation
 	// until its addresses are recorded, whatever holds it up.
-	if len(claim.Status.IPs) == 0 {
+	if !claimstatus.Filled(&claim) {
 		r.unfilled.Set(req.NamespacedName, claim.CreationTimestamp.Time)
 	} else {
 		r.unfilled.Delete(req.NamespacedName)

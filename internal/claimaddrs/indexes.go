@@ -47,7 +47,7 @@ func setupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 			return []string{o.(*ipamclaimsv1alpha1.IPAMClaim).Spec.Network}
 		}},
 		{&ipamclaimsv1alpha1.IPAMClaim{}, indexClaimFilled, func(o client.Object) []string {
-			return []string{fmt.Sprint(len(o.(*ipamclaimsv1alpha1.IPAMClaim).Status.IPs) > 0)}
+			return []string{fmt.Sprint(claimstatus.Filled(o.(*ipamclaimsv1alpha1.IPAMClaim)))}
 		}},
 		{&ipamclaimsv1alpha1.IPAMClaim{}, indexClaimAddress, func(o client.Object) []string {
 			return claimAddresses(o.(*ipamclaimsv1alpha1.IPAMClaim))
@@ -74,10 +74,8 @@ func setupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 // claimAddresses returns what indexClaimAddress holds of a claim.
 func claimAddresses(claim *ipamclaimsv1alpha1.IPAMClaim) []string {
 	var out []string
-	for _, s := range claim.Status.IPs {
-		if ip, err := claimstatus.ParseIP(s); err == nil {
-			out = append(out, ip.String())
-		}
+	for _, ip := range claimstatus.Addresses(claim) {
+		out = append(out, ip.String())
 	}
 	if len(out) > 0 {
 		return out

@@ -44,18 +44,17 @@ func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	updated := claim.DeepCopy()
 	st := &updated.Status
 	changed := false
-	if len(out.ips) > 0 && len(st.IPs) == 0 {
-		st.IPs = make([]string, len(out.ips))
-		for i, p := range out.ips {
-			st.IPs[i] = p.String()
-		}
-		changed = true
+	if len(out.ips) > 0 && !claimstatus.Filled(claim) {
+		changed = claimstatus.Record(st, out.ips...)
 	}
-	allocated := metav1.Condition{Type: claimstatus.ConditionIPsAllocated, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonAllocated, ObservedGeneration: claim.Generation}
-	if out.failure != nil {
-		allocated.Status, allocated.Reason, allocated.Message = metav1.ConditionFalse, out.failure.reason, out.failure.message
-	} else if net != nil {
-		allocated.Message = fmt.Sprintf("%s allocated on network %q", strings.Join(st.IPs, ", "), net.cfg.Name)
+	var allocated metav1.Condition
+	switch {
+	case out.failure != nil:
+		allocated = claimstatus.NotAllocated(out.failure.reason, out.failure.message, claim.Generation)
+	case net != nil:
+		allocated = claimstatus.Allocated(st, net.cfg.Name, "", claim.Generation)
+	default:
+		allocated = metav1.Condition{Type: claimstatus.ConditionIPsAllocated, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonAllocated, ObservedGeneration: claim.Generation}
 	}
 	wasAllocated := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionIPsAllocated)
 	if out.failure != nil || len(st.IPs) > 0 {
@@ -79,18 +78,13 @@ func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	if !changed {
 		return nil
 	}
-	if st.IPs == nil {
-		st.IPs = []string{} // required by the CRD schema
-	}
-	// An update, not a patch: it holds only for the version judged, so
-	// addresses someone wrote meanwhile are never overwritten.
-	if err := r.Client.Status().Update(ctx, updated); err != nil {
+	if err := claimstatus.Write(ctx, r.Client, updated); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("writing the status of IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+		return err
 	}
-	if len(claim.Status.IPs) == 0 && len(st.IPs) > 0 {
+	if !claimstatus.Filled(claim) && claimstatus.Filled(updated) {
 		fills.Inc()
 		log.FromContext(ctx).Info("recorded the claim's addresses", "claim", claim.Namespace+"/"+claim.Name, "ips", st.IPs)
 	}

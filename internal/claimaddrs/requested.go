@@ -161,10 +161,8 @@ func judgeRecorded(claim *ipamclaimsv1alpha1.IPAMClaim) *metav1.Condition {
 	name := logicalNetwork(claim)
 	addrs, err := parseRequest(claim.Annotations[claimstatus.RequestedAnnotation])
 	recorded := map[netip.Addr]bool{}
-	for _, s := range claim.Status.IPs {
-		if ip, err := claimstatus.ParseIP(s); err == nil {
-			recorded[ip] = true
-		}
+	for _, ip := range claimstatus.Addresses(claim) {
+		recorded[ip] = true
 	}
 	if err == nil && !slices.ContainsFunc(addrs, func(a netip.Addr) bool { return !recorded[a] }) {
 		return &metav1.Condition{Type: claimstatus.ConditionRequested, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonRequestedReserved,

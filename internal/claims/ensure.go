@@ -137,13 +137,13 @@ func (w *claimWriter) adopt(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	if controllerutil.ContainsFinalizer(claim, Finalizer) && claimowner.Managed(claim) &&
 		claim.Labels[claimowner.OwnerUIDLabel] == string(owner.UID) && claim.Annotations[NetworkAnnotation] == d.LogicalNetwork &&
 		claim.Annotations[claimstatus.NADAnnotation] == d.NAD.String() &&
-		(len(claim.Status.IPs) > 0 || requestRecorded(claim, d)) {
+		(claimstatus.Filled(claim) || requestRecorded(claim, d)) {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(claim, Finalizer)
 	setIdentity(claim, owner, d)
-	if len(claim.Status.IPs) == 0 {
+	if !claimstatus.Filled(claim) {
 		// A request added (or withdrawn) before the first allocation; after
 		// it the addresses are the claim's and the request is only judged.
 		setRequest(claim, d)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -31,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
@@ -340,7 +342,7 @@ func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *
 // networks may use the same addresses, so the NAD's network is compared.
 func (r *ClaimReleaser) holdsAddressOf(ctx context.Context, p *metav1.PartialObjectMetadata, claim *ipamclaimsv1alpha1.IPAMClaim) (bool, error) {
 	raw := p.Annotations[nadv1.NetworkStatusAnnot]
-	if raw == "" || len(claim.Status.IPs) == 0 {
+	if raw == "" || !claimstatus.Filled(claim) {
 		return false, nil
 	}
 	var statuses []nadv1.NetworkStatus
@@ -349,7 +351,8 @@ func (r *ClaimReleaser) holdsAddressOf(ctx context.Context, p *metav1.PartialObj
 	}
 	for _, st := range statuses {
 		if !slices.ContainsFunc(st.IPs, func(ip string) bool {
-			return slices.ContainsFunc(claim.Status.IPs, func(held string) bool { bare, _, _ := strings.Cut(held, "/"); return bare == ip })
+			addr, err := netip.ParseAddr(ip)
+			return err == nil && claimstatus.Records(claim, addr)
 		}) {
 			continue
 		}

@@ -1,18 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package claimstatus holds what ipkeeper reads and writes on IPAMClaims
-// beyond their spec: the conditions (their type, reasons and messages),
-// the annotations that ask for addresses or name the claim's NAD, and how
-// status.ips entries are read. ipkeeper-controller writes a claim's status;
-// the agent and the kubectl plugin read it.
+// Package claimstatus is the one home of what ipkeeper reads and writes on
+// IPAMClaims beyond their spec: status.ips (read with Entries, Addresses,
+// Records and Filled; written with Record), the conditions (their types,
+// reasons and messages: Allocated, NotAllocated, InPool), the status
+// write itself (Write), and the annotations that ask for addresses or name
+// the claim's NAD. Every component calls it: ipkeeper-controller writes
+// status.ips and the conditions (package claimaddrs; AddressesInPool in
+// package poolstatus), `kubectl ipkeeper import whereabouts` records the
+// addresses it imports, the agent and the other commands only read.
 package claimstatus
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // ConditionIPsAllocated is the condition the IPAM sets when it allocates
@@ -127,3 +135,113 @@ const (
 	// addresses; a request applies only before the first allocation.
 	ReasonRequestedAlreadyAllocated = "AlreadyAllocated"
 )
+
+// Entry is one entry of a claim's status.ips, read.
+type Entry struct {
+	// Index is the entry's position in status.ips, Raw the entry as written.
+	Index int
+	Raw   string
+	// IP is the address; Prefix has the length it was recorded with (the
+	// address's full length for a bare address).
+	IP     netip.Addr
+	Prefix netip.Prefix
+}
+
+// EntryError is an entry of status.ips that is not an address.
+type EntryError struct {
+	Index int
+	Raw   string
+	Err   error
+}
+
+func (e *EntryError) Error() string {
+	return fmt.Sprintf("status.ips[%d] %q: %v", e.Index, e.Raw, e.Err)
+}
+
+func (e *EntryError) Unwrap() error { return e.Err }
+
+// Filled says whether the claim records its addresses: status.ips, which
+// ipkeeper-controller writes once, when it fills the claim.
+func Filled(claim *ipamclaimsv1alpha1.IPAMClaim) bool {
+	return len(claim.Status.IPs) > 0
+}
+
+// Entries reads every entry of the claim's status.ips; the first that is
+// not an address is an *EntryError naming it.
+func Entries(claim *ipamclaimsv1alpha1.IPAMClaim) ([]Entry, error) {
+	out := make([]Entry, 0, len(claim.Status.IPs))
+	for i, s := range claim.Status.IPs {
+		ip, err := ParseIP(s)
+		if err != nil {
+			return nil, &EntryError{Index: i, Raw: s, Err: err}
+		}
+		p, perr := netip.ParsePrefix(s)
+		if perr != nil {
+			p = netip.PrefixFrom(ip, ip.BitLen())
+		}
+		out = append(out, Entry{Index: i, Raw: s, IP: ip, Prefix: p})
+	}
+	return out, nil
+}
+
+// Addresses returns the addresses the claim's status.ips records, in
+// order, skipping entries that are not addresses (Entries reports those).
+func Addresses(claim *ipamclaimsv1alpha1.IPAMClaim) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range claim.Status.IPs {
+		if ip, err := ParseIP(s); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// Records says whether the claim's status.ips records ip.
+func Records(claim *ipamclaimsv1alpha1.IPAMClaim, ip netip.Addr) bool {
+	return slices.Contains(Addresses(claim), ip)
+}
+
+// Record appends to status.ips the addresses it does not record yet, as
+// CIDRs (what IPAMs write); it returns whether anything was added.
+func Record(st *ipamclaimsv1alpha1.IPAMClaimStatus, ips ...netip.Prefix) bool {
+	changed := false
+	for _, p := range ips {
+		if slices.ContainsFunc(st.IPs, func(s string) bool { ip, err := ParseIP(s); return err == nil && ip == p.Addr() }) {
+			continue
+		}
+		st.IPs = append(st.IPs, p.String())
+		changed = true
+	}
+	return changed
+}
+
+// Allocated returns ConditionIPsAllocated, True, for the addresses st
+// records on network; note, when set, is added to the message in
+// parentheses (how they were allocated).
+func Allocated(st *ipamclaimsv1alpha1.IPAMClaimStatus, network, note string, generation int64) metav1.Condition {
+	msg := fmt.Sprintf("%s allocated on network %q", strings.Join(st.IPs, ", "), network)
+	if note != "" {
+		msg += " (" + note + ")"
+	}
+	return metav1.Condition{Type: ConditionIPsAllocated, Status: metav1.ConditionTrue, Reason: ReasonAllocated, Message: msg, ObservedGeneration: generation}
+}
+
+// NotAllocated returns ConditionIPsAllocated, False, with one of its
+// reasons and a message saying why.
+func NotAllocated(reason, message string, generation int64) metav1.Condition {
+	return metav1.Condition{Type: ConditionIPsAllocated, Status: metav1.ConditionFalse, Reason: reason, Message: message, ObservedGeneration: generation}
+}
+
+// Write writes the claim's status with an update, not a patch: it holds
+// only for the version read, so addresses someone wrote meanwhile are
+// never overwritten (a conflict says so). status.ips is never written
+// null: the CRD's schema requires the list.
+func Write(ctx context.Context, c client.Client, claim *ipamclaimsv1alpha1.IPAMClaim) error {
+	if claim.Status.IPs == nil {
+		claim.Status.IPs = []string{}
+	}
+	if err := c.Status().Update(ctx, claim); err != nil {
+		return fmt.Errorf("writing the status of IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	return nil
+}

@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -367,7 +366,7 @@ func (w *importWorld) plan(ctx context.Context, a wb.Address) (ImportStep, error
 	if cur, ok := w.reservations[st.Reservation]; ok {
 		if reservation.HeldBy(cur, owner, a.IfName) {
 			st.Action, st.Detail = importExists, "already imported"
-			if claim != nil && !claimRecords(claim, a.IP) {
+			if claim != nil && !claimstatus.Records(claim, a.IP) {
 				// The reservation is there, the claim's status is not yet:
 				// the second half of an interrupted import.
 				st.Action, st.Detail = importCreate, "reservation exists; the claim's status.ips is written"
@@ -497,23 +496,12 @@ func (w *importWorld) claimOf(ctx context.Context, pod *corev1.Pod, net *wb.Netw
 // recordedOtherAddress returns an address of ip's family other than ip
 // that the claim's status records, "" when none.
 func recordedOtherAddress(claim *ipamclaimsv1alpha1.IPAMClaim, ip netip.Addr) string {
-	for _, s := range claim.Status.IPs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			continue
-		}
-		if p.Addr().Is4() == ip.Is4() && p.Addr() != ip {
-			return s
+	for _, other := range claimstatus.Addresses(claim) {
+		if other.Is4() == ip.Is4() && other != ip {
+			return other.String()
 		}
 	}
 	return ""
-}
-
-func claimRecords(claim *ipamclaimsv1alpha1.IPAMClaim, ip netip.Addr) bool {
-	return slices.ContainsFunc(claim.Status.IPs, func(s string) bool {
-		p, err := netip.ParsePrefix(s)
-		return err == nil && p.Addr() == ip
-	})
 }
 
 // applyImportStep creates the step's reservation as the agent makes it
@@ -543,18 +531,14 @@ func applyImportStep(ctx context.Context, c client.Client, st *ImportStep) error
 	case err != nil:
 		return fmt.Errorf("creating IPReservation %s for %s: %w", st.Reservation, st.IP, err)
 	}
-	if st.claim == nil || claimRecords(st.claim, st.ip) {
+	if st.claim == nil || claimstatus.Records(st.claim, st.ip) {
 		return nil
 	}
 	claim := st.claim.DeepCopy()
-	claim.Status.IPs = append(claim.Status.IPs, st.prefix.String())
+	claimstatus.Record(&claim.Status, st.prefix)
 	claim.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: strings.SplitN(st.Pod, "/", 2)[1]}
-	meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{
-		Type: claimstatus.ConditionIPsAllocated, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonAllocated,
-		Message:            fmt.Sprintf("%s allocated on network %q (imported from whereabouts)", strings.Join(claim.Status.IPs, ", "), claim.Spec.Network),
-		ObservedGeneration: claim.Generation,
-	})
-	if err := c.Status().Update(ctx, claim); err != nil {
+	meta.SetStatusCondition(&claim.Status.Conditions, claimstatus.Allocated(&claim.Status, claim.Spec.Network, "imported from whereabouts", claim.Generation))
+	if err := claimstatus.Write(ctx, c, claim); err != nil {
 		if apierrors.IsConflict(err) {
 			return fmt.Errorf("IPAMClaim %s/%s changed while importing; run the import again: %w", claim.Namespace, claim.Name, err)
 		}

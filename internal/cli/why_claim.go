@@ -113,7 +113,7 @@ func claimLines(claim *ipamclaimsv1alpha1.IPAMClaim) []string {
 		lines = append(lines, fmt.Sprintf("VM network %q", ln))
 	}
 	ips := "none"
-	if len(claim.Status.IPs) > 0 {
+	if claimstatus.Filled(claim) {
 		ips = strings.Join(claim.Status.IPs, ", ")
 	}
 	lines = append(lines, "status.ips: "+ips)
@@ -182,10 +182,10 @@ func claimNext(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, held []ipkeeper
 	if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionInPool); c != nil && c.Status == metav1.ConditionFalse {
 		rep.next("IPAMClaim %s holds addresses its pool no longer hands out: put the range back, or delete the claim (the VM then gets new addresses)", name)
 	}
-	if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionRequested); c != nil && c.Status == metav1.ConditionFalse && len(claim.Status.IPs) == 0 {
+	if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionRequested); c != nil && c.Status == metav1.ConditionFalse && !claimstatus.Filled(claim) {
 		rep.next("the addresses IPAMClaim %s requests are not its yet (%s: %s): ipkeeper-controller gives it no others; fix that, or drop the request", name, c.Reason, c.Message)
 	}
-	if len(claim.Status.IPs) == 0 && len(rep.Next) == 0 {
+	if !claimstatus.Filled(claim) && len(rep.Next) == 0 {
 		rep.next("IPAMClaim %s has no addresses yet: ipkeeper-controller records them as soon as it sees the claim; if this lasts, is ipkeeper-controller running, and is the claim's network one of ipkeeper's (a NetworkAttachmentDefinition with ipam.type ipkeeper, and its IPPool)?", name)
 		return
 	}
@@ -193,8 +193,8 @@ func claimNext(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, held []ipkeeper
 	for _, r := range held {
 		have[r.Spec.IP] = true
 	}
-	for _, ipnet := range claim.Status.IPs {
-		ip, _, _ := strings.Cut(ipnet, "/")
+	for _, addr := range claimstatus.Addresses(claim) {
+		ip := addr.String()
 		if !have[ip] {
 			rep.next("status.ips lists %s but no reservation of the claim holds it: ipkeeper-controller reserves it again (IPsAllocated=False, IPAddressConflict, if someone else took it); launcher pods fail until it does", ip)
 		}

@@ -85,11 +85,11 @@ func (r *InPoolReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if !meta.SetStatusCondition(&updated.Status.Conditions, claimstatus.InPool(pools, outside, claim.Generation)) {
 		return reconcile.Result{}, nil
 	}
-	if err := r.Client.Status().Update(ctx, updated); err != nil {
+	if err := claimstatus.Write(ctx, r.Client, updated); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return reconcile.Result{Requeue: !apierrors.IsNotFound(err)}, nil
 		}
-		return reconcile.Result{}, fmt.Errorf("updating the status of IPAMClaim %s: %w", req, err)
+		return reconcile.Result{}, err
 	}
 	log.FromContext(ctx).Info("set AddressesInPool on an IPAMClaim", "claim", req.String(), "outside", outside)
 	return reconcile.Result{}, nil
