@@ -16,6 +16,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -114,26 +115,12 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 		case err != nil:
 			return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s: checking the reservation of %s: %w", claim.Namespace, claim.Name, ip, err))
 		case r.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim || r.Spec.Owner.UID != claim.UID || r.Spec.Released():
-			return nil, fail(reasonConflict, codeInvalidConfig, fmt.Errorf("IPAMClaim %s/%s records %s (status.ips[%d]), but on network %q it is %s",
-				claim.Namespace, claim.Name, ip, i, network, heldBy(r, claim.Namespace)))
+			return nil, fail(reasonConflict, codeInvalidConfig, fmt.Errorf("IPAMClaim %s/%s records %s (status.ips[%d]), but on network %q it %s",
+				claim.Namespace, claim.Name, ip, i, network, reservation.DescribeHolder(r.Name, r, claim.Namespace)))
 		}
 		ips = append(ips, recordedPrefix(rec, req.pool))
 	}
 	return ips, nil
-}
-
-// heldBy says who holds a reservation, in words fit for namespace (another
-// tenant's objects are never named).
-func heldBy(r *ipkeeperv1alpha1.IPReservation, namespace string) string {
-	o := r.Spec.Owner
-	switch {
-	case r.Spec.Released():
-		return fmt.Sprintf("released by its previous holder and cooling down until %s", r.Spec.ReuseAfter.UTC().Format("2006-01-02T15:04:05Z"))
-	case o.Namespace != namespace:
-		return "reserved by a workload in another namespace (reservation " + r.Name + ")"
-	default:
-		return fmt.Sprintf("reserved by %s %s/%s (reservation %s)", o.Kind, o.Namespace, o.Name, r.Name)
-	}
 }
 
 // staticAgrees refuses a static request (the ips capability) next to a

@@ -22,20 +22,11 @@ import (
 func DescribeHolder(name string, r *ipkeeperv1alpha1.IPReservation, namespace string) string {
 	switch {
 	case r != nil && r.Spec.Released():
-		return fmt.Sprintf("was released by its previous holder and cools down until %s (%s reuseCooldown)",
-			r.Spec.ReuseAfter.UTC().Format(time.RFC3339), poolPhrase(r.Spec.Pool))
+		return fmt.Sprintf("was released by its previous holder and cools down until %s (IPPool %q reuseCooldown)",
+			r.Spec.ReuseAfter.UTC().Format(time.RFC3339), r.Spec.Pool)
 	case r == nil || r.Spec.Owner.Namespace != namespace:
 		return fmt.Sprintf("is already reserved by a workload in another namespace (reservation %s)", name)
 	}
 	o := r.Spec.Owner
 	return fmt.Sprintf("is already reserved by %s %s/%s (reservation %s)", o.Kind, o.Namespace, o.Name, name)
-}
-
-// poolPhrase names a reservation's pool; one written without spec.pool
-// names it generically.
-func poolPhrase(pool string) string {
-	if pool == "" {
-		return "the pool's"
-	}
-	return fmt.Sprintf("IPPool %q", pool)
 }
