@@ -18,9 +18,7 @@ import (
 
 // Del releases the ephemeral reservations of an attachment: those owned by
 // a pod on this network, this interface and this sandbox (container ID).
-// A claim's addresses are ipkeeper-controller's and are kept (reservations
-// an agent of an earlier version made for a claim carry the sandbox too).
-// Something already gone is success.
+// A claim's addresses are ipkeeper-controller's and are kept. Something already gone is success.
 // Each is released under its attachment's lock, at the version found for
 // this sandbox: one a newer sandbox of the pod took over in the meantime
 // is left alone.

@@ -69,8 +69,8 @@ func (r *Reconciler) addresses(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 }
 
 // heldBy returns the claim's reservations in the pool (not released), the
-// oldest first: after a status write that failed half-way, or agents of an
-// earlier version racing, a claim can hold more than one of a family.
+// oldest first: after a status write that failed half-way a claim can
+// hold more than one of a family.
 func (r *Reconciler) heldBy(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool *claimalloc.Pool) ([]held, error) {
 	all, err := reservationindex.ByOwner(ctx, r.Client, claim.UID)
 	if err != nil {

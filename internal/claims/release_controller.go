@@ -51,8 +51,7 @@ import (
 // finalizer is off, the claim still exists and is ours, so a failed step or
 // a crash in between is found again (by the deletion event, the sweep at
 // start-up and the periodic resync). Claims that carry our label but lost
-// the finalizer (released by an older version that removed it first) are
-// deleted all the same.
+// the finalizer (removed by hand) are deleted all the same.
 type ClaimReleaser struct {
 	Client client.Client
 	// APIReader reads from the API server, bypassing the cache.
@@ -168,8 +167,7 @@ func removeFinalizer(ctx context.Context, c client.Client, claim *ipamclaimsv1al
 }
 
 // isOurs reports whether this controller releases the claim: it holds our
-// finalizer or our label (a claim whose finalizer an older version removed
-// before a delete that never happened).
+// finalizer or our label (a claim whose finalizer was removed by hand).
 //
 // While another controller makes claims (Maker), a claim holding the
 // finalizer without our label is that controller's (ipam-extensions uses

@@ -139,7 +139,7 @@ func DefinedBy(pool *ipkeeperv1alpha1.IPPool, namespace string) string {
 	if by == "" {
 		return ""
 	}
-	_, obj, _ := strings.Cut(by, " ") // "NAD ns/name" (or, made by an older agent, "pod ns/name (args.cni)")
+	_, obj, _ := strings.Cut(by, " ") // "NAD ns/name"
 	if ns, _, ok := strings.Cut(obj, "/"); ok && ns == namespace {
 		return ", created from " + by
 	}
