@@ -858,3 +858,33 @@ func TestReservationWakesClaimsWaitingForItsAddress(t *testing.T) {
 		t.Errorf("a claim's own reservation woke %v, want the claim once", own)
 	}
 }
+
+// A request refused on a cached claim that shows no addresses yet, while
+// the claim as it is now records some (an earlier attempt filled it, and
+// the watch has not delivered that write), releases nothing the claim
+// records: those addresses are the VM's. Found by the chaos checker (seed
+// 3011): a recorded address's reservation was rolled back, and the
+// launcher's ADD found none.
+func TestRefusedRequestKeepsWhatTheLiveClaimRecords(t *testing.T) {
+	stranger := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "elsewhere", Name: "db.blue", UID: "uid-stranger"}
+	n := nad(ns, "blue", dualConf)
+	cl := claim("vm1.blue")
+	cl.Annotations[claimstatus.RequestedAnnotation] = `["fd00::5"]`
+	v4, v6 := heldRes("10.0.0.42", claimOwner(cl)), heldRes("fd00::7", claimOwner(cl))
+	f := newFixture(t, n, poolOfNAD(t, n), cl, v4, v6, heldRes("fd00::5", stranger))
+
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	filled := cl.DeepCopy()
+	filled.Status.IPs = []string{"10.0.0.42/24", "fd00::7/64"}
+	f.r.APIReader = fake.NewClientBuilder().WithScheme(s).WithObjects(filled, v4.DeepCopy(), v6.DeepCopy()).Build()
+
+	if _, err := f.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "vm1.blue"}}); err != nil {
+		t.Logf("Reconcile: %v", err)
+	}
+	if got := f.held(t, cl); !slices.Equal(got, []string{"10.0.0.42", "fd00::7"}) {
+		t.Errorf("the claim holds %v, want the addresses it records, 10.0.0.42 and fd00::7", got)
+	}
+}

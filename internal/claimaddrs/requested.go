@@ -13,6 +13,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
@@ -79,11 +80,26 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 	// holds nothing, so a request is reserved exactly or not at all. It
 	// deletes at once whatever the pool's cooldown, as no pod ever got
 	// these addresses (agents read a claim's addresses from its status
-	// only, and it records none).
+	// only, and it records none). The claim is read live first: the cache
+	// may not show a status an earlier attempt wrote, and what the claim
+	// records is the VM's, never rolled back.
 	var created []*ipkeeperv1alpha1.IPReservation
 	undo := func() {
+		ctx := context.WithoutCancel(ctx)
+		var fresh ipamclaimsv1alpha1.IPAMClaim
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(claim), &fresh); err != nil || fresh.UID != claim.UID {
+			// Gone or made again: the garbage collector releases what
+			// the old claim held. Unreadable: the next attempt looks again.
+			if client.IgnoreNotFound(err) != nil {
+				log.FromContext(ctx).Error(err, "reading the claim before releasing what its refused request reserved; left for the next attempt")
+			}
+			return
+		}
 		for _, res := range append(created, reservationsOf(mine)...) {
-			err := reservation.Discard(context.WithoutCancel(ctx), reservation.KubeStore{Client: r.Client}, res.Name, res.UID, "")
+			if ip, err := netip.ParseAddr(res.Spec.IP); err == nil && claimstatus.Records(&fresh, ip) {
+				continue
+			}
+			err := reservation.Discard(ctx, reservation.KubeStore{Client: r.Client}, res.Name, res.UID, "")
 			if err != nil && !errors.Is(err, reservation.ErrGone) {
 				log.FromContext(ctx).Error(err, "releasing an address of a claim whose request failed", "reservation", res.Name)
 			}
