@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/ipkeeper/ipkeeper/internal/agent/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
@@ -22,11 +21,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
-
-// maxConflicts bounds how many taken candidates one ADD tries per range
-// before giving up; each conflict means another agent won that address, so
-// hitting the bound means the index is badly out of date.
-const maxConflicts = 64
 
 // holder is who an allocation is for: a pod attachment (the pod and its
 // interface). IPAMClaims' addresses are ipkeeper-controller's to allocate;
@@ -135,100 +129,10 @@ func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []ipra
 	return entry{}, false, err
 }
 
-// reserveInRange reserves a free candidate of r: in a block of r this
-// node holds (or takes), else, borrowing, anywhere in r as a recent live
-// list shows it. isNew is false when the reservation existed already and
-// is the holder's (a create whose response was lost).
-func (a *Agent) reserveInRange(ctx context.Context, req *request, r iprange.Range, h holder) (e entry, isNew bool, err error) {
-	pool, network := req.pool.name, req.cfg.Name
-	seed := string(h.owner.UID) + "/" + req.IfName
-	inIndex := a.reservations.TakenFunc(pool, time.Now())
-	taken := func(ip netip.Addr) bool { return inIndex(ip) || req.pool.inOverlap(ip) }
-	// pick prefers an address no create of this node is in flight for,
-	// and takes one that is rather than call the range full.
-	pending := a.pending.in(pool)
-	pick := func(taken func(netip.Addr) bool) (netip.Addr, error) {
-		ip, err := allocator.Candidate(r, func(ip netip.Addr) bool { return taken(ip) || pending(ip) }, seed)
-		if errors.Is(err, allocator.ErrExhausted) {
-			return allocator.Candidate(r, taken, seed)
-		}
-		return ip, err
-	}
-	// Without blocks (unit tests of allocation) the index sees the whole
-	// range.
-	borrowing := a.blocks == nil
-	// live is set once taken holds a live list of the pool: what a
-	// borrower must scan (the index does not show other nodes' blocks),
-	// and what exhaustion is confirmed against; shared, once it holds the
-	// list another borrowing ADD made a moment ago.
-	live, shared := false, false
-	for attempt := 0; attempt < maxConflicts; attempt++ {
-		var ip netip.Addr
-		fromBlock := false
-		if !borrowing {
-			ip, err = a.blockCandidate(ctx, req, r, func(ip netip.Addr) bool { return taken(ip) || pending(ip) }, seed)
-			fromBlock = err == nil
-			borrowing = errors.Is(err, blocks.ErrNoBlock)
-		}
-		if borrowing {
-			switch {
-			case live || shared || a.blocks == nil:
-				ip, err = pick(taken)
-			case a.exhausted.confirmed(pool, r, time.Now()):
-				// Confirmed full by a live list a moment ago, with no
-				// release seen since: the index alone would show other
-				// nodes' blocks free.
-				taken, live = func(netip.Addr) bool { return true }, true
-				err = fmt.Errorf("%w in range %s", allocator.ErrExhausted, r)
-			default:
-				if taken, live, err = a.borrowView(ctx, req, r, seed); err != nil {
-					return entry{}, false, err
-				}
-				shared = !live
-				ip, err = pick(taken)
-			}
-		}
-		if errors.Is(err, allocator.ErrExhausted) {
-			if !live && !a.exhausted.confirmed(pool, r, time.Now()) {
-				// The index errs towards "taken" (an informer event for a
-				// reservation already released may arrive late), so confirm
-				// exhaustion against a live list before refusing the pod, and
-				// remember it until the next release on the network.
-				if taken, err = a.confirmedTaken(ctx, req, r, seed); err != nil {
-					return entry{}, false, err
-				}
-				live = true
-				attempt--
-				continue
-			}
-			// Full: an address of this node whose cooldown is over is
-			// free for the taking.
-			var ok bool
-			if ip, ok = a.reclaimExpired(ctx, pool, func(ip netip.Addr) bool { return r.Usable(ip) == nil }); !ok {
-				return entry{}, false, fail(reasonExhausted, codeInternal, fmt.Errorf("network %q (IPPool %q) is exhausted: %w", network, pool, err))
-			}
-		} else if err != nil {
-			var f *failure
-			if errors.As(err, &f) {
-				return entry{}, false, err
-			}
-			return entry{}, false, fail(reasonInternal, codeInternal, fmt.Errorf("network %q: %w", network, err))
-		}
-		e, isNew, err := a.createOrAdopt(ctx, req, ip, h, fromBlock)
-		if errors.Is(err, ErrTaken) {
-			a.metrics.conflicts.Inc()
-			a.reservations.MarkConflict(pool, ip, time.Now())
-			continue
-		}
-		return e, isNew, err
-	}
-	return entry{}, false, fail(reasonConflict, codeTryAgainLater, fmt.Errorf("network %q: %d candidate addresses in %s were taken by others at create time; the agent's cache is lagging, retry", network, maxConflicts, r))
-}
-
 // borrowView returns what a borrowing ADD scans r with: a live list of the
 // pool, shared by the node's borrowing ADDs for borrowTTL (an address
 // taken since then costs a failed create, which marks it taken), plus the
-// index and this node's creates in flight. fresh is false for a shared
+// reservation cache and this node's creates in flight. fresh is false for a shared
 // list: one that shows r full is not proof of it.
 func (a *Agent) borrowView(ctx context.Context, req *request, r iprange.Range, seed string) (taken func(netip.Addr) bool, fresh bool, err error) {
 	pool := req.pool.name
@@ -239,8 +143,8 @@ func (a *Agent) borrowView(ctx context.Context, req *request, r iprange.Range, s
 		}
 		a.borrowed.put(pool, snap, time.Now())
 	}
-	inIndex := a.reservations.TakenFunc(pool, time.Now())
-	return func(ip netip.Addr) bool { return snap(ip) || inIndex(ip) || req.pool.inOverlap(ip) }, !ok, nil
+	cached := a.reservations.TakenFunc(pool, time.Now())
+	return func(ip netip.Addr) bool { return snap(ip) || cached(ip) || req.pool.inOverlap(ip) }, !ok, nil
 }
 
 // confirmedTaken returns the taken predicate of a live list of the pool
@@ -277,7 +181,7 @@ func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) b
 // name exists and the reservation is already the holder's, it is adopted
 // (isNew false): a create whose response was lost. ErrTaken means someone
 // else's. A create whose outcome is unknown is remembered, so the retry
-// finds it even before the informer shows it.
+// finds it even before the reservation cache shows it.
 //
 // inBlock says ip came from one of this node's address blocks: the
 // reservation there is labelled with the node, and only this node's agent

@@ -9,10 +9,8 @@
 // The agent (pods' addresses), ipkeeper-controller's claim allocator
 // (IPAMClaims and Cluster API IPAddressClaims), its garbage collector and
 // claims controllers, and `kubectl ipkeeper import` all call it; nobody
-// else builds, creates or deletes a reservation. (The agent's search,
-// reserveInRange, still bounds its candidates with a loop of its own,
-// which interleaves its block, borrowing and exhaustion phases; it calls
-// CreateOrAdopt for each candidate.)
+// else builds, creates or deletes a reservation, and both searches (the
+// agent's and the claim allocator's) bound their candidates with Hunt.
 //
 // The IPReservation's name is the allocation lock: a create either makes
 // the address the holder's or fails with AlreadyExists, whatever anyone's
