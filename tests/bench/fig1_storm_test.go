@@ -39,6 +39,7 @@ func BenchmarkAllocationStorm(b *testing.B) {
 		ns := cp.NewNamespace(b, "storm")
 		network := fmt.Sprintf("storm-%d", i)
 		conf := framework.NetConf(network, map[string]any{"range": "10.128.0.0/20"})
+		cp.InlinePool(b, ns, conf) // no ipkeeper-controller here: the pool it makes from the NAD
 		agents := make([]*framework.Agent, stormAgents)
 		type job struct {
 			a   *framework.Agent
@@ -162,7 +163,7 @@ func rawReservationRate(b *testing.B, network string, n, inFlight int) float64 {
 func createReservation(b *testing.B, network string, ip netip.Addr, k int) {
 	r := &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(network, ip)},
-		Spec: ipkeeperv1alpha1.IPReservationSpec{Network: network, IP: ip.String(),
+		Spec: ipkeeperv1alpha1.IPReservationSpec{Network: network, Pool: network, IP: ip.String(),
 			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "bench", Name: fmt.Sprintf("c-%d", k), UID: "u"}},
 	}
 	if err := cp.Client.Create(context.Background(), r); err != nil {

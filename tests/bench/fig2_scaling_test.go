@@ -60,6 +60,7 @@ func scalingStep(b *testing.B, step, n, adds int) float64 {
 	pods, owner := createPodsOn(b, ns, nodes, (adds+n-1)/n)
 	pods, owner = pods[:adds], owner[:adds]
 	conf := framework.NetConf(fmt.Sprintf("scale%d-%d", n, step), map[string]any{"range": fmt.Sprintf("10.129.%d.0/20", 16*step)})
+	cp.InlinePool(b, ns, conf) // no ipkeeper-controller here: the pool it makes from the NAD
 
 	// The API server's own rate now, with n agents watching: it shows how
 	// much of a change is the API server's.

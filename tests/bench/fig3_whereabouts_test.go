@@ -60,6 +60,7 @@ func BenchmarkWhereabouts(b *testing.B) {
 		for _, nd := range nodes {
 			confs[nd] = framework.NetConf(fmt.Sprintf("sbs-%d", i), map[string]any{"range": "10.134.0.0/20"})
 		}
+		cp.InlinePool(b, ns, confs[nodes[0]]) // no ipkeeper-controller here: the pool it makes from the NAD
 		ipk := execStorm(b, n, 0, false, func(k int) error {
 			_, err := execPlugin(ctx, bin.Shim, "ADD", owner[k].proc.Socket, pods[k], confs[owner[k]])
 			return err

@@ -58,6 +58,7 @@ func BenchmarkShim(b *testing.B) {
 		pods := cp.CreatePods(b, ns, nd.name, nd.name, 2*adds)
 		ipam := map[string]any{"range": "10.131.0.0/20"}
 		conf := framework.NetConf(fmt.Sprintf("shim-%d", i), ipam)
+		cp.InlinePool(b, ns, conf) // no ipkeeper-controller here: the pool it makes from the NAD
 		// Warm the agent's paths (first allocation on a network, first pods).
 		for _, p := range pods[:5] {
 			if err := nd.add(ctx, p, framework.SandboxID(p), conf); err != nil {

@@ -122,7 +122,7 @@ func BenchmarkMemory(b *testing.B) {
 func memReservation(network string, ip netip.Addr, k int) *ipkeeperv1alpha1.IPReservation {
 	return &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(network, ip)},
-		Spec: ipkeeperv1alpha1.IPReservationSpec{Network: network, IP: ip.String(),
+		Spec: ipkeeperv1alpha1.IPReservationSpec{Network: network, Pool: naming.InlinePool(network), IP: ip.String(),
 			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "bench",
 				Name: fmt.Sprintf("pod-%d", k), UID: types.UID(fmt.Sprintf("uid-%d", k))},
 			ContainerID: fmt.Sprintf("sandbox-%d", k), InterfaceName: "net1", Node: "mem-elsewhere"},

@@ -28,6 +28,7 @@ func BenchmarkExhaustion(b *testing.B) {
 		ns := cp.NewNamespace(b, "exhaust")
 		pods, owner := createPodsOn(b, ns, nodes, (fill+pending+agents-1)/agents)
 		conf := framework.NetConf(fmt.Sprintf("exhaust-%d", i), map[string]any{"range": "10.133.0.0/24"})
+		cp.InlinePool(b, ns, conf) // no ipkeeper-controller here: the pool it makes from the NAD
 
 		// Fill the range; the ADDs past its end fail as exhausted.
 		before := apiMetrics(b)
