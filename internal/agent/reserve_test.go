@@ -5,7 +5,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -21,7 +20,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -351,30 +349,5 @@ func TestGCAfterARestartSparesWhatWasWrittenMomentsBefore(t *testing.T) {
 		if _, ok := store.get(naming.Reservation("small", ip)); !ok {
 			t.Errorf("a GC after a restart released %s, written moments before", ip)
 		}
-	}
-}
-
-// The search gives up after reservation.MaxCollisions candidates that
-// others took at create time (the cache far behind), with code 11 so the
-// runtime retries, and counts each collision.
-func TestSearchBoundsCollisions(t *testing.T) {
-	store := newFakeStore()
-	a := newTestAgent(t, store, newFakeClaims())
-	creates := 0
-	store.beforeCreate = func(r *ipkeeperv1alpha1.IPReservation) error {
-		creates++
-		other := r.DeepCopy()
-		other.Spec.Owner = ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "elsewhere", Name: "web", UID: "uid-web"}
-		store.put(other)
-		return fmt.Errorf("%w: reservation %s", ErrTaken, r.Name)
-	}
-	conf := `{"cniVersion":"1.0.0","name":"busy","type":"bridge","ipam":{"type":"ipkeeper","range":"10.14.0.0/24"}}`
-	_, err := addVia(t, a, conf, "c1", "p1")
-	if err == nil || reasonOf(err) != reasonConflict || cniCodeOf(err) != codeTryAgainLater ||
-		!strings.Contains(err.Error(), fmt.Sprintf("%d candidate addresses in", reservation.MaxCollisions)) {
-		t.Fatalf("ADD against a store where every candidate is taken = %v, want code 11 naming %d candidates", err, reservation.MaxCollisions)
-	}
-	if creates != reservation.MaxCollisions {
-		t.Errorf("%d creates, want %d", creates, reservation.MaxCollisions)
 	}
 }
