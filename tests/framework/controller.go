@@ -31,6 +31,26 @@ import (
 
 var setLoggerOnce sync.Once
 
+// setControllerLogger sets controller-runtime's logger, once per process,
+// to the in-process controller's log. Start calls it before anything runs:
+// controller-runtime sets a logger of its own from whichever goroutine
+// logs first once 30 s passed without one, which races with a later
+// SetLogger.
+func (cp *ControlPlane) setControllerLogger() error {
+	logOut, err := cp.ComponentLog("ipkeeper-controller")
+	if err != nil {
+		return err
+	}
+	setLoggerOnce.Do(func() {
+		log, err := logging.New(logOut, "debug")
+		if err != nil {
+			panic(err) // a constant level
+		}
+		ctrllog.SetLogger(log)
+	})
+	return nil
+}
+
 // Controller is an in-process ipkeeper-controller with its webhook
 // registered with the API server.
 type Controller struct {
@@ -50,17 +70,9 @@ type Controller struct {
 func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(*controllermanager.Options)) *Controller {
 	t.Helper()
 	ctx := context.Background()
-	logOut, err := cp.ComponentLog("ipkeeper-controller")
-	if err != nil {
+	if err := cp.setControllerLogger(); err != nil {
 		t.Fatal(err)
 	}
-	setLoggerOnce.Do(func() {
-		log, err := logging.New(logOut, "debug")
-		if err != nil {
-			panic(err) // a constant level
-		}
-		ctrllog.SetLogger(log)
-	})
 	if cp.HasKubeVirt() {
 		if err := SetPersistentIPsGate(ctx, cp.Client, true); err != nil {
 			t.Fatal(err)

@@ -135,6 +135,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 			_ = cp.Stop()
 		}
 	}()
+	if err := cp.setControllerLogger(); err != nil {
+		return nil, err
+	}
 
 	etcdLog, err := cp.newLog("etcd")
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/certs"
@@ -61,9 +62,15 @@ func TestWebhookCertificatesAndTLS(t *testing.T) {
 		t.Error("default minimum is TLS 1.3, yet a TLS 1.2 client connected")
 	}
 
-	// Someone re-applies the manifest and wipes the caBundle.
-	whc.Webhooks[0].ClientConfig.CABundle = nil
-	if err := cp.Client.Update(ctx, &whc); err != nil {
+	// Someone re-applies the manifest and wipes the caBundle (again after a
+	// conflict: the controller writes the configuration's scope too).
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := cp.Client.Get(ctx, client.ObjectKey{Name: o.WebhookConfig}, &whc); err != nil {
+			return err
+		}
+		whc.Webhooks[0].ClientConfig.CABundle = nil
+		return cp.Client.Update(ctx, &whc)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := framework.Eventually(ctx, 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
