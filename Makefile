@@ -98,8 +98,12 @@ test-image: ## `make image` into a temporary directory, read back: config, stati
 	go test -count=1 -v -run '^TestImage$$' ./hack/image/
 
 .PHONY: test-integration
-test-integration: tools ## Integration tests on a real etcd + kube-apiserver + kube-controller-manager, then the install tests (tests/install) and the Helm chart's checks (tests/chart), one package at a time.
-	go test $(GO_TEST_FLAGS) -p 1 -timeout 30m -v ./tests/integration/... ./tests/install/... ./tests/chart/...
+test-integration: tools ## Integration tests on a real etcd + kube-apiserver + kube-controller-manager (tests/integration).
+	go test $(GO_TEST_FLAGS) -timeout 30m -v ./tests/integration/...
+
+.PHONY: test-install
+test-install: tools ## The install tests (tests/install: manifests, overlays, release, Helm on a real control plane) and the Helm chart's checks (tests/chart), one package at a time.
+	go test $(GO_TEST_FLAGS) -p 1 -timeout 20m -v ./tests/install/... ./tests/chart/...
 
 .PHONY: test-e2e
 test-e2e: tools ## End-to-end tests as root: controller and agent processes, real Multus/bridge/macvlan plugins, network namespaces (skipped when not root).
@@ -121,10 +125,17 @@ chaos: tools ## Chaos run: make chaos DURATION=10m SEED=n runs long (replay a ru
 
 LEFTOVERS := $(shell mktemp -u /tmp/ipkeeper-leftovers.XXXXXX)
 
+# The control-plane suites run in two lanes side by side (hack/side-by-side.sh):
+# integration in one; e2e, then install and chart, in the other. The short
+# chaos run comes after them, alone: it loads both cores, and its faults and
+# timings are its own. The tools are built first, once, so that the lanes
+# never build them at the same time.
 .PHONY: test
 test: ## Everything CI runs, then a check that it left no network namespace, interface, process or temporary directory behind.
 	@bash hack/leftovers.sh snapshot $(LEFTOVERS)
-	@$(MAKE) --no-print-directory verify-generated lint test-unit test-image test-integration test-e2e test-chaos || { rm -f $(LEFTOVERS); exit 1; }
+	@$(MAKE) --no-print-directory verify-generated lint test-unit test-image tools || { rm -f $(LEFTOVERS); exit 1; }
+	@MAKE='$(MAKE)' bash hack/side-by-side.sh test-integration 'test-e2e test-install' || { rm -f $(LEFTOVERS); exit 1; }
+	@$(MAKE) --no-print-directory test-chaos || { rm -f $(LEFTOVERS); exit 1; }
 	@bash hack/leftovers.sh check $(LEFTOVERS); status=$$?; rm -f $(LEFTOVERS); exit $$status
 
 .PHONY: clean

@@ -20,7 +20,7 @@ list() {
 		ip -o link show 2>/dev/null | awk -F': ' '$2 ~ /^ipkc/ {sub(/@.*/, "", $2); print "interface " $2}'
 	fi
 	local d
-	for d in /tmp/ipkeeper-controlplane-* /tmp/ipk-agent-* /tmp/ipke2e-* /tmp/ipkchaos-* /tmp/ipkb-* \
+	for d in /tmp/ipkeeper-controlplane-* /tmp/ipkeeper-lanes.* /tmp/ipk-agent-* /tmp/ipke2e-* /tmp/ipkchaos-* /tmp/ipkb-* \
 		/tmp/k8s_test_framework_* /tmp/envtest-serving-certs-*; do
 		[[ -e $d ]] && echo "directory $d"
 	done

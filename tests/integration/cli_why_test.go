@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -251,17 +253,27 @@ func TestCLIWhyVM(t *testing.T) {
 // reference in its networks annotation.
 func setClaimRef(t *testing.T, pod *corev1.Pod, claim string) {
 	t.Helper()
-	elems, err := multus.ParseElements(pod.Annotations[multus.Annotation], pod.Namespace)
-	if err != nil || len(elems) != 1 {
-		t.Fatalf("launcher pod annotation %q: %v elements, %v", pod.Annotations[multus.Annotation], len(elems), err)
-	}
-	elems[0].SetClaimRef(claim)
-	ann, err := multus.MarshalElements(elems)
+	// virt-controller updates its launcher pods too: re-read on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+		elems, err := multus.ParseElements(pod.Annotations[multus.Annotation], pod.Namespace)
+		if err != nil {
+			return fmt.Errorf("launcher pod annotation %q: %w", pod.Annotations[multus.Annotation], err)
+		}
+		if len(elems) != 1 {
+			return fmt.Errorf("launcher pod annotation %q: %d elements, want 1", pod.Annotations[multus.Annotation], len(elems))
+		}
+		elems[0].SetClaimRef(claim)
+		ann, err := multus.MarshalElements(elems)
+		if err != nil {
+			return err
+		}
+		pod.Annotations[multus.Annotation] = ann
+		return cp.Client.Update(context.Background(), pod)
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	pod.Annotations[multus.Annotation] = ann
-	if err := cp.Client.Update(context.Background(), pod); err != nil {
 		t.Fatalf("setting the claim reference of pod %s: %v", pod.Name, err)
 	}
 }
