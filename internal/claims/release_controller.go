@@ -47,10 +47,11 @@ import (
 // migrating VM still holds the addresses. Both facts are confirmed with live
 // reads before the claim is deleted.
 //
-// Release deletes first and removes the finalizer second: until the
-// finalizer is off, the claim still exists and is ours, so a failed step or
-// a crash in between is found again (by the deletion event, the sweep at
-// start-up and the periodic resync). Claims that carry our label but lost
+// Release deletes first and removes the finalizer second, in a later pass
+// whose live reads come after the delete (release): until the finalizer is
+// off, the claim still exists and is ours, so a failed step or a crash in
+// between is found again (by the deletion event, the sweep at start-up and
+// the periodic resync). Claims that carry our label but lost
 // the finalizer (removed by hand) are deleted all the same.
 type ClaimReleaser struct {
 	Client client.Client
@@ -120,24 +121,37 @@ func (r *ClaimReleaser) Reconcile(ctx context.Context, req reconcile.Request) (r
 		}
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, r.release(ctx, &claim, ownerObj)
+	return r.release(ctx, &claim, ownerObj)
 }
 
-// release deletes the claim, then removes the finalizer that held it; the
-// IPAM's reservations are then released by the reservation garbage
+// releaseRecheck is when a claim this controller deleted is looked at
+// again, should its deletion's event not bring it back first.
+const releaseRecheck = time.Second
+
+// release deletes the claim; a later pass, whose live reads come after the
+// delete, removes the finalizer that held it. A launcher pod created
+// between this pass's reads and the delete (the VM swapped back to the
+// claim's network, a migration target referencing the claim while it still
+// existed) may have attached with the claim's addresses before the delete
+// landed: that later pass finds it and keeps the claim, and so its
+// addresses, until it ends. An ADD after the delete finds the claim being
+// deleted (the agent reads it consistently) and waits for it made again.
+// The IPAM's reservations are released by the reservation garbage
 // collector once the claim is gone.
-func (r *ClaimReleaser) release(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, ownerObj client.Object) error {
+func (r *ClaimReleaser) release(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, ownerObj client.Object) (reconcile.Result, error) {
 	if claim.DeletionTimestamp == nil {
 		uid := claim.UID
 		if err := r.Client.Delete(ctx, claim, client.Preconditions{UID: &uid}); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil
+				return reconcile.Result{}, nil
 			}
-			return fmt.Errorf("deleting IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+			return reconcile.Result{}, fmt.Errorf("deleting IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
 		}
+		log.FromContext(ctx).V(1).Info("deleted IPAMClaim; its finalizer comes off once live reads after the delete find no user", "claim", claim.Name)
+		return reconcile.Result{RequeueAfter: releaseRecheck}, nil
 	}
 	if err := removeFinalizer(ctx, r.Client, claim); err != nil {
-		return err
+		return reconcile.Result{}, err
 	}
 	claimsReleased.Inc()
 	log.FromContext(ctx).Info("released IPAMClaim", "claim", claim.Name, "ips", claim.Status.IPs)
@@ -145,7 +159,7 @@ func (r *ClaimReleaser) release(ctx context.Context, claim *ipamclaimsv1alpha1.I
 		r.Recorder.Eventf(ownerObj, corev1.EventTypeNormal, string(ReasonClaimDeleted),
 			"deleted IPAMClaim %s (network %q, addresses %v): no launcher pod uses it any more", claim.Name, claim.Annotations[NetworkAnnotation], claim.Status.IPs)
 	}
-	return nil
+	return reconcile.Result{}, nil
 }
 
 // removeFinalizer removes our finalizer with a JSON patch that first tests

@@ -4,7 +4,9 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,112 +29,175 @@ const (
 	stormInFlight = 32
 )
 
-// BenchmarkAllocationStorm (figure 1): 2,000 ADDs through 4 in-process
-// agents (4 simulated nodes, reached through their sockets), 32 in flight,
-// on one network. Reported against the raw rate of creating
-// tiny objects (ConfigMaps) with the same concurrency on the same API
-// server, measured just before and just after the storm.
+// BenchmarkAllocationStorm (figure 1): 2,000 ADDs through 4 agent
+// processes (4 simulated nodes, each a real ipkeeper-agent reached through
+// its socket, as a node's shim reaches it), 32 in flight, on one network.
+// Reported against the raw rate of creating tiny objects (ConfigMaps) with
+// the same concurrency on the same API server, measured just before and
+// just after the storm, and against raw creates of the same IPReservations.
 func BenchmarkAllocationStorm(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		ctx := context.Background()
-		ns := cp.NewNamespace(b, "storm")
-		network := fmt.Sprintf("storm-%d", i)
-		conf := framework.NetConf(network, map[string]any{"range": "10.128.0.0/20"})
-		cp.InlinePool(b, ns, conf) // no ipkeeper-controller here: the pool it makes from the NAD
-		agents := make([]*framework.Agent, stormAgents)
-		type job struct {
-			a   *framework.Agent
-			pod *corev1.Pod
+		ns, conf := stormNetwork(b, fmt.Sprintf("storm-%d", i), "10.128.0.0/20")
+		nodes, stop := startNodes(b, fmt.Sprintf("storm%d-node", i), stormAgents)
+		pods, owner := createPodsOn(b, ns, nodes, stormADDs/stormAgents)
+		add := func(ctx context.Context, k int) error {
+			return owner[k].add(ctx, pods[k], framework.SandboxID(pods[k]), conf)
 		}
-		pods := make([][]*corev1.Pod, stormAgents)
+		counters := func() (c stormCounters) {
+			for _, nd := range nodes {
+				mfs := nd.scrape(b)
+				c.writes += sum(mfs, "ipkeeper_agent_api_writes_total")
+				c.conflicts += sum(mfs, "ipkeeper_agent_allocation_conflicts_total")
+				c.apiLookups += sum(mfs, "ipkeeper_agent_pod_lookups_total", "source", "api")
+			}
+			return c
+		}
+		storm(b, i, ns, len(pods), add, counters, true)
+		stop()
+	}
+}
+
+// BenchmarkInProcessAllocationStorm is figure 1 with the agents inside the
+// test process, so that `-cpuprofile` covers them: for profiling only. Its
+// figures are not the table's (no client throttling, logs discarded: it runs
+// faster than agents as a node runs them), so it records no row and runs
+// only when IPKEEPER_BENCH_IN_PROCESS=1:
+//
+//	IPKEEPER_BENCH_IN_PROCESS=1 go test -run '^$' -bench InProcess -benchtime=1x -cpuprofile cpu.out ./tests/bench/
+func BenchmarkInProcessAllocationStorm(b *testing.B) {
+	if os.Getenv("IPKEEPER_BENCH_IN_PROCESS") != "1" {
+		b.Skip("for profiling only: set IPKEEPER_BENCH_IN_PROCESS=1")
+	}
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		ns, conf := stormNetwork(b, fmt.Sprintf("inproc-storm-%d", i), "10.136.0.0/20")
+		agents := make([]*framework.Agent, stormAgents)
+		byNode := make([][]*corev1.Pod, stormAgents)
 		for n := range agents {
-			agents[n] = cp.StartAgent(b, fmt.Sprintf("storm-node-%d", n))
-			pods[n] = cp.CreatePods(b, ns, agents[n].Node, agents[n].Node, stormADDs/stormAgents)
+			agents[n] = cp.StartAgent(b, fmt.Sprintf("inproc%d-node-%d", i, n))
+			byNode[n] = cp.CreatePods(b, ns, agents[n].Node, agents[n].Node, stormADDs/stormAgents)
 		}
 		// Round-robin over nodes so all agents work at once.
-		var jobs []job
+		var pods []*corev1.Pod
+		var owner []*framework.Agent
 		for k := range stormADDs / stormAgents {
 			for n := range agents {
-				jobs = append(jobs, job{agents[n], pods[n][k]})
+				pods, owner = append(pods, byNode[n][k]), append(owner, agents[n])
 			}
 		}
-
-		// Warm the API server's paths (first requests of a kind are slower).
-		rawCreateRate(b, ns, "warmup", stormADDs/4, stormInFlight)
-		m := startCPU(b)
-		profiled := profileAPIServer(b, "raw-configmaps")
-		before := rawCreateRate(b, ns, "before", stormADDs, stormInFlight)
-		cmAPI, cmEtcd := m.perOp(b, stormADDs)
-		profiled()
-		m = startCPU(b)
-		profiled = profileAPIServer(b, "raw-ipreservations")
-		rawRes := rawReservationRate(b, fmt.Sprintf("raw-%d", i), stormADDs, stormInFlight)
-		resAPI, resEtcd := m.perOp(b, stormADDs)
-		profiled()
-
-		latencies := make([]time.Duration, len(jobs))
-		var failed atomic.Int64
-		m = startCPU(b)
-		profiled = profileAPIServer(b, "storm")
-		b.StartTimer()
-		start := time.Now()
-		runConcurrently(len(jobs), stormInFlight, func(k int) {
-			t0 := time.Now()
-			if _, err := jobs[k].a.Add(ctx, jobs[k].pod, "net1", conf); err != nil {
-				failed.Add(1)
-				b.Errorf("ADD %s: %v", jobs[k].pod.Name, err)
-			}
-			latencies[k] = time.Since(t0)
-		})
-		elapsed := time.Since(start)
-		b.StopTimer()
-		stormAPI, stormEtcd := m.perOp(b, len(jobs))
-		profiled()
-
-		after := rawCreateRate(b, ns, "after", stormADDs, stormInFlight)
-		var writes, conflicts, apiLookups float64
-		for _, a := range agents {
-			writes += a.CounterSum("ipkeeper_agent_api_writes_total")
-			conflicts += a.CounterSum("ipkeeper_agent_allocation_conflicts_total")
-			apiLookups += a.CounterWhere("ipkeeper_agent_pod_lookups_total", "source", "api")
+		add := func(ctx context.Context, k int) error {
+			_, err := owner[k].Add(ctx, pods[k], "net1", conf)
+			return err
 		}
-		slices.Sort(latencies)
-		rate := float64(len(jobs)) / elapsed.Seconds()
-		raw := (before + after) / 2
-		b.ReportMetric(rate, "allocs/s")
-		b.ReportMetric(raw, "raw-creates/s")
-		b.ReportMetric(rate/raw, "ratio")
-		b.ReportMetric(rawRes, "raw-reservations/s")
-		b.ReportMetric(rate/rawRes, "ratio-to-reservations")
-		b.ReportMetric(ms(latencies[len(latencies)/2]), "p50-ms")
-		b.ReportMetric(ms(latencies[len(latencies)*99/100]), "p99-ms")
-		b.ReportMetric(writes/float64(len(jobs)), "writes/alloc")
-		b.ReportMetric(conflicts, "conflicts")
-		b.ReportMetric(apiLookups/float64(len(jobs)), "pod-api-reads/alloc")
-		record(row{fig: 1, what: "storm rate (2,000 ADDs, 4 agents, 32 in flight)",
-			measured: fmt.Sprintf("%.0f/s", rate), baseline: fmt.Sprintf("%.0f/s raw ConfigMap creates", raw),
-			ratio: fmt.Sprintf("%.2fx", rate/raw), target: ">= 0.5x", verdict: verdict(rate/raw >= 0.5)})
-		record(row{fig: 1, what: "storm rate vs the objects themselves",
-			measured: fmt.Sprintf("%.0f/s", rate), baseline: fmt.Sprintf("%.0f/s raw IPReservation creates", rawRes),
-			ratio: fmt.Sprintf("%.2fx", rate/rawRes), target: "(context)"})
-		record(row{fig: 1, what: "raw IPReservation vs raw ConfigMap creates",
-			measured: fmt.Sprintf("%.0f/s", rawRes), baseline: fmt.Sprintf("%.0f/s", raw),
-			ratio: fmt.Sprintf("%.2fx", rawRes/raw), target: "(context)"})
-		record(row{fig: 1, what: "kube-apiserver CPU per storm ADD (per raw IPReservation create)",
-			measured: fmt.Sprintf("%.2f ms (%.2f ms)", stormAPI, resAPI), baseline: fmt.Sprintf("%.2f ms per raw ConfigMap create", cmAPI),
-			ratio: fmt.Sprintf("%.1fx (%.1fx)", stormAPI/cmAPI, resAPI/cmAPI), target: "(context)"})
-		record(row{fig: 1, what: "etcd CPU per storm ADD (per raw IPReservation create)",
-			measured: fmt.Sprintf("%.2f ms (%.2f ms)", stormEtcd, resEtcd), baseline: fmt.Sprintf("%.2f ms per raw ConfigMap create", cmEtcd),
-			ratio: fmt.Sprintf("%.1fx (%.1fx)", stormEtcd/cmEtcd, resEtcd/cmEtcd), target: "(context)"})
-		record(row{fig: 1, what: "storm latency p50 / p99",
-			measured: fmt.Sprintf("%.1f / %.1f ms", ms(latencies[len(latencies)/2]), ms(latencies[len(latencies)*99/100])), target: "(context)"})
-		b.Logf("%d ADDs via %d agents, %d in flight: %.0f allocations/s (p50 %.1f ms, p99 %.1f ms, %.2f API writes/allocation, %v conflicts, %d failed); "+
-			"raw API server create rate %.0f/s (before %.0f, after %.0f); ratio %.2f; "+
-			"raw IPReservation creates (same objects, no agent in the path, agents watching) %.0f/s; ratio %.2f; pod reads that missed the cache: %.0f",
-			len(jobs), stormAgents, stormInFlight, rate, ms(latencies[len(latencies)/2]), ms(latencies[len(latencies)*99/100]),
-			writes/float64(len(jobs)), conflicts, failed.Load(), raw, before, after, rate/raw, rawRes, rate/rawRes, apiLookups)
+		counters := func() (c stormCounters) {
+			for _, a := range agents {
+				c.writes += a.CounterSum("ipkeeper_agent_api_writes_total")
+				c.conflicts += a.CounterSum("ipkeeper_agent_allocation_conflicts_total")
+				c.apiLookups += a.CounterWhere("ipkeeper_agent_pod_lookups_total", "source", "api")
+			}
+			return c
+		}
+		storm(b, i, ns, len(pods), add, counters, false)
 	}
+}
+
+// stormNetwork makes the storm's namespace and network, with the pool
+// ipkeeper-controller would make from its NAD (no controller runs here).
+func stormNetwork(b *testing.B, network, rng string) (string, json.RawMessage) {
+	ns := cp.NewNamespace(b, "storm")
+	conf := framework.NetConf(network, map[string]any{"range": rng})
+	cp.InlinePool(b, ns, conf)
+	return ns, conf
+}
+
+// stormCounters are the agents' own counts, summed over the agents.
+type stormCounters struct{ writes, conflicts, apiLookups float64 }
+
+// storm measures the baselines, runs n ADDs (add(k), stormInFlight at a
+// time) and reports; table says whether its figures are the table's.
+func storm(b *testing.B, i int, ns string, n int, add func(context.Context, int) error, counters func() stormCounters, table bool) {
+	ctx := context.Background()
+	// Warm the API server's paths (first requests of a kind are slower).
+	rawCreateRate(b, ns, "warmup", stormADDs/4, stormInFlight)
+	m := startCPU(b)
+	profiled := profileAPIServer(b, "raw-configmaps")
+	before := rawCreateRate(b, ns, "before", stormADDs, stormInFlight)
+	cmAPI, cmEtcd := m.perOp(b, stormADDs)
+	profiled()
+	m = startCPU(b)
+	profiled = profileAPIServer(b, "raw-ipreservations")
+	rawRes := rawReservationRate(b, fmt.Sprintf("raw-%s-%d", ns, i), stormADDs, stormInFlight)
+	resAPI, resEtcd := m.perOp(b, stormADDs)
+	profiled()
+
+	latencies := make([]time.Duration, n)
+	var failed atomic.Int64
+	m = startCPU(b)
+	profiled = profileAPIServer(b, "storm")
+	b.StartTimer()
+	start := time.Now()
+	runConcurrently(n, stormInFlight, func(k int) {
+		t0 := time.Now()
+		if err := add(ctx, k); err != nil {
+			if failed.Add(1) <= 3 {
+				b.Errorf("ADD %d: %v", k, err)
+			}
+		}
+		latencies[k] = time.Since(t0)
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%d of %d ADDs failed: a rate of failed ADDs measures nothing", f, n)
+	}
+	stormAPI, stormEtcd := m.perOp(b, n)
+	profiled()
+
+	after := rawCreateRate(b, ns, "after", stormADDs, stormInFlight)
+	c := counters()
+	slices.Sort(latencies)
+	rate := float64(n) / elapsed.Seconds()
+	raw := (before + after) / 2
+	p50, p99 := ms(latencies[len(latencies)/2]), ms(latencies[len(latencies)*99/100])
+	agents := "agent processes"
+	if !table {
+		agents = "in-process agents (profiling only, not the table's)"
+	}
+	b.ReportMetric(rate, "allocs/s")
+	b.ReportMetric(raw, "raw-creates/s")
+	b.ReportMetric(rate/raw, "ratio")
+	b.ReportMetric(rawRes, "raw-reservations/s")
+	b.ReportMetric(rate/rawRes, "ratio-to-reservations")
+	b.ReportMetric(p50, "p50-ms")
+	b.ReportMetric(p99, "p99-ms")
+	b.ReportMetric(c.writes/float64(n), "writes/alloc")
+	b.ReportMetric(c.conflicts, "conflicts")
+	b.ReportMetric(c.apiLookups/float64(n), "pod-api-reads/alloc")
+	b.Logf("%d ADDs via %d %s, %d in flight: %.0f allocations/s (p50 %.1f ms, p99 %.1f ms, %.2f API writes/allocation, %v conflicts); "+
+		"raw API server create rate %.0f/s (before %.0f, after %.0f); ratio %.2f; "+
+		"raw IPReservation creates (same objects, no agent in the path, agents watching) %.0f/s; ratio %.2f; pod reads that missed the cache: %.0f",
+		n, stormAgents, agents, stormInFlight, rate, p50, p99, c.writes/float64(n), c.conflicts,
+		raw, before, after, rate/raw, rawRes, rate/rawRes, c.apiLookups)
+	if !table {
+		return
+	}
+	record(row{fig: 1, what: "storm rate (2,000 ADDs, 4 agent processes, 32 in flight)",
+		measured: fmt.Sprintf("%.0f/s", rate), baseline: fmt.Sprintf("%.0f/s raw ConfigMap creates", raw),
+		ratio: fmt.Sprintf("%.2fx", rate/raw), target: ">= 0.5x", verdict: verdict(rate/raw >= 0.5)})
+	record(row{fig: 1, what: "storm rate vs the objects themselves",
+		measured: fmt.Sprintf("%.0f/s", rate), baseline: fmt.Sprintf("%.0f/s raw IPReservation creates", rawRes),
+		ratio: fmt.Sprintf("%.2fx", rate/rawRes), target: ">= 0.8x", verdict: verdict(rate/rawRes >= 0.8)})
+	record(row{fig: 1, what: "raw IPReservation vs raw ConfigMap creates",
+		measured: fmt.Sprintf("%.0f/s", rawRes), baseline: fmt.Sprintf("%.0f/s", raw),
+		ratio: fmt.Sprintf("%.2fx", rawRes/raw), target: "(context)"})
+	record(row{fig: 1, what: "kube-apiserver CPU per storm ADD (per raw IPReservation create)",
+		measured: fmt.Sprintf("%.2f ms (%.2f ms)", stormAPI, resAPI), baseline: fmt.Sprintf("%.2f ms per raw ConfigMap create", cmAPI),
+		ratio: fmt.Sprintf("%.1fx (%.1fx)", stormAPI/cmAPI, resAPI/cmAPI), target: "(context)"})
+	record(row{fig: 1, what: "etcd CPU per storm ADD (per raw IPReservation create)",
+		measured: fmt.Sprintf("%.2f ms (%.2f ms)", stormEtcd, resEtcd), baseline: fmt.Sprintf("%.2f ms per raw ConfigMap create", cmEtcd),
+		ratio: fmt.Sprintf("%.1fx (%.1fx)", stormEtcd/cmEtcd, resEtcd/cmEtcd), target: "(context)"})
+	record(row{fig: 1, what: "storm latency p50 / p99", measured: fmt.Sprintf("%.1f / %.1f ms", p50, p99), target: "(context)"})
 }
 
 // rawCreateRate creates n ConfigMaps with the given concurrency and returns creates/s.

@@ -5,6 +5,8 @@
 // server's raw create rate, a minimal Go binary, whereabouts, ...), and
 // prints them as one table at the end. Run with `make bench`; select parts
 // with -bench 'AllocationStorm|Scaling|Whereabouts|Shim|Memory|Exhaustion|BootStorm'.
+// BenchmarkInProcessAllocationStorm, figure 1 with in-process agents, is for
+// profiling only (IPKEEPER_BENCH_IN_PROCESS=1) and adds nothing to the table.
 // docs/performance.md holds the results and how to read them.
 package bench
 
