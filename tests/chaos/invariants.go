@@ -48,7 +48,9 @@ import (
 //	   the new address) and the first (for a claim whose request is
 //	   refused) may remain;
 //	I5 no panic in any process log, and every failed request returned a
-//	   CNI error with a code (never a transport error while the agent is up);
+//	   CNI error with a code (never a transport error while the agent is up;
+//	   a request the harness itself gave up on, its context ended, is not
+//	   judged);
 //	I6 ipkeeper-controller is the one writer of claims' addresses: a
 //	   claim's recorded addresses never change once recorded except by the
 //	   harness's own edit; a claim filled while asking for given addresses

@@ -488,7 +488,7 @@ func (r *runner) gc(ctx context.Context, st step) {
 	upBefore, epoch := n.state()
 	_, err := n.client.Do(ctx, cniproto.Request{Command: cniproto.CmdGC, Config: raw})
 	r.hist.end(seq, errString(err))
-	r.classify(cniproto.CmdGC, n, upBefore, epoch, err, gcAtt)
+	r.classify(ctx, cniproto.CmdGC, n, upBefore, epoch, err, gcAtt)
 }
 
 // checkClass names the kind of a failed CHECK.

@@ -120,15 +120,21 @@ func (r *runner) cni(ctx context.Context, op int, n *node, cmd string, a *attach
 	}
 	r.hist.end(seq, res)
 
-	r.classify(cmd, n, upBefore, epoch, err, a)
+	r.classify(ctx, cmd, n, upBefore, epoch, err, a)
 	return resp, err
 }
 
 // classify counts a CNI answer; a failure that is not a CNI error with a
-// code while the agent was up the whole time is an I5 violation.
-func (r *runner) classify(cmd string, n *node, upBefore bool, epoch int, err error, a *attachment) {
+// code while the agent was up the whole time is an I5 violation, unless
+// the harness itself gave up on the request (its context ended: the run
+// stopping its VM actors mid-operation).
+func (r *runner) classify(ctx context.Context, cmd string, n *node, upBefore bool, epoch int, err error, a *attachment) {
 	if err == nil {
 		r.counts.inc("cni:" + cmd + ":ok")
+		return
+	}
+	if ctx.Err() != nil {
+		r.counts.inc("cni:" + cmd + ":cancelled-by-harness")
 		return
 	}
 	if code, ok := cniCode(err); ok {
