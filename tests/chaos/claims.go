@@ -84,18 +84,10 @@ func (r *runner) claimOp(ctx context.Context, st step, cs *claimSlot) {
 		}
 		r.startClaimPods(ctx, st.seq, cs, []int{st.node}, nil)
 	case opClaimDelete:
-		for _, p := range slices.Clone(cs.pods) {
-			r.stopClaimPod(ctx, st.seq, cs, p)
-		}
-		if len(cs.pods) > 0 {
-			return // a pod could not be deleted; the claim stays
-		}
-		if err := r.deleteClaim(ctx, st.seq, cs.name); err != nil {
+		gone := cs.uid
+		if !r.dropClaim(ctx, st.seq, cs) || st.drop {
 			return
 		}
-		r.counts.inc("claims-deleted")
-		gone := cs.uid
-		cs.uid, cs.ips, cs.pending = "", nil, nil
 		requested, err := r.chooseRequest(ctx, st, gone)
 		if err != nil {
 			return
@@ -108,6 +100,23 @@ func (r *runner) claimOp(ctx context.Context, st step, cs *claimSlot) {
 	case opClaimEdit:
 		r.editClaim(ctx, st, cs)
 	}
+}
+
+// dropClaim stops the slot's pods and deletes its claim; false if a pod
+// or the claim could not be deleted (the claim stays).
+func (r *runner) dropClaim(ctx context.Context, op int, cs *claimSlot) bool {
+	for _, p := range slices.Clone(cs.pods) {
+		r.stopClaimPod(ctx, op, cs, p)
+	}
+	if len(cs.pods) > 0 {
+		return false
+	}
+	if err := r.deleteClaim(ctx, op, cs.name); err != nil {
+		return false
+	}
+	r.counts.inc("claims-deleted")
+	cs.uid, cs.ips, cs.pending = "", nil, nil
+	return true
 }
 
 // startClaimPods creates one launcher pod per node index and sends their

@@ -335,10 +335,19 @@ func (c *cluster) restartAgentDoing(ctx context.Context, n *node, whileDown func
 
 // restartController kills the controller with SIGKILL and starts it again.
 func (c *cluster) restartController(ctx context.Context) error {
+	return c.restartControllerAfter(ctx, nil)
+}
+
+// restartControllerAfter kills ipkeeper-controller, calls gate (if set)
+// while it is down, then starts it again.
+func (c *cluster) restartControllerAfter(ctx context.Context, gate func(context.Context)) error {
 	c.ctrl.mu.Lock()
 	defer c.ctrl.mu.Unlock()
 	c.ctrl.up = false
 	c.ctrl.proc.Kill()
+	if gate != nil {
+		gate(ctx)
+	}
 	for attempt := 0; ; attempt++ {
 		if err := c.ctrl.proc.Restart(); err != nil {
 			return err

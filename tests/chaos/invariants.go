@@ -31,7 +31,9 @@ import (
 //	   different holders (the pods of one claim share the claim's);
 //	I2 every successful attachment's address has a reservation that
 //	   belongs to it (owner pod UID + interface, or its claim) until its
-//	   DEL; a repeated ADD returns the same address, a CHECK passes;
+//	   DEL; a repeated ADD returns the same address, a CHECK passes (a
+//	   VM launcher's ADD that waited while ipkeeper-controller made its
+//	   claim again belongs to the new claim: claimOfADD);
 //	I3 at quiescence, after the GC grace period, no reservation without a
 //	   live owner (a pod attachment the harness holds, or an existing claim);
 //	I4 a claim's status.ips equals the addresses of its reservations, and

@@ -46,6 +46,10 @@ type attachment struct {
 	capi        bool      // a Cluster API claim's address (podName, podUID: the claim's)
 	claimName   string    // "" for an ephemeral attachment
 	claimUID    types.UID // the claim at ADD time
+	// remadeClaim: ipkeeper-controller makes (and deletes) the claim, a
+	// VM's: one being deleted when the ADD read it is made again while
+	// the ADD waits, and the ADD gets the new claim's addresses.
+	remadeClaim bool
 	ips         []netip.Addr
 	state       attState
 	since       time.Time
@@ -206,6 +210,14 @@ func (m *model) succeeded(a *attachment, ips []netip.Addr) (clash []*attachment,
 		}
 	}
 	return clash, early
+}
+
+// adoptClaim records that a's ADD got the addresses of claim uid, of the
+// same name as the one it read before (made again while the ADD waited).
+func (m *model) adoptClaim(a *attachment, uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a.claimUID = uid
 }
 
 // quietLive is a live attachment whose holder no operation is changing,

@@ -156,31 +156,59 @@ func (r *runner) nodeGone(ctx context.Context, op int, n *node, slots []*slot) e
 // filled within the agent's wait fail with code 11 (claim-unfilled) and
 // start later; none gets another's addresses (I1) or addresses its claim
 // does not record (I4, I6).
+//
+// The run's first storm makes its claims while the controller is down
+// and starts the controller again only once a launcher's ADD was refused
+// for an unfilled claim (or every launcher's ADD returned): so every run,
+// however short, sees that refusal. Later storms kill the controller
+// while the claims are made and their pods start, as it happens.
 func (r *runner) claimStorm(ctx context.Context, st step) {
+	held := !r.heldStormDone.Load()
 	var wg sync.WaitGroup
 	for i, cs := range r.claims {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			// pick 0: the new claim asks for no given address.
-			r.claimOp(ctx, step{seq: st.seq, kind: opClaimDelete, pool: poolVM, slot: i}, cs)
+			r.claimOp(ctx, step{seq: st.seq, kind: opClaimDelete, pool: poolVM, slot: i, drop: held}, cs)
 		}()
 	}
 	wg.Wait()
-	wg.Add(1)
+	r.c.ctrl.mu.Lock()
+	up := r.c.ctrl.up
+	r.c.ctrl.mu.Unlock()
+	held = held && up && r.heldStormDone.CompareAndSwap(false, true)
+	launched := make(chan struct{})
+	down := make(chan struct{})
+	var gate func(context.Context)
+	refusedBefore := r.counts.get("claim-unfilled")
+	if held {
+		gate = func(ctx context.Context) {
+			close(down)
+			_ = framework.Eventually(ctx, time.Minute, 50*time.Millisecond, func(context.Context) (bool, error) {
+				select {
+				case <-launched:
+					return true, nil
+				default:
+					return r.counts.get("claim-unfilled") > refusedBefore, nil
+				}
+			})
+		}
+	}
+	ctrlDone := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		r.c.ctrl.mu.Lock()
-		up := r.c.ctrl.up
-		r.c.ctrl.mu.Unlock()
+		defer close(ctrlDone)
 		if !up {
 			return // a fault is restarting it already
 		}
 		r.counts.inc("storm-controller-kills")
-		if err := r.c.restartController(context.WithoutCancel(ctx)); err != nil {
+		if err := r.c.restartControllerAfter(context.WithoutCancel(ctx), gate); err != nil {
 			r.harnessError(fmt.Errorf("restarting the controller in a claim storm: %w", err))
 		}
 	}()
+	if held {
+		<-down
+	}
 	for i, cs := range r.claims {
 		wg.Add(1)
 		go func() {
@@ -189,4 +217,9 @@ func (r *runner) claimStorm(ctx context.Context, st step) {
 		}()
 	}
 	wg.Wait()
+	close(launched)
+	<-ctrlDone
+	if held {
+		r.counts.add("held-storm-unfilled", r.counts.get("claim-unfilled")-refusedBefore)
+	}
 }

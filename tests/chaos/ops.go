@@ -13,9 +13,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -95,6 +97,7 @@ type runner struct {
 	// nodeBlocksLeft are the blocks of a deleted node still there when its
 	// Node was made again, by node.
 	nodeBlocksLeft sync.Map
+	heldStormDone  atomic.Bool // a claim storm held the controller down (claimStorm)
 	// gcLocks keep a GC of (node, network) from running while an ADD of
 	// that node and network is in flight: the runtime's list of valid
 	// attachments is only complete between its own ADDs.
@@ -288,6 +291,9 @@ func (r *runner) add(ctx context.Context, op int, n *node, net *network, a *atta
 	if err == nil {
 		ips, perr := parseResult(resp)
 		if perr == nil {
+			if a.remadeClaim {
+				r.claimOfADD(ctx, a, ips)
+			}
 			r.addSucceeded(a, ips, static)
 			return nil
 		}
@@ -297,6 +303,28 @@ func (r *runner) add(ctx context.Context, op int, n *node, net *network, a *atta
 	r.model.setState(a, attFailed)
 	r.del(ctx, op, a, pending)
 	return err
+}
+
+// claimOfADD finds which claim of a's claim name an ADD got its
+// addresses from: the UID its reservations name. A VM's claim that was
+// being deleted when the simulated kubelet read it is made again by
+// ipkeeper-controller while the agent waits, and the ADD gets that one's.
+// A reservation gone or not a claim's leaves the UID read before the ADD.
+func (r *runner) claimOfADD(ctx context.Context, a *attachment, ips []netip.Addr) {
+	for _, ip := range ips {
+		var res ipkv1alpha1.IPReservation
+		if err := r.c.cp.Client.Get(ctx, client.ObjectKey{Name: naming.Reservation(a.key, ip)}, &res); err != nil {
+			continue
+		}
+		o := res.Spec.Owner
+		if o.Kind == ipkv1alpha1.OwnerIPAMClaim && o.Namespace == a.podNS && o.Name == a.claimName && !res.Spec.Released() {
+			if o.UID != a.claimUID {
+				r.counts.inc("vm-claim-made-again-during-add")
+				r.model.adoptClaim(a, o.UID)
+			}
+			return
+		}
+	}
 }
 
 // addSucceeded records a successful ADD and checks I1 (and that a static

@@ -74,6 +74,9 @@ type step struct {
 	node int    // for GC, and the node a claim pod starts on
 	flag bool   // a variation: racing stale DEL, DEL before pod deletion, two first pods of a claim, a pod right after a claim edit
 	pick uint64 // further choices (which old sandbox, which addresses a claim asks for or is moved to ...)
+	// drop: a claim delete that does not make the claim again (the claim
+	// storm makes it while the controller is down); never drawn.
+	drop bool
 }
 
 // Variations of the claim operations, drawn from bits of step.pick (the

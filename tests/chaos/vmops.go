@@ -366,7 +366,7 @@ func (r *runner) vmRun(ctx context.Context, pod *corev1.Pod, ifaces []string) (m
 			if err := r.c.cp.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: a.claimName}, &claim); err != nil {
 				return nil, fmt.Errorf("reading IPAMClaim %s of pod %s: %w", a.claimName, pod.Name, err)
 			}
-			a.claimUID = claim.UID
+			a.claimUID, a.remadeClaim = claim.UID, true
 		}
 		done := r.model.touch(a.holder())
 		var pending []*attachment
