@@ -16,9 +16,11 @@ import (
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -184,7 +186,7 @@ func storm(b *testing.B, i int, ns string, n int, add func(context.Context, int)
 	}
 	record(row{fig: 1, what: "storm rate (2,000 ADDs, 4 agent processes, 32 in flight)",
 		measured: fmt.Sprintf("%.0f/s", rate), baseline: fmt.Sprintf("%.0f/s raw ConfigMap creates", raw),
-		ratio: fmt.Sprintf("%.2fx", rate/raw), target: ">= 0.5x", verdict: verdict(rate/raw >= 0.5)})
+		ratio: fmt.Sprintf("%.2fx", rate/raw), target: "(context: the object's own ceiling is the next rows')"})
 	record(row{fig: 1, what: "storm rate vs the objects themselves",
 		measured: fmt.Sprintf("%.0f/s", rate), baseline: fmt.Sprintf("%.0f/s raw IPReservation creates", rawRes),
 		ratio: fmt.Sprintf("%.2fx", rate/rawRes), target: ">= 0.8x", verdict: verdict(rate/rawRes >= 0.8)})
@@ -215,12 +217,24 @@ func rawCreateRate(b *testing.B, ns, tag string, n, inFlight int) float64 {
 // rawReservationRate creates n IPReservations directly (no agent, no
 // informers) and returns creates/s: the cost of the object itself (a CRD
 // with CEL validation, JSON only), separate from the agent's overhead.
+// Their owners never exist: they are deleted when the figure ends, so that
+// no later figure's garbage collector works through them.
 func rawReservationRate(b *testing.B, network string, n, inFlight int) float64 {
+	ip := func(k int) netip.Addr { return netip.AddrFrom4([4]byte{10, 200, byte(k >> 8), byte(k)}) }
 	start := time.Now()
 	runConcurrently(n, inFlight, func(k int) {
-		createReservation(b, network, netip.AddrFrom4([4]byte{10, 200, byte(k >> 8), byte(k)}), k)
+		createReservation(b, network, ip(k), k)
 	})
-	return float64(n) / time.Since(start).Seconds()
+	rate := float64(n) / time.Since(start).Seconds()
+	b.Cleanup(func() {
+		runConcurrently(n, inFlight, func(k int) {
+			r := &ipkeeperv1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(network, ip(k))}}
+			if err := cp.Client.Delete(context.Background(), r); err != nil && !apierrors.IsNotFound(err) {
+				b.Errorf("deleting raw reservation %s: %v", r.Name, err)
+			}
+		})
+	})
+	return rate
 }
 
 // createReservation creates one IPReservation as an agent would, straight
@@ -236,18 +250,14 @@ func createReservation(b *testing.B, network string, ip netip.Addr, k int) {
 	}
 }
 
-// createPodReservation creates, straight to the API server, the
-// reservation the agent would create for pod's net1 on node: the same
-// object, labels included.
-func createPodReservation(b *testing.B, network string, ip netip.Addr, p *corev1.Pod, node string) {
-	r := &ipkeeperv1alpha1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(network, ip), Labels: map[string]string{
-			naming.NetworkLabel: naming.NetworkLabelValue(network), naming.OwnerKindLabel: string(ipkeeperv1alpha1.OwnerPod),
-		}},
-		Spec: ipkeeperv1alpha1.IPReservationSpec{Pool: network, Network: network, IP: ip.String(), InterfaceName: "net1",
-			ContainerID: framework.SandboxID(p), Node: node,
-			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: p.Namespace, Name: p.Name, UID: p.UID}},
-	}
+// createAgentsReservation creates, straight to the API server, the
+// reservation the agent creates for pod's net1 on node in its node's
+// block: the same object (reservation.New), labels and attachment time
+// included.
+func createAgentsReservation(b *testing.B, network string, ip netip.Addr, p *corev1.Pod, node string) {
+	r := reservation.New(reservation.Params{Pool: network, Key: network, Network: network, IP: ip, Interface: "net1",
+		ContainerID: framework.SandboxID(p), Node: node, AttachedAt: &metav1.Time{Time: time.Now()}, Block: reservation.NodeBlock,
+		Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: p.Namespace, Name: p.Name, UID: p.UID}})
 	if err := cp.Client.Create(context.Background(), r); err != nil {
 		b.Errorf("raw reservation create: %v", err)
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -268,26 +269,21 @@ func (c *bootCluster) holdPool(b *testing.B, n, heldNodes int) {
 	})
 }
 
-// podReservation is the reservation an agent makes for pod's ifName on node.
+// podReservation is the reservation an agent makes for pod's ifName on
+// node, outside any block (unlabelled).
 func podReservation(n bootNet, ip netip.Addr, p *corev1.Pod, ifName, node string) *ipkeeperv1alpha1.IPReservation {
-	return &ipkeeperv1alpha1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(n.pool, ip), Labels: naming.ReservationLabels(n.network, string(ipkeeperv1alpha1.OwnerPod))},
-		Spec: ipkeeperv1alpha1.IPReservationSpec{Pool: n.pool, Network: n.network, IP: ip.String(), InterfaceName: ifName,
-			ContainerID: framework.SandboxID(p), Node: node,
-			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: p.Namespace, Name: p.Name, UID: p.UID}},
-	}
+	return reservation.New(reservation.Params{Pool: n.pool, Key: n.pool, Network: n.network, IP: ip, Interface: ifName,
+		ContainerID: framework.SandboxID(p), Node: node,
+		Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: p.Namespace, Name: p.Name, UID: p.UID}})
 }
 
 // claimReservation is the reservation ipkeeper-controller makes for a
-// claim in one of its blocks of IPAMClaims (labelled so no agent is sent it).
+// claim in one of its blocks of IPAMClaims (labelled so no agent is sent
+// it), in pool, whose reservations are named from pool.
 func claimReservation(pool, network string, ip netip.Addr, claim *ipamclaimsv1alpha1.IPAMClaim) *ipkeeperv1alpha1.IPReservation {
-	labels := naming.ReservationLabels(network, string(ipkeeperv1alpha1.OwnerIPAMClaim))
-	labels[naming.ClaimsBlockLabel] = "true"
-	return &ipkeeperv1alpha1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(pool, ip), Labels: labels},
-		Spec: ipkeeperv1alpha1.IPReservationSpec{Pool: pool, Network: network, IP: ip.String(), InterfaceName: claim.Spec.Interface,
-			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}},
-	}
+	return reservation.New(reservation.Params{Pool: pool, Key: pool, Network: network, IP: ip, Interface: claim.Spec.Interface,
+		Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
+		Block: reservation.ClaimsBlock})
 }
 
 // plainPod is a pod bound to node, as the scheduler leaves it (no kubelet runs).

@@ -495,14 +495,19 @@ func requestsBy(mfs map[string]*dto.MetricFamily) map[string]float64 {
 // requestsPer lists the API server's requests between two scrapes per
 // one of n, the most frequent first, those of at least min.
 func requestsPer(before, after map[string]*dto.MetricFamily, n int, minimum float64) []string {
-	b, a := requestsBy(before), requestsBy(after)
+	return increasesPer(requestsBy(before), requestsBy(after), float64(n), minimum)
+}
+
+// increasesPer lists, as "key value", each key's increase from before
+// to after per one of n, the largest first, those of at least minimum.
+func increasesPer(before, after map[string]float64, n, minimum float64) []string {
 	type kv struct {
 		k string
 		v float64
 	}
 	var all []kv
-	for k, v := range a {
-		if d := (v - b[k]) / float64(n); d >= minimum {
+	for k, v := range after {
+		if d := (v - before[k]) / n; d >= minimum {
 			all = append(all, kv{k, d})
 		}
 	}

@@ -215,5 +215,8 @@ func (c *ControllerProcess) Stop() {
 	_ = c.log.Close()
 }
 
+// PID is the running process's ID.
+func (c *ControllerProcess) PID() int { return c.cmd.Process.Pid }
+
 // Tail returns the last n lines of the controller's log.
 func (c *ControllerProcess) Tail(n int) string { return TailFile(c.LogPath, n) }
