@@ -318,8 +318,8 @@ func (a *Agent) start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	// Two reflectors: this node's labelled pod reservations, and every
-	// unlabelled one; other nodes' labelled ones lie in their blocks.
+	// One reflector: this node's labelled pod reservations and the
+	// shared ones; other nodes' labelled ones lie in their blocks.
 	reservationsSynced := a.reservations.Watch(ctx, a.live, a.reservationREST)
 	// Its own node's blocks only: which blocks others hold is read live
 	// when it takes one, so a block taken is not sent to every agent.

@@ -179,10 +179,10 @@ func TestAgentBorrowsWhenEveryBlockIsHeld(t *testing.T) {
 		if len(rs) != 1 {
 			t.Fatalf("%s owns %d reservations, want 1", uid, len(rs))
 		}
-		if _, labelled := rs[0].Labels[naming.NodeLabel]; labelled {
-			t.Errorf("the borrowed %s is labelled %s: node-a, whose block it lies in, would not see it", rs[0].Spec.IP, naming.NodeLabel)
+		if got := rs[0].Labels[naming.NodeLabel]; got != naming.SharedNodeLabelValue {
+			t.Errorf("the borrowed %s is labelled %s=%q, want %q: node-a, whose block it lies in, would not see it", rs[0].Spec.IP, naming.NodeLabel, got, naming.SharedNodeLabelValue)
 		}
-		// node-a's watch delivers unlabelled reservations.
+		// node-a's watch delivers shared reservations.
 		if e, ok := index.EntryOf(rs[0]); ok {
 			a.reservations.Watched(e)
 		}

@@ -14,7 +14,7 @@ import (
 // Borrowing: when this node holds no block of a range with a free address
 // and can take none (package agent/blocks), an ADD borrows an address
 // anywhere in the range, as a live list of the pool shows it; such a
-// reservation is unlabelled, so every agent watches it.
+// reservation is labelled shared, so every agent watches it.
 
 // borrowTTL is how long a borrowing ADD reuses the live list of an
 // earlier one on the node.

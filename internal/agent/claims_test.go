@@ -525,7 +525,7 @@ func TestClaimBackedDelAndGCReleaseNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What an earlier agent made for another address of the claim: the
-	// node's unlabelled-reservations watch delivers it.
+	// agent's watch of shared reservations delivers it.
 	old := claimReservation("blue", "10.0.0.6", f.claim)
 	delete(old.Labels, naming.ClaimsBlockLabel)
 	old.Spec.Node, old.Spec.ContainerID, old.Spec.InterfaceName = "node-a", "sandbox-1", "net1"

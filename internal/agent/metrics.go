@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int, ready func() boo
 			Name: "ipkeeper_agent_pod_lookups_total", Help: "Pod identity checks, by source (cache, or api when the cache had not seen the pod yet).",
 		}, []string{"source"}),
 		reservations: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "ipkeeper_agent_reservations", Help: "Reservations in the agent's cache: its node's and every one without an ipkeeper.io/node label, of all networks.",
+			Name: "ipkeeper_agent_reservations", Help: "Reservations in the agent's cache: its node's and the shared ones (ipkeeper.io/node=Shared), of all networks.",
 		}, func() float64 { return float64(indexLen()) }),
 		// Read at scrape time, like /readyz: an alert sees an agent that
 		// never gets ready (a missing CRD, caches that do not sync).

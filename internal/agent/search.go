@@ -141,7 +141,7 @@ func (s *search) ownBlock(ctx context.Context) (netip.Addr, bool, error) {
 }
 
 // borrow is phase 2: every block is held, so any address free in the
-// pool will do, left unlabelled so that every agent sees it. The cache
+// pool will do, labelled shared so that every agent sees it. The cache
 // does not show other nodes' blocks, so the search scans a live list of
 // the pool (shared for a moment by this node's borrowing ADDs); a range
 // confirmed full a moment ago, with no release seen since, is full

@@ -216,7 +216,7 @@ func (a *Allocator) pick(ctx context.Context, pool *Pool, r iprange.Range, seed 
 	inBlock = err == nil
 	if errors.Is(err, blocks.ErrNoBlock) {
 		// Phase 3: borrow. Every block is held (or the controller may not
-		// take one): any address the cache shows free, left unlabelled, so
+		// take one): any address the cache shows free, labelled shared, so
 		// the agent of the node whose block it lies in sees it and skips it.
 		ip, err = allocator.Candidate(r, taken, seed)
 	}

@@ -188,8 +188,8 @@ func TestAssignSkipsHeldAndBlockedAddresses(t *testing.T) {
 	}
 }
 
-// When nodes hold every block of the range, an address is borrowed, left
-// unlabelled so the agent of its block's node sees it; a block nobody
+// When nodes hold every block of the range, an address is borrowed,
+// labelled shared so the agent of its block's node sees it; a block nobody
 // holds is taken first.
 func TestAssignBorrowsWhenNodesHoldEveryBlock(t *testing.T) {
 	for _, tt := range []struct {
@@ -215,8 +215,9 @@ func TestAssignBorrowsWhenNodesHoldEveryBlock(t *testing.T) {
 				}
 				ip, labelled := ipOf(t, res), res.Labels[naming.ClaimsBlockLabel] == "true"
 				if tt.wantBlock == "" {
-					if labelled {
-						t.Errorf("borrowed %s labelled %s: the node's agent would not see it", ip, naming.ClaimsBlockLabel)
+					if labelled || res.Labels[naming.NodeLabel] != naming.SharedNodeLabelValue {
+						t.Errorf("borrowed %s labelled %v, want %s=%s and not %s: the node's agent would not see it", ip, res.Labels,
+							naming.NodeLabel, naming.SharedNodeLabelValue, naming.ClaimsBlockLabel)
 					}
 					if res.Labels[naming.NetworkLabel] != "blue" {
 						t.Errorf("borrowed reservation labels %v lack the network", res.Labels)

@@ -14,7 +14,7 @@
 // package blocks), labelled naming.ClaimsBlockLabel, so that no agent
 // hands out, or needs to watch, a claim's address: an agent's memory and
 // watch traffic do not grow with the number of VMs. When no block is left
-// to take, an address is borrowed from anywhere in the range, unlabelled,
+// to take, an address is borrowed from anywhere in the range, labelled shared,
 // so the node whose block it lies in sees it.
 //
 // What is free comes from the controller's one cache of reservations

@@ -15,11 +15,17 @@ const (
 	NetworkLabel = "ipkeeper.io/network"
 	// OwnerKindLabel carries the owner kind (Pod or IPAMClaim).
 	OwnerKindLabel = "ipkeeper.io/owner-kind"
-	// NodeLabel marks a pod reservation an agent made in one of its node's
-	// IPBlocks: only that node's agent watches it. Reservations with
-	// neither it nor ClaimsBlockLabel (borrowed addresses, static ones,
-	// other writers') every agent watches.
+	// NodeLabel says which agents watch a reservation. A pod reservation
+	// an agent made in one of its node's IPBlocks carries the node's value
+	// (NodeLabelValue): only that node's agent watches it. One in no
+	// holder's block (a borrowed address, a static one, another writer's)
+	// carries SharedNodeLabelValue: every agent watches it. A claim's in a
+	// block of IPAMClaims carries ClaimsBlockLabel instead: no agent does.
+	// So an agent holds one watch of reservations (AgentReservationSelector).
 	NodeLabel = "ipkeeper.io/node"
+	// SharedNodeLabelValue is NodeLabel's value on reservations every
+	// agent watches. No node's value is it: node names are lowercase.
+	SharedNodeLabelValue = "Shared"
 	// ClaimsBlockLabel marks a reservation ipkeeper-controller made for a
 	// claim (an IPAMClaim or a Cluster API IPAddressClaim) in one of its
 	// blocks of holder IPAMClaims: no agent hands out those addresses, so
@@ -49,6 +55,15 @@ func PoolLabelValue(pool string) string { return labelValue(pool) }
 // NodeLabelValue returns the value of NodeLabel for a node: its name, or a
 // hash of a name too long for a label value.
 func NodeLabelValue(node string) string { return labelValue(node) }
+
+// AgentReservationSelector is the label selector of the reservations the
+// agent of node watches: its node's and the shared ones, in one watch.
+// The API server offers every reservation event to every reservation
+// watch (a custom resource's watchers are not indexed), so each watch
+// an agent holds costs every allocation in the cluster.
+func AgentReservationSelector(node string) string {
+	return NodeLabel + " in (" + NodeLabelValue(node) + "," + SharedNodeLabelValue + ")"
+}
 
 func labelValue(s string) string {
 	if len(validation.IsValidLabelValue(s)) == 0 {

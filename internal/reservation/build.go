@@ -17,8 +17,8 @@ type Block int
 
 const (
 	// NoBlock: no block of the writer's (borrowed, or a pool without
-	// blocks). Unlabelled, so the agent of the node whose block it lies
-	// in sees it and skips it.
+	// blocks). Labelled shared (naming.SharedNodeLabelValue), so every
+	// agent sees it, the one whose block it lies in too, and skips it.
 	NoBlock Block = iota
 	// NodeBlock: a block of Params.Node. Labelled with the node, as only
 	// that node's agent hands out, and watches, its block's addresses.
@@ -53,6 +53,8 @@ type Params struct {
 func New(p Params) *ipkeeperv1alpha1.IPReservation {
 	labels := naming.ReservationLabels(p.Network, string(p.Owner.Kind))
 	switch p.Block {
+	case NoBlock:
+		labels[naming.NodeLabel] = naming.SharedNodeLabelValue
 	case NodeBlock:
 		labels[naming.NodeLabel] = naming.NodeLabelValue(p.Node)
 	case ClaimsBlock:

@@ -43,8 +43,8 @@ func TestNew(t *testing.T) {
 		p          Params
 		wantLabels map[string]string
 	}{
-		{"borrowed: unlabelled", Params{Pool: "blue", Key: "blue", Network: "blue", IP: ip, Owner: claim, Interface: "pod1a2b"},
-			map[string]string{naming.NetworkLabel: "blue", naming.OwnerKindLabel: "IPAMClaim"}},
+		{"borrowed: shared", Params{Pool: "blue", Key: "blue", Network: "blue", IP: ip, Owner: claim, Interface: "pod1a2b"},
+			map[string]string{naming.NetworkLabel: "blue", naming.OwnerKindLabel: "IPAMClaim", naming.NodeLabel: naming.SharedNodeLabelValue}},
 		{"in a claims' block", Params{Pool: "blue", Key: "blue", Network: "blue", IP: ip, Owner: claim, Block: ClaimsBlock},
 			map[string]string{naming.NetworkLabel: "blue", naming.OwnerKindLabel: "IPAMClaim", naming.ClaimsBlockLabel: "true"}},
 		{"in a node's block", Params{Pool: "blue", Key: "k", Network: "blue", IP: ip, Owner: pod, Interface: "net1", ContainerID: "c1", Node: "n1", AttachedAt: at, Block: NodeBlock},

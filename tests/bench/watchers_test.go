@@ -27,16 +27,14 @@ type agentWatch struct {
 }
 
 // agentWatches are the watches the agent of node holds (internal/agent:
-// its reservation index's two scopes, its node's blocks, its node's pods,
+// its reservation index's one watch, its node's blocks, its node's pods,
 // and the pools and NADs its cache holds), in the format it asks for
 // (JSON). The figure checks them against a real agent's
 // (checkAgentWatches).
 func agentWatches(node string) []agentWatch {
-	nodeSel := naming.NodeLabel + "=" + naming.NodeLabelValue(node)
 	return []agentWatch{
-		{"ipreservations", "/apis/ipkeeper.io/v1alpha1/ipreservations", url.Values{"labelSelector": {nodeSel}}},
-		{"ipreservations", "/apis/ipkeeper.io/v1alpha1/ipreservations", url.Values{"labelSelector": {"!" + naming.NodeLabel + ",!" + naming.ClaimsBlockLabel}}},
-		{"ipblocks", "/apis/ipkeeper.io/v1alpha1/ipblocks", url.Values{"labelSelector": {nodeSel}}},
+		{"ipreservations", "/apis/ipkeeper.io/v1alpha1/ipreservations", url.Values{"labelSelector": {naming.AgentReservationSelector(node)}}},
+		{"ipblocks", "/apis/ipkeeper.io/v1alpha1/ipblocks", url.Values{"labelSelector": {naming.NodeLabel + "=" + naming.NodeLabelValue(node)}}},
 		{"pods", "/api/v1/pods", url.Values{"fieldSelector": {"spec.nodeName=" + node}}},
 		{"ippools", "/apis/ipkeeper.io/v1alpha1/ippools", url.Values{}},
 		{"network-attachment-definitions", "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions", url.Values{}},

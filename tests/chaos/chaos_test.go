@@ -356,13 +356,14 @@ func (r *runner) assertCoverage(t *outcome) {
 		"claim request refused (Taken)":                        r.counts.get("requested:False/" + claimstatus.ReasonRequestedTaken),
 		"launcher ADD refused for an unfilled claim (code 11)": r.counts.get("claim-unfilled"),
 		"pod reservation written by an agent (its field manager, which I6 looks for)": r.counts.get("agent-written-pod-reservations"),
-		"Cluster API claim filled":                                       r.counts.get("capi-claim-ready"),
-		"Cluster API claim deleted":                                      r.counts.get("capi-claims-deleted"),
-		"node deleted and made again":                                    r.counts.get("nodes-deleted"),
-		"controller killed in a claim storm":                             r.counts.get("storm-controller-kills"),
-		"GC after an agent restart between its list and its call":        r.counts.get("gc-after-agent-restart"),
-		"reservation name checked against its pool's lock key (I7)":      r.counts.get("check:I7"),
-		"VM launcher ADD through ipkeeper's webhook and virt-controller": r.counts.get("vm-launcher-adds"),
+		"Cluster API claim filled":                                         r.counts.get("capi-claim-ready"),
+		"Cluster API claim deleted":                                        r.counts.get("capi-claims-deleted"),
+		"node deleted and made again":                                      r.counts.get("nodes-deleted"),
+		"controller killed in a claim storm":                               r.counts.get("storm-controller-kills"),
+		"GC after an agent restart between its list and its call":          r.counts.get("gc-after-agent-restart"),
+		"reservation name checked against its pool's lock key (I7)":        r.counts.get("check:I7"),
+		"reservation labels checked against the agents' watch scopes (I7)": r.counts.get("check:I7-scope"),
+		"VM launcher ADD through ipkeeper's webhook and virt-controller":   r.counts.get("vm-launcher-adds"),
 	} {
 		if n == 0 {
 			t.errorf("no %s", what)

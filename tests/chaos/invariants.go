@@ -64,7 +64,9 @@ import (
 //	I7 every reservation's name is the one lock key of its pool and
 //	   address (naming.Reservation of IPPool.LockKey and spec.ip): no
 //	   writer names one otherwise, so no address can be held twice under
-//	   two names;
+//	   two names; and every reservation is in exactly one watch scope
+//	   (ipkeeper.io/node of its node or Shared, or ipkeeper.io/claims-block
+//	   for a claim's: watchScopeProblem);
 //	I8 at quiescence, no object exists that no NAD, user or node caused:
 //	   every pool is the harness's named pool or the inline pool of a NAD
 //	   the harness made and ipkeeper accepted (never one of a refused

@@ -20,6 +20,11 @@ import (
 // here, so that is a harness problem, not ipkeeper's.
 func (r *runner) checkLockKeys(ls *liveState) {
 	for name, res := range ls.res {
+		r.counts.inc("check:I7-scope")
+		if why := watchScopeProblem(res); why != "" {
+			r.violate("I7", "watch-scope", fmt.Sprintf("reservation %s (%s of %s %s/%s, spec.node %q, labels %v) %s",
+				name, res.Spec.IP, res.Spec.Owner.Kind, res.Spec.Owner.Namespace, res.Spec.Owner.Name, res.Spec.Node, res.Labels, why), name, res.Spec.Owner.Name)
+		}
 		pool := ls.pools[res.Spec.Pool]
 		ip, err := netip.ParseAddr(res.Spec.IP)
 		if pool == nil || err != nil {
@@ -33,6 +38,32 @@ func (r *runner) checkLockKeys(ls *liveState) {
 				name, res.Spec.Owner.Name)
 		}
 	}
+}
+
+// watchScopeProblem says why a reservation is not in exactly one watch
+// scope ("" when it is): labelled ipkeeper.io/node with its node (a pod's,
+// in its node's block: that node's agent watches it) or shared (every
+// agent does), or ipkeeper.io/claims-block (a claim's: no agent does).
+// In none, no agent would see it (it costs a failed create, not a
+// duplicate, but nothing here writes one); a claim's labelled with a node
+// would be seen by one agent only.
+func watchScopeProblem(res *ipkv1alpha1.IPReservation) string {
+	node, labelled := res.Labels[naming.NodeLabel]
+	claims := res.Labels[naming.ClaimsBlockLabel] == "true"
+	claimOwned := res.Spec.Owner.Kind == ipkv1alpha1.OwnerIPAMClaim || res.Spec.Owner.Kind == ipkv1alpha1.OwnerIPAddressClaim
+	switch {
+	case labelled && claims:
+		return "is in two watch scopes (" + naming.NodeLabel + " and " + naming.ClaimsBlockLabel + ")"
+	case !labelled && !claims:
+		return "is in no watch scope: no agent would see it"
+	case !labelled || node == naming.SharedNodeLabelValue:
+		return ""
+	case claimOwned:
+		return "is a claim's but labelled with a node: only that node's agent would see it"
+	case node != naming.NodeLabelValue(res.Spec.Node):
+		return "is labelled with another node than its spec.node"
+	}
+	return ""
 }
 
 // causedPools are the pools something of the run made: the named pool

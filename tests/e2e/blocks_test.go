@@ -15,10 +15,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -26,9 +26,11 @@ import (
 // TestAgentsWatchOnlyTheirNodesPodReservations: a node's agent hands out
 // its pods' addresses from address blocks it took (IPBlocks owned by its
 // Node) and labels their reservations with the node, so no other agent
-// receives them. An unlabelled reservation created after them (as a
-// claim's is) reaches every agent: once the other agent has it, it would
-// have had the pod reservations before it, had they been sent to it.
+// receives them. A shared reservation created after them (as a borrowed
+// address's is) reaches every agent: once the other agent has it, it
+// would have had the pod reservations before it, had they been sent to
+// it. A reservation of an earlier version (no node label) is labelled
+// shared by ipkeeper-controller and then reaches every agent too.
 func TestAgentsWatchOnlyTheirNodesPodReservations(t *testing.T) {
 	c := setup(t)
 	if len(c.Nodes) < 2 {
@@ -85,27 +87,40 @@ func TestAgentsWatchOnlyTheirNodesPodReservations(t *testing.T) {
 		}
 	}
 
-	// Unlabelled, as other writers' are; its pod exists, so the
+	// Shared, as borrowed addresses' are; its pod exists, so the
 	// controller's GC leaves it alone.
-	marker := &ipkv1alpha1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:   naming.Reservation("e2e-blocks-marker", netip.MustParseAddr("10.77.10.1")),
-			Labels: naming.ReservationLabels("e2e-blocks-marker", string(ipkv1alpha1.OwnerPod)),
-		},
-		Spec: ipkv1alpha1.IPReservationSpec{
-			Network: "e2e-blocks-marker", Pool: "e2e-blocks-marker", IP: "10.77.10.1", InterfaceName: "marker0", Node: home.Name,
-			Owner: ipkv1alpha1.ReservationOwner{Kind: ipkv1alpha1.OwnerPod, Namespace: ns, Name: first.Name, UID: first.UID},
-		},
+	owner := ipkv1alpha1.ReservationOwner{Kind: ipkv1alpha1.OwnerPod, Namespace: ns, Name: first.Name, UID: first.UID}
+	marker := reservation.New(reservation.Params{Pool: "e2e-blocks-marker", Key: "e2e-blocks-marker", Network: "e2e-blocks-marker",
+		IP: netip.MustParseAddr("10.77.10.1"), Owner: owner, Interface: "marker0", Node: home.Name})
+	if got := marker.Labels[naming.NodeLabel]; got != naming.SharedNodeLabelValue {
+		t.Fatalf("a reservation in no block is labelled %s=%q, want %q", naming.NodeLabel, got, naming.SharedNodeLabelValue)
 	}
 	if err := c.CP.Client.Create(ctx, marker); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.CP.Client.Delete(context.Background(), marker) })
 
-	waitCached(t, other, otherBefore+1, "the unlabelled marker only")
+	waitCached(t, other, otherBefore+1, "the shared marker only")
 	waitCached(t, home, homeBefore+pods+1, "its pods' reservations and the marker")
 	if got := cachedReservations(t, other); got != otherBefore+1 {
 		t.Errorf("%s caches %.0f reservations, want %.0f: it received %s's pod reservations", other.Name, got, otherBefore+1, home.Name)
+	}
+
+	// A reservation of an earlier version carries no node label:
+	// ipkeeper-controller labels it shared, and then every agent has it.
+	legacy := reservation.New(reservation.Params{Pool: "e2e-blocks-marker", Key: "e2e-blocks-marker", Network: "e2e-blocks-marker",
+		IP: netip.MustParseAddr("10.77.10.2"), Owner: owner, Interface: "marker1", Node: home.Name})
+	delete(legacy.Labels, naming.NodeLabel)
+	if err := c.CP.Client.Create(ctx, legacy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CP.Client.Delete(context.Background(), legacy) })
+	waitCached(t, other, otherBefore+2, "the legacy reservation, labelled shared by the controller")
+	if err := c.CP.Client.Get(ctx, client.ObjectKeyFromObject(legacy), legacy); err != nil {
+		t.Fatal(err)
+	}
+	if got := legacy.Labels[naming.NodeLabel]; got != naming.SharedNodeLabelValue {
+		t.Errorf("the legacy reservation is labelled %s=%q, want %q", naming.NodeLabel, got, naming.SharedNodeLabelValue)
 	}
 }
 

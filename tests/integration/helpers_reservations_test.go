@@ -20,7 +20,7 @@ func newReservation(network, ip string) *ipkeeperv1alpha1.IPReservation {
 	return &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   naming.Reservation(network, netip.MustParseAddr(ip)),
-			Labels: map[string]string{naming.NetworkLabel: naming.NetworkLabelValue(network)},
+			Labels: map[string]string{naming.NetworkLabel: naming.NetworkLabelValue(network), naming.NodeLabel: naming.SharedNodeLabelValue},
 		},
 		Spec: ipkeeperv1alpha1.IPReservationSpec{
 			Network:       network,

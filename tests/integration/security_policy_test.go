@@ -121,17 +121,23 @@ func TestAgentWritesBoundToItsNode(t *testing.T) {
 		}
 		own := labelled("10.99.3.40", naming.NodeLabel, "node-a")
 		expectAllowed(t, "label a reservation with its node", onA.Create(ctx, own))
-		expectRefusedBy(t, "label a reservation with another node", onA.Create(ctx, labelled("10.99.3.41", naming.NodeLabel, "node-b")), "may only label reservations ipkeeper.io/node=node-a")
+		expectRefusedBy(t, "label a reservation with another node", onA.Create(ctx, labelled("10.99.3.41", naming.NodeLabel, "node-b")), "may only label reservations ipkeeper.io/node=node-a or ipkeeper.io/node=Shared")
 		expectRefusedBy(t, "label a reservation as in a block of IPAMClaims", onA.Create(ctx, labelled("10.99.3.43", naming.ClaimsBlockLabel, "true")), "ipkeeper.io/claims-block")
 		own.Spec.ContainerID = "new-sandbox"
 		expectAllowed(t, "update a labelled reservation of its node", onA.Update(ctx, own))
 		delete(own.Labels, naming.NodeLabel)
 		expectRefusedBy(t, "drop the node label", onA.Update(ctx, own), "may not change a reservation's ipkeeper.io/node label")
+		shared := labelled("10.99.3.44", naming.NodeLabel, naming.SharedNodeLabelValue)
+		expectAllowed(t, "label a borrowed address's reservation shared", onA.Create(ctx, shared))
+		shared.Labels[naming.NodeLabel] = "node-a"
+		expectRefusedBy(t, "move a shared reservation to its node", onA.Update(ctx, shared), "may not change a reservation's ipkeeper.io/node label")
 		unlabelled := podRes("10.99.3.42", "node-a")
-		expectAllowed(t, "create an unlabelled reservation", onA.Create(ctx, unlabelled))
+		delete(unlabelled.Labels, naming.NodeLabel)
+		expectAllowed(t, "create an unlabelled reservation (an agent of an earlier version)", onA.Create(ctx, unlabelled))
 		unlabelled.Labels = map[string]string{naming.NodeLabel: "node-a"}
 		expectRefusedBy(t, "add the node label", onA.Update(ctx, unlabelled), "may not change a reservation's ipkeeper.io/node label")
 		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, own))
+		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, shared))
 		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, unlabelled))
 	})
 

@@ -8,7 +8,7 @@
 // Each agent hands out its pods' addresses from aligned blocks of the
 // pool's ranges that its node holds, and labels those pods' reservations
 // with its node (naming.NodeLabel). So it watches only its own node's
-// labelled reservations plus the unlabelled ones (package agent/index),
+// reservations plus the shared ones, in one watch (package agent/index),
 // instead of every reservation of the cluster: the watch fan-out that grew
 // with the number of nodes. IPAMClaims' addresses lie in blocks
 // ipkeeper-controller holds, which no agent hands out.

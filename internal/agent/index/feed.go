@@ -34,10 +34,11 @@ import (
 // delivered objects it no longer lists, as an informer's DeletedFinalState
 // does, and leaves alone the agent's own writes it never delivered.
 //
-// The agent's two reflectors (reservationScopes) share that record: an
-// object whose label moved it from one scope to the other is sent as
-// deleted by the first and added by the second, in either order, and only
-// the scope that delivered it last may take it out of the cache.
+// The agent's reflectors (one per reservationScopes scope; today one)
+// share that record: with more than one, an object whose label moved it
+// from one scope to another is sent as deleted by the first and added by
+// the second, in either order, and only the scope that delivered it last
+// may take it out of the cache.
 type reservationFeed struct {
 	x      *Cache
 	shared *deliveries
@@ -196,15 +197,14 @@ func trimReservation(r *ipkeeperv1alpha1.IPReservation, node string) {
 type reservationScope struct{ name, selector string }
 
 // reservationScopes are what the agent of node watches: its node's
-// labelled pod reservations, and every reservation of no block's holder.
-// Together they are every reservation but those in other holders' address
-// blocks: other nodes' (labelled with the node) and IPAMClaims' (labelled
-// as in a block of claims), whose addresses this agent never hands out.
+// labelled pod reservations and every shared one, in one watch
+// (naming.AgentReservationSelector): every reservation but those in other
+// holders' address blocks (other nodes', labelled with their node, and
+// IPAMClaims', labelled as in a block of claims), whose addresses this
+// agent never hands out. One watch, not one per kind: the API server
+// offers each reservation event to each watch.
 func reservationScopes(node string) []reservationScope {
-	return []reservationScope{
-		{"of this node", naming.NodeLabel + "=" + naming.NodeLabelValue(node)},
-		{"of no block's holder", "!" + naming.NodeLabel + ",!" + naming.ClaimsBlockLabel},
-	}
+	return []reservationScope{{"of this node or shared", naming.AgentReservationSelector(node)}}
 }
 
 // reservationListWatch lists IPReservations matching selector through c
