@@ -33,7 +33,7 @@ import (
 // blocks) and 50,000 other nodes' pod reservations (as their agents make
 // them in their nodes' blocks), whole objects, none of which an agent is
 // sent; an agent started after them shows what a list costs. Then 50,000
-// reservations an agent does cache (unlabelled: borrowed addresses,
+// reservations an agent does cache (shared: borrowed addresses,
 // other writers'), filled by watch in the running agent and by list in
 // one started after them. The reservations stay: figure 6, which runs
 // after it, sees a cluster of that size (files are named so that go test
@@ -119,7 +119,7 @@ func BenchmarkMemory(b *testing.B) {
 			n, mib(watched.rss), mib(watched.heap), mib(watched.live), mib(listed.rss), mib(listed.heap), mib(listed.live),
 			cached0, mib(idle.rss), mib(idle.heap), mib(idle.live), per(watched), per(listed), n, n, mib(scoped.rss), mib(scoped.heap), mib(scoped.live))
 		worst := max(watched.rss, listed.rss)
-		record(row{fig: 5, what: fmt.Sprintf("agent RSS, %d more reservations it caches (unlabelled; watch / list)", n),
+		record(row{fig: 5, what: fmt.Sprintf("agent RSS, %d more reservations it caches (shared; watch / list)", n),
 			measured: fmt.Sprintf("%.1f / %.1f MiB", mib(watched.rss), mib(listed.rss)), baseline: fmt.Sprintf("%.1f MiB before (%.0f cached)", mib(idle.rss), cached0),
 			ratio: fmt.Sprintf("%.1fx", worst/idle.rss), target: "(context)"})
 		record(row{fig: 5, what: "agent RSS: of it file-backed (the binary's pages; watch / list)",
@@ -135,7 +135,7 @@ func BenchmarkMemory(b *testing.B) {
 }
 
 // memReservation is the k-th pod reservation of network on another node,
-// in that node's block or in none (unlabelled: every agent caches it).
+// in that node's block or in none (shared: every agent caches it).
 func memReservation(network string, ip netip.Addr, k int, block reservation.Block) *ipkeeperv1alpha1.IPReservation {
 	return reservation.New(reservation.Params{Pool: naming.InlinePool(network), Key: network, Network: network, IP: ip,
 		Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "bench",

@@ -270,7 +270,7 @@ func (c *bootCluster) holdPool(b *testing.B, n, heldNodes int) {
 }
 
 // podReservation is the reservation an agent makes for pod's ifName on
-// node, outside any block (unlabelled).
+// node, outside any block (shared).
 func podReservation(n bootNet, ip netip.Addr, p *corev1.Pod, ifName, node string) *ipkeeperv1alpha1.IPReservation {
 	return reservation.New(reservation.Params{Pool: n.pool, Key: n.pool, Network: n.network, IP: ip, Interface: ifName,
 		ContainerID: framework.SandboxID(p), Node: node,
@@ -509,7 +509,7 @@ func (w *fillWatch) waitFilled(b *testing.B, names []string) {
 	}
 }
 
-// createMarker creates a reservation every agent caches (unlabelled) and
+// createMarker creates a reservation every agent caches (shared) and
 // waits until every agent of nodes has it: each has then handled every
 // watch event the API server sent it before (a watch's events come in order).
 func (c *bootCluster) createMarker(b *testing.B, nodes []*node) {
