@@ -320,6 +320,7 @@ func TestReconcileRequestedAddresses(t *testing.T) {
 		name      string
 		request   string
 		taken     []string // held by a claim of another namespace
+		fallback  string   // claimstatus.RequestedFallbackAnnotation
 		wantIPs   []string // "" prefix: any address of that family
 		reason    string   // IPsAllocated's
 		requested string   // RequestedAddresses' reason
@@ -332,6 +333,14 @@ func TestReconcileRequestedAddresses(t *testing.T) {
 			reason: claimstatus.ReasonAllocated, requested: claimstatus.ReasonRequestedReserved},
 		{name: "taken by another namespace", request: `["10.0.0.50","fd00::50"]`, taken: []string{"fd00::50"},
 			reason: claimstatus.ReasonConflict, requested: claimstatus.ReasonRequestedTaken, msgHas: "fd00::50 on network \"blue\" is already reserved by a workload in another namespace", retry: true},
+		// A clone's request copied from its source: other addresses at
+		// once, none of the requested ones (whole or not at all), and the
+		// condition says whose the address is.
+		{name: "taken, other addresses given", request: `["10.0.0.50","fd00::50"]`, taken: []string{"fd00::50"}, fallback: claimstatus.FallbackOtherAddresses,
+			wantIPs: []string{"10.0.0.", "fd00::"}, reason: claimstatus.ReasonAllocated, requested: claimstatus.ReasonRequestedTakenOthersGiven,
+			msgHas: "fd00::50 on network \"blue\" is already reserved by a workload in another namespace"},
+		{name: "taken, waiting as asked", request: `["fd00::50"]`, taken: []string{"fd00::50"}, fallback: claimstatus.FallbackWait,
+			reason: claimstatus.ReasonConflict, requested: claimstatus.ReasonRequestedTaken, msgHas: "fd00::50", retry: true},
 		{name: "outside the pool", request: `["10.0.1.50"]`,
 			reason: claimstatus.ReasonInternal, requested: claimstatus.ReasonRequestedOutsidePool, msgHas: "10.0.1.50 is outside every range", retry: true},
 		{name: "unreadable", request: `"10.0.0.50"`, reason: claimstatus.ReasonInternal, requested: claimstatus.ReasonRequestedInvalid, msgHas: "not a JSON list"},
@@ -340,6 +349,9 @@ func TestReconcileRequestedAddresses(t *testing.T) {
 			n := nad(ns, "blue", dualConf)
 			cl := claim("vm1.blue")
 			cl.Annotations[claimstatus.RequestedAnnotation] = tt.request
+			if tt.fallback != "" {
+				cl.Annotations[claimstatus.RequestedFallbackAnnotation] = tt.fallback
+			}
 			objs := []client.Object{n, poolOfNAD(t, n), cl}
 			for _, ip := range tt.taken {
 				objs = append(objs, heldRes(ip, stranger))
@@ -372,6 +384,19 @@ func TestReconcileRequestedAddresses(t *testing.T) {
 			}
 			if strings.Contains(cond.Message, "elsewhere") || strings.Contains(cond.Message, "db.blue") {
 				t.Errorf("the message names another namespace's claim: %q", cond.Message)
+			}
+			if tt.requested != claimstatus.ReasonRequestedTakenOthersGiven {
+				return
+			}
+			if slices.ContainsFunc(c.Status.IPs, func(ip string) bool { return strings.HasPrefix(ip, "10.0.0.50/") || strings.HasPrefix(ip, "fd00::50/") }) {
+				t.Errorf("status.ips = %v: a requested address was kept from a request not honoured whole", c.Status.IPs)
+			}
+			// The next look keeps the addresses and the condition, which
+			// still says whose the address was.
+			f.reconcile(t, "vm1.blue")
+			again := f.claim(t, "vm1.blue")
+			if !slices.Equal(again.Status.IPs, c.Status.IPs) || *condition(t, again, claimstatus.ConditionRequested) != *cond {
+				t.Errorf("after another reconcile: ips %v, condition %+v; want %v and %+v", again.Status.IPs, condition(t, again, claimstatus.ConditionRequested), c.Status.IPs, cond)
 			}
 		})
 	}

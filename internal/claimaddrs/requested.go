@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -118,7 +119,11 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 			var taken *reservation.TakenError
 			if errors.As(err, &taken) {
 				undo()
-				return requestRefused(claimstatus.ReasonRequestedTaken, true, "%s on network %q %s", ip, name, reservation.DescribeHolder(taken.Name, taken.Holder, claim.Namespace)), nil
+				held := fmt.Sprintf("%s on network %q %s", ip, name, reservation.DescribeHolder(taken.Name, taken.Holder, claim.Namespace))
+				if claim.Annotations[claimstatus.RequestedFallbackAnnotation] == claimstatus.FallbackOtherAddresses {
+					return r.fillInstead(ctx, claim, net, pool, held)
+				}
+				return requestRefused(claimstatus.ReasonRequestedTaken, true, "%s", held), nil
 			}
 			if err != nil {
 				undo()
@@ -163,6 +168,27 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 		Message: fmt.Sprintf("requested %s reserved for network %q; claim addresses %s", joinAddrs(addrs), name, joinPrefixes(ips))}}, nil
 }
 
+// fillInstead gives a claim whose requested address is someone else's
+// (held says whose) other addresses, as for a claim that requests none,
+// because its RequestedFallbackAnnotation asks for that rather than wait:
+// a VM cloned or restored from one that still runs would otherwise never
+// start. The request is honoured whole or not at all, so none of the
+// requested addresses is kept (fillRequested released what it reserved).
+func (r *Reconciler) fillInstead(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, held string) (outcome, error) {
+	out, err := r.fill(ctx, claim, net, pool, nil)
+	if err != nil {
+		return out, err
+	}
+	if out.failure != nil {
+		out.requested = &metav1.Condition{Type: claimstatus.ConditionRequested, Status: metav1.ConditionFalse, Reason: claimstatus.ReasonRequestedTaken,
+			Message: fmt.Sprintf("%s, and no other address is free either: %s", held, out.failure.message)}
+		return out, nil
+	}
+	out.requested = &metav1.Condition{Type: claimstatus.ConditionRequested, Status: metav1.ConditionFalse, Reason: claimstatus.ReasonRequestedTakenOthersGiven,
+		Message: fmt.Sprintf("%s; the claim got %s instead (%s: %s)", held, joinPrefixes(out.ips), claimstatus.RequestedFallbackAnnotation, claimstatus.FallbackOtherAddresses)}
+	return out, nil
+}
+
 func reservationsOf(mine []held) []*ipkeeperv1alpha1.IPReservation {
 	out := make([]*ipkeeperv1alpha1.IPReservation, len(mine))
 	for i, h := range mine {
@@ -183,6 +209,11 @@ func judgeRecorded(claim *ipamclaimsv1alpha1.IPAMClaim) *metav1.Condition {
 	if err == nil && !slices.ContainsFunc(addrs, func(a netip.Addr) bool { return !recorded[a] }) {
 		return &metav1.Condition{Type: claimstatus.ConditionRequested, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonRequestedReserved,
 			Message: fmt.Sprintf("requested %s reserved for network %q; claim addresses %s", joinAddrs(addrs), name, strings.Join(claim.Status.IPs, ", "))}
+	}
+	if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionRequested); c != nil && c.Reason == claimstatus.ReasonRequestedTakenOthersGiven {
+		// Says whose the address was when the claim got others: kept.
+		kept := *c
+		return &kept
 	}
 	return &metav1.Condition{Type: claimstatus.ConditionRequested, Status: metav1.ConditionFalse, Reason: claimstatus.ReasonRequestedAlreadyAllocated,
 		Message: fmt.Sprintf("the claim already holds %s; a requested address applies only before a claim's first allocation (deleting the claim while the VM is stopped gives the VM the requested address, or a new one)",

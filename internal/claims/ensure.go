@@ -164,24 +164,37 @@ func setIdentity(claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, d 
 
 // setRequest records d's requested addresses on the claim
 // (claimstatus.RequestedAnnotation), or removes a withdrawn request.
+// With it, the request's fallback (claimstatus.RequestedFallbackAnnotation),
+// recorded only when it is not the default.
 func setRequest(claim *ipamclaimsv1alpha1.IPAMClaim, d Desired) {
 	if d.Request == nil {
 		delete(claim.Annotations, claimstatus.RequestedAnnotation)
+		delete(claim.Annotations, claimstatus.RequestedFallbackAnnotation)
 		return
 	}
 	if claim.Annotations == nil {
 		claim.Annotations = map[string]string{}
 	}
 	claim.Annotations[claimstatus.RequestedAnnotation] = d.Request.claimValue()
+	if f := d.Request.fallback; f != "" && f != claimstatus.FallbackWait {
+		claim.Annotations[claimstatus.RequestedFallbackAnnotation] = f
+	} else {
+		delete(claim.Annotations, claimstatus.RequestedFallbackAnnotation)
+	}
 }
 
 // requestRecorded reports whether the claim records d's request as it is.
 func requestRecorded(claim *ipamclaimsv1alpha1.IPAMClaim, d Desired) bool {
 	v, ok := claim.Annotations[claimstatus.RequestedAnnotation]
+	f, fok := claim.Annotations[claimstatus.RequestedFallbackAnnotation]
 	if d.Request == nil {
-		return !ok
+		return !ok && !fok
 	}
-	return ok && v == d.Request.claimValue()
+	wantF := d.Request.fallback
+	if wantF == claimstatus.FallbackWait {
+		wantF = ""
+	}
+	return ok && v == d.Request.claimValue() && f == wantF && fok == (wantF != "")
 }
 
 // sameNetwork tells a claim of the wanted name apart from one this owner

@@ -5,6 +5,8 @@ package claims
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 )
 
 // A VM's requested addresses (RequestedAddressesAnnotation) are read here
@@ -19,6 +21,9 @@ type request struct {
 	// err is set when the annotation as a whole cannot be read: then no
 	// network's request is known, and every claim of the owner waits.
 	err error
+	// fallback is claimstatus.RequestedFallbackAnnotation's value for the
+	// claim: what it does when a requested address is someone else's.
+	fallback string
 }
 
 // claimValue is the request as recorded on the claim
@@ -46,18 +51,43 @@ func parseRequests(annotations map[string]string) (map[string][]string, error) {
 	return out, nil
 }
 
-// withRequests sets each wanted claim's request from the owner's annotations.
-func withRequests(want []Desired, annotations map[string]string) []Desired {
+// withRequests sets each wanted claim's request from the owner's
+// annotations (the VM template's, or the standalone VMI's); restored says
+// KubeVirt made the owner by a clone or a restore
+// (kubevirt.MadeByRestore), so that a request copied from its source does
+// not wait for addresses the source holds.
+func withRequests(want []Desired, annotations map[string]string, restored bool) []Desired {
 	reqs, err := parseRequests(annotations)
+	fallback, ferr := parseFallback(annotations, restored)
+	if err == nil {
+		err = ferr
+	}
 	for i := range want {
 		switch raw, ok := reqs[want[i].LogicalNetwork]; {
 		case err != nil:
 			want[i].Request = &request{err: err}
 		case ok:
-			want[i].Request = &request{raw: raw}
+			want[i].Request = &request{raw: raw, fallback: fallback}
 		}
 	}
 	return want
+}
+
+// parseFallback reads claimstatus.RequestedFallbackAnnotation: its value
+// when set, else FallbackOtherAddresses for an owner KubeVirt restored or
+// cloned, else FallbackWait.
+func parseFallback(annotations map[string]string, restored bool) (string, error) {
+	v, ok := annotations[claimstatus.RequestedFallbackAnnotation]
+	switch {
+	case !ok && restored:
+		return claimstatus.FallbackOtherAddresses, nil
+	case !ok:
+		return claimstatus.FallbackWait, nil
+	case v == claimstatus.FallbackWait || v == claimstatus.FallbackOtherAddresses:
+		return v, nil
+	}
+	return "", fmt.Errorf("annotation %s %q: want %q or %q", claimstatus.RequestedFallbackAnnotation, truncate(v, 100),
+		claimstatus.FallbackWait, claimstatus.FallbackOtherAddresses)
 }
 
 func truncate(s string, n int) string {

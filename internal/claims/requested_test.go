@@ -5,6 +5,10 @@ package claims
 import (
 	"strings"
 	"testing"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 )
 
 // A VM's requested addresses reach each of its claims as the claim
@@ -18,9 +22,12 @@ func TestWithRequests(t *testing.T) {
 	tests := []struct {
 		name        string
 		annotations map[string]string
+		restored    bool
 		// claim annotation value per network, "" for no request
 		blue, red string
 		errPart   string
+		// fallback recorded with each request ("" for the default, wait)
+		fallback string
 	}{
 		{name: "no annotation"},
 		{name: "one network", annotations: map[string]string{RequestedAddressesAnnotation: `{"blue":["10.0.0.5","fd00::5"]}`},
@@ -35,10 +42,22 @@ func TestWithRequests(t *testing.T) {
 		// The message quotes at most 200 bytes of a long annotation.
 		{name: "long malformed value truncated", annotations: map[string]string{RequestedAddressesAnnotation: "[" + strings.Repeat("x", 300)},
 			blue: "invalid", red: "invalid", errPart: `"[` + strings.Repeat("x", 199) + `..."`},
+		// A clone or restore's request was copied from its source: it
+		// does not wait for addresses the source holds.
+		{name: "restored owner falls back to other addresses", restored: true,
+			annotations: map[string]string{RequestedAddressesAnnotation: `{"blue":["10.0.0.5"]}`}, blue: `["10.0.0.5"]`, fallback: claimstatus.FallbackOtherAddresses},
+		{name: "restored owner may still choose to wait", restored: true,
+			annotations: map[string]string{RequestedAddressesAnnotation: `{"blue":["10.0.0.5"]}`, claimstatus.RequestedFallbackAnnotation: "wait"}, blue: `["10.0.0.5"]`},
+		{name: "any owner may choose other addresses",
+			annotations: map[string]string{RequestedAddressesAnnotation: `{"blue":["10.0.0.5"]}`, claimstatus.RequestedFallbackAnnotation: "other-addresses"},
+			blue:        `["10.0.0.5"]`, fallback: claimstatus.FallbackOtherAddresses},
+		{name: "unknown fallback holds every network",
+			annotations: map[string]string{RequestedAddressesAnnotation: `{"blue":["10.0.0.5"]}`, claimstatus.RequestedFallbackAnnotation: "sometimes"},
+			blue:        "invalid", red: "invalid", errPart: `annotation ipkeeper.io/requested-addresses-fallback "sometimes": want "wait" or "other-addresses"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := withRequests(want(), tt.annotations)
+			got := withRequests(want(), tt.annotations, tt.restored)
 			for i, w := range []string{tt.blue, tt.red} {
 				r := got[i].Request
 				if (r == nil) != (w == "") || (r != nil && r.claimValue() != w) {
@@ -46,6 +65,17 @@ func TestWithRequests(t *testing.T) {
 				}
 				if r != nil && tt.errPart != "" && (r.err == nil || !strings.Contains(r.err.Error(), tt.errPart)) {
 					t.Fatalf("%s request error = %v, want %q", got[i].LogicalNetwork, r.err, tt.errPart)
+				}
+				if r == nil || r.err != nil {
+					continue
+				}
+				var claim ipamclaimsv1alpha1.IPAMClaim
+				setRequest(&claim, got[i])
+				if f := claim.Annotations[claimstatus.RequestedFallbackAnnotation]; f != tt.fallback {
+					t.Fatalf("%s fallback recorded %q, want %q", got[i].LogicalNetwork, f, tt.fallback)
+				}
+				if !requestRecorded(&claim, got[i]) {
+					t.Fatalf("%s: requestRecorded is false right after setRequest", got[i].LogicalNetwork)
 				}
 			}
 		})

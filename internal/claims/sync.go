@@ -89,7 +89,7 @@ func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj cl
 		nadProblems.Inc()
 		s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonNADProblem), "no persistent IPs for %v", p)
 	}
-	want = withRequests(want, annotations)
+	want = withRequests(want, annotations, kubevirt.MadeByRestore(ownerObj.GetAnnotations()))
 	for _, d := range want {
 		if d.Request != nil && d.Request.err != nil {
 			s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonRequestInvalid), "network %q: %v", d.LogicalNetwork, d.Request.err)

@@ -85,6 +85,25 @@ func quote(ss []string) []string {
 // ConditionRequested why it cannot), never others.
 const RequestedAnnotation = "ipkeeper.io/requested-addresses"
 
+// RequestedFallbackAnnotation says what a claim does when an address it
+// requests (RequestedAnnotation) is held by someone else before its first
+// allocation: FallbackWait (the default) keeps it without addresses,
+// retrying, until the holder lets go; FallbackOtherAddresses gives it
+// other addresses at once, and ConditionRequested says which address was
+// held and by whom. ipkeeper-controller reads it from a VM's template
+// annotations (a standalone VMI's annotations) next to
+// network.kubevirt.io/addresses, and records it on the claims it makes;
+// without it there, a VM that KubeVirt made by a clone or a restore gets
+// FallbackOtherAddresses: its request was copied from its source, which
+// may still hold those addresses.
+const RequestedFallbackAnnotation = "ipkeeper.io/requested-addresses-fallback"
+
+// Values of RequestedFallbackAnnotation.
+const (
+	FallbackWait           = "wait"
+	FallbackOtherAddresses = "other-addresses"
+)
+
 // LogicalNetworkAnnotation, on the IPAMClaims ipkeeper-controller makes
 // for VMs, records the KubeVirt network name (spec.networks[].name), which
 // a hashed claim name no longer shows; messages name the network by it.
@@ -134,6 +153,10 @@ const (
 	// ReasonRequestedAlreadyAllocated: the claim already holds other
 	// addresses; a request applies only before the first allocation.
 	ReasonRequestedAlreadyAllocated = "AlreadyAllocated"
+	// ReasonRequestedTakenOthersGiven: a requested address was held by
+	// someone else at the claim's first allocation, and the claim's
+	// RequestedFallbackAnnotation asked for other addresses then.
+	ReasonRequestedTakenOthersGiven = "TakenOtherAddressesGiven"
 )
 
 // Entry is one entry of a claim's status.ips, read.

@@ -182,8 +182,14 @@ func claimNext(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, held []ipkeeper
 	if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionInPool); c != nil && c.Status == metav1.ConditionFalse {
 		rep.next("IPAMClaim %s holds addresses its pool no longer hands out: put the range back, or delete the claim (the VM then gets new addresses)", name)
 	}
-	if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionRequested); c != nil && c.Status == metav1.ConditionFalse && !claimstatus.Filled(claim) {
-		rep.next("the addresses IPAMClaim %s requests are not its yet (%s: %s): ipkeeper-controller gives it no others; fix that, or drop the request", name, c.Reason, c.Message)
+	if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionRequested); c != nil && c.Status == metav1.ConditionFalse {
+		switch {
+		case c.Reason == claimstatus.ReasonRequestedTakenOthersGiven:
+			rep.next("IPAMClaim %s got other addresses than it requested, as its %s asks (set for a VM KubeVirt cloned or restored: its source still held them): %s. To get the requested ones, free them, then delete the claim while the VM is stopped",
+				name, claimstatus.RequestedFallbackAnnotation, c.Message)
+		case !claimstatus.Filled(claim):
+			rep.next("the addresses IPAMClaim %s requests are not its yet (%s: %s): ipkeeper-controller gives it no others; fix that, or drop the request", name, c.Reason, c.Message)
+		}
 	}
 	if !claimstatus.Filled(claim) && len(rep.Next) == 0 {
 		rep.next("IPAMClaim %s has no addresses yet: ipkeeper-controller records them as soon as it sees the claim; if this lasts, is ipkeeper-controller running, and is the claim's network one of ipkeeper's (a NetworkAttachmentDefinition with ipam.type ipkeeper, and its IPPool)?", name)

@@ -70,7 +70,7 @@ func TestChaos(t *testing.T) {
 	v := &violations{hist: newHistory(4000)}
 	r := newRunner(c, v)
 	for _, cs := range r.claims {
-		claim, err := r.createClaim(ctx, 0, cs.name, nil)
+		claim, err := r.createClaim(ctx, 0, cs.name, nil, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,6 +191,8 @@ func TestChaos(t *testing.T) {
 	}
 	if short {
 		r.assertCoverage(out)
+	} else {
+		r.assertLongCoverage(out)
 	}
 }
 
@@ -354,6 +356,7 @@ func (r *runner) assertCoverage(t *outcome) {
 		"claim edited by the harness":                          r.counts.get("claim-edits"),
 		"claim request honoured":                               r.counts.get("requested:True/" + claimstatus.ReasonRequestedReserved),
 		"claim request refused (Taken)":                        r.counts.get("requested:False/" + claimstatus.ReasonRequestedTaken),
+		"claim request given other addresses (fallback)":       r.counts.get("requested:False/" + claimstatus.ReasonRequestedTakenOthersGiven),
 		"launcher ADD refused for an unfilled claim (code 11)": r.counts.get("claim-unfilled"),
 		"pod reservation written by an agent (its field manager, which I6 looks for)": r.counts.get("agent-written-pod-reservations"),
 		"Cluster API claim filled":                                         r.counts.get("capi-claim-ready"),
@@ -364,6 +367,25 @@ func (r *runner) assertCoverage(t *outcome) {
 		"reservation name checked against its pool's lock key (I7)":        r.counts.get("check:I7"),
 		"reservation labels checked against the agents' watch scopes (I7)": r.counts.get("check:I7-scope"),
 		"VM launcher ADD through ipkeeper's webhook and virt-controller":   r.counts.get("vm-launcher-adds"),
+	} {
+		if n == 0 {
+			t.errorf("no %s", what)
+		}
+	}
+}
+
+// assertLongCoverage fails a long run in which the VM operations that a
+// short run only tries (its virt-controller is not started again when it
+// exits) never succeeded: KubeVirt's clone, snapshot and restore.
+func (r *runner) assertLongCoverage(t *outcome) {
+	for _, op := range []string{"clone", "restore", "delete-restore"} {
+		if r.counts.get("vm:"+op) == 0 {
+			t.errorf("no VM %s succeeded", op)
+		}
+	}
+	for what, n := range map[string]int{
+		"VM copy or restore checked (I10)":                       r.counts.get("check:I10"),
+		"clone given other addresses than its inherited request": r.counts.get("vm:clone-got-other-addresses"),
 	} {
 		if n == 0 {
 			t.errorf("no %s", what)

@@ -213,8 +213,16 @@ func (r *runner) checkClaim(ls *liveState, claim *ipamclaimsv1alpha1.IPAMClaim, 
 	if rec := r.model.recordedOf(h, claim.UID, gen, v.status); rec != nil && !sameSet(rec, v.status) {
 		changed = append(changed, fmt.Sprintf("records %v; it recorded %v and only the harness edits a filled claim's addresses", v.status, rec))
 	}
-	if len(facts.requested) > 0 && facts.edit == nil && len(v.status) > 0 && !subset(facts.requested, v.status) {
-		changed = append(changed, fmt.Sprintf("asked for %v but records %v", facts.requested, v.status))
+	if len(facts.requested) > 0 && facts.edit == nil && len(v.status) > 0 {
+		switch others := gaveOthers(claim); {
+		case others && !facts.fallback:
+			changed = append(changed, fmt.Sprintf("asked for %v, to wait for them, but got others: records %v", facts.requested, v.status))
+		case others && intersects(facts.requested, v.status):
+			// A request is honoured whole or not at all.
+			changed = append(changed, fmt.Sprintf("asked for %v or other addresses, got others, but records %v", facts.requested, v.status))
+		case !others && !subset(facts.requested, v.status):
+			changed = append(changed, fmt.Sprintf("asked for %v but records %v", facts.requested, v.status))
+		}
 	}
 	if final {
 		switch {
@@ -359,4 +367,17 @@ func subset(a, b []netip.Addr) bool {
 		}
 	}
 	return true
+}
+
+// gaveOthers reports whether ipkeeper-controller gave a claim other
+// addresses than it requested because one was held
+// (claimstatus.ReasonRequestedTakenOthersGiven).
+func gaveOthers(claim *ipamclaimsv1alpha1.IPAMClaim) bool {
+	c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionRequested)
+	return c != nil && c.Reason == claimstatus.ReasonRequestedTakenOthersGiven
+}
+
+// intersects reports whether a and b share an address.
+func intersects(a, b []netip.Addr) bool {
+	return slices.ContainsFunc(a, func(ip netip.Addr) bool { return slices.Contains(b, ip) })
 }

@@ -30,7 +30,7 @@ func (r *runner) claimOp(ctx context.Context, st step, cs *claimSlot) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.uid == "" {
-		claim, err := r.createClaim(ctx, st.seq, cs.name, nil)
+		claim, err := r.createClaim(ctx, st.seq, cs.name, nil, false)
 		if err != nil {
 			return
 		}
@@ -92,7 +92,7 @@ func (r *runner) claimOp(ctx context.Context, st step, cs *claimSlot) {
 		if err != nil {
 			return
 		}
-		claim, err := r.createClaim(ctx, st.seq, cs.name, requested)
+		claim, err := r.createClaim(ctx, st.seq, cs.name, requested, len(requested) > 0 && fallsBack(st))
 		if err != nil {
 			return
 		}

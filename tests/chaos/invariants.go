@@ -56,7 +56,9 @@ import (
 //	I6 ipkeeper-controller is the one writer of claims' addresses: a
 //	   claim's recorded addresses never change once recorded except by the
 //	   harness's own edit; a claim filled while asking for given addresses
-//	   records them; at quiescence every claim records addresses unless its
+//	   records them, or, if its request asks for other addresses rather
+//	   than wait (requested-addresses-fallback) and ipkeeper-controller
+//	   says one was held (TakenOtherAddressesGiven), none of them; at quiescence every claim records addresses unless its
 //	   request is refused because another holds an address it asks for; no
 //	   agent writes a claim, a claim's reservation or a block of IPAMClaims
 //	   (no ipkeeper-agent field manager, an empty spec.node), and only
@@ -74,7 +76,11 @@ import (
 //	   exists, every IPAMClaim and Cluster API claim is the harness's;
 //	I9 (long runs) one maker of claims: a VM started while ipam-extensions makes the
 //	   claims (after the controller said so) has a claim ipam-extensions
-//	   made and ipkeeper neither made nor adopted (makerops.go).
+//	   made and ipkeeper neither made nor adopted (makerops.go);
+//	I10 a VM restored over itself from a snapshot keeps its claims (the
+//	   same objects, the same addresses); a clone, or a VM restored after
+//	   its source was deleted, shares no claim and no address with its
+//	   source (vmcopyops.go).
 //
 // I1 is checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no

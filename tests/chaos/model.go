@@ -103,8 +103,11 @@ type model struct {
 // harness's own edit set it), and the harness's last edit of it.
 type claimFacts struct {
 	requested []netip.Addr
-	recorded  []netip.Addr
-	edit      *claimEdit
+	// fallback: the request asks for other addresses when one it asks
+	// for is held (claimstatus.FallbackOtherAddresses).
+	fallback bool
+	recorded []netip.Addr
+	edit     *claimEdit
 }
 
 // claimEdit is an administrator's edit of status.ips: from, to.
@@ -304,10 +307,10 @@ func (m *model) liveOfHolder(h string) []*attachment {
 }
 
 // claimCreated records a claim the harness made, and what it asked for.
-func (m *model) claimCreated(uid types.UID, requested []netip.Addr) {
+func (m *model) claimCreated(uid types.UID, requested []netip.Addr, fallback bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.claims[uid] = &claimFacts{requested: slices.Clone(requested)}
+	m.claims[uid] = &claimFacts{requested: slices.Clone(requested), fallback: fallback}
 }
 
 // claimEdited records the harness's edit of a claim's status.ips: from

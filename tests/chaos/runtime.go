@@ -256,7 +256,7 @@ func (r *runner) deletePod(ctx context.Context, op int, pod *corev1.Pod) error {
 // would: spec.network and spec.interface, no owner labels, and, when
 // requested is set, the addresses it asks for (the requested-addresses
 // annotation, a JSON list). ipkeeper-controller fills it.
-func (r *runner) createClaim(ctx context.Context, op int, name string, requested []netip.Addr) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+func (r *runner) createClaim(ctx context.Context, op int, name string, requested []netip.Addr, fallback bool) (*ipamclaimsv1alpha1.IPAMClaim, error) {
 	claim := &ipamclaimsv1alpha1.IPAMClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: networks[poolVM].name, Interface: ifName},
@@ -273,6 +273,10 @@ func (r *runner) createClaim(ctx context.Context, op int, name string, requested
 		}
 		claim.Annotations = map[string]string{claimstatus.RequestedAnnotation: string(raw)}
 		target += " requesting " + formatAddrs(requested)
+		if fallback {
+			claim.Annotations[claimstatus.RequestedFallbackAnnotation] = claimstatus.FallbackOtherAddresses
+			target += " (or other addresses)"
+		}
 	}
 	err := r.api(ctx, op, "create-claim", target, func(ctx context.Context) error {
 		obj := claim.DeepCopy()
@@ -288,7 +292,7 @@ func (r *runner) createClaim(ctx context.Context, op int, name string, requested
 		return err
 	})
 	if err == nil {
-		r.model.claimCreated(claim.UID, requested)
+		r.model.claimCreated(claim.UID, requested, fallback)
 	}
 	return claim, err
 }

@@ -94,7 +94,16 @@ const (
 	// familyShift selects which families a request or an edit covers:
 	// both, IPv4 only, IPv6 only.
 	familyShift = 16
+	// fallbackShift selects whether a re-created claim's request asks
+	// for other addresses when one it asks for is held
+	// (ipkeeper.io/requested-addresses-fallback: other-addresses), half
+	// the time.
+	fallbackShift = 20
 )
+
+// fallsBack says whether the request of step st asks for other addresses
+// rather than wait for one someone holds.
+func fallsBack(st step) bool { return (st.pick>>fallbackShift)%2 == 1 }
 
 // requestKind is what a re-created claim of step st asks for.
 func requestKind(st step) int {

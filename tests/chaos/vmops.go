@@ -38,9 +38,11 @@ import (
 // Each VM, in a loop of its own: start, live migration, NIC hotplug and
 // unplug, a live NAD swap to another network whose migration succeeds or
 // fails (then the user swaps back), with a hotplug or unplug while the
-// swap's migration is pending, stop, deletion. Their launchers' addresses
-// fall under I1, I2 (a running launcher's address is reserved for its
-// claim: releasing a running VM's address is a violation), I3, I7 and I8.
+// swap's migration is pending, stop, deletion, a clone, a snapshot
+// restored over the VM, a deletion then a restore (vmcopyops.go). Their
+// launchers' addresses fall under I1, I2 (a running launcher's address is
+// reserved for its claim: releasing a running VM's address is a
+// violation), I3, I7, I8 and I10.
 
 const (
 	vmNamespace = "chaos-vms"
@@ -80,8 +82,9 @@ type vmActor struct {
 	nad  string // blue's NAD
 	red  bool   // red plugged
 	// first are the actor's first operations, before random ones.
-	first []string
-	gen   int // VMs made so far
+	first  []string
+	gen    int // VMs made so far
+	copies int // clones and snapshots made so far (vmcopyops.go)
 }
 
 // vmPods is the simulated kubelet's record of the VMs' launcher
@@ -132,12 +135,12 @@ func (r *runner) startVMs(ctx context.Context, seed uint64) (*sync.WaitGroup, er
 }
 
 // The VM operations.
-var vmOps = []string{"migrate", "swap", "swap-hotplug", "swap-fails", "hotplug", "stop", "delete"}
+var vmOps = []string{"migrate", "swap", "swap-hotplug", "swap-fails", "hotplug", "stop", "delete", "clone", "restore", "delete-restore"}
 
 // vmFirstOps are each actor's first operations: together, every kind.
 var vmFirstOps = [][]string{
-	{"swap-hotplug", "swap-fails", "migrate", "swap"},
-	{"hotplug", "swap", "swap-hotplug", "stop", "delete"},
+	{"swap-hotplug", "swap-fails", "migrate", "clone", "swap"},
+	{"hotplug", "swap", "restore", "swap-hotplug", "delete-restore", "stop", "delete"},
 }
 
 func (a *vmActor) run(ctx context.Context) {
@@ -216,6 +219,12 @@ func (a *vmActor) do(ctx context.Context, op string, vmi *kubevirtv1.VirtualMach
 		err := a.kv.DeleteVM(ctx, a.vm, metav1.DeletePropagationForeground)
 		a.vm = nil
 		return err
+	case "clone":
+		return a.clone(ctx)
+	case "restore":
+		return a.restore(ctx, false)
+	case "delete-restore":
+		return a.restore(ctx, true)
 	}
 	// A live NAD swap of blue to the other network: virt-controller marks
 	// the VMI MigrationRequired; its migration moves the VM to the new

@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	clonev1beta1 "kubevirt.io/api/clone/v1beta1"
+	snapshotv1beta1 "kubevirt.io/api/snapshot/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -212,6 +214,14 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	if err := capi.AddToScheme(cp.Scheme); err != nil {
+		return nil, err
+	}
+	// KubeVirt's snapshot, restore and clone objects: tests write them as
+	// a user does, for virt-controller's own controllers.
+	if err := snapshotv1beta1.AddToScheme(cp.Scheme); err != nil {
+		return nil, err
+	}
+	if err := clonev1beta1.AddToScheme(cp.Scheme); err != nil {
 		return nil, err
 	}
 	if cp.Client, err = client.New(cp.Config, client.Options{Scheme: cp.Scheme}); err != nil {
