@@ -131,9 +131,13 @@ func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []ipra
 
 // borrowView returns what a borrowing ADD scans r with: a live list of the
 // pool, shared by the node's borrowing ADDs for borrowTTL (an address
-// taken since then costs a failed create, which marks it taken), plus the
-// reservation cache and this node's creates in flight. fresh is false for a shared
-// list: one that shows r full is not proof of it.
+// taken since then costs a failed create, which marks it taken), plus,
+// for a shared list, the reservation cache and this node's creates in
+// flight. fresh is false for a shared list: one that shows r full is not
+// proof of it. A fresh list is used alone, as confirmFull uses it: the
+// cache may still mark an address taken that a collision found held
+// before a release the list already shows, and a fresh list judged with
+// that mark would refuse the ADD as exhausted with the address free.
 func (a *Agent) borrowView(ctx context.Context, req *request, r iprange.Range, seed string) (taken func(netip.Addr) bool, fresh bool, err error) {
 	pool := req.pool.name
 	snap, ok := a.borrowed.get(pool, time.Now())
@@ -142,6 +146,7 @@ func (a *Agent) borrowView(ctx context.Context, req *request, r iprange.Range, s
 			return nil, false, err
 		}
 		a.borrowed.put(pool, snap, time.Now())
+		return snap, true, nil
 	}
 	cached := a.reservations.TakenFunc(pool, time.Now())
 	return func(ip netip.Addr) bool { return snap(ip) || cached(ip) || req.pool.inOverlap(ip) }, !ok, nil

@@ -107,6 +107,10 @@ func holderOf(claim *ipamclaimsv1alpha1.IPAMClaim, net *network) claimalloc.Hold
 // particular: one per IP family of the pool, reusing what the claim holds
 // already (a reconcile that reserved and then failed to write its status).
 func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held) (outcome, error) {
+	back, err := r.retiredForClaim(ctx, claim, pool)
+	if err != nil {
+		return outcome{}, err
+	}
 	var ips []netip.Prefix
 	for _, family := range pool.Families() {
 		h, ok, err := r.stillHeld(ctx, claim, mine, func(h held) bool { return h.ip.Is4() == family[0].Is4() })
@@ -115,6 +119,10 @@ func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 		}
 		if ok {
 			ips = append(ips, prefixOf(pool, h.ip, family))
+			continue
+		}
+		if ip, ok := r.takeBack(ctx, claim, net, pool, back, family[0].Is4()); ok {
+			ips = append(ips, prefixOf(pool, ip, family))
 			continue
 		}
 		res, err := r.Alloc.Assign(ctx, pool, holderOf(claim, net), family, string(claim.UID))
@@ -130,6 +138,56 @@ func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 		ips = append(ips, prefixOf(pool, ip, family))
 	}
 	return outcome{ips: ips}, nil
+}
+
+// retiredForClaim returns the reservations of the pool that an earlier
+// claim of this claim's namespace and name held and that are kept back
+// for it (reservation.KeptFor), the most recently released last: what the
+// same VM's network had before its claim was made anew.
+func (r *Reconciler) retiredForClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool *claimalloc.Pool) ([]*ipkeeperv1alpha1.IPReservation, error) {
+	all, err := reservationindex.ByClaimName(ctx, r.Client, claim.Namespace, claim.Name)
+	if err != nil {
+		return nil, err
+	}
+	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+	var out []*ipkeeperv1alpha1.IPReservation
+	for i := range all {
+		if res := &all[i]; res.Spec.Pool == pool.Name && reservation.KeptFor(res, owner, pool.Retains) {
+			out = append(out, res)
+		}
+	}
+	// Not released yet (nil reuseAfter) first, then the latest released.
+	slices.SortFunc(out, func(a, b *ipkeeperv1alpha1.IPReservation) int {
+		switch {
+		case a.Spec.ReuseAfter == nil || b.Spec.ReuseAfter == nil:
+			return compareBool(a.Spec.ReuseAfter != nil, b.Spec.ReuseAfter != nil)
+		}
+		return b.Spec.ReuseAfter.Compare(a.Spec.ReuseAfter.Time)
+	})
+	return out, nil
+}
+
+// takeBack reserves for the claim an address of the family among back
+// (retiredForClaim) that its pool still hands out. Any failure (taken
+// by another writer meanwhile, the pool changed) leaves the claim to the
+// ordinary search: keeping an address across a claim's re-creation is
+// best effort, holding one address twice never happens.
+func (r *Reconciler) takeBack(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, back []*ipkeeperv1alpha1.IPReservation, is4 bool) (netip.Addr, bool) {
+	for _, res := range back {
+		ip, err := netip.ParseAddr(res.Spec.IP)
+		if err != nil || ip.Is4() != is4 {
+			continue
+		}
+		if _, err := pool.RangeFor(ip); err != nil {
+			continue
+		}
+		if _, err := r.Alloc.Reserve(ctx, pool, holderOf(claim, net), ip); err != nil {
+			log.FromContext(ctx).V(1).Info("could not take back the address the claim's name held before", "ip", ip, "error", err.Error())
+			continue
+		}
+		return ip, true
+	}
+	return netip.Addr{}, false
 }
 
 // keep makes sure a claim holds what it records: each recorded address is

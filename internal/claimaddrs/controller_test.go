@@ -913,3 +913,61 @@ func TestRefusedRequestKeepsWhatTheLiveClaimRecords(t *testing.T) {
 		t.Errorf("the claim holds %v, want the addresses it records, 10.0.0.42 and fd00::7", got)
 	}
 }
+
+// A claim made anew under the name of one whose addresses cool down gets
+// them back (the VM deleted and made again, or restored); a claim of
+// another name, or an address released by another claim name, does not.
+func TestReconcileTakesBackWhatItsNameHeld(t *testing.T) {
+	n := nad(ns, "blue", dualConf)
+	cl := claim("vm1.blue")
+	retired := func(ip string, owner ipkeeperv1alpha1.ReservationOwner) *ipkeeperv1alpha1.IPReservation {
+		r := heldRes(ip, owner)
+		r.ResourceVersion = "7"
+		r.Spec.ReuseAfter = &metav1.Time{Time: time.Now().Add(time.Hour)}
+		return r
+	}
+	earlier := claimOwner(cl)
+	earlier.UID = "uid-earlier-vm1.blue"
+	stranger := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: "vm2.blue", UID: "uid-vm2"}
+	f := newFixture(t, n, poolOfNAD(t, n), cl, claim("vm3.blue"),
+		retired("10.0.0.42", earlier), retired("fd00::42", earlier), retired("10.0.0.43", stranger))
+	f.reconcile(t, "vm1.blue")
+	if got := f.claim(t, "vm1.blue").Status.IPs; !slices.Equal(got, []string{"10.0.0.42/24", "fd00::42/120"}) {
+		t.Fatalf("claim made anew records %v, want the addresses its name held: 10.0.0.42/24 fd00::42/120", got)
+	}
+	if got := f.held(t, cl); !slices.Equal(got, []string{"10.0.0.42", "fd00::42"}) {
+		t.Fatalf("the claim holds %v", got)
+	}
+	f.reconcile(t, "vm3.blue")
+	if got := f.claim(t, "vm3.blue").Status.IPs; len(got) != 2 || slices.Contains(got, "10.0.0.43/24") {
+		t.Fatalf("another claim records %v: it must not get 10.0.0.43, cooling down for vm2.blue", got)
+	}
+}
+
+// Before the garbage collector released it, the reservation of a claim
+// gone (a claim of its name now has another UID) is kept for the claim
+// made anew only in a pool that retains addresses (a reuse cooldown);
+// elsewhere the new claim gets other addresses and the collector frees
+// the old ones, as before pools had cooldowns.
+func TestReconcileTakesBackNotYetReleasedOnlyWhereRetained(t *testing.T) {
+	for _, cooldown := range []time.Duration{0, time.Hour} {
+		t.Run(cooldown.String(), func(t *testing.T) {
+			n := nad(ns, "blue", dualConf)
+			pool := poolOfNAD(t, n)
+			if cooldown > 0 {
+				pool.Spec.ReuseCooldown = &ipkeeperv1alpha1.Duration{Duration: cooldown}
+			}
+			cl := claim("vm1.blue")
+			earlier := claimOwner(cl)
+			earlier.UID = "uid-earlier-vm1.blue"
+			orphan := heldRes("10.0.0.42", earlier)
+			orphan.ResourceVersion = "7"
+			f := newFixture(t, n, pool, cl, orphan)
+			f.reconcile(t, "vm1.blue")
+			got := f.claim(t, "vm1.blue").Status.IPs
+			if back := slices.Contains(got, "10.0.0.42/24"); back != (cooldown > 0) {
+				t.Fatalf("cooldown %s: the claim made anew records %v; want 10.0.0.42 back: %v", cooldown, got, cooldown > 0)
+			}
+		})
+	}
+}

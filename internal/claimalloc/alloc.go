@@ -99,6 +99,9 @@ type Pool struct {
 	// Overlapped are ranges of younger overlapping inline networks
 	// (inlinepool.FindOverlap): theirs, never handed out here.
 	Overlapped []iprange.Range
+	// Retains says the pool has a reuse cooldown: a claim made anew gets
+	// back what its name held (reservation.KeptFor).
+	Retains bool
 }
 
 // PoolOf parses an IPPool for allocation; errors name the field.
@@ -107,7 +110,7 @@ func PoolOf(p *ipkeeperv1alpha1.IPPool) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pool{Name: p.Name, Key: p.LockKey(), Ranges: ranges}, nil
+	return &Pool{Name: p.Name, Key: p.LockKey(), Ranges: ranges, Retains: reservation.Cooldown(p) > 0}, nil
 }
 
 // Families groups the pool's ranges by IP family, in order of first
@@ -248,17 +251,46 @@ func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.A
 	if inBlock {
 		block = reservation.ClaimsBlock
 	}
-	res := reservation.New(reservation.Params{Pool: pool.Name, Key: pool.Key, Network: h.Network, IP: ip, Owner: h.Owner, Interface: h.Interface, Block: block})
+	params := reservation.Params{Pool: pool.Name, Key: pool.Key, Network: h.Network, IP: ip, Owner: h.Owner, Interface: h.Interface, Block: block}
+	store := reservation.KubeStore{Client: a.client, Live: a.live}
 	a.remember(pool.Name, ip)
 	creates.Inc()
-	res, _, err := reservation.CreateOrAdopt(ctx, reservation.KubeStore{Client: a.client, Live: a.live}, res)
+	res, _, err := reservation.CreateOrAdopt(ctx, store, reservation.New(params))
 	var taken *reservation.TakenError
+	if errors.As(err, &taken) && taken.Holder != nil && reservation.KeptFor(taken.Holder, h.Owner, pool.Retains) {
+		res, err = a.takeBack(ctx, store, taken, params)
+	}
 	if errors.As(err, &taken) && taken.Holder == nil {
 		// Taken, but its holder could not be read (gone meanwhile): not a
 		// conflict to report; the next reconcile may get the address.
 		return nil, fmt.Errorf("reading IPReservation %s: %w", taken.Name, taken.Err)
 	}
 	return res, err
+}
+
+// takeBack gives a claim back the address its claim name held before
+// (reservation.KeptFor): the earlier claim's reservation is deleted at
+// the version seen and the claim's created. A reservation's
+// owner never changes (the API refuses it), so this is a delete and a
+// create: if another writer creates the address in between, the claim
+// just does not get it back (a *reservation.TakenError, as before); no
+// address is ever held twice.
+func (a *Allocator) takeBack(ctx context.Context, store reservation.Store, taken *reservation.TakenError, params reservation.Params) (*ipkeeperv1alpha1.IPReservation, error) {
+	old := taken.Holder
+	if err := reservation.Discard(ctx, store, old.Name, old.UID, old.ResourceVersion); err != nil && !errors.Is(err, reservation.ErrGone) {
+		if errors.Is(err, reservation.ErrChanged) {
+			return nil, taken // changed since it was read: judged again on the next try
+		}
+		return nil, fmt.Errorf("taking back %s for IPAMClaim %s/%s: %w", old.Spec.IP, params.Owner.Namespace, params.Owner.Name, err)
+	}
+	res, _, err := reservation.CreateOrAdopt(ctx, store, reservation.New(params))
+	if err != nil {
+		return nil, err
+	}
+	takenBack.Inc()
+	a.log.Info("gave a claim back the address its name held before, cooling down since", "claim", params.Owner.Namespace+"/"+params.Owner.Name,
+		"ip", old.Spec.IP, "previousClaimUID", old.Spec.Owner.UID, "reuseAfter", old.Spec.ReuseAfter)
+	return res, nil
 }
 
 // takenFunc reports what the allocator counts as held in the pool: what

@@ -16,10 +16,14 @@ var (
 		Name: "ipkeeper_controller_claim_allocation_conflicts_total",
 		Help: "Candidate addresses for claims that turned out held at create time (the controller's cache was behind).",
 	})
+	takenBack = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipkeeper_controller_claim_addresses_taken_back_total",
+		Help: "Addresses an IPAMClaim got back that a claim of its namespace and name held before and released, while they cooled down (the VM deleted and made again, or restored).",
+	})
 	blocksTaken = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ipkeeper_controller_claim_blocks_taken_total",
 		Help: "Address blocks (IPBlocks of holder IPAMClaims) ipkeeper-controller took for claims' addresses.",
 	})
 )
 
-func init() { metrics.Registry.MustRegister(creates, conflicts, blocksTaken) }
+func init() { metrics.Registry.MustRegister(creates, conflicts, takenBack, blocksTaken) }

@@ -69,6 +69,21 @@ func New(p Params) *ipkeeperv1alpha1.IPReservation {
 	}
 }
 
+// KeptFor reports whether r is kept back for owner, a claim: r was the
+// reservation of an earlier IPAMClaim of owner's namespace and name (the
+// same VM's network, its claim made anew: the VM deleted and made again,
+// restored from a snapshot or a backup), which is gone, since a claim of
+// that name now has another UID. In a pool that retains addresses (a
+// reuseCooldown, retained), r is kept for the claim name both while it
+// cools down and before the garbage collector released it; without, only
+// while it cools down (a pool's cooldown set since). The new claim takes
+// it back (claimalloc); nobody else gets it meanwhile.
+func KeptFor(r *ipkeeperv1alpha1.IPReservation, owner ipkeeperv1alpha1.ReservationOwner, retained bool) bool {
+	o := r.Spec.Owner
+	return (r.Spec.Released() || retained) && owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim && o.Kind == ipkeeperv1alpha1.OwnerIPAMClaim &&
+		o.Namespace == owner.Namespace && o.Name == owner.Name && o.UID != owner.UID
+}
+
 // HeldBy reports whether r is owner's and in use (not released): the
 // same object (kind and UID, so a re-created owner of the same name is
 // another), and for a pod the same interface (ifName), as a pod holds one

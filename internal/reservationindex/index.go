@@ -2,8 +2,9 @@
 
 // Package reservationindex is the one home of the field indexes on
 // IPReservations in ipkeeper-controller's cache: by owner UID (which
-// reservations an owner holds) and by pool (which addresses a pool has
-// handed out). Both are registered once, on the main manager, and read by
+// reservations an owner holds), by claim name (what an IPAMClaim of that
+// namespace and name held before, whatever its UID) and by pool (which
+// addresses a pool has handed out). They are registered once, on the main manager, and read by
 // every controller that needs them, so 50k reservations are cached and
 // indexed once.
 package reservationindex
@@ -24,6 +25,9 @@ const (
 	OwnerUID = "ipkeeper.ownerUID"
 	// Pool indexes reservations by spec.pool.
 	Pool = "ipkeeper.pool"
+	// ClaimName indexes IPAMClaims' reservations by the claim's
+	// "namespace/name".
+	ClaimName = "ipkeeper.claimName"
 )
 
 // Setup registers both indexes with indexer (a manager's field indexer,
@@ -41,7 +45,25 @@ func Setup(ctx context.Context, indexer client.FieldIndexer) error {
 	}); err != nil {
 		return fmt.Errorf("indexing IPReservations by pool: %w", err)
 	}
+	if err := indexer.IndexField(ctx, res, ClaimName, func(o client.Object) []string {
+		if o := o.(*v1alpha1.IPReservation).Spec.Owner; o.Kind == v1alpha1.OwnerIPAMClaim {
+			return []string{o.Namespace + "/" + o.Name}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing IPReservations by claim name: %w", err)
+	}
 	return nil
+}
+
+// ByClaimName lists the reservations of every IPAMClaim that had this
+// namespace and name, held or released.
+func ByClaimName(ctx context.Context, r client.Reader, namespace, name string) ([]v1alpha1.IPReservation, error) {
+	var list v1alpha1.IPReservationList
+	if err := r.List(ctx, &list, client.MatchingFields{ClaimName: namespace + "/" + name}); err != nil {
+		return nil, fmt.Errorf("listing the IPReservations of IPAMClaims %s/%s: %w", namespace, name, err)
+	}
+	return list.Items, nil
 }
 
 // ByOwner lists the reservations held by the owner with uid.

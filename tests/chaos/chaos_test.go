@@ -386,6 +386,7 @@ func (r *runner) assertLongCoverage(t *outcome) {
 	for what, n := range map[string]int{
 		"VM copy or restore checked (I10)":                       r.counts.get("check:I10"),
 		"clone given other addresses than its inherited request": r.counts.get("vm:clone-got-other-addresses"),
+		"network plugged back that took back its address":        r.counts.get("vm:replug-kept-address"),
 	} {
 		if n == 0 {
 			t.errorf("no %s", what)

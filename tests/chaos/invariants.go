@@ -78,9 +78,9 @@ import (
 //	   claims (after the controller said so) has a claim ipam-extensions
 //	   made and ipkeeper neither made nor adopted (makerops.go);
 //	I10 a VM restored over itself from a snapshot keeps its claims (the
-//	   same objects, the same addresses); a clone, or a VM restored after
-//	   its source was deleted, shares no claim and no address with its
-//	   source (vmcopyops.go).
+//	   same objects, the same addresses); a clone shares no claim and no
+//	   address with its source, a VM restored after its source was
+//	   deleted no claim (vmcopyops.go).
 //
 // I1 is checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no

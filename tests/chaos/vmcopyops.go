@@ -37,8 +37,10 @@ import (
 //     released), the snapshot restored as a VM of the same name, which
 //     the actor goes on with.
 // I10 judges each: a restore over the same VM keeps its claims (the same
-// objects, the same addresses), and a copy never shares a claim or an
-// address with its source.
+// objects, the same addresses), a clone never shares a claim or an
+// address with its source, a VM restored after its deletion never a
+// claim. red's pool retains addresses (vmops.go): a red claim made anew
+// (plugged back, or restored) takes back its name's address, counted.
 
 // copyWait bounds an operation's wait for a VM or a claim it makes.
 const copyWait = 30 * time.Second
@@ -89,7 +91,7 @@ func (a *vmActor) clone(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.judgeCopy(a.vm.Name, clone.Name, src, copied)
+	a.judgeCopy(a.vm.Name, clone.Name, src, copied, true)
 	if c := claimOf(copied, blue); asked != "" && c != nil {
 		if cond := meta.FindStatusCondition(c.Status.Conditions, claimstatus.ConditionRequested); cond != nil && cond.Reason == claimstatus.ReasonRequestedTakenOthersGiven {
 			a.r.counts.inc("vm:clone-got-other-addresses")
@@ -143,7 +145,10 @@ func (a *vmActor) restore(ctx context.Context, deleteFirst bool) error {
 		return err
 	}
 	if deleteFirst {
-		a.judgeCopy(name+" (deleted)", name+" (restored)", before, after)
+		// Its addresses were freed (blue's pools retain nothing; red's
+		// keeps them for the claim name): the restored VM may get them
+		// again, but never its deleted claims.
+		a.judgeCopy(name+" (deleted)", name+" (restored)", before, after, false)
 		return nil
 	}
 	a.r.counts.inc("check:I10")
@@ -161,9 +166,10 @@ func (a *vmActor) restore(ctx context.Context, deleteFirst bool) error {
 	return nil
 }
 
-// judgeCopy checks I10 for a copy of a VM: no claim and no address of
-// the copy is its source's.
-func (a *vmActor) judgeCopy(src, copied string, of, got []ipamclaimsv1alpha1.IPAMClaim) {
+// judgeCopy checks I10 for a copy of a VM: no claim of the copy is its
+// source's, and, with addresses (the source still holds them), no
+// address either.
+func (a *vmActor) judgeCopy(src, copied string, of, got []ipamclaimsv1alpha1.IPAMClaim, addresses bool) {
 	a.r.counts.inc("check:I10")
 	for _, c := range got {
 		for _, s := range of {
@@ -171,7 +177,7 @@ func (a *vmActor) judgeCopy(src, copied string, of, got []ipamclaimsv1alpha1.IPA
 				a.r.violate("I10", "copy-shares-claim", fmt.Sprintf("VM %s has claim %s (uid %s) of its source %s", copied, c.Name, c.UID, src), c.Name)
 			}
 			for _, ip := range c.Status.IPs {
-				if slices.Contains(s.Status.IPs, ip) {
+				if addresses && slices.Contains(s.Status.IPs, ip) {
 					a.r.violate("I10", "copy-shares-address", fmt.Sprintf("VM %s's claim %s records %s, which its source %s's claim %s records", copied, c.Name, ip, src, s.Name), c.Name, s.Name)
 				}
 			}
@@ -239,4 +245,30 @@ func (a *vmActor) setRequest(ctx context.Context, value string) error {
 		return fmt.Errorf("setting VM %s's requested addresses to %q: %w", a.vm.Name, value, err)
 	}
 	return nil
+}
+
+// noteRedAddress counts whether red, plugged back, got the address its
+// claim name had (red's pool retains addresses for a minute): the claim
+// made anew takes back what the released one held, unless the faults of
+// the run delayed its fill past the cooldown.
+func (a *vmActor) noteRedAddress(ctx context.Context) {
+	var c *ipamclaimsv1alpha1.IPAMClaim
+	if err := framework.Eventually(ctx, copyWait, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		list, err := a.vmClaims(ctx, a.vm)
+		if err != nil {
+			return false, nil // a fault of the run: tried again
+		}
+		c = claimOf(list, red)
+		return c != nil && len(c.Status.IPs) > 0, nil
+	}); err != nil {
+		return
+	}
+	switch {
+	case a.redIPs == nil:
+	case slices.Equal(a.redIPs, c.Status.IPs):
+		a.r.counts.inc("vm:replug-kept-address")
+	default:
+		a.r.counts.inc("vm:replug-new-address")
+	}
+	a.redIPs = slices.Clone(c.Status.IPs)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/webhook"
+	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -62,7 +63,24 @@ const (
 var vmNetworks = map[string]*network{
 	"blue-a": vmNet("blue-a", "chaos-vm-a", "10.64.0.0/26"),
 	"blue-b": vmNet("blue-b", "chaos-vm-b", "10.64.1.0/26"),
-	"red":    vmNet("red", "chaos-vm-red", "10.64.2.0/26"),
+	"red":    vmRetainingNet("red", "chaos-vm-red"),
+}
+
+// red's pool is a named one with a reuse cooldown: a VM's red claim,
+// released by an unplug and made anew by the next hotplug, gets back the
+// address its name held (reservation.KeptFor), which the other
+// invariants judge like any claim's writes.
+const (
+	redPool     = "chaos-vm-red"
+	redRange    = "10.64.2.0/26"
+	redCooldown = time.Minute
+)
+
+func vmRetainingNet(nad, name string) *network {
+	return &network{nad: nad, name: name, pool: redPool, key: redPool, config: map[string]any{
+		"cniVersion": "1.0.0", "name": name, "type": "bridge", "allowPersistentIPs": true,
+		"ipam": map[string]any{"type": "ipkeeper", "pool": redPool},
+	}}
 }
 
 func vmNet(nad, name, cidr string) *network {
@@ -85,6 +103,8 @@ type vmActor struct {
 	first  []string
 	gen    int // VMs made so far
 	copies int // clones and snapshots made so far (vmcopyops.go)
+	// redIPs are the addresses the VM's red claim last recorded.
+	redIPs []string
 }
 
 // vmPods is the simulated kubelet's record of the VMs' launcher
@@ -102,6 +122,11 @@ func (r *runner) startVMs(ctx context.Context, seed uint64) (*sync.WaitGroup, er
 	c := r.c.cp.Client
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: vmNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
+	}
+	red := &ipkv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: redPool}, Spec: ipkv1alpha1.IPPoolSpec{
+		Ranges: []ipkv1alpha1.PoolRange{{Range: redRange}}, ReuseCooldown: &ipkv1alpha1.Duration{Duration: redCooldown}}}
+	if err := c.Create(ctx, red); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating IPPool %s: %w", redPool, err)
 	}
 	for _, n := range vmNetworks {
 		raw, err := json.Marshal(n.config)
@@ -184,7 +209,7 @@ func (a *vmActor) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.vm, a.nad, a.red = vm, "blue-a", false
+	a.vm, a.nad, a.red, a.redIPs = vm, "blue-a", false, nil
 	return nil
 }
 
@@ -271,6 +296,7 @@ func (a *vmActor) plug(ctx context.Context) error {
 		return err
 	}
 	a.red = true
+	a.noteRedAddress(ctx)
 	return nil
 }
 

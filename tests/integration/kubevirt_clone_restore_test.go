@@ -9,11 +9,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimaddrs"
@@ -23,6 +25,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
 // TestVMCloneAndRestore runs KubeVirt's own clone, snapshot and restore
@@ -149,4 +152,106 @@ func assertClaimKept(t *testing.T, e *kvEnv, was *ipamclaimsv1alpha1.IPAMClaim) 
 			t.Fatalf("reservation of %s: %+v, %v; want it held by claim %s", ip, r.Spec.Owner, err, now.Name)
 		}
 	}
+}
+
+// TestVMAddressesKeptAcrossDeleteAndRestore: in a pool with a reuse
+// cooldown, a deleted VM's addresses are kept for its claim names, so the
+// VM made again under its name (by hand at once, or restored from a
+// snapshot by KubeVirt's real restore controller once the addresses cool
+// down) gets them back, with no request; another VM never gets them
+// meanwhile.
+func TestVMAddressesKeptAcrossDeleteAndRestore(t *testing.T) {
+	ctx := context.Background()
+	e := startKubeVirtEnv(t)
+	poolName := "keep-" + e.ns
+	pool := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: poolName}, Spec: ipkeeperv1alpha1.IPPoolSpec{
+		Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.80.0.0/29"}}, ReuseCooldown: &ipkeeperv1alpha1.Duration{Duration: time.Hour}}}
+	if err := cp.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Retired for an hour: removed with the test, not left to a later
+		// test's garbage collector.
+		var list ipkeeperv1alpha1.IPReservationList
+		_ = cp.Client.List(context.Background(), &list)
+		for i := range list.Items {
+			if list.Items[i].Spec.Pool == poolName {
+				_ = cp.Client.Delete(context.Background(), &list.Items[i])
+			}
+		}
+		_ = cp.Client.Delete(context.Background(), pool)
+	})
+	e.nad(t, "blue", fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","pool":%q}}`, "keep-"+e.ns, poolName))
+	kv := e.kv
+
+	vm, err := kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := waitFilled(t, e.ns, "vm1.blue")
+	if err := kv.Snapshot(ctx, vm, "snap-vm1"); err != nil {
+		t.Fatal(err)
+	}
+	// deleteVM deletes a VM and waits for its claim to go and, with
+	// retired, for the garbage collector to have released the claim's
+	// addresses (they cool down).
+	deleteVM := func(vm *kubevirtv1.VirtualMachine, claim *ipamclaimsv1alpha1.IPAMClaim, retired bool) {
+		t.Helper()
+		if err := cp.Client.Delete(ctx, vm); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the deleted VM's claim to go", func(ctx context.Context) (bool, error) {
+			c, err := e.claim(ctx, claim.Name)
+			if err == nil {
+				return c.UID != claim.UID, nil
+			}
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		})
+		if !retired {
+			return
+		}
+		waitFor(t, "the deleted VM's addresses to cool down", func(ctx context.Context) (bool, error) {
+			for _, ip := range claimstatus.Addresses(claim) {
+				var r ipkeeperv1alpha1.IPReservation
+				if err := cp.Client.Get(ctx, keyOf(naming.Reservation(poolName, ip)), &r); err != nil {
+					return false, client.IgnoreNotFound(err)
+				}
+				if r.Spec.Owner.UID != claim.UID || !r.Spec.Released() {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	}
+
+	// Deleted, then made again by hand under the same name (at once: the
+	// addresses may not be released yet) after another VM took what was
+	// free.
+	deleteVM(vm, first, false)
+	if _, err := kv.CreateVM(ctx, e.ns, "vm2", framework.VMNetwork{Name: "blue", NAD: "blue"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitFilled(t, e.ns, "vm2.blue"); slices.ContainsFunc(got.Status.IPs, func(ip string) bool { return slices.Contains(first.Status.IPs, ip) }) {
+		t.Fatalf("another VM's claim records %v while vm1's %v cool down for it", got.Status.IPs, first.Status.IPs)
+	}
+	if vm, err = kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"}); err != nil {
+		t.Fatal(err)
+	}
+	again := waitFilled(t, e.ns, "vm1.blue")
+	if again.UID == first.UID || !slices.Equal(again.Status.IPs, first.Status.IPs) {
+		t.Fatalf("VM made again: claim uid %s ips %v, want a new claim with the addresses %v", again.UID, again.Status.IPs, first.Status.IPs)
+	}
+	assertClaimKept(t, e, again)
+
+	// Deleted again, then restored from the snapshot taken at first, once
+	// the addresses cool down.
+	deleteVM(vm, again, true)
+	if _, err := kv.Restore(ctx, e.ns, "restore-vm1", "snap-vm1", "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	restored := waitFilled(t, e.ns, "vm1.blue")
+	if restored.UID == again.UID || !slices.Equal(restored.Status.IPs, first.Status.IPs) {
+		t.Fatalf("VM restored after its deletion: claim uid %s ips %v, want a new claim with the addresses %v", restored.UID, restored.Status.IPs, first.Status.IPs)
+	}
+	assertClaimKept(t, e, restored)
 }

@@ -10,9 +10,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
-	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -90,7 +88,7 @@ func TestGateRemovedKeepsClaimsAndTellsNewVMs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claimA := waitClaimIPs(t, e, "vm-a.blue")
+	claimA := waitFilled(t, e.ns, "vm-a.blue")
 	addrA := bareIP(t, claimA.Status.IPs[0])
 	_, launcherA, err := e.kv.Start(ctx, vmA, node)
 	if err != nil {
@@ -198,7 +196,7 @@ func TestGateRemovedKeepsClaimsAndTellsNewVMs(t *testing.T) {
 	if err := e.kv.SetFeatureGate(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	claimB := waitClaimIPs(t, e, "vm-b.blue")
+	claimB := waitFilled(t, e.ns, "vm-b.blue")
 	controllerRef(t, claimB, vmB, "VirtualMachine")
 	if bareIP(t, claimB.Status.IPs[0]) == addrA {
 		t.Fatalf("VM B's claim got VM A's address %s", addrA)
@@ -237,23 +235,6 @@ func TestGateRemovedKeepsClaimsAndTellsNewVMs(t *testing.T) {
 	if got := addedTo(again); !slices.Equal(got, []string{addrA}) {
 		t.Fatalf("VM A restarted: launcher got %v, want its old %s", got, addrA)
 	}
-}
-
-// waitClaimIPs waits until the claim has addresses and returns it.
-func waitClaimIPs(t *testing.T, e *kvEnv, name string) *ipamclaimsv1alpha1.IPAMClaim {
-	t.Helper()
-	var c *ipamclaimsv1alpha1.IPAMClaim
-	if err := framework.Eventually(context.Background(), 30*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
-		var err error
-		c, err = e.claim(ctx, name)
-		if err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return len(c.Status.IPs) > 0, nil
-	}); err != nil {
-		t.Fatalf("IPAMClaim %s/%s never got addresses: %v", e.ns, name, err)
-	}
-	return c
 }
 
 // bareIP drops the prefix length of a claim's address.

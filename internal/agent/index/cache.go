@@ -360,10 +360,19 @@ func (x *Cache) Deleted(name string, uid types.UID, now time.Time) {
 	}
 }
 
-// dropLocked removes e for good: its address is free again.
+// dropLocked removes e for good: its address is free again, and so is a
+// mark that a create found it taken (MarkConflict): a reservation's name
+// is its pool's and address's, so what that create collided with is the
+// reservation gone now.
 func (x *Cache) dropLocked(e Entry) {
 	x.unlinkLocked(e)
 	x.releases[e.Pool]++
+	if c := x.conflicts[e.Pool]; c != nil {
+		delete(c, e.IP)
+		if len(c) == 0 {
+			delete(x.conflicts, e.Pool)
+		}
+	}
 }
 
 func (x *Cache) unlinkLocked(e Entry) {
