@@ -268,6 +268,10 @@ func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.A
 	return res, err
 }
 
+// maxTakeBackRaces bounds the re-reads of a kept reservation that keeps
+// changing while a claim takes it back.
+const maxTakeBackRaces = 3
+
 // takeBack gives a claim back the address its claim name held before
 // (reservation.KeptFor): the earlier claim's reservation is deleted at
 // the version seen and the claim's created. A reservation's
@@ -277,11 +281,29 @@ func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.A
 // address is ever held twice.
 func (a *Allocator) takeBack(ctx context.Context, store reservation.Store, taken *reservation.TakenError, params reservation.Params) (*ipkeeperv1alpha1.IPReservation, error) {
 	old := taken.Holder
-	if err := reservation.Discard(ctx, store, old.Name, old.UID, old.ResourceVersion); err != nil && !errors.Is(err, reservation.ErrGone) {
-		if errors.Is(err, reservation.ErrChanged) {
-			return nil, taken // changed since it was read: judged again on the next try
+	for attempt := 0; ; attempt++ {
+		err := reservation.Discard(ctx, store, old.Name, old.UID, old.ResourceVersion)
+		if err == nil || errors.Is(err, reservation.ErrGone) {
+			break
 		}
-		return nil, fmt.Errorf("taking back %s for IPAMClaim %s/%s: %w", old.Spec.IP, params.Owner.Namespace, params.Owner.Name, err)
+		if !errors.Is(err, reservation.ErrChanged) {
+			return nil, fmt.Errorf("taking back %s for IPAMClaim %s/%s: %w", old.Spec.IP, params.Owner.Namespace, params.Owner.Name, err)
+		}
+		// Changed since it was read: most often the garbage collector
+		// released it meanwhile (the claim made anew races the old one's
+		// release). Judged again on what it is now.
+		cur, gerr := store.Get(ctx, old.Name)
+		switch {
+		case errors.Is(gerr, reservation.ErrGone):
+		case gerr != nil:
+			return nil, fmt.Errorf("taking back %s for IPAMClaim %s/%s: %w", old.Spec.IP, params.Owner.Namespace, params.Owner.Name, gerr)
+		case attempt < maxTakeBackRaces && reservation.KeptFor(cur, params.Owner, true):
+			old = cur
+			continue
+		default:
+			return nil, &reservation.TakenError{Name: cur.Name, Holder: cur}
+		}
+		break
 	}
 	res, _, err := reservation.CreateOrAdopt(ctx, store, reservation.New(params))
 	if err != nil {

@@ -383,13 +383,12 @@ func (r *runner) assertLongCoverage(t *outcome) {
 			t.errorf("no VM %s succeeded", op)
 		}
 	}
-	for what, n := range map[string]int{
-		"VM copy or restore checked (I10)":                       r.counts.get("check:I10"),
-		"clone given other addresses than its inherited request": r.counts.get("vm:clone-got-other-addresses"),
-		"network plugged back that took back its address":        r.counts.get("vm:replug-kept-address"),
-	} {
-		if n == 0 {
-			t.errorf("no %s", what)
-		}
+	// How often a clone's claim got other addresses, and a network
+	// plugged back took its address back, shows in the summary's vms=[...]
+	// (vm:clone-got-other-addresses, vm:replug-kept-address): a clone or a
+	// claim made while ipam-extensions makes the claims has neither, and
+	// a long run has few of each, so neither is required.
+	if r.counts.get("check:I10") == 0 {
+		t.errorf("no VM copy or restore checked (I10)")
 	}
 }

@@ -439,8 +439,11 @@ const (
 
 // cooldownOf is the reuse cooldown of a pool of the run.
 func cooldownOf(pool string) time.Duration {
-	if pool == smallPool {
+	switch pool {
+	case smallPool:
 		return smallCooldown
+	case redPool:
+		return redCooldown
 	}
 	return 0
 }

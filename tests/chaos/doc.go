@@ -85,8 +85,9 @@
 // continuously, from the harness's record of attachments (model.go) and
 // live reads, and again at quiescence. I1 covers the pool, not the
 // network (two networks of one pool never share an address), and no
-// address released in the cooldown pool goes to another holder before its
-// cooldown ends; I3 also wants every released reservation gone once its
+// address released in a cooldown pool (the small networks', the VMs'
+// red) goes to another holder before its cooldown ends, but to a claim
+// made anew under the releasing claim's name (reservation.KeptFor); I3 also wants every released reservation gone once its
 // cooldown is over. I4 (a claim's status.ips are its reservations'
 // addresses and its pods get exactly those; a launcher's ADD refused for a
 // recorded address that is not the claim's, code 11 when nobody holds it

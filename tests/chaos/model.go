@@ -119,6 +119,10 @@ type claimEdit struct {
 type release struct {
 	at     time.Time
 	holder string
+	// claimName is the releasing attachment's claim, if any: a claim made
+	// anew under that name may get the address back within the cooldown
+	// (reservation.KeptFor).
+	claimName string
 }
 
 func newModel() *model {
@@ -163,7 +167,7 @@ func (m *model) setState(a *attachment, s attState) {
 	// late DEL of a superseded sandbox, releases nothing new.
 	if s == attReleasing && a.state == attLive && cooldownOf(a.pool) > 0 {
 		for _, ip := range a.ips {
-			m.released[a.pool+"/"+ip.String()] = release{at: time.Now(), holder: a.holder()}
+			m.released[a.pool+"/"+ip.String()] = release{at: time.Now(), holder: a.holder(), claimName: a.claimName}
 		}
 	}
 	a.state, a.since = s, time.Now()
@@ -195,7 +199,8 @@ func (m *model) succeeded(a *attachment, ips []netip.Addr) (clash []*attachment,
 	}
 	if cd := cooldownOf(a.pool); cd > 0 {
 		for _, ip := range ips {
-			if rel, ok := m.released[a.pool+"/"+ip.String()]; ok && rel.holder != a.holder() && a.since.Before(rel.at.Add(cd)) {
+			rel, ok := m.released[a.pool+"/"+ip.String()]
+			if ok && rel.holder != a.holder() && a.since.Before(rel.at.Add(cd)) && (rel.claimName == "" || rel.claimName != a.claimName) {
 				early = append(early, fmt.Sprintf("%s released by %s at %s, handed out again %s later (cooldown %s)",
 					ip, rel.holder, rel.at.Format("15:04:05.000"), a.since.Sub(rel.at).Round(time.Millisecond), cd))
 			}

@@ -163,24 +163,7 @@ func assertClaimKept(t *testing.T, e *kvEnv, was *ipamclaimsv1alpha1.IPAMClaim) 
 func TestVMAddressesKeptAcrossDeleteAndRestore(t *testing.T) {
 	ctx := context.Background()
 	e := startKubeVirtEnv(t)
-	poolName := "keep-" + e.ns
-	pool := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: poolName}, Spec: ipkeeperv1alpha1.IPPoolSpec{
-		Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.80.0.0/29"}}, ReuseCooldown: &ipkeeperv1alpha1.Duration{Duration: time.Hour}}}
-	if err := cp.Client.Create(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Retired for an hour: removed with the test, not left to a later
-		// test's garbage collector.
-		var list ipkeeperv1alpha1.IPReservationList
-		_ = cp.Client.List(context.Background(), &list)
-		for i := range list.Items {
-			if list.Items[i].Spec.Pool == poolName {
-				_ = cp.Client.Delete(context.Background(), &list.Items[i])
-			}
-		}
-		_ = cp.Client.Delete(context.Background(), pool)
-	})
+	poolName := retainingPool(t, "keep-"+e.ns, "10.80.0.0/29")
 	e.nad(t, "blue", fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","pool":%q}}`, "keep-"+e.ns, poolName))
 	kv := e.kv
 
@@ -254,4 +237,114 @@ func TestVMAddressesKeptAcrossDeleteAndRestore(t *testing.T) {
 		t.Fatalf("VM restored after its deletion: claim uid %s ips %v, want a new claim with the addresses %v", restored.UID, restored.Status.IPs, first.Status.IPs)
 	}
 	assertClaimKept(t, e, restored)
+}
+
+// TestVMBackupRestoreKeepsAddresses restores a deleted VM the way Velero's
+// default restore does (objects recreated from the backup with their
+// labels, annotations and finalizers but without status, UID or owner
+// references; IPAMClaims before VirtualMachines, by its default order),
+// and in the other order, into a pool with a reuse cooldown: either way
+// the VM ends up with its addresses, held once. Velero itself does not
+// run here: the test writes exactly what its restore writes
+// (pkg/restore/restore.go, resetMetadataAndStatus).
+func TestVMBackupRestoreKeepsAddresses(t *testing.T) {
+	ctx := context.Background()
+	e := startKubeVirtEnv(t)
+	poolName := retainingPool(t, "backup-"+e.ns, "10.81.0.0/29")
+	e.nad(t, "blue", fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","pool":%q}}`, "backup-"+e.ns, poolName))
+	vm, err := e.kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := waitFilled(t, e.ns, "vm1.blue")
+	// The backup: the objects as the API server returned them.
+	backupVM, backupClaim := vm.DeepCopy(), claim.DeepCopy()
+
+	restoreVM := func() *kubevirtv1.VirtualMachine {
+		v := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: backupVM.Name,
+			Labels: backupVM.Labels, Annotations: backupVM.Annotations, Finalizers: backupVM.Finalizers}, Spec: *backupVM.Spec.DeepCopy()}
+		if err := cp.Client.Create(ctx, v); err != nil {
+			t.Fatalf("restoring the VM: %v", err)
+		}
+		return v
+	}
+	restoreClaim := func() {
+		c := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: backupClaim.Name,
+			Labels: backupClaim.Labels, Annotations: backupClaim.Annotations, Finalizers: backupClaim.Finalizers}, Spec: backupClaim.Spec}
+		// Velero skips an object that exists (a claim the controller made
+		// for the VM restored first).
+		if err := cp.Client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("restoring the claim: %v", err)
+		}
+	}
+	deleteVM := func(vm *kubevirtv1.VirtualMachine) {
+		t.Helper()
+		if err := cp.Client.Delete(ctx, vm); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the deleted VM's claims to go", func(ctx context.Context) (bool, error) {
+			_, err := e.claim(ctx, "vm1.blue")
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		})
+	}
+	for _, order := range []string{"claims first (Velero's default)", "VM first"} {
+		deleteVM(vm)
+		if order == "VM first" {
+			vm = restoreVM()
+			restoreClaim()
+		} else {
+			restoreClaim()
+			vm = restoreVM()
+		}
+		waitFor(t, order+": the restored VM's claim to hold its addresses", func(ctx context.Context) (bool, error) {
+			c, err := e.claim(ctx, "vm1.blue")
+			if err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+			owner := metav1.GetControllerOf(c)
+			return owner != nil && owner.UID == vm.UID && slices.Equal(c.Status.IPs, claim.Status.IPs), nil
+		})
+		now, err := e.claim(ctx, "vm1.blue")
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertClaimKept(t, e, now)
+		var list ipkeeperv1alpha1.IPReservationList
+		if err := cp.Client.List(ctx, &list); err != nil {
+			t.Fatal(err)
+		}
+		held := 0
+		for _, r := range list.Items {
+			if r.Spec.Pool == poolName && !r.Spec.Released() {
+				held++
+			}
+		}
+		if held != len(claim.Status.IPs) {
+			t.Fatalf("%s: %d reservations hold addresses of the pool, want the VM's %d", order, held, len(claim.Status.IPs))
+		}
+	}
+}
+
+// retainingPool creates an IPPool with a reuse cooldown of an hour and
+// removes it, and every reservation of it, with the test.
+func retainingPool(t *testing.T, name, cidr string) string {
+	t.Helper()
+	pool := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipkeeperv1alpha1.IPPoolSpec{
+		Ranges: []ipkeeperv1alpha1.PoolRange{{Range: cidr}}, ReuseCooldown: &ipkeeperv1alpha1.Duration{Duration: time.Hour}}}
+	if err := cp.Client.Create(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Retired for an hour: removed with the test, not left to a later
+		// test's garbage collector.
+		var list ipkeeperv1alpha1.IPReservationList
+		_ = cp.Client.List(context.Background(), &list)
+		for i := range list.Items {
+			if list.Items[i].Spec.Pool == name {
+				_ = cp.Client.Delete(context.Background(), &list.Items[i])
+			}
+		}
+		_ = cp.Client.Delete(context.Background(), pool)
+	})
+	return name
 }
