@@ -121,7 +121,7 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 				undo()
 				held := fmt.Sprintf("%s on network %q %s", ip, name, reservation.DescribeHolder(taken.Name, taken.Holder, claim.Namespace))
 				if claim.Annotations[claimstatus.RequestedFallbackAnnotation] == claimstatus.FallbackOtherAddresses {
-					return r.fillInstead(ctx, claim, net, pool, held)
+					return r.fillInstead(ctx, claim, net, pool, mine, held)
 				}
 				return requestRefused(claimstatus.ReasonRequestedTaken, true, "%s", held), nil
 			}
@@ -174,8 +174,11 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 // a VM cloned or restored from one that still runs would otherwise never
 // start. The request is honoured whole or not at all, so none of the
 // requested addresses is kept (fillRequested released what it reserved).
-func (r *Reconciler) fillInstead(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, held string) (outcome, error) {
-	out, err := r.fill(ctx, claim, net, pool, nil)
+// What the claim held before this attempt (mine: an earlier attempt's
+// fill, its status write lost or not yet seen) is reused as fill reuses
+// it; undo released none of it that the claim records.
+func (r *Reconciler) fillInstead(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held, held string) (outcome, error) {
+	out, err := r.fill(ctx, claim, net, pool, mine)
 	if err != nil {
 		return out, err
 	}

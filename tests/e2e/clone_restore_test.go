@@ -25,9 +25,9 @@ func TestSystemVMCloneAndRestore(t *testing.T) {
 	ctx := context.Background()
 	ns := c.NewNamespace(t, "sys-clone")
 	t.Log(c.KV.Simulated())
-	c.BridgeNAD(t, ns, "blue", "sys-cl-blue", true, map[string]any{"range": "10.89.0.0/24"})
+	c.BridgeNAD(t, ns, "blue", "sys-cl-blue", true, map[string]any{"range": "10.98.0.0/24"})
 	blueIf := kubevirt.PodInterfaceName("blue")
-	requested := netip.MustParsePrefix("10.89.0.50/24")
+	requested := netip.MustParsePrefix("10.98.0.50/24")
 
 	vm := framework.NewVM(ns, "src", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	vm.Spec.Template.ObjectMeta.Annotations = map[string]string{claims.RequestedAddressesAnnotation: `{"blue":["` + requested.Addr().String() + `"]}`}
@@ -70,6 +70,13 @@ func TestSystemVMCloneAndRestore(t *testing.T) {
 	if got := claimstatus.Addresses(claim); len(got) != 1 || got[0] != copyAddr.Addr() {
 		t.Fatalf("claim copy.blue records %v, the clone's launcher has %s", claim.Status.IPs, copyAddr)
 	}
+	// Each restarted launcher has a new interface (a new MAC: the VM's
+	// spec sets none) and announces itself first, as KubeVirt's guest
+	// does, so the peer's neighbour table learns it; then the peer
+	// reaches each at its address.
+	peerAddr := peer.MustAddr(t, "net1").Addr()
+	mustPing(t, launcher, peerAddr)
+	mustPing(t, copied, peerAddr)
 	mustPing(t, peer, requested.Addr())
 	mustPing(t, peer, copyAddr.Addr())
 	mustPing(t, copied, requested.Addr())

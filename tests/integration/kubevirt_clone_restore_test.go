@@ -45,9 +45,9 @@ func TestVMCloneAndRestore(t *testing.T) {
 	ctx := context.Background()
 	e := startKubeVirtEnv(t)
 	network := "clone-" + e.ns // cluster-scoped pool and reservations: one network per run
-	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","network_name":%q,"ipRanges":[{"range":"10.79.0.0/24","gateway":"10.79.0.1"}]}}`, network, network)
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","network_name":%q,"ipRanges":[{"range":"10.102.0.0/24","gateway":"10.102.0.1"}]}}`, network, network)
 	e.nad(t, "blue", conf)
-	const requested = "10.79.0.50"
+	const requested = "10.102.0.50"
 	src := createVMRequesting(t, e, "src", `{"blue":["`+requested+`"]}`)
 	srcClaim := waitRequested(t, e, "src.blue", claimstatus.ReasonRequestedReserved)
 	if !slices.Equal(srcClaim.Status.IPs, []string{requested + "/24"}) {
@@ -163,7 +163,7 @@ func assertClaimKept(t *testing.T, e *kvEnv, was *ipamclaimsv1alpha1.IPAMClaim) 
 func TestVMAddressesKeptAcrossDeleteAndRestore(t *testing.T) {
 	ctx := context.Background()
 	e := startKubeVirtEnv(t)
-	poolName := retainingPool(t, "keep-"+e.ns, "10.80.0.0/29")
+	poolName := retainingPool(t, "keep-"+e.ns, "10.103.0.0/29")
 	e.nad(t, "blue", fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","pool":%q}}`, "keep-"+e.ns, poolName))
 	kv := e.kv
 
@@ -250,7 +250,7 @@ func TestVMAddressesKeptAcrossDeleteAndRestore(t *testing.T) {
 func TestVMBackupRestoreKeepsAddresses(t *testing.T) {
 	ctx := context.Background()
 	e := startKubeVirtEnv(t)
-	poolName := retainingPool(t, "backup-"+e.ns, "10.81.0.0/29")
+	poolName := retainingPool(t, "backup-"+e.ns, "10.104.0.0/29")
 	e.nad(t, "blue", fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","pool":%q}}`, "backup-"+e.ns, poolName))
 	vm, err := e.kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
