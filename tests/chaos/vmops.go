@@ -164,8 +164,8 @@ var vmOps = []string{"migrate", "swap", "swap-hotplug", "swap-fails", "hotplug",
 
 // vmFirstOps are each actor's first operations: together, every kind.
 var vmFirstOps = [][]string{
-	{"swap-hotplug", "swap-fails", "migrate", "clone", "swap"},
-	{"hotplug", "swap", "restore", "swap-hotplug", "delete-restore", "stop", "delete"},
+	{"swap-hotplug", "swap-fails", "migrate", "swap", "clone"},
+	{"hotplug", "swap", "swap-hotplug", "restore", "delete-restore", "stop", "delete"},
 }
 
 func (a *vmActor) run(ctx context.Context) {
