@@ -42,6 +42,13 @@ func TestSystemVMsStartWhileControllerIsKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Controller.Kill()
+	// Each wait for virt-controller is given longer than the suite's
+	// default: a SIGKILLed leader holds its lease until it expires, and
+	// virt-controller retries the launchers its webhook could not admit
+	// with a per-VM backoff that has grown meanwhile; on a loaded machine
+	// the two outages together have taken over two minutes.
+	kv := *c.KV
+	kv.Timeout = 5 * time.Minute
 	vmList := make([]*kubevirtv1.VirtualMachine, vms)
 	for i := range vmList {
 		vmList[i] = c.CreateVM(t, ns, fmt.Sprintf("vm-%d", i), framework.VMNetwork{Name: "blue", NAD: "blue"})
@@ -54,7 +61,7 @@ func TestSystemVMsStartWhileControllerIsKilled(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, pod, err := c.KV.Start(ctx, vm, nodes[i%len(nodes)])
+			_, pod, err := kv.Start(ctx, vm, nodes[i%len(nodes)])
 			if err != nil {
 				errs[i] = err
 				return

@@ -17,6 +17,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/certs"
@@ -129,19 +130,26 @@ func TestLeaderElectionFailover(t *testing.T) {
 	first := *lease.Spec.HolderIdentity
 
 	standby := cp.StartController(t, e.ns, func(o *controllermanager.Options) { o.EnableWebhook = false })
-	defer standby.Stop()
+	// Cleanups run last first: the test's VMs settle while the standby,
+	// the leader by then, still runs.
+	t.Cleanup(func() { e.settle(t) })
 	e.ctrl.Stop()
 	var second string
-	if err := framework.Eventually(ctx, 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+	// The stopped leader gives the lease up once its controllers have
+	// stopped (up to the manager's 30s graceful shutdown), or it expires
+	// 15s after its last renewal; on a loaded machine both stretch.
+	if err := framework.Eventually(ctx, 2*time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
 		if err := cp.Client.Get(ctx, leaseKey, &lease); err != nil {
 			return false, err
 		}
+		second = ""
 		if lease.Spec.HolderIdentity != nil {
 			second = *lease.Spec.HolderIdentity
 		}
 		return second != "" && second != first, nil
 	}); err != nil {
-		t.Fatalf("standby never took the lease from %s: %v", first, err)
+		t.Fatalf("standby never took the lease from %s: %v (lease now: holder %q, renewed %v, duration %vs, transitions %v; standby: %v)",
+			first, err, second, lease.Spec.RenewTime, ptr.Deref(lease.Spec.LeaseDurationSeconds, 0), ptr.Deref(lease.Spec.LeaseTransitions, 0), standby.Exited())
 	}
 	if _, err := e.kv.CreateVM(ctx, e.ns, "after-failover", framework.VMNetwork{Name: "blue", NAD: "blue"}); err != nil {
 		t.Fatal(err)

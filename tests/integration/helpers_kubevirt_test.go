@@ -67,8 +67,13 @@ func (e *kvEnv) settle(t testing.TB) {
 	for i := range vms.Items {
 		_ = cp.Client.Delete(ctx, &vms.Items[i])
 	}
-	// Best effort: a test may keep a claim on purpose (a pod of its own
-	// referencing it).
+	// A pod of the test's own that references a claim (an impostor, a
+	// copied launcher) keeps that claim in use; no kubelet finishes a
+	// graceful deletion here, so such pods are removed at once.
+	if err := cp.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(e.ns), client.GracePeriodSeconds(0)); err != nil {
+		t.Logf("deleting the pods of %s: %v", e.ns, err)
+	}
+	// Best effort: a test may keep a claim on purpose.
 	if err := framework.Eventually(ctx, 10*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
 		var claims ipamclaimsv1alpha1.IPAMClaimList
 		if err := cp.Client.List(ctx, &claims, client.InNamespace(e.ns)); err != nil {
@@ -135,7 +140,7 @@ func (e *kvEnv) claim(ctx context.Context, name string) (*ipamclaimsv1alpha1.IPA
 func (e *kvEnv) waitClaim(t testing.TB, name string) *ipamclaimsv1alpha1.IPAMClaim {
 	t.Helper()
 	var c *ipamclaimsv1alpha1.IPAMClaim
-	if err := framework.Eventually(context.Background(), 30*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+	if err := framework.Eventually(context.Background(), 90*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
 		var err error
 		c, err = e.claim(ctx, name)
 		return err == nil, client.IgnoreNotFound(err)

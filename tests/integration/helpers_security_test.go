@@ -41,19 +41,29 @@ func applyPolicies(t *testing.T) {
 	if _, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", repoPath(t, "manifests", "policy")); err != nil {
 		t.Fatal(err)
 	}
+	// The API server enforces a new policy once it has loaded it and its
+	// binding, a moment after the apply: the test starts after that.
+	noNode := agentOn(t, "")
+	probe := newReservation("policy-gone-net", "10.99.9.1")
+	launcher := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: "policy-gone", Labels: map[string]string{"kubevirt.io/created-by": "policy-gone"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}},
+	}
+	enforced := func(ctx context.Context) bool {
+		return noNode.Create(ctx, probe.DeepCopy(), client.DryRunAll) != nil && cp.Client.Create(ctx, launcher.DeepCopy(), client.DryRunAll) != nil
+	}
+	if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		return enforced(ctx), nil
+	}); err != nil {
+		t.Fatalf("the policies are not enforced after their apply: %v", err)
+	}
 	t.Cleanup(func() {
 		if _, err := cp.Kubectl(ctx, nil, "delete", "--ignore-not-found", "-k", repoPath(t, "manifests", "policy")); err != nil {
 			t.Errorf("removing the policies: %v", err)
 			return
 		}
-		noNode := agentOn(t, "")
-		probe := newReservation("policy-gone-net", "10.99.9.1")
-		launcher := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: installNS, Name: "policy-gone", Labels: map[string]string{"kubevirt.io/created-by": "policy-gone"}},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}},
-		}
 		if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
-			return noNode.Create(ctx, probe, client.DryRunAll) == nil && cp.Client.Create(ctx, launcher.DeepCopy(), client.DryRunAll) == nil, nil
+			return noNode.Create(ctx, probe.DeepCopy(), client.DryRunAll) == nil && cp.Client.Create(ctx, launcher.DeepCopy(), client.DryRunAll) == nil, nil
 		}); err != nil {
 			t.Errorf("the policies are still enforced after their removal: %v", err)
 		}
