@@ -73,7 +73,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("reading IPAMClaim %s: %w", req, err)
 	}
 	if claim.DeletionTimestamp != nil {
-		// Its reservations go once it is gone (the garbage collector).
+		// Its reservations go once it is gone (the garbage collector),
+		// retired first for its retention (claims.Retainer).
 		r.unfilled.Delete(req.NamespacedName)
 		return reconcile.Result{}, nil
 	}

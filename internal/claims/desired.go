@@ -5,6 +5,7 @@ package claims
 import (
 	"context"
 	"fmt"
+	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,6 +30,9 @@ type Desired struct {
 	// Request is the owner's requested addresses on the network
 	// (RequestedAddressesAnnotation); nil when it asks for none.
 	Request *request
+	// Retention is how long the claim's addresses are kept once it is
+	// released (claimstatus.RetentionAnnotation, capped); 0 for none.
+	Retention time.Duration
 }
 
 // NADReader reads and parses a NetworkAttachmentDefinition.

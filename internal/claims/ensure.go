@@ -117,6 +117,7 @@ func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner 
 	// With the claim, in one write, so that ipkeeper-controller reserves
 	// the requested addresses, never others, when it fills the claim.
 	setRequest(claim, d)
+	setRetention(claim, d)
 	if err := w.client.Create(ctx, claim); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Our cache has not seen it yet; the claim watch brings us back.
@@ -137,12 +138,15 @@ func (w *claimWriter) adopt(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	if controllerutil.ContainsFinalizer(claim, Finalizer) && claimowner.Managed(claim) &&
 		claim.Labels[claimowner.OwnerUIDLabel] == string(owner.UID) && claim.Annotations[NetworkAnnotation] == d.LogicalNetwork &&
 		claim.Annotations[claimstatus.NADAnnotation] == d.NAD.String() &&
-		(claimstatus.Filled(claim) || requestRecorded(claim, d)) {
+		(claimstatus.Filled(claim) || requestRecorded(claim, d)) && retentionRecorded(claim, d) {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(claim, Finalizer)
 	setIdentity(claim, owner, d)
+	// Unlike a request, the retention may change at any time: it is
+	// applied when the claim is released.
+	setRetention(claim, d)
 	if !claimstatus.Filled(claim) {
 		// A request added (or withdrawn) before the first allocation; after
 		// it the addresses are the claim's and the request is only judged.

@@ -24,6 +24,10 @@ var (
 		Name: "ipkeeper_controller_nad_problems_total",
 		Help: "Times a VM's network could not get a claim because its NetworkAttachmentDefinition was missing or invalid.",
 	})
+	addressesRetained = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ipkeeper_controller_claim_addresses_retained_total",
+		Help: "Reservations of released IPAMClaims retired for their VM's retention (ipkeeper.io/retain-addresses-for) instead of being deleted: kept for a claim of the same namespace and name.",
+	})
 	gateOffWarnings = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ipkeeper_controller_persistent_ips_disabled_total",
 		Help: "PersistentIPsDisabled warnings: VMs and standalone VMIs with a network that allows persistent IPs but no IPAMClaim for it, told that the PersistentIPs feature gate is off (once per owner per hour while it stays off).",
@@ -31,5 +35,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(claimsCreated, claimsReleased, claimConflicts, nadProblems, gateOffWarnings)
+	metrics.Registry.MustRegister(claimsCreated, claimsReleased, claimConflicts, nadProblems, addressesRetained, gateOffWarnings)
 }

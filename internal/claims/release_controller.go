@@ -64,6 +64,9 @@ type ClaimReleaser struct {
 	// ResyncPeriod is how often every claim of ours is looked at again even
 	// without an event; 0 turns the resync off.
 	ResyncPeriod time.Duration
+	// Retainer keeps a released claim's addresses for its retention
+	// (claimstatus.RetentionAnnotation); nil keeps none.
+	Retainer *Retainer
 }
 
 type ownerState int
@@ -137,7 +140,9 @@ const releaseRecheck = time.Second
 // addresses, until it ends. An ADD after the delete finds the claim being
 // deleted (the agent reads it consistently) and waits for it made again.
 // The IPAM's reservations are released by the reservation garbage
-// collector once the claim is gone.
+// collector once the claim is gone; those of a claim with a retention are
+// retired for it here first (Retainer), while the finalizer still holds
+// the claim, so that a failure is retried.
 func (r *ClaimReleaser) release(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, ownerObj client.Object) (reconcile.Result, error) {
 	if claim.DeletionTimestamp == nil {
 		uid := claim.UID
@@ -150,14 +155,22 @@ func (r *ClaimReleaser) release(ctx context.Context, claim *ipamclaimsv1alpha1.I
 		log.FromContext(ctx).V(1).Info("deleted IPAMClaim; its finalizer comes off once live reads after the delete find no user", "claim", claim.Name)
 		return reconcile.Result{RequeueAfter: releaseRecheck}, nil
 	}
+	kept, err := r.Retainer.retain(ctx, claim)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := removeFinalizer(ctx, r.Client, claim); err != nil {
 		return reconcile.Result{}, err
 	}
 	claimsReleased.Inc()
-	log.FromContext(ctx).Info("released IPAMClaim", "claim", claim.Name, "ips", claim.Status.IPs)
+	log.FromContext(ctx).Info("released IPAMClaim", "claim", claim.Name, "ips", claim.Status.IPs, "keptFor", kept)
 	if ownerObj != nil {
+		why := "no launcher pod uses it any more"
+		if kept > 0 {
+			why += fmt.Sprintf("; its addresses are kept for a claim of the same name for %s (%s)", kept, claimstatus.RetentionAnnotation)
+		}
 		r.Recorder.Eventf(ownerObj, corev1.EventTypeNormal, string(ReasonClaimDeleted),
-			"deleted IPAMClaim %s (network %q, addresses %v): no launcher pod uses it any more", claim.Name, claim.Annotations[NetworkAnnotation], claim.Status.IPs)
+			"deleted IPAMClaim %s (network %q, addresses %v): %s", claim.Name, claim.Annotations[NetworkAnnotation], claim.Status.IPs, why)
 	}
 	return reconcile.Result{}, nil
 }

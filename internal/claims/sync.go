@@ -45,15 +45,18 @@ type ownerSync struct {
 	backoff workqueue.TypedRateLimiter[reconcile.Request]
 	// gateOff remembers the owners told that the gate is off.
 	gateOff *gateOffNotices
+	// maxRetention caps the retention an owner asks for.
+	maxRetention time.Duration
 }
 
-func newOwnerSync(c client.Client, recorder record.EventRecorder, gate kubevirt.Gate, maker Maker) *ownerSync {
+func newOwnerSync(c client.Client, recorder record.EventRecorder, gate kubevirt.Gate, maker Maker, maxRetention time.Duration) *ownerSync {
 	return &ownerSync{
-		claimWriter: claimWriter{client: c, recorder: recorder},
-		gate:        gate,
-		maker:       maker,
-		backoff:     workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
-		gateOff:     newGateOffNotices(time.Now),
+		claimWriter:  claimWriter{client: c, recorder: recorder},
+		gate:         gate,
+		maker:        maker,
+		maxRetention: maxRetention,
+		backoff:      workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
+		gateOff:      newGateOffNotices(time.Now),
 	}
 }
 
@@ -95,6 +98,13 @@ func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj cl
 			s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonRequestInvalid), "network %q: %v", d.LogicalNetwork, d.Request.err)
 			break // the same error for every network
 		}
+	}
+	retention, refused := retentionOf(ownerObj.GetAnnotations(), s.maxRetention)
+	if refused != nil && len(want) > 0 {
+		s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonRetentionRefused), "%v", refused)
+	}
+	for i := range want {
+		want[i].Retention = retention
 	}
 	res, err := s.ensure(ctx, ownerObj, owner, want)
 	if err != nil {

@@ -5,6 +5,7 @@ package claims
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/record"
@@ -27,6 +28,9 @@ type VMReconciler struct {
 	// WatchKubeVirt re-queues every VM when the KubeVirt CR changes, so
 	// turning the gate on takes effect at once.
 	WatchKubeVirt bool
+	// MaxRetention caps the address retention an owner asks for
+	// (claimstatus.RetentionAnnotation).
+	MaxRetention time.Duration
 
 	sync *ownerSync
 }
@@ -49,7 +53,7 @@ func (r *VMReconciler) Reconcile(ctx context.Context, req reconcile.Request) (re
 
 // SetupWithManager registers the reconciler.
 func (r *VMReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate, r.Maker)
+	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate, r.Maker, r.MaxRetention)
 	return setupOwnerController(mgr, "vm-claims", &kubevirtv1.VirtualMachine{},
 		func() client.ObjectList { return &kubevirtv1.VirtualMachineList{} }, r.WatchKubeVirt, r.Maker, r)
 }

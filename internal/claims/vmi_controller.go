@@ -5,6 +5,7 @@ package claims
 import (
 	"context"
 	"fmt"
+	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,6 +28,9 @@ type VMIReconciler struct {
 	Gate          kubevirt.Gate
 	Maker         Maker
 	WatchKubeVirt bool
+	// MaxRetention caps the address retention an owner asks for
+	// (claimstatus.RetentionAnnotation).
+	MaxRetention time.Duration
 
 	sync *ownerSync
 }
@@ -78,7 +82,7 @@ func (r *VMIReconciler) orphanedFromVM(ctx context.Context, vmi *kubevirtv1.Virt
 
 // SetupWithManager registers the reconciler.
 func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate, r.Maker)
+	r.sync = newOwnerSync(r.Client, r.Recorder, r.Gate, r.Maker, r.MaxRetention)
 	return setupOwnerController(mgr, "vmi-claims", &kubevirtv1.VirtualMachineInstance{},
 		func() client.ObjectList { return &kubevirtv1.VirtualMachineInstanceList{} }, r.WatchKubeVirt, r.Maker, r)
 }

@@ -123,10 +123,23 @@ func claimLines(claim *ipamclaimsv1alpha1.IPAMClaim) []string {
 	for _, c := range claim.Status.Conditions {
 		lines = append(lines, conditionLine(c))
 	}
+	if v, ok := claim.Annotations[claimstatus.RetentionAnnotation]; ok {
+		lines = append(lines, retentionLine(v))
+	}
 	if claim.DeletionTimestamp != nil {
 		lines = append(lines, fmt.Sprintf("being deleted since %s, finalizers %s", claim.DeletionTimestamp.UTC().Format("2006-01-02T15:04:05Z"), strings.Join(claim.Finalizers, ",")))
 	}
 	return lines
+}
+
+// retentionLine says what a claim's retention (claimstatus.RetentionAnnotation)
+// does.
+func retentionLine(v string) string {
+	if _, err := claimstatus.ParseRetention(v); err != nil {
+		return err.Error() + ": ipkeeper-controller keeps nothing for it"
+	}
+	return fmt.Sprintf("%s %s: once released, its addresses are kept that long (or for their pool's reuseCooldown, if longer) for a claim of the same name: the VM made again, restored, or the network plugged back",
+		claimstatus.RetentionAnnotation, v)
 }
 
 // claimMaker says which controller made (and releases) a claim: ipkeeper's

@@ -19,6 +19,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -47,6 +48,15 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 	now := s.now()
 	rep := &Report{Object: fmt.Sprintf("VirtualMachine %s (uid %s)", key, vm.UID)}
 	rep.add("VM", fmt.Sprintf("status %s, age %s", orNone(string(vm.Status.PrintableStatus)), age(now, vm.CreationTimestamp.Time)))
+	if v, ok := vm.Annotations[claimstatus.RetentionAnnotation]; ok {
+		// What the claims record of it (capped by the controller) shows
+		// with each claim below.
+		if _, err := claimstatus.ParseRetention(v); err != nil {
+			rep.next("fix the VM's %v; until then its addresses are not kept after its claims are released", err)
+		} else {
+			rep.add("Retention", fmt.Sprintf("%s %s on the VM (ipkeeper-controller caps it at its --max-address-retention)", claimstatus.RetentionAnnotation, v))
+		}
+	}
 
 	gateOn, err := kubevirt.CRGate{Reader: s.client}.Enabled(ctx)
 	gateLine := fmt.Sprintf("%s listed in a KubeVirt CR: %t", kubevirt.PersistentIPsGate, gateOn)

@@ -5,6 +5,7 @@ package controllermanager
 import (
 	"context"
 	"fmt"
+	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -108,9 +109,13 @@ func (k *kubeVirtSupport) setupChild(ctx context.Context, child ctrl.Manager) (*
 		name  string
 		setup func(ctrl.Manager) error
 	}{
-		{"VM claims controller", (&claims.VMReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, Maker: k.maker, WatchKubeVirt: k.o.RequireGate}).SetupWithManager},
-		{"VMI claims controller", (&claims.VMIReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, Maker: k.maker, WatchKubeVirt: k.o.RequireGate}).SetupWithManager},
-		{"claim release controller", (&claims.ClaimReleaser{Client: child.GetClient(), APIReader: child.GetAPIReader(), Recorder: recorder, Maker: k.maker, ResyncPeriod: k.o.ClaimResync}).SetupWithManager},
+		{"VM claims controller", (&claims.VMReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, Maker: k.maker, WatchKubeVirt: k.o.RequireGate, MaxRetention: k.o.MaxAddressRetention}).SetupWithManager},
+		{"VMI claims controller", (&claims.VMIReconciler{Client: child.GetClient(), Recorder: recorder, Gate: gate, Maker: k.maker, WatchKubeVirt: k.o.RequireGate, MaxRetention: k.o.MaxAddressRetention}).SetupWithManager},
+		{"claim release controller", (&claims.ClaimReleaser{Client: child.GetClient(), APIReader: child.GetAPIReader(), Recorder: recorder, Maker: k.maker, ResyncPeriod: k.o.ClaimResync,
+			// Reservations and pools are in the main manager's cache, with
+			// the reservations' owner index.
+			Retainer: &claims.Retainer{Reservations: k.main.GetClient(), Live: k.main.GetAPIReader(), Writer: k.main.GetClient(), Max: k.o.MaxAddressRetention, Now: time.Now},
+		}).SetupWithManager},
 	}
 	if k.hook != nil {
 		setups = append(setups, struct {

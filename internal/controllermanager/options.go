@@ -13,6 +13,8 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/blockgc"
 	"github.com/ipkeeper/ipkeeper/internal/claimaddrs"
 	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
+	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/tlsconfig"
 )
 
@@ -47,6 +49,7 @@ type Options struct {
 	GCGracePeriod            time.Duration
 	BlockGrace               time.Duration
 	ClaimResync              time.Duration
+	MaxAddressRetention      time.Duration
 	EnableWebhook            bool
 	WebhookHost              string
 	WebhookPort              int
@@ -91,6 +94,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ClaimsControllerInterval, "claims-controller-check-interval", 30*time.Second, "with --claims-controller=auto, how often the controller looks for another IPAMClaims controller's webhook")
 	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", 2*time.Minute, "how long a pod must stay gone before the garbage collector releases its reservations")
 	fs.DurationVar(&o.BlockGrace, "block-empty-grace", blockgc.DefaultGrace, "how long an address block must hold no reservation before it is given back to its pool")
+	fs.DurationVar(&o.MaxAddressRetention, "max-address-retention", claims.DefaultMaxRetention, "the longest a VM may ask for its addresses to be kept after its claims are released (annotation "+claimstatus.RetentionAnnotation+"); longer requests are capped; 0 keeps none")
 	fs.DurationVar(&o.ClaimResync, "claim-resync-period", 10*time.Minute, "how often every IPAMClaim ipkeeper manages is checked again without an event (a release interrupted by a crash is also resumed at start-up); 0 disables")
 	fs.DurationVar(&o.KubeVirtDiscoveryInterval, "kubevirt-discovery-interval", 30*time.Second, "how often the controller checks whether KubeVirt's CRDs are installed (KubeVirt support starts and stops with them)")
 	fs.DurationVar(&o.ClusterAPIDiscoveryInterval, "cluster-api-discovery-interval", 30*time.Second, "how often the controller checks whether Cluster API's IPAM CRDs are installed (the Cluster API IPAM provider starts and stops with them)")
@@ -136,6 +140,9 @@ func (o Options) Validate() error {
 	}
 	if o.ClaimResync < 0 {
 		return fmt.Errorf("--claim-resync-period %s: must not be negative", o.ClaimResync)
+	}
+	if o.MaxAddressRetention < 0 {
+		return fmt.Errorf("--max-address-retention %s: must not be negative", o.MaxAddressRetention)
 	}
 	if o.ClaimWorkers < 0 {
 		return fmt.Errorf("--claim-workers %d: must not be negative (0: the default, %d)", o.ClaimWorkers, claimaddrs.DefaultWorkers)

@@ -35,7 +35,9 @@ import (
 //	   VM launcher's ADD that waited while ipkeeper-controller made its
 //	   claim again belongs to the new claim: claimOfADD);
 //	I3 at quiescence, after the GC grace period, no reservation without a
-//	   live owner (a pod attachment the harness holds, or an existing claim);
+//	   live owner (a pod attachment the harness holds, or an existing claim)
+//	   but a released one, and that only until its spec.reuseAfter, which
+//	   is never further out than its pool's cooldown or a VM's retention;
 //	I4 a claim's status.ips equals the addresses of its reservations, and
 //	   its pods get exactly those; a launcher's ADD is refused with code 7
 //	   (a recorded address not the claim's) only for a claim the harness
@@ -80,7 +82,10 @@ import (
 //	I10 a VM restored over itself from a snapshot keeps its claims (the
 //	   same objects, the same addresses); a clone shares no claim and no
 //	   address with its source, a VM restored after its source was
-//	   deleted no claim (vmcopyops.go).
+//	   deleted no claim; a deleted VM with a retention
+//	   (ipkeeper.io/retain-addresses-for) has each of its released claims'
+//	   addresses retired, not freed, until its deletion plus the
+//	   retention (vmcopyops.go).
 //
 // I1 is checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no
@@ -348,8 +353,13 @@ func (r *runner) orphans(ls *liveState) (gone, leaked, overdue []*ipkv1alpha1.IP
 	sort.Strings(names)
 	for _, n := range names {
 		res := ls.res[n]
-		if res.Spec.Released() && time.Since(res.Spec.ReuseAfter.Time) > cooldownGrace {
-			overdue = append(overdue, res)
+		if res.Spec.Released() {
+			// Released: it belongs to nobody (a claim of its name excepted)
+			// until spec.reuseAfter, which no cooldown or retention of the
+			// run puts further out than maxHold.
+			if left := time.Until(res.Spec.ReuseAfter.Time); -left > cooldownGrace || left > maxHold(res.Spec.Pool) {
+				overdue = append(overdue, res)
+			}
 			continue
 		}
 		switch res.Spec.Owner.Kind {
@@ -373,6 +383,13 @@ func (r *runner) orphans(ls *liveState) (gone, leaked, overdue []*ipkv1alpha1.IP
 	return gone, leaked, overdue
 }
 
+// maxHold is the furthest spec.reuseAfter of a reservation of pool
+// released now: its pool's cooldown or a VM's retention (vmRetention),
+// whichever is longer, rounded up to the second.
+func maxHold(pool string) time.Duration {
+	return max(cooldownOf(pool), vmRetention) + time.Second
+}
+
 // cooldownGrace is how long past its spec.reuseAfter a released
 // reservation may still exist at quiescence: the controller deletes it
 // then, retrying with backoff after the faults of the run.
@@ -383,6 +400,12 @@ func (r *runner) checkOwners(ls *liveState) {
 	gone, leaked, overdue := r.orphans(ls)
 	r.counts.add("check:I3", len(ls.res))
 	for _, res := range overdue {
+		if left := time.Until(res.Spec.ReuseAfter.Time); left > 0 {
+			r.violate("I3", "held-too-long", fmt.Sprintf("released reservation %s (%s %s) holds its address for %s more (reuseAfter %s): longer than any cooldown or retention of the run",
+				res.Name, res.Spec.Network, res.Spec.IP, left.Round(time.Second), res.Spec.ReuseAfter.Format("15:04:05")),
+				res.Spec.Owner.Name, res.Spec.ContainerID)
+			continue
+		}
 		r.violate("I3", "cooldown-over-still-held", fmt.Sprintf("released reservation %s (%s %s) still holds the address %s after its cooldown ended (reuseAfter %s)",
 			res.Name, res.Spec.Network, res.Spec.IP, time.Since(res.Spec.ReuseAfter.Time).Round(time.Second), res.Spec.ReuseAfter.Format("15:04:05")),
 			res.Spec.Owner.Name, res.Spec.ContainerID)

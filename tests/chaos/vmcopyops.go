@@ -20,6 +20,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -122,7 +123,15 @@ func (a *vmActor) restore(ctx context.Context, deleteFirst bool) error {
 		return err
 	}
 	name := a.vm.Name
+	var retention time.Duration
 	if deleteFirst {
+		// The VM's retention as it is when it is deleted.
+		var live kubevirtv1.VirtualMachine
+		if err := a.kv.C.Get(ctx, client.ObjectKeyFromObject(a.vm), &live); err != nil {
+			return fmt.Errorf("reading VirtualMachine %s: %w", name, err)
+		}
+		retention = claimstatus.CappedRetention(live.Annotations, claims.DefaultMaxRetention)
+		deletedAt := time.Now()
 		if err := a.kv.DeleteVM(ctx, a.vm, metav1.DeletePropagationForeground); err != nil {
 			return err
 		}
@@ -133,6 +142,11 @@ func (a *vmActor) restore(ctx context.Context, deleteFirst bool) error {
 			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 		}); err != nil {
 			return fmt.Errorf("waiting for VirtualMachine %s to go: %w", name, err)
+		}
+		if retention > 0 {
+			if err := a.judgeRetained(ctx, name, before, deletedAt, retention); err != nil {
+				return err
+			}
 		}
 	}
 	vm, err := a.kv.Restore(ctx, vmNamespace, snap+"-r", snap, name)
@@ -149,6 +163,19 @@ func (a *vmActor) restore(ctx context.Context, deleteFirst bool) error {
 		// keeps them for the claim name): the restored VM may get them
 		// again, but never its deleted claims.
 		a.judgeCopy(name+" (deleted)", name+" (restored)", before, after, false)
+		if retention > 0 {
+			// Retained for the claim names: the restored VM's claims take
+			// them back, unless another writer took one in the instant
+			// between the take-back's delete and its create (docs/pools.md).
+			for _, b := range before {
+				i := slices.IndexFunc(after, func(c ipamclaimsv1alpha1.IPAMClaim) bool { return c.Name == b.Name })
+				if i >= 0 && slices.Equal(after[i].Status.IPs, b.Status.IPs) {
+					a.r.counts.inc("vm:retained-address-kept")
+				} else {
+					a.r.counts.inc("vm:retained-address-not-kept")
+				}
+			}
+		}
 		return nil
 	}
 	a.r.counts.inc("check:I10")
@@ -161,6 +188,44 @@ func (a *vmActor) restore(ctx context.Context, deleteFirst bool) error {
 			}
 			a.r.violate("I10", "restore-changed-claim", fmt.Sprintf("VM %s restored over itself: claim %s had uid %s ips %v, now %s",
 				name, b.Name, b.UID, b.Status.IPs, got), b.Name)
+		}
+	}
+	return nil
+}
+
+// judgeRetained checks I10 for a VM with a retention
+// (ipkeeper.io/retain-addresses-for) once it is deleted: when each of its
+// claims is gone, the claim's reservations are retired, not deleted, until
+// at least the deletion plus the retention.
+func (a *vmActor) judgeRetained(ctx context.Context, vm string, claimsOf []ipamclaimsv1alpha1.IPAMClaim, deletedAt time.Time, retention time.Duration) error {
+	if err := framework.Eventually(ctx, copyWait, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		for _, c := range claimsOf {
+			err := a.kv.C.Get(ctx, client.ObjectKeyFromObject(&c), &ipamclaimsv1alpha1.IPAMClaim{})
+			if !apierrors.IsNotFound(err) {
+				return false, client.IgnoreNotFound(err)
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for the claims of deleted VM %s to go: %w", vm, err)
+	}
+	var list ipkv1alpha1.IPReservationList
+	if err := a.kv.C.List(ctx, &list); err != nil {
+		return fmt.Errorf("listing reservations: %w", err)
+	}
+	a.r.counts.inc("check:I10")
+	due := deletedAt.Add(retention).Truncate(time.Second)
+	for _, c := range claimsOf {
+		for _, s := range c.Status.IPs {
+			ip := strings.SplitN(s, "/", 2)[0]
+			i := slices.IndexFunc(list.Items, func(r ipkv1alpha1.IPReservation) bool { return r.Spec.Owner.UID == c.UID && r.Spec.IP == ip })
+			switch {
+			case i < 0:
+				a.r.violate("I10", "retention-not-applied", fmt.Sprintf("VM %s (retention %s) deleted: its released claim %s's address %s has no reservation left", vm, retention, c.Name, ip), c.Name)
+			case !list.Items[i].Spec.Released() || list.Items[i].Spec.ReuseAfter.Time.Before(due):
+				a.r.violate("I10", "retention-not-applied", fmt.Sprintf("VM %s (retention %s) deleted at %s: its released claim %s's reservation %s has reuseAfter %v",
+					vm, retention, deletedAt.Format("15:04:05"), c.Name, list.Items[i].Name, list.Items[i].Spec.ReuseAfter), c.Name)
+			}
 		}
 	}
 	return nil

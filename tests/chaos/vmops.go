@@ -21,6 +21,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -53,6 +54,9 @@ const (
 	vmCleanupTimeout = 10 * time.Second
 	// vmRetryPause paces a VM's rounds after a failure.
 	vmRetryPause = time.Second
+	// vmRetention is the ipkeeper.io/retain-addresses-for of every other
+	// VM (create).
+	vmRetention = 10 * time.Minute
 	// The logical networks of a VM: blue (swapped between two NADs of two
 	// networks) and red (hot-plugged and unplugged).
 	blue = "blue"
@@ -205,9 +209,14 @@ func (a *vmActor) create(ctx context.Context) error {
 	a.gen++
 	name := fmt.Sprintf("%s-g%d", a.name, a.gen)
 	a.r.vmNames.Store(name, true)
-	vm, err := a.kv.CreateVM(ctx, vmNamespace, name, framework.VMNetwork{Name: blue, NAD: "blue-a"})
-	if err != nil {
-		return err
+	vm := framework.NewVM(vmNamespace, name, framework.VMNetwork{Name: blue, NAD: "blue-a"})
+	if a.gen%2 == 1 {
+		// Every other VM keeps its addresses for a while after their
+		// claims are released (vmcopyops.go judges it).
+		vm.Annotations = map[string]string{claimstatus.RetentionAnnotation: vmRetention.String()}
+	}
+	if err := a.kv.C.Create(ctx, vm); err != nil {
+		return fmt.Errorf("creating VirtualMachine %s/%s: %w", vmNamespace, name, err)
 	}
 	a.vm, a.nad, a.red, a.redIPs = vm, "blue-a", false, nil
 	return nil

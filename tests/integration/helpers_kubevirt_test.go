@@ -89,8 +89,8 @@ func (e *kvEnv) settle(t testing.TB) {
 			return false, err
 		}
 		for _, r := range list.Items {
-			if r.Spec.Owner.Namespace != e.ns || r.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim {
-				continue
+			if r.Spec.Owner.Namespace != e.ns || r.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim || r.Spec.Released() {
+				continue // not the test's, or released already (cooling down)
 			}
 			err := cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: r.Spec.Owner.Name}, &ipamclaimsv1alpha1.IPAMClaim{})
 			if apierrors.IsNotFound(err) {

@@ -334,17 +334,22 @@ func retainingPool(t *testing.T, name, cidr string) string {
 	if err := cp.Client.Create(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), pool) })
+	removeReservationsAtEnd(t, func(r *ipkeeperv1alpha1.IPReservation) bool { return r.Spec.Pool == name })
+	return name
+}
+
+// removeReservationsAtEnd deletes, when t ends, the reservations match
+// selects: retired for an hour, they are removed with the test, not left
+// to a later test's garbage collector.
+func removeReservationsAtEnd(t *testing.T, match func(*ipkeeperv1alpha1.IPReservation) bool) {
 	t.Cleanup(func() {
-		// Retired for an hour: removed with the test, not left to a later
-		// test's garbage collector.
 		var list ipkeeperv1alpha1.IPReservationList
 		_ = cp.Client.List(context.Background(), &list)
 		for i := range list.Items {
-			if list.Items[i].Spec.Pool == name {
+			if match(&list.Items[i]) {
 				_ = cp.Client.Delete(context.Background(), &list.Items[i])
 			}
 		}
-		_ = cp.Client.Delete(context.Background(), pool)
 	})
-	return name
 }
