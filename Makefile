@@ -126,15 +126,17 @@ chaos: tools ## Chaos run: make chaos DURATION=10m SEED=n runs long (replay a ru
 LEFTOVERS := $(shell mktemp -u /tmp/ipkeeper-leftovers.XXXXXX)
 
 # The control-plane suites run in two lanes side by side (hack/side-by-side.sh):
-# integration in one; e2e, then install and chart, in the other. The short
-# chaos run comes after them, alone: it loads both cores, and its faults and
-# timings are its own. The tools are built first, once, so that the lanes
+# integration, the longest, in one; the unit and image tests, e2e, then
+# install and chart, in the other, which still ends first. The short chaos
+# run comes after them, alone: it loads both cores, and its faults and
+# timings are its own. The generated-files check and lint come first, to fail
+# fast, and the tools are built before the lanes, once, so that the lanes
 # never build them at the same time.
 .PHONY: test
 test: ## Everything CI runs, then a check that it left no network namespace, interface, process or temporary directory behind.
 	@bash hack/leftovers.sh snapshot $(LEFTOVERS)
-	@$(MAKE) --no-print-directory verify-generated lint test-unit test-image tools || { rm -f $(LEFTOVERS); exit 1; }
-	@MAKE='$(MAKE)' bash hack/side-by-side.sh test-integration 'test-e2e test-install' || { rm -f $(LEFTOVERS); exit 1; }
+	@$(MAKE) --no-print-directory verify-generated lint tools || { rm -f $(LEFTOVERS); exit 1; }
+	@MAKE='$(MAKE)' bash hack/side-by-side.sh test-integration 'test-unit test-image test-e2e test-install' || { rm -f $(LEFTOVERS); exit 1; }
 	@$(MAKE) --no-print-directory test-chaos || { rm -f $(LEFTOVERS); exit 1; }
 	@bash hack/leftovers.sh check $(LEFTOVERS); status=$$?; rm -f $(LEFTOVERS); exit $$status
 

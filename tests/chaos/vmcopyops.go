@@ -194,9 +194,14 @@ func (a *vmActor) restore(ctx context.Context, deleteFirst bool) error {
 }
 
 // judgeRetained checks I10 for a VM with a retention
-// (ipkeeper.io/retain-addresses-for) once it is deleted: when each of its
-// claims is gone, the claim's reservations are retired, not deleted, until
-// at least the deletion plus the retention.
+// (ipkeeper.io/retain-addresses-for) once it is deleted: when no claim of
+// its claims' names is left, each address of its claims that record the
+// retention is held by a reservation of a claim of that name (the one
+// released, or one made anew meanwhile that took it back and was released
+// in turn: a foreground deletion lets the VM's claims be made again
+// until the VM is marked deleted), retired until at least the deletion
+// plus the retention. Claims another controller made (ipam-extensions',
+// which releases them) record none and are not judged.
 func (a *vmActor) judgeRetained(ctx context.Context, vm string, claimsOf []ipamclaimsv1alpha1.IPAMClaim, deletedAt time.Time, retention time.Duration) error {
 	if err := framework.Eventually(ctx, copyWait, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
 		for _, c := range claimsOf {
@@ -216,15 +221,21 @@ func (a *vmActor) judgeRetained(ctx context.Context, vm string, claimsOf []ipamc
 	a.r.counts.inc("check:I10")
 	due := deletedAt.Add(retention).Truncate(time.Second)
 	for _, c := range claimsOf {
+		if _, ok := c.Annotations[claimstatus.RetentionAnnotation]; !ok {
+			continue
+		}
 		for _, s := range c.Status.IPs {
 			ip := strings.SplitN(s, "/", 2)[0]
-			i := slices.IndexFunc(list.Items, func(r ipkv1alpha1.IPReservation) bool { return r.Spec.Owner.UID == c.UID && r.Spec.IP == ip })
+			i := slices.IndexFunc(list.Items, func(r ipkv1alpha1.IPReservation) bool {
+				o := r.Spec.Owner
+				return r.Spec.IP == ip && o.Kind == ipkv1alpha1.OwnerIPAMClaim && o.Namespace == c.Namespace && o.Name == c.Name
+			})
 			switch {
 			case i < 0:
-				a.r.violate("I10", "retention-not-applied", fmt.Sprintf("VM %s (retention %s) deleted: its released claim %s's address %s has no reservation left", vm, retention, c.Name, ip), c.Name)
+				a.r.violate("I10", "retention-not-applied", fmt.Sprintf("VM %s (retention %s) deleted: no reservation of a claim named %s holds its address %s any more", vm, retention, c.Name, ip), c.Name)
 			case !list.Items[i].Spec.Released() || list.Items[i].Spec.ReuseAfter.Time.Before(due):
-				a.r.violate("I10", "retention-not-applied", fmt.Sprintf("VM %s (retention %s) deleted at %s: its released claim %s's reservation %s has reuseAfter %v",
-					vm, retention, deletedAt.Format("15:04:05"), c.Name, list.Items[i].Name, list.Items[i].Spec.ReuseAfter), c.Name)
+				a.r.violate("I10", "retention-not-applied", fmt.Sprintf("VM %s (retention %s) deleted at %s: the reservation %s of its released claim %s has reuseAfter %v",
+					vm, retention, deletedAt.Format("15:04:05"), list.Items[i].Name, c.Name, list.Items[i].Spec.ReuseAfter), c.Name)
 			}
 		}
 	}
