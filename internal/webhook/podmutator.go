@@ -123,7 +123,11 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 	if err != nil {
 		return admission.Denied(fmt.Sprintf("%s: %v", podRef, err))
 	}
-	kept := keepAttached(elems, oldElems)
+	kept := keepAttached(elems, oldElems, func(e multus.Element) bool {
+		// Unreadable: not kept, as before the webhook saw it.
+		network, found, err := m.readNAD(ctx, e.NAD())
+		return err == nil && found && network.AllowPersistentIPs
+	})
 
 	// The CNI network of each element whose NAD allows persistent IPs.
 	persistent := make([]string, len(elems))

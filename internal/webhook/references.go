@@ -63,28 +63,41 @@ func addReferences(elems []multus.Element, vmiName string, networks []kubevirt.S
 }
 
 // keepAttached restores, in a running launcher's rewritten networks
-// annotation (elems), every element of the old annotation (old) that
-// carries a claim reference and whose interface is still there: that
-// interface is attached, to the network of its old NAD, with its claim's
-// addresses, and an annotation edit does not move it. virt-controller
-// rewrites the whole annotation from the VMI spec on a NIC hotplug or
-// unplug; during a live NAD swap that spec names the new NAD, and taking
-// it would point the source at the new network's claim, leave the old
-// claim unreferenced and released, and free the address the running VM
-// still uses. Only added and removed interfaces take effect; the swap
-// reaches the VM through its migration target. It reports whether it
-// changed anything.
-func keepAttached(elems, old []multus.Element) bool {
+// annotation (elems), every element of the old annotation (old) whose
+// interface is still there and that carries a claim reference, or that
+// was admitted without one on a NAD that allows persistent IPs
+// (persistent): that interface is attached, to the network of its old
+// NAD, with its claim's addresses, and an annotation edit does not move
+// it. virt-controller rewrites the whole annotation from the VMI spec on a
+// NIC hotplug or unplug; during a live NAD swap that spec names the new
+// NAD, and taking it would point the source at the new network's claim,
+// leave the old claim unreferenced and released, and free the address the
+// running VM still uses. A launcher admitted while this webhook was not
+// called has no reference (its ADD used the claim the webhook would have
+// referenced): its element is kept when its NAD changes, and addReferences
+// then references its network's claim. Only added and removed interfaces
+// take effect; the swap reaches the VM through its migration target. It
+// reports whether it changed anything.
+func keepAttached(elems, old []multus.Element, persistent func(multus.Element) bool) bool {
 	attached := make(map[string]multus.Element, len(old))
 	for _, e := range old {
-		if e.Interface != "" && e.ClaimRef != "" {
+		if e.Interface != "" {
 			attached[e.Interface] = e
 		}
 	}
 	changed := false
 	for i, e := range elems {
 		o, ok := attached[e.Interface]
-		if !ok || (e.Name == o.Name && e.Namespace == o.Namespace && e.ClaimRef == o.ClaimRef) {
+		if !ok {
+			continue
+		}
+		sameNAD := e.Name == o.Name && e.Namespace == o.Namespace
+		switch {
+		case o.ClaimRef != "" && sameNAD && e.ClaimRef == o.ClaimRef:
+			continue
+		case o.ClaimRef == "" && (sameNAD || !persistent(o)):
+			// Without a reference only a move to another NAD is undone,
+			// and only for a network that keeps its addresses.
 			continue
 		}
 		elems[i] = o

@@ -150,15 +150,10 @@ func TestAddReferencesAfterANADSwap(t *testing.T) {
 // elements as they were; new interfaces are left to addReferences.
 func TestKeepAttached(t *testing.T) {
 	blue, red := kubevirt.PodInterfaceName("blue"), kubevirt.PodInterfaceName("red")
-	old, err := multus.ParseElements(`[{"name":"blue-a","namespace":"vms","interface":"`+blue+`","ipam-claim-reference":"vm1.blue"},{"name":"plain","namespace":"vms","interface":"net9"}]`, "vms")
-	if err != nil {
-		t.Fatal(err)
-	}
-	elems, err := multus.ParseElements(`[{"name":"blue-b","namespace":"vms","interface":"`+blue+`"},{"name":"plain2","namespace":"vms","interface":"net9"},{"name":"red","namespace":"vms","interface":"`+red+`"}]`, "vms")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !keepAttached(elems, old) {
+	old := elementsOf(t, `[{"name":"blue-a","namespace":"vms","interface":"`+blue+`","ipam-claim-reference":"vm1.blue"},{"name":"plain","namespace":"vms","interface":"net9"}]`)
+	elems := elementsOf(t, `[{"name":"blue-b","namespace":"vms","interface":"`+blue+`"},{"name":"plain2","namespace":"vms","interface":"net9"},{"name":"red","namespace":"vms","interface":"`+red+`"}]`)
+	persistent := func(e multus.Element) bool { return strings.HasPrefix(e.Name, "blue") }
+	if !keepAttached(elems, old, persistent) {
 		t.Fatal("keepAttached changed nothing")
 	}
 	if e := elems[0]; e.Name != "blue-a" || e.ClaimRef != "vm1.blue" {
@@ -170,8 +165,34 @@ func TestKeepAttached(t *testing.T) {
 	if e := elems[2]; e.Name != "red" || e.ClaimRef != "" {
 		t.Errorf("the hot-plugged element became %s (claim %q)", e.Name, e.ClaimRef)
 	}
-	if keepAttached(elems, old) {
+	if keepAttached(elems, old, persistent) {
 		t.Error("keepAttached changed an annotation that already keeps its elements")
+	}
+}
+
+// A launcher admitted while the webhook was not called has no reference
+// (its ADD used the claim the webhook would have referenced); a hotplug
+// during a pending NAD swap rewrites its annotation from the VMI spec. Its
+// element on a network that keeps its addresses stays on its old NAD, so
+// its claim stays referenced and is not released under the running VM (a
+// chaos run saw it released); an element that only gains a reference, and
+// one of a network that keeps nothing, are left as written.
+func TestKeepAttachedWithoutReference(t *testing.T) {
+	blue, green := kubevirt.PodInterfaceName("blue"), kubevirt.PodInterfaceName("green")
+	old := elementsOf(t, `[{"name":"blue-b","namespace":"vms","interface":"`+blue+`"},{"name":"plain","namespace":"vms","interface":"net9"},{"name":"green","namespace":"vms","interface":"`+green+`"}]`)
+	elems := elementsOf(t, `[{"name":"blue-a","namespace":"vms","interface":"`+blue+`"},{"name":"plain2","namespace":"vms","interface":"net9"},{"name":"green","namespace":"vms","interface":"`+green+`","ipam-claim-reference":"vm1.green"}]`)
+	persistent := func(e multus.Element) bool { return e.Name != "plain" }
+	if !keepAttached(elems, old, persistent) {
+		t.Fatal("keepAttached changed nothing")
+	}
+	if e := elems[0]; e.Name != "blue-b" || e.ClaimRef != "" {
+		t.Errorf("the attached blue element became %s (claim %q), want blue-b as it was", e.Name, e.ClaimRef)
+	}
+	if e := elems[1]; e.Name != "plain2" {
+		t.Errorf("an element of a network that keeps nothing was restored to %s", e.Name)
+	}
+	if e := elems[2]; e.Name != "green" || e.ClaimRef != "vm1.green" {
+		t.Errorf("an element that only gained a reference became %s (claim %q)", e.Name, e.ClaimRef)
 	}
 }
 
@@ -179,10 +200,7 @@ func TestKeepAttached(t *testing.T) {
 // claims that exist, and no others: nobody would make them.
 func TestAddReferencesExistingOnly(t *testing.T) {
 	networks := []kubevirt.SecondaryNetwork{{Name: "blue", NetworkName: "blue", Ordinal: 1}, {Name: "red", NetworkName: "red", Ordinal: 2}}
-	elems, err := multus.ParseElements(`[{"name":"blue","interface":"`+kubevirt.PodInterfaceName("blue")+`"},{"name":"red","interface":"`+kubevirt.PodInterfaceName("red")+`"}]`, "vms")
-	if err != nil {
-		t.Fatal(err)
-	}
+	elems := elementsOf(t, `[{"name":"blue","interface":"`+kubevirt.PodInterfaceName("blue")+`"},{"name":"red","interface":"`+kubevirt.PodInterfaceName("red")+`"}]`)
 	held := func(name string) (string, bool, error) {
 		if name == "vm1.blue" {
 			return "net-blue", true, nil
@@ -196,4 +214,14 @@ func TestAddReferencesExistingOnly(t *testing.T) {
 	if !changed || elems[0].ClaimRef != "vm1.blue" || elems[1].ClaimRef != "" {
 		t.Fatalf("changed %v, references %q %q; want vm1.blue and none", changed, elems[0].ClaimRef, elems[1].ClaimRef)
 	}
+}
+
+// elementsOf parses a networks annotation of namespace vms.
+func elementsOf(t *testing.T, annotation string) []multus.Element {
+	t.Helper()
+	elems, err := multus.ParseElements(annotation, "vms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return elems
 }
