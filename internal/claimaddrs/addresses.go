@@ -18,8 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -100,14 +102,34 @@ func holderOf(claim *ipamclaimsv1alpha1.IPAMClaim, net *network) claimalloc.Hold
 		Owner:     ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
 		Network:   net.cfg.Name,
 		Interface: claim.Spec.Interface,
+		Aliases:   aliasesOf(claim, net),
 	}
+}
+
+// aliasesOf returns the other names of the claim's VM network on its CNI
+// network (naming.ClaimNames), for a claim of a VM or VMI: after a live
+// NAD swap the network's claim had the swapped name, and made anew it has
+// the plain one (or the other way round). A claim of no VM has none.
+func aliasesOf(claim *ipamclaimsv1alpha1.IPAMClaim, net *network) []string {
+	owner, ok := claimowner.Of(claim)
+	logical := claim.Annotations[claimstatus.LogicalNetworkAnnotation]
+	if !ok || logical == "" {
+		return nil
+	}
+	var out []string
+	for _, n := range naming.ClaimNames(owner.Name, logical, net.cfg.Name) {
+		if n != claim.Name {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // fill chooses the first addresses of a claim that asks for none in
 // particular: one per IP family of the pool, reusing what the claim holds
 // already (a reconcile that reserved and then failed to write its status).
 func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held) (outcome, error) {
-	back, err := r.retiredForClaim(ctx, claim, pool)
+	back, err := r.retiredForClaim(ctx, claim, net, pool)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -141,19 +163,22 @@ func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 }
 
 // retiredForClaim returns the reservations of the pool that an earlier
-// claim of this claim's namespace and name held and that are kept back
+// claim of this claim's namespace and name (or one of its aliases) held and that are kept back
 // for it (reservation.KeptFor), the most recently released last: what the
 // same VM's network had before its claim was made anew.
-func (r *Reconciler) retiredForClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool *claimalloc.Pool) ([]*ipkeeperv1alpha1.IPReservation, error) {
-	all, err := reservationindex.ByClaimName(ctx, r.Client, claim.Namespace, claim.Name)
-	if err != nil {
-		return nil, err
-	}
+func (r *Reconciler) retiredForClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool) ([]*ipkeeperv1alpha1.IPReservation, error) {
 	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+	aliases := aliasesOf(claim, net)
 	var out []*ipkeeperv1alpha1.IPReservation
-	for i := range all {
-		if res := &all[i]; res.Spec.Pool == pool.Name && reservation.KeptFor(res, owner, pool.Retains) {
-			out = append(out, res)
+	for _, name := range append([]string{claim.Name}, aliases...) {
+		all, err := reservationindex.ByClaimName(ctx, r.Client, claim.Namespace, name)
+		if err != nil {
+			return nil, err
+		}
+		for i := range all {
+			if res := &all[i]; res.Spec.Pool == pool.Name && reservation.KeptFor(res, owner, aliases, pool.Retains) {
+				out = append(out, res)
+			}
 		}
 	}
 	// Not released yet (nil reuseAfter) first, then the latest released.

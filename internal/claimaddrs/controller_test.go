@@ -31,6 +31,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
@@ -969,5 +970,34 @@ func TestReconcileTakesBackNotYetReleasedOnlyWhereRetained(t *testing.T) {
 				t.Fatalf("cooldown %s: the claim made anew records %v; want 10.0.0.42 back: %v", cooldown, got, cooldown > 0)
 			}
 		})
+	}
+}
+
+// A VM whose network was moved to another CNI network by a live NAD swap
+// holds that network's addresses under its swapped claim name
+// (naming.SwappedClaim). Deleted with a retention and made again, or
+// restored, its claim of the network has the plain name (nothing holds it
+// now): it takes back what the swapped name held, on the same network,
+// and nothing a stranger's name holds.
+func TestReconcileTakesBackWhatItsSwappedNameHeld(t *testing.T) {
+	n := nad(ns, "blue", dualConf)
+	cl := claim("vm1.blue")
+	claimowner.Record(cl, claimowner.Owner{Kind: claimowner.KindVM, Name: "vm1", UID: "uid-vm1-again"})
+	cl.Annotations[claimstatus.LogicalNetworkAnnotation] = "blue"
+	retired := func(ip, name string) *ipkeeperv1alpha1.IPReservation {
+		r := heldRes(ip, ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: name, UID: types.UID("uid-earlier-" + name)})
+		r.ResourceVersion = "7"
+		r.Spec.ReuseAfter = &metav1.Time{Time: time.Now().Add(time.Hour)}
+		return r
+	}
+	swapped := naming.SwappedClaim("vm1", "blue", "blue")
+	stranger := naming.SwappedClaim("vm2", "blue", "blue")
+	f := newFixture(t, n, poolOfNAD(t, n), cl, retired("10.0.0.42", swapped), retired("fd00::42", swapped), retired("10.0.0.43", stranger))
+	f.reconcile(t, "vm1.blue")
+	if got := f.claim(t, "vm1.blue").Status.IPs; !slices.Equal(got, []string{"10.0.0.42/24", "fd00::42/120"}) {
+		t.Fatalf("the VM's claim made anew records %v, want what its swapped claim %s held: 10.0.0.42/24 fd00::42/120", got, swapped)
+	}
+	if got := f.held(t, cl); !slices.Equal(got, []string{"10.0.0.42", "fd00::42"}) {
+		t.Fatalf("the claim holds %v", got)
 	}
 }

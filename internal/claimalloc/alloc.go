@@ -166,6 +166,10 @@ type Holder struct {
 	Network string
 	// Interface is the IPAMClaim's pod interface (spec.interface).
 	Interface string
+	// Aliases are the other names of the claim's VM network
+	// (naming.ClaimNames): what a claim of one of them left retained is
+	// the claim's to take back (reservation.KeptFor).
+	Aliases []string
 }
 
 // Assign reserves a free address of one IP family of the pool (family:
@@ -257,8 +261,8 @@ func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.A
 	creates.Inc()
 	res, _, err := reservation.CreateOrAdopt(ctx, store, reservation.New(params))
 	var taken *reservation.TakenError
-	if errors.As(err, &taken) && taken.Holder != nil && reservation.KeptFor(taken.Holder, h.Owner, pool.Retains) {
-		res, err = a.takeBack(ctx, store, taken, params)
+	if errors.As(err, &taken) && taken.Holder != nil && reservation.KeptFor(taken.Holder, h.Owner, h.Aliases, pool.Retains) {
+		res, err = a.takeBack(ctx, store, taken, params, h.Aliases)
 	}
 	if errors.As(err, &taken) && taken.Holder == nil {
 		// Taken, but its holder could not be read (gone meanwhile): not a
@@ -290,7 +294,7 @@ const (
 // delete or a create whose answer was lost is not left at that: the
 // reservation is read again (a delete that landed is done) and the create
 // retried (one that landed is adopted), a few times.
-func (a *Allocator) takeBack(ctx context.Context, store reservation.Store, taken *reservation.TakenError, params reservation.Params) (*ipkeeperv1alpha1.IPReservation, error) {
+func (a *Allocator) takeBack(ctx context.Context, store reservation.Store, taken *reservation.TakenError, params reservation.Params, aliases []string) (*ipkeeperv1alpha1.IPReservation, error) {
 	old := taken.Holder
 	failed := func(err error) error {
 		return fmt.Errorf("taking back %s for IPAMClaim %s/%s: %w", old.Spec.IP, params.Owner.Namespace, params.Owner.Name, err)
@@ -316,7 +320,7 @@ func (a *Allocator) takeBack(ctx context.Context, store reservation.Store, taken
 				return nil, failed(err)
 			}
 			continue
-		case races < maxTakeBackRaces && reservation.KeptFor(cur, params.Owner, true):
+		case races < maxTakeBackRaces && reservation.KeptFor(cur, params.Owner, aliases, true):
 			races++
 			old = cur
 			continue

@@ -57,6 +57,16 @@ func SwappedClaim(owner, logical, network string) string {
 	return hint(owner, 40, "vm") + "." + hint(logical, 40, "net") + "." + hint(network, 40, "cni") + "." + hex.EncodeToString(sum[:16])
 }
 
+// ClaimNames returns every name ipkeeper-controller gives the claim of
+// owner's logical network on CNI network `network`: Claim's, and
+// SwappedClaim's, which a live NAD swap used while Claim's name was held
+// on the old network. A claim made anew under either takes back what the
+// other held on that network (retention, cooldown): both are the same
+// VM's network.
+func ClaimNames(owner, logical, network string) []string {
+	return []string{Claim(owner, logical), SwappedClaim(owner, logical, network)}
+}
+
 // ExtensionsClaim is the name KubeVirt's ipam-extensions gives the claim of
 // owner's logical network (its claims.ComposeKey at v0.6.0): the pair
 // joined by a dot, lowercased, cut into the runs of [a-z0-9] and '-' that

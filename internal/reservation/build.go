@@ -4,6 +4,7 @@ package reservation
 
 import (
 	"net/netip"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -70,18 +71,20 @@ func New(p Params) *ipkeeperv1alpha1.IPReservation {
 }
 
 // KeptFor reports whether r is kept back for owner, a claim: r was the
-// reservation of an earlier IPAMClaim of owner's namespace and name (the
-// same VM's network, its claim made anew: the VM deleted and made again,
-// restored from a snapshot or a backup), which is gone, since a claim of
-// that name now has another UID. In a pool that retains addresses (a
-// reuseCooldown, retained), r is kept for the claim name both while it
-// cools down and before the garbage collector released it; without, only
-// while it cools down (a pool's cooldown set since). The new claim takes
-// it back (claimalloc); nobody else gets it meanwhile.
-func KeptFor(r *ipkeeperv1alpha1.IPReservation, owner ipkeeperv1alpha1.ReservationOwner, retained bool) bool {
+// reservation of an earlier IPAMClaim of owner's namespace and of owner's
+// name or one of aliases (the other names the same VM network's claim
+// has, naming.ClaimNames: a claim made anew after a live NAD swap gets the
+// other name), which is gone, since the claim has another UID: the same
+// VM's network, its claim made anew (the VM deleted and made again,
+// restored from a snapshot or a backup). In a pool that retains
+// addresses (a reuseCooldown, retained), r is kept for the claim name both
+// while it cools down and before the garbage collector released it;
+// without, only while it cools down (a pool's cooldown set since). The new
+// claim takes it back (claimalloc); nobody else gets it meanwhile.
+func KeptFor(r *ipkeeperv1alpha1.IPReservation, owner ipkeeperv1alpha1.ReservationOwner, aliases []string, retained bool) bool {
 	o := r.Spec.Owner
 	return (r.Spec.Released() || retained) && owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim && o.Kind == ipkeeperv1alpha1.OwnerIPAMClaim &&
-		o.Namespace == owner.Namespace && o.Name == owner.Name && o.UID != owner.UID
+		o.Namespace == owner.Namespace && (o.Name == owner.Name || slices.Contains(aliases, o.Name)) && o.UID != owner.UID
 }
 
 // HeldBy reports whether r is owner's and in use (not released): the

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -98,6 +99,34 @@ func TestHeldBy(t *testing.T) {
 	} {
 		if got := HeldBy(tt.r, tt.owner, tt.ifName); got != tt.want {
 			t.Errorf("%s: HeldBy = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestKeptFor(t *testing.T) {
+	retired := func(name string, uid types.UID, released bool) *v1alpha1.IPReservation {
+		r := &v1alpha1.IPReservation{Spec: v1alpha1.IPReservationSpec{Owner: v1alpha1.ReservationOwner{Kind: v1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: name, UID: uid}}}
+		if released {
+			r.Spec.ReuseAfter = &metav1.Time{Time: time.Now().Add(time.Hour)}
+		}
+		return r
+	}
+	aliases := []string{"vm1.blue.net-b.0123"}
+	for _, tt := range []struct {
+		name     string
+		r        *v1alpha1.IPReservation
+		retained bool
+		want     bool
+	}{
+		{"an earlier claim of its name, released", retired(claim.Name, "earlier", true), false, true},
+		{"an earlier claim of an alias, released", retired(aliases[0], "earlier", true), false, true},
+		{"an earlier claim of another name", retired("vm2.blue", "earlier", true), false, false},
+		{"its own", retired(claim.Name, claim.UID, true), false, false},
+		{"not released yet, in a pool that retains", retired(aliases[0], "earlier", false), true, true},
+		{"not released yet, in a pool that does not", retired(claim.Name, "earlier", false), false, false},
+	} {
+		if got := KeptFor(tt.r, claim, aliases, tt.retained); got != tt.want {
+			t.Errorf("%s: KeptFor = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

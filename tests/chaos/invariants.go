@@ -85,7 +85,9 @@ import (
 //	   deleted no claim; a deleted VM with a retention
 //	   (ipkeeper.io/retain-addresses-for) has each of its released claims'
 //	   addresses retired, not freed, until its deletion plus the
-//	   retention (vmcopyops.go).
+//	   retention, and restored under its name, none still retired for
+//	   a deleted claim while the restored claim of that network holds
+//	   others (vmcopyops.go).
 //
 // I1 is checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no

@@ -200,7 +200,7 @@ func (m *model) succeeded(a *attachment, ips []netip.Addr) (clash []*attachment,
 	if cd := cooldownOf(a.pool); cd > 0 {
 		for _, ip := range ips {
 			rel, ok := m.released[a.pool+"/"+ip.String()]
-			if ok && rel.holder != a.holder() && a.since.Before(rel.at.Add(cd)) && (rel.claimName == "" || rel.claimName != a.claimName) {
+			if ok && rel.holder != a.holder() && a.since.Before(rel.at.Add(cd)) && (rel.claimName == "" || !sameVMNetwork(rel.claimName, a.claimName)) {
 				early = append(early, fmt.Sprintf("%s released by %s at %s, handed out again %s later (cooldown %s)",
 					ip, rel.holder, rel.at.Format("15:04:05.000"), a.since.Sub(rel.at).Round(time.Millisecond), cd))
 			}
@@ -218,6 +218,19 @@ func (m *model) succeeded(a *attachment, ips []netip.Addr) (clash []*attachment,
 		}
 	}
 	return clash, early
+}
+
+// sameVMNetwork reports whether two claim names are of the same VM's
+// network: equal, or its plain and swapped names (naming.ClaimNames),
+// which begin with the same two labels for the checker's VMs, whose names
+// are short DNS labels. A claim made anew under either takes back what
+// the other left retained (reservation.KeptFor).
+func sameVMNetwork(a, b string) bool {
+	if a == b {
+		return true
+	}
+	la, lb := strings.SplitN(a, ".", 3), strings.SplitN(b, ".", 3)
+	return len(la) >= 2 && len(lb) >= 2 && la[0] == lb[0] && la[1] == lb[1]
 }
 
 // adoptClaim records that a's ADD got the addresses of claim uid, of the

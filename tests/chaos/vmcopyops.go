@@ -165,16 +165,11 @@ func (a *vmActor) restore(ctx context.Context, deleteFirst bool) error {
 		a.judgeCopy(name+" (deleted)", name+" (restored)", before, after, false)
 		if retention > 0 {
 			// Retained for the claim names: the restored VM's claims take
-			// them back, unless another writer took one in the instant
-			// between the take-back's delete and its create (docs/pools.md).
-			for _, b := range before {
-				i := slices.IndexFunc(after, func(c ipamclaimsv1alpha1.IPAMClaim) bool { return c.Name == b.Name })
-				if i >= 0 && slices.Equal(after[i].Status.IPs, b.Status.IPs) {
-					a.r.counts.inc("vm:retained-address-kept")
-				} else {
-					a.r.counts.inc("vm:retained-address-not-kept")
-				}
-			}
+			// them back, also under the other name of the same network
+			// (a swapped claim's), unless another writer took one in the
+			// instant between the take-back's delete and its create
+			// (docs/pools.md).
+			return a.judgeTakenBack(ctx, name, before, after)
 		}
 		return nil
 	}
@@ -188,6 +183,49 @@ func (a *vmActor) restore(ctx context.Context, deleteFirst bool) error {
 			}
 			a.r.violate("I10", "restore-changed-claim", fmt.Sprintf("VM %s restored over itself: claim %s had uid %s ips %v, now %s",
 				name, b.Name, b.UID, b.Status.IPs, got), b.Name)
+		}
+	}
+	return nil
+}
+
+// judgeTakenBack checks I10 for a VM with a retention restored after
+// its deletion: each address its claims held is held again by its claim
+// of the same network (counted kept), or by someone who took it in the
+// instant of the take-back (counted not kept); one still retired for the
+// deleted claim's name while the restored claim holds other addresses was
+// never taken back: a violation.
+func (a *vmActor) judgeTakenBack(ctx context.Context, vm string, before, after []ipamclaimsv1alpha1.IPAMClaim) error {
+	var list ipkv1alpha1.IPReservationList
+	if err := a.kv.C.List(ctx, &list); err != nil {
+		return fmt.Errorf("listing reservations: %w", err)
+	}
+	for _, b := range before {
+		if _, ok := b.Annotations[claimstatus.RetentionAnnotation]; !ok {
+			continue
+		}
+		// Of the same CNI network: a claim of the network's old one (a
+		// swap pending when the VM was deleted) has nothing to take back.
+		i := slices.IndexFunc(after, func(c ipamclaimsv1alpha1.IPAMClaim) bool {
+			return sameVMNetwork(c.Name, b.Name) && c.Spec.Network == b.Spec.Network
+		})
+		if i < 0 {
+			a.r.counts.inc("vm:retained-address-network-gone")
+			continue
+		}
+		if slices.Equal(after[i].Status.IPs, b.Status.IPs) {
+			a.r.counts.inc("vm:retained-address-kept")
+			continue
+		}
+		a.r.counts.inc("vm:retained-address-not-kept")
+		for _, s := range b.Status.IPs {
+			ip := strings.SplitN(s, "/", 2)[0]
+			for _, r := range list.Items {
+				if o := r.Spec.Owner; r.Spec.IP == ip && r.Spec.Released() && o.Kind == ipkv1alpha1.OwnerIPAMClaim && o.Namespace == b.Namespace && o.Name == b.Name && o.UID == b.UID {
+					got := fmt.Sprintf("claim %s records %v", after[i].Name, after[i].Status.IPs)
+					a.r.violate("I10", "retained-address-not-taken-back", fmt.Sprintf("VM %s restored after its deletion: %s, which its claim %s held, is still retired for that claim (reservation %s, reusable after %s), but %s",
+						vm, ip, b.Name, r.Name, r.Spec.ReuseAfter.UTC().Format(time.RFC3339), got), b.Name)
+				}
+			}
 		}
 	}
 	return nil

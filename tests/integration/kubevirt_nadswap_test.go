@@ -12,12 +12,17 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -356,4 +361,64 @@ func TestNADSwapFailedMigration(t *testing.T) {
 		t.Fatalf("the VM's claim holds %v, want %s", got, ipA)
 	}
 	e.checkNever(t)
+}
+
+// TestNADSwappedVMKeepsItsRetainedAddresses: a VM with a retention whose
+// blue network was swapped live to another CNI network holds the new
+// network's address under the swapped claim name. Deleted and made again
+// under its name, its claim of blue has the plain name (nothing holds it
+// now) and takes that address back: both names are the same VM network's.
+func TestNADSwappedVMKeepsItsRetainedAddresses(t *testing.T) {
+	e := startSwapEnv(t)
+	ctx := context.Background()
+	vm, _, _ := e.start(t)
+	netB := e.network("blue-b")
+	removeReservationsAtEnd(t, func(r *ipkeeperv1alpha1.IPReservation) bool { return r.Spec.Network == netB })
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+claimstatus.RetentionAnnotation+`":"1h"}}}`))
+	if err := cp.Client.Patch(ctx, vm, patch); err != nil {
+		t.Fatal(err)
+	}
+	vmi, err := e.kv.SwapNAD(ctx, vm, "blue", "blue-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := naming.SwappedClaim("vm1", "blue", netB)
+	e.waitClaim(t, swapped)
+	e.migrate(t, vmi)
+	ipB := e.claimIPs(t, swapped)
+	waitFor(t, "the swapped claim to record the VM's retention and the old network's claim to go", func(ctx context.Context) (bool, error) {
+		c, err := e.claim(ctx, swapped)
+		if err != nil {
+			return false, err
+		}
+		_, err = e.claim(ctx, "vm1.blue")
+		return c.Annotations[claimstatus.RetentionAnnotation] == "1h0m0s" && apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.kv.DeleteVM(ctx, vm, metav1.DeletePropagationBackground); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deleted VM's swapped claim to go, its address retired", func(ctx context.Context) (bool, error) {
+		_, err := e.claim(ctx, swapped)
+		if !apierrors.IsNotFound(err) {
+			return false, client.IgnoreNotFound(err)
+		}
+		rs := reservationsOf(t, netB)
+		return len(rs) == 1 && rs[0].Spec.Released() && rs[0].Spec.Owner.Name == swapped, nil
+	})
+
+	again, err := e.kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.kv.DeleteVM(context.Background(), again, metav1.DeletePropagationBackground) })
+	if got := e.claimIPs(t, "vm1.blue"); !slices.Equal(got, ipB) {
+		t.Fatalf("VM made again: its claim vm1.blue records %v, want %v, which its swapped claim %s held and retained", got, ipB, swapped)
+	}
+	if rs := reservationsOf(t, netB); len(rs) != 1 || rs[0].Spec.Owner.Name != "vm1.blue" || rs[0].Spec.Released() {
+		t.Fatalf("network %s reservations %+v, want one, held by vm1.blue", netB, rs)
+	}
 }
