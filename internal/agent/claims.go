@@ -17,7 +17,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
-	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
 // A claim-backed attachment's addresses are its IPAMClaim's, and
@@ -90,7 +89,8 @@ func explainWait(err error) error {
 }
 
 // recordedAddresses returns the claim's status.ips, each after a live read
-// of its reservation: it must exist and be the claim's. An address its
+// of its reservation: it must exist and be the claim's, or lent to it (a
+// decentralized live migration's receiver). An address its
 // pool no longer hands out (a range removed, an exclude added) is kept
 // while the claim's reservation holds it: the VM keeps its address, and
 // the controller's AddressesInPool condition says it left the pool.
@@ -114,7 +114,7 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 				claim.Namespace, claim.Name, ip, i, network, pool, name, claim.Name, claim.Namespace))
 		case err != nil:
 			return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s: checking the reservation of %s: %w", claim.Namespace, claim.Name, ip, err))
-		case r.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim || r.Spec.Owner.UID != claim.UID || r.Spec.Released():
+		case !reservation.ClaimMayUse(r, claim.UID):
 			return nil, fail(reasonConflict, codeInvalidConfig, fmt.Errorf("IPAMClaim %s/%s records %s (status.ips[%d]), but on network %q it %s",
 				claim.Namespace, claim.Name, ip, i, network, reservation.DescribeHolder(r.Name, r, claim.Namespace)))
 		}

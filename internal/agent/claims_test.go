@@ -217,6 +217,32 @@ func TestClaimBackedAddReturnsTheRecordedAddressesAndWritesNothing(t *testing.T)
 			wantErr: []string{"IPAMClaim vms/vm1.blue", "fd00::5", "reserved by IPAMClaim vms/vm1.blue"},
 		},
 		{
+			name: "an address of a source claim in another namespace, lent to the claim (decentralized live migration)",
+			setup: func(f *claimFixture) {
+				f.fill("10.0.0.5/24")
+				other(f, "fd00::5", func(r *ipkeeperv1alpha1.IPReservation) {
+					lent := r.Spec.Owner
+					r.Spec.Owner = ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "tenant-b", Name: "vm1.blue", UID: "source-uid"}
+					r.Spec.LentTo = &lent
+				})
+				f.claims.setStatusIPs("vms", "vm1.blue", "10.0.0.5/24", "fd00::5/120")
+			},
+			want: "10.0.0.5/24,fd00::5/120",
+		},
+		{
+			name: "an address lent to another claim",
+			setup: func(f *claimFixture) {
+				f.fill("10.0.0.5/24")
+				other(f, "fd00::5", func(r *ipkeeperv1alpha1.IPReservation) {
+					r.Spec.Owner = ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "tenant-b", Name: "vm1.blue", UID: "source-uid"}
+					r.Spec.LentTo = &ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "tenant-c", Name: "vm9.blue", UID: "other-uid"}
+				})
+				f.claims.setStatusIPs("vms", "vm1.blue", "10.0.0.5/24", "fd00::5/120")
+			},
+			wantErr:  []string{"fd00::5", "another namespace"},
+			notInErr: []string{"tenant-b", "tenant-c", "vm9"},
+		},
+		{
 			name: "an address reserved in another namespace, which is not named",
 			setup: func(f *claimFixture) {
 				f.fill("fd00::5/120")

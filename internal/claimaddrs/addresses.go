@@ -61,8 +61,26 @@ func (r *Reconciler) addresses(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 	if err != nil {
 		return outcome{}, err
 	}
+	lent, err := r.lentTo(ctx, claim, pool)
+	if err != nil {
+		return outcome{}, err
+	}
 	if claimstatus.Filled(claim) {
-		return r.keep(ctx, claim, net, pool, mine)
+		if claim.Annotations[claimstatus.HandedOverAnnotation] != "" {
+			// Its addresses went with a decentralized live migration (or
+			// came back to the source): released once no launcher uses it.
+			return outcome{}, nil
+		}
+		return r.keep(ctx, claim, net, pool, append(mine, lent...))
+	}
+	// A decentralized live migration's receiver records the source's
+	// addresses, lent to it (package handover), and waits for them.
+	if len(lent) > 0 {
+		return outcome{ips: recordLent(pool, lent)}, nil
+	}
+	if claim.Annotations[claimstatus.ReceiverAnnotation] == claimstatus.ReceiverWaiting {
+		return outcome{failure: &failure{claimstatus.ReasonWaitingForSource,
+			"the claim of a VM waiting to receive a decentralized live migration gets the source VM's addresses once KubeVirt synchronised the migration"}}, nil
 	}
 	if requested {
 		return r.fillRequested(ctx, claim, net, pool, mine)
@@ -78,16 +96,7 @@ func (r *Reconciler) heldBy(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	if err != nil {
 		return nil, err
 	}
-	var out []held
-	for i := range all {
-		res := &all[i]
-		ip, err := netip.ParseAddr(res.Spec.IP)
-		if err != nil || res.Spec.Owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim || res.Spec.Released() ||
-			res.Spec.Pool != pool.Name {
-			continue
-		}
-		out = append(out, held{res: res, ip: ip})
-	}
+	out := usable(all, claim, pool)
 	slices.SortFunc(out, func(a, b held) int {
 		if c := a.res.CreationTimestamp.Compare(b.res.CreationTimestamp.Time); c != 0 {
 			return c
@@ -95,6 +104,46 @@ func (r *Reconciler) heldBy(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		return strings.Compare(a.res.Name, b.res.Name)
 	})
 	return out, nil
+}
+
+// lentTo returns the reservations of the pool lent to the claim (a
+// decentralized live migration's receiver), not released.
+func (r *Reconciler) lentTo(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool *claimalloc.Pool) ([]held, error) {
+	all, err := reservationindex.LentTo(ctx, r.Client, claim.UID)
+	if err != nil {
+		return nil, err
+	}
+	return usable(all, claim, pool), nil
+}
+
+// usable keeps the reservations of the pool the claim may use
+// (reservation.ClaimMayUse: its own or lent to it, not released).
+func usable(all []ipkeeperv1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAMClaim, pool *claimalloc.Pool) []held {
+	var out []held
+	for i := range all {
+		res := &all[i]
+		ip, err := netip.ParseAddr(res.Spec.IP)
+		if err != nil || !reservation.ClaimMayUse(res, claim.UID) || res.Spec.Pool != pool.Name {
+			continue
+		}
+		out = append(out, held{res: res, ip: ip})
+	}
+	return out
+}
+
+// recordLent returns what a receiver records of the addresses lent to
+// it: one per IP family, in the pool's order, as its source records them.
+func recordLent(pool *claimalloc.Pool, lent []held) []netip.Prefix {
+	var ips []netip.Prefix
+	for _, family := range pool.Families() {
+		for _, h := range lent {
+			if h.ip.Is4() == family[0].Is4() {
+				ips = append(ips, prefixOf(pool, h.ip, family))
+				break
+			}
+		}
+	}
+	return ips
 }
 
 func holderOf(claim *ipamclaimsv1alpha1.IPAMClaim, net *network) claimalloc.Holder {
@@ -215,8 +264,8 @@ func (r *Reconciler) takeBack(ctx context.Context, claim *ipamclaimsv1alpha1.IPA
 	return netip.Addr{}, false
 }
 
-// keep makes sure a claim holds what it records: each recorded address is
-// reserved for it (an address written by an administrator, or a
+// keep makes sure a claim holds what it records (mine: what it holds or
+// is lent): each recorded address is reserved for it (an address written by an administrator, or a
 // reservation deleted by hand, is reserved again if free), and what it
 // holds but no longer records is released.
 func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held) (outcome, error) {
@@ -254,7 +303,8 @@ func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 	// else's) must not cost it the address it had.
 	var superseded []held
 	for _, h := range mine {
-		if !recorded[h.ip] {
+		// One lent to it is its source's, never its to release.
+		if !recorded[h.ip] && h.res.Spec.Owner.UID == claim.UID {
 			superseded = append(superseded, h)
 		}
 	}

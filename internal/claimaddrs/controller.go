@@ -162,6 +162,9 @@ func claimsOfReservation(c client.Client) handler.MapFunc {
 		if res.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: res.Spec.Owner.Namespace, Name: res.Spec.Owner.Name}})
 		}
+		if l := res.Spec.LentTo; l != nil {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: l.Namespace, Name: l.Name}})
+		}
 		// Claims of other pools recording the same address are looked at
 		// too, in vain but harmlessly: the index is by address alone.
 		for _, r := range listClaims(ctx, c, client.MatchingFields{indexClaimAddress: res.Spec.IP}) {

@@ -1001,3 +1001,52 @@ func TestReconcileTakesBackWhatItsSwappedNameHeld(t *testing.T) {
 		t.Fatalf("the claim holds %v", got)
 	}
 }
+
+// A decentralized live migration's receiver: its claim waits, holding
+// nothing, until the source's addresses are lent to it, then records them
+// without reserving anything, and keeps recording them (no conflict with
+// their owner, the source's claim) until they pass to it.
+func TestReconcileReceiverWaitsThenRecordsWhatIsLent(t *testing.T) {
+	n := nad(ns, "blue", dualConf)
+	recv := claim("vm1r.blue")
+	recv.Annotations[claimstatus.ReceiverAnnotation] = claimstatus.ReceiverWaiting
+	src := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "other", Name: "vm1.blue", UID: "uid-source"}
+	v4, v6 := heldRes("10.0.0.42", src), heldRes("fd00::42", src)
+	f := newFixture(t, n, poolOfNAD(t, n), recv, v4, v6)
+	f.reconcile(t, "vm1r.blue")
+	got := f.claim(t, "vm1r.blue")
+	if len(got.Status.IPs) != 0 || len(f.held(t, recv)) != 0 {
+		t.Fatalf("a waiting receiver's claim records %v and holds %v, want nothing", got.Status.IPs, f.held(t, recv))
+	}
+	if c := condition(t, got, claimstatus.ConditionIPsAllocated); c.Status != metav1.ConditionFalse || c.Reason != claimstatus.ReasonWaitingForSource {
+		t.Fatalf("IPsAllocated %s %s, want False %s", c.Status, c.Reason, claimstatus.ReasonWaitingForSource)
+	}
+	to := claimOwner(recv)
+	for _, r := range []*ipkeeperv1alpha1.IPReservation{v4, v6} {
+		var cur ipkeeperv1alpha1.IPReservation
+		if err := f.c.Get(context.Background(), client.ObjectKeyFromObject(r), &cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.LentTo = &to
+		if err := f.c.Update(context.Background(), &cur); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.reconcile(t, "vm1r.blue")
+	if got := f.claim(t, "vm1r.blue").Status.IPs; !slices.Equal(got, []string{"10.0.0.42/24", "fd00::42/120"}) {
+		t.Fatalf("the receiver's claim records %v, want what is lent to it: 10.0.0.42/24 fd00::42/120", got)
+	}
+	f.reconcile(t, "vm1r.blue")
+	if c := condition(t, f.claim(t, "vm1r.blue"), claimstatus.ConditionIPsAllocated); c.Status != metav1.ConditionTrue {
+		t.Fatalf("the receiver's claim, recording what is lent to it: IPsAllocated %s %s: %s", c.Status, c.Reason, c.Message)
+	}
+	var list ipkeeperv1alpha1.IPReservationList
+	if err := f.c.List(context.Background(), &list); err != nil || len(list.Items) != 2 {
+		t.Fatalf("reservations %d (%v), want the source's two, nothing more", len(list.Items), err)
+	}
+	for _, r := range list.Items {
+		if r.Spec.Owner.UID != src.UID || r.Spec.Released() {
+			t.Fatalf("reservation %s: owner %+v released %v, want the source's, held", r.Name, r.Spec.Owner, r.Spec.Released())
+		}
+	}
+}

@@ -33,6 +33,10 @@ type Desired struct {
 	// Retention is how long the claim's addresses are kept once it is
 	// released (claimstatus.RetentionAnnotation, capped); 0 for none.
 	Retention time.Duration
+	// Receiver: the owner is a VM waiting to receive a decentralized live
+	// migration; a claim made for it waits for the source's addresses
+	// (claimstatus.ReceiverAnnotation, package handover).
+	Receiver bool
 }
 
 // NADReader reads and parses a NetworkAttachmentDefinition.

@@ -118,6 +118,10 @@ func (w *claimWriter) create(ctx context.Context, ownerObj client.Object, owner 
 	// the requested addresses, never others, when it fills the claim.
 	setRequest(claim, d)
 	setRetention(claim, d)
+	if d.Receiver {
+		// Only at its creation: from then on package handover decides.
+		claim.Annotations[claimstatus.ReceiverAnnotation] = claimstatus.ReceiverWaiting
+	}
 	if err := w.client.Create(ctx, claim); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// Our cache has not seen it yet; the claim watch brings us back.

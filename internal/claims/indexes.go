@@ -89,3 +89,13 @@ func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	}
 	return nil
 }
+
+// ClaimsOf lists the claims in namespace whose owner (a VM, or a
+// standalone VMI) has that name, from a cache with SetupIndexes' indexes.
+func ClaimsOf(ctx context.Context, reader client.Reader, namespace, owner string) ([]ipamclaimsv1alpha1.IPAMClaim, error) {
+	var list ipamclaimsv1alpha1.IPAMClaimList
+	if err := reader.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{indexOwnerName: owner}); err != nil {
+		return nil, fmt.Errorf("listing the IPAMClaims of %s/%s: %w", namespace, owner, err)
+	}
+	return list.Items, nil
+}

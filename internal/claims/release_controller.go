@@ -237,8 +237,14 @@ func (r *ClaimReleaser) ownerState(ctx context.Context, reader client.Reader, na
 }
 
 // wanted reports whether the live owner's spec still has the claim's
-// network (claimWanted), reading NADs through reader.
+// network (claimWanted), reading NADs through reader, and the claim was
+// not handed over.
 func wanted(ctx context.Context, reader client.Reader, ownerObj client.Object, owner claimowner.Owner, claim *ipamclaimsv1alpha1.IPAMClaim) bool {
+	if claim.Annotations[claimstatus.HandedOverAnnotation] != "" {
+		// Its part in a decentralized live migration is over (package
+		// handover): released once unused, and made anew.
+		return false
+	}
 	var spec *kubevirtv1.VirtualMachineInstanceSpec
 	switch o := ownerObj.(type) {
 	case *kubevirtv1.VirtualMachine:

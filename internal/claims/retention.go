@@ -108,7 +108,9 @@ func (r *Retainer) retain(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 	var errs []error
 	for i := range held {
 		res := &held[i]
-		if res.Spec.Released() {
+		// One lent to a decentralized live migration's receiver passes to
+		// it (the garbage collector): the VM may run there.
+		if res.Spec.Released() || res.Spec.LentTo != nil {
 			continue
 		}
 		cooldown, err := reservation.PoolCooldown(ctx, r.Reservations, r.Live, res.Spec.Pool)

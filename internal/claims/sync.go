@@ -103,8 +103,10 @@ func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj cl
 	if refused != nil && len(want) > 0 {
 		s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonRetentionRefused), "%v", refused)
 	}
+	receiver := kubevirt.WaitsAsReceiver(ownerObj)
 	for i := range want {
 		want[i].Retention = retention
+		want[i].Receiver = receiver
 	}
 	res, err := s.ensure(ctx, ownerObj, owner, want)
 	if err != nil {

@@ -161,6 +161,8 @@ func vmBehindClaim(ctx context.Context, c client.Reader, owner ipkeeperv1alpha1.
 func reservationState(spec *ipkeeperv1alpha1.IPReservationSpec, now time.Time) string {
 	left, released := reservation.Left(spec, now)
 	switch {
+	case !released && spec.LentTo != nil:
+		return fmt.Sprintf("held, lent to %s while a decentralized live migration moves its VM there", ownerString(*spec.LentTo))
 	case !released:
 		return "held"
 	case left > 0:

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/handover"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
 	podwebhook "github.com/ipkeeper/ipkeeper/internal/webhook"
@@ -116,6 +117,11 @@ func (k *kubeVirtSupport) setupChild(ctx context.Context, child ctrl.Manager) (*
 			// the reservations' owner index.
 			Retainer: &claims.Retainer{Reservations: k.main.GetClient(), Live: k.main.GetAPIReader(), Writer: k.main.GetClient(), Max: k.o.MaxAddressRetention, Now: time.Now},
 		}).SetupWithManager},
+		{"migration handover controller", func(m ctrl.Manager) error {
+			// Reservations are in the main manager's cache (its lentTo
+			// and owner indexes), written through it.
+			return (&handover.Reconciler{Client: child.GetClient(), Reservations: k.main.GetClient(), ReservationCache: k.main.GetCache(), Recorder: recorder}).SetupWithManager(ctx, m)
+		}},
 	}
 	if k.hook != nil {
 		setups = append(setups, struct {

@@ -15,6 +15,12 @@ package controllermanager
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
 //
+// Migration handover: read the VirtualMachineInstanceMigrations of a
+// decentralized live migration (which sends, which receives), lend a
+// source claim's reservations to the receiver's claim and pass them
+// (ipreservations, update, below).
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstancemigrations,verbs=get;list;watch
+//
 // Reservation garbage collector: read, retire (patch spec.reuseAfter) and
 // delete reservations; read pools (their reuse cooldown) and the
 // IPAddressClaims (metadata) that own some.

@@ -128,19 +128,56 @@ func (r *Reconciler) reconcilePodOwned(ctx context.Context, res *ipkeeperv1alpha
 	return r.release(ctx, res, fmt.Sprintf("pod %s (uid %s) gone for %s", key, owner.UID, now.Sub(since).Round(time.Second)))
 }
 
+// reconcileClaimOwned checks a claim's reservation: its owner gone, the
+// address is released, unless it is lent to a claim that still exists
+// (a decentralized live migration's receiver, whose launcher may run with
+// it): then it passes to that claim; a borrower gone leaves lentTo.
 func (r *Reconciler) reconcileClaimOwned(ctx context.Context, res *ipkeeperv1alpha1.IPReservation) (reconcile.Result, error) {
-	owner := res.Spec.Owner
-	key := types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
-	exists, err := claimExists(ctx, r.Client, key, owner.UID)
-	if err != nil || exists {
-		return reconcile.Result{}, err
+	borrowerLives := false
+	if l := res.Spec.LentTo; l != nil {
+		lives, result, err := r.claimLives(ctx, *l)
+		if err != nil || result.RequeueAfter > 0 {
+			return result, err
+		}
+		if !lives {
+			if err := reservation.Unlend(ctx, r.Client, res); err != nil {
+				return reconcile.Result{}, err
+			}
+			log.FromContext(ctx).Info("the claim an address was lent to is gone; the owner keeps it", "reservation", res.Name, "ip", res.Spec.IP, "borrower", l.Namespace+"/"+l.Name)
+		}
+		borrowerLives = lives
 	}
-	liveChecks.Inc()
-	if exists, err = claimExists(ctx, r.APIReader, key, owner.UID); err != nil || exists {
-		return cacheBehind(exists), err
+	owner := res.Spec.Owner
+	lives, result, err := r.claimLives(ctx, owner)
+	if err != nil || lives || result.RequeueAfter > 0 {
+		return result, err
+	}
+	key := types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
+	if borrowerLives {
+		if err := reservation.PassToBorrower(ctx, r.Client, res); err != nil {
+			return reconcile.Result{}, err
+		}
+		log.FromContext(ctx).Info("the owner of a lent address is gone; it passed to the claim it was lent to", "reservation", res.Name, "ip", res.Spec.IP,
+			"owner", key.String(), "claim", res.Spec.Owner.Namespace+"/"+res.Spec.Owner.Name)
+		return reconcile.Result{}, nil
 	}
 	r.markDue(res.Name)
 	return r.release(ctx, res, fmt.Sprintf("IPAMClaim %s (uid %s) gone", key, owner.UID))
+}
+
+// claimLives reports whether the claim exists, from the cache and, where
+// the cache says it does not, live (a requeue when the cache is behind).
+func (r *Reconciler) claimLives(ctx context.Context, o ipkeeperv1alpha1.ReservationOwner) (bool, reconcile.Result, error) {
+	key := types.NamespacedName{Namespace: o.Namespace, Name: o.Name}
+	exists, err := claimExists(ctx, r.Client, key, o.UID)
+	if err != nil || exists {
+		return exists, reconcile.Result{}, err
+	}
+	liveChecks.Inc()
+	if exists, err = claimExists(ctx, r.APIReader, key, o.UID); err != nil || exists {
+		return exists, cacheBehind(exists), err
+	}
+	return false, reconcile.Result{}, nil
 }
 
 // notServedRecheck is how often a reservation of a Cluster API
@@ -361,6 +398,14 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			log.FromContext(ctx).Error(err, "listing reservations by owner", "uid", o.GetUID())
 			return nil
 		}
+		// And those lent to it (a claim: a decentralized live migration's
+		// receiver), whose lentTo goes with it.
+		lent, err := reservationindex.LentTo(ctx, r.Client, o.GetUID())
+		if err != nil {
+			log.FromContext(ctx).Error(err, "listing reservations by borrower", "uid", o.GetUID())
+			return nil
+		}
+		held = append(held, lent...)
 		reqs := make([]reconcile.Request, 0, len(held))
 		for i := range held {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: held[i].Name}})

@@ -219,3 +219,51 @@ func TestLegacyReservationLabelledShared(t *testing.T) {
 		t.Errorf("a reservation in a node's block was relabelled %s=%q", naming.NodeLabel, v)
 	}
 }
+
+// A claim's reservation lent to a decentralized live migration's receiver:
+// its owner gone (the source VM deleted), it passes to the receiver's
+// claim, whose launcher may run with it, rather than being freed; the
+// receiver's claim gone, the owner keeps it, lent to nobody.
+func TestLentReservation(t *testing.T) {
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "a", Name: "vm1.blue", UID: "claim-a"}
+	borrower := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "b", Name: "vm1r.blue", UID: "claim-b"}
+	claimOf := func(o ipkeeperv1alpha1.ReservationOwner) *ipamclaimsv1alpha1.IPAMClaim {
+		return &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name, UID: o.UID}}
+	}
+	for _, tt := range []struct {
+		name                string
+		live                []client.Object
+		wantOwner, wantLent types.UID
+	}{
+		{"the owner gone: passed to the claim it was lent to", []client.Object{claimOf(borrower)}, borrower.UID, ""},
+		{"the borrower gone: the owner keeps it", []client.Object{claimOf(owner)}, owner.UID, ""},
+		{"both there: nothing changes", []client.Object{claimOf(owner), claimOf(borrower)}, owner.UID, borrower.UID},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			res := &ipkeeperv1alpha1.IPReservation{
+				ObjectMeta: metav1.ObjectMeta{Name: "blue.10-0-0-5", CreationTimestamp: metav1.Now()},
+				Spec:       ipkeeperv1alpha1.IPReservationSpec{Pool: "blue", Network: "blue", IP: "10.0.0.5", Owner: owner, LentTo: &borrower},
+			}
+			c := fake.NewClientBuilder().WithScheme(s).WithObjects(append(tt.live, res)...).Build()
+			r := &Reconciler{Client: c, APIReader: c, GracePeriod: time.Hour}
+			if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: res.Name}}); err != nil {
+				t.Fatal(err)
+			}
+			var got ipkeeperv1alpha1.IPReservation
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(res), &got); err != nil {
+				t.Fatalf("the reservation: %v (want it kept)", err)
+			}
+			lent := types.UID("")
+			if got.Spec.LentTo != nil {
+				lent = got.Spec.LentTo.UID
+			}
+			if got.Spec.Owner.UID != tt.wantOwner || lent != tt.wantLent || got.Spec.Released() {
+				t.Fatalf("owner %s lentTo %q released %v; want owner %s lentTo %q, held", got.Spec.Owner.UID, lent, got.Spec.Released(), tt.wantOwner, tt.wantLent)
+			}
+		})
+	}
+}

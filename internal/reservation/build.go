@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -85,6 +86,21 @@ func KeptFor(r *ipkeeperv1alpha1.IPReservation, owner ipkeeperv1alpha1.Reservati
 	o := r.Spec.Owner
 	return (r.Spec.Released() || retained) && owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim && o.Kind == ipkeeperv1alpha1.OwnerIPAMClaim &&
 		o.Namespace == owner.Namespace && (o.Name == owner.Name || slices.Contains(aliases, o.Name)) && o.UID != owner.UID
+}
+
+// ClaimMayUse reports whether the IPAMClaim with uid may use r's address:
+// r is the claim's, or lent to it (lentTo: KubeVirt's decentralized live
+// migration moves the owner claim's VM to the VM of this claim, whose
+// launcher runs with the address beside the source's), and not released.
+func ClaimMayUse(r *ipkeeperv1alpha1.IPReservation, uid types.UID) bool {
+	if r.Spec.Released() || uid == "" {
+		return false
+	}
+	if o := r.Spec.Owner; o.Kind == ipkeeperv1alpha1.OwnerIPAMClaim && o.UID == uid {
+		return true
+	}
+	l := r.Spec.LentTo
+	return l != nil && l.Kind == ipkeeperv1alpha1.OwnerIPAMClaim && l.UID == uid
 }
 
 // HeldBy reports whether r is owner's and in use (not released): the

@@ -3,7 +3,8 @@
 // Package reservationindex is the one home of the field indexes on
 // IPReservations in ipkeeper-controller's cache: by owner UID (which
 // reservations an owner holds), by claim name (what an IPAMClaim of that
-// namespace and name held before, whatever its UID) and by pool (which
+// namespace and name held before, whatever its UID), by the claim a
+// reservation is lent to (a decentralized live migration) and by pool (which
 // addresses a pool has handed out). They are registered once, on the main manager, and read by
 // every controller that needs them, so 50k reservations are cached and
 // indexed once.
@@ -28,9 +29,11 @@ const (
 	// ClaimName indexes IPAMClaims' reservations by the claim's
 	// "namespace/name".
 	ClaimName = "ipkeeper.claimName"
+	// LentToUID indexes reservations by spec.lentTo.uid.
+	LentToUID = "ipkeeper.lentToUID"
 )
 
-// Setup registers both indexes with indexer (a manager's field indexer,
+// Setup registers the indexes with indexer (a manager's field indexer,
 // before the manager starts).
 func Setup(ctx context.Context, indexer client.FieldIndexer) error {
 	res := &v1alpha1.IPReservation{}
@@ -53,6 +56,14 @@ func Setup(ctx context.Context, indexer client.FieldIndexer) error {
 	}); err != nil {
 		return fmt.Errorf("indexing IPReservations by claim name: %w", err)
 	}
+	if err := indexer.IndexField(ctx, res, LentToUID, func(o client.Object) []string {
+		if l := o.(*v1alpha1.IPReservation).Spec.LentTo; l != nil {
+			return []string{string(l.UID)}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing IPReservations by the claim they are lent to: %w", err)
+	}
 	return nil
 }
 
@@ -62,6 +73,16 @@ func ByClaimName(ctx context.Context, r client.Reader, namespace, name string) (
 	var list v1alpha1.IPReservationList
 	if err := r.List(ctx, &list, client.MatchingFields{ClaimName: namespace + "/" + name}); err != nil {
 		return nil, fmt.Errorf("listing the IPReservations of IPAMClaims %s/%s: %w", namespace, name, err)
+	}
+	return list.Items, nil
+}
+
+// LentTo lists the reservations lent to the IPAMClaim with uid (a
+// decentralized live migration's receiver).
+func LentTo(ctx context.Context, r client.Reader, uid types.UID) ([]v1alpha1.IPReservation, error) {
+	var list v1alpha1.IPReservationList
+	if err := r.List(ctx, &list, client.MatchingFields{LentToUID: string(uid)}); err != nil {
+		return nil, fmt.Errorf("listing the IPReservations lent to claim %s: %w", uid, err)
 	}
 	return list.Items, nil
 }

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -279,5 +280,67 @@ func TestPrinterColumns(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestIPReservationLentOwnerPassesOnlyToTheBorrower: a claim's reservation
+// lent to another claim (a decentralized live migration) may pass to that
+// claim, which then leaves lentTo, and to no one else; only a claim's
+// address is lent, and never to its own owner.
+func TestIPReservationLentOwnerPassesOnlyToTheBorrower(t *testing.T) {
+	ctx := context.Background()
+	claimOwner := func(ns, name, uid string) ipkeeperv1alpha1.ReservationOwner {
+		return ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: name, UID: types.UID(uid)}
+	}
+	src, dst := claimOwner("a", "vm1.blue", "uid-a"), claimOwner("b", "vm1r.blue", "uid-b")
+
+	pod := newReservation("lent-pod-test", "10.20.0.3")
+	pod.Spec.LentTo = &dst
+	if err := cp.Client.Create(ctx, pod); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "only an IPAMClaim's address is lent") {
+		t.Fatalf("a pod's reservation lent: want Invalid, got %v", err)
+	}
+
+	r := newReservation("lent-test", "10.20.0.4")
+	r.Spec.Owner, r.Spec.InterfaceName = src, ""
+	self := src
+	r.Spec.LentTo = &self
+	if err := cp.Client.Create(ctx, r); !apierrors.IsInvalid(err) {
+		t.Fatalf("lent to its own owner: want Invalid, got %v", err)
+	}
+	r.Spec.LentTo = nil
+	if err := cp.Client.Create(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(ctx, r) })
+	// Not lent: the owner cannot change.
+	r.Spec.Owner = dst
+	if err := cp.Client.Update(ctx, r); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "owner is immutable") {
+		t.Fatalf("owner change of a reservation not lent: want Invalid, got %v", err)
+	}
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(r), r); err != nil {
+		t.Fatal(err)
+	}
+	r.Spec.LentTo = &dst
+	if err := cp.Client.Update(ctx, r); err != nil {
+		t.Fatalf("lending: %v", err)
+	}
+	// To a third claim, or to the borrower while keeping lentTo: refused.
+	r.Spec.Owner = claimOwner("c", "vm9.blue", "uid-c")
+	if err := cp.Client.Update(ctx, r); !apierrors.IsInvalid(err) {
+		t.Fatalf("owner change to a claim it was not lent to: want Invalid, got %v", err)
+	}
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(r), r); err != nil {
+		t.Fatal(err)
+	}
+	r.Spec.Owner = dst
+	if err := cp.Client.Update(ctx, r); !apierrors.IsInvalid(err) {
+		t.Fatalf("owner change keeping lentTo: want Invalid, got %v", err)
+	}
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(r), r); err != nil {
+		t.Fatal(err)
+	}
+	r.Spec.Owner, r.Spec.LentTo = dst, nil
+	if err := cp.Client.Update(ctx, r); err != nil {
+		t.Fatalf("passing to the claim it was lent to: %v", err)
 	}
 }

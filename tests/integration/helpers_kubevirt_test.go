@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"slices"
@@ -286,5 +287,38 @@ func waitFor(t testing.TB, what string, cond func(context.Context) (bool, error)
 	t.Helper()
 	if err := framework.Eventually(context.Background(), time.Minute, 100*time.Millisecond, cond); err != nil {
 		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// runThroughAgents makes the simulated kubelet run each launcher's CNI ADD
+// through the real ipkeeper agent of its node, with the config of the NAD
+// its networks annotation names (confOf), for the interfaces being
+// attached (a hotplug attaches only the new one); added, when set, is told
+// what each pod's ADDs returned.
+func runThroughAgents(kv *framework.KubeVirt, agents map[string]*framework.Agent, confOf func(nad string) json.RawMessage, added func(pod *corev1.Pod, ips []string)) {
+	kv.Kubelet.Run = func(ctx context.Context, pod *corev1.Pod, ifaces []string) (map[string][]string, error) {
+		elems, err := multus.ParseElements(pod.Annotations[multus.Annotation], pod.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string][]string{}
+		var all []string
+		for _, el := range elems {
+			if !slices.Contains(ifaces, el.Interface) {
+				continue
+			}
+			res, err := agents[pod.Spec.NodeName].Add(ctx, pod, el.Interface, confOf(el.Name))
+			if err != nil {
+				return nil, fmt.Errorf("ADD %s/%s %s: %w", pod.Namespace, pod.Name, el.Interface, err)
+			}
+			for _, ip := range res.IPs {
+				out[el.Interface] = append(out[el.Interface], ip.Address.IP.String())
+				all = append(all, ip.Address.IP.String())
+			}
+		}
+		if added != nil {
+			added(pod, all)
+		}
+		return out, nil
 	}
 }

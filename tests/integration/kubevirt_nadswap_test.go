@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -56,26 +55,7 @@ func startSwapEnv(t *testing.T) *swapEnv {
 	}
 	// The kubelet's CNI ADD, through the node's real agent, with the config
 	// of the NAD the pod's networks annotation names.
-	e.kv.Kubelet.Run = func(ctx context.Context, pod *corev1.Pod, ifaces []string) (map[string][]string, error) {
-		elems, err := multus.ParseElements(pod.Annotations[multus.Annotation], pod.Namespace)
-		if err != nil {
-			return nil, err
-		}
-		out := map[string][]string{}
-		for _, el := range elems {
-			if !slices.Contains(ifaces, el.Interface) {
-				continue // attached before (a hotplug attaches only the new one)
-			}
-			res, err := agents[pod.Spec.NodeName].Add(ctx, pod, el.Interface, e.confs[el.Name])
-			if err != nil {
-				return nil, fmt.Errorf("ADD %s/%s %s: %w", pod.Name, el.Name, el.Interface, err)
-			}
-			for _, ip := range res.IPs {
-				out[el.Interface] = append(out[el.Interface], ip.Address.IP.String())
-			}
-		}
-		return out, nil
-	}
+	runThroughAgents(e.kv, agents, func(nad string) json.RawMessage { return e.confs[nad] }, nil)
 	t.Log("with a kubelet that runs CNI ADD through the node's ipkeeper agent: " + e.kv.Simulated())
 	if err := framework.SetKubeVirtGate(ctx, cp.Client, framework.LiveUpdateNADRefGate, true); err != nil {
 		t.Fatal(err)

@@ -30,7 +30,8 @@ import (
 // ipkeeper's objects and IPAMClaims (a mistaken RBAC edit), try to create,
 // update, patch, delete and write the status of every kind ipkeeper
 // touches that is not A's: reservations of node B's pods, of a VM's claim
-// and of a Cluster API claim; node B's block and a block of IPAMClaims; a
+// (lent to node A's VM's claim), of a VM's claim lent to another VM's
+// (passed to it) and of a Cluster API claim; node B's block and a block of IPAMClaims; a
 // pool; an IPAMClaim and its status; node B's pod; a NAD. Node A's own
 // block may not be updated, patched or deleted either (blocks are only
 // taken). Every write is refused (by RBAC or by the admission policies),
@@ -61,6 +62,11 @@ func TestCompromisedNodeWriteMatrix(t *testing.T) {
 		"reservation of node B's pod": reservation("10.99.30.1", func(*ipkeeperv1alpha1.IPReservation) {}),
 		"reservation of a VM's claim": reservation("10.99.30.2", func(r *ipkeeperv1alpha1.IPReservation) {
 			r.Spec.Owner = ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: claim.Name, UID: claim.UID}
+			r.Spec.Node, r.Spec.ContainerID, r.Spec.InterfaceName = "", "", ""
+		}),
+		"reservation of a VM's claim lent to another VM's (a decentralized live migration)": reservation("10.99.30.4", func(r *ipkeeperv1alpha1.IPReservation) {
+			r.Spec.Owner = ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: claim.Name, UID: claim.UID}
+			r.Spec.LentTo = &ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: "vm1r.matrix", UID: "00000000-0000-0000-0000-0000000001e7"}
 			r.Spec.Node, r.Spec.ContainerID, r.Spec.InterfaceName = "", "", ""
 		}),
 		"reservation of a Cluster API claim": reservation("10.99.30.3", func(r *ipkeeperv1alpha1.IPReservation) {
@@ -122,6 +128,13 @@ func TestCompromisedNodeWriteMatrix(t *testing.T) {
 			changed.SetLabels(map[string]string{"compromised": "node-a"})
 			if r, ok := changed.(*ipkeeperv1alpha1.IPReservation); ok {
 				r.Spec.Node = "node-a"
+				// A claim's address lent to node A's VM, or passed to the
+				// claim it was lent to.
+				if r.Spec.LentTo != nil {
+					r.Spec.Owner, r.Spec.LentTo = *r.Spec.LentTo, nil
+				} else if r.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim {
+					r.Spec.LentTo = &ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "node-a-tenant", Name: "vm9.matrix", UID: "00000000-0000-0000-0000-0000000009a9"}
+				}
 			}
 			refused("update", writer.Update(ctx, changed))
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{"compromised": "node-a"}}})

@@ -9,6 +9,7 @@ import (
 
 // OwnerKind says what holds a reservation.
 // +kubebuilder:validation:Enum=Pod;IPAMClaim;IPAddressClaim
+// +kubebuilder:validation:MaxLength=32
 type OwnerKind string
 
 const (
@@ -32,15 +33,18 @@ type ReservationOwner struct {
 	// Namespace of the owner.
 	// +required
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace"`
 	// Name of the owner.
 	// +required
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 	// UID of the owner.
 	// +required
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
 	UID types.UID `json:"uid"`
 }
 
@@ -55,9 +59,13 @@ const (
 )
 
 // IPReservationSpec records which owner holds one IP of one network.
-// Network, IP, owner and interface never change: a reservation is released
-// by deleting it, never handed over. Only the attachment details (container
-// ID, node) follow a pod's new sandbox.
+// Network, IP and interface never change, and the owner only to the claim
+// the address was lent to (lentTo) when a VM's decentralized live
+// migration to another namespace succeeded: a reservation is otherwise
+// released by deleting it. Only the attachment details (container ID,
+// node) follow a pod's new sandbox.
+// +kubebuilder:validation:XValidation:rule="(self.owner.kind == oldSelf.owner.kind && self.owner.uid == oldSelf.owner.uid && self.owner.name == oldSelf.owner.name && self.owner.__namespace__ == oldSelf.owner.__namespace__) || (has(oldSelf.lentTo) && !has(self.lentTo) && self.owner.kind == oldSelf.lentTo.kind && self.owner.uid == oldSelf.lentTo.uid && self.owner.name == oldSelf.lentTo.name && self.owner.__namespace__ == oldSelf.lentTo.__namespace__)",message="owner is immutable but for passing to the claim it was lent to (lentTo), which then leaves lentTo; delete the reservation to release the address"
+// +kubebuilder:validation:XValidation:rule="!has(self.lentTo) || (self.owner.kind == 'IPAMClaim' && self.lentTo.kind == 'IPAMClaim' && self.lentTo.uid != self.owner.uid)",message="lentTo names an IPAMClaim other than the owner, and only an IPAMClaim's address is lent"
 // +kubebuilder:validation:XValidation:rule="self.owner.kind != 'Pod' || (has(self.interfaceName) && size(self.interfaceName) > 0)",message="interfaceName is required for reservations owned by a Pod"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.reuseAfter) || (has(self.reuseAfter) && self.reuseAfter == oldSelf.reuseAfter)",message="reuseAfter cannot change once set"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.pool) || (has(self.pool) && self.pool == oldSelf.pool)",message="pool is immutable"
@@ -84,8 +92,16 @@ type IPReservationSpec struct {
 	IP string `json:"ip"`
 	// Owner is the pod (ephemeral) or IPAMClaim (persistent) holding the address.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="owner is immutable; delete the reservation to release the address"
 	Owner ReservationOwner `json:"owner"`
+	// LentTo is the IPAMClaim of another VM that may use the owner
+	// claim's address too, while KubeVirt's decentralized live migration
+	// moves the owner's VM to that VM (its receiver, in another
+	// namespace): both launchers run with the address, which stays the
+	// owner's. Set and cleared by ipkeeper-controller; when the migration
+	// succeeds the address passes to this claim (owner), and when it fails
+	// or is cancelled it is cleared.
+	// +optional
+	LentTo *ReservationOwner `json:"lentTo,omitempty"`
 	// InterfaceName is the pod's interface (CNI_IFNAME) the address is on; pods only.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="interfaceName is immutable"

@@ -311,6 +311,11 @@ func (in *IPReservationList) DeepCopyObject() runtime.Object {
 func (in *IPReservationSpec) DeepCopyInto(out *IPReservationSpec) {
 	*out = *in
 	out.Owner = in.Owner
+	if in.LentTo != nil {
+		in, out := &in.LentTo, &out.LentTo
+		*out = new(ReservationOwner)
+		**out = **in
+	}
 	if in.AttachedAt != nil {
 		in, out := &in.AttachedAt, &out.AttachedAt
 		*out = (*in).DeepCopy()
