@@ -232,10 +232,10 @@ func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err 
 		return nil, err
 	}
 	// Its pod webhook serves the VMs' launchers (vmops.go), in their
-	// namespace only; the API server calls it directly (the proxy's
+	// namespace and their receivers' (vmmoveops.go) only; the API server calls it directly (the proxy's
 	// faults are the controller's own requests').
 	url := fmt.Sprintf("https://127.0.0.1:%d/mutate-v1-pod", c.ctrl.proc.WebhookPort)
-	if err := c.cp.RegisterPodWebhook(ctx, webhookConfig, vmNamespace, url, nil); err != nil {
+	if err := c.cp.RegisterPodWebhook(ctx, webhookConfig, vmNamespace, url, nil, vmRecvNamespace); err != nil {
 		return nil, err
 	}
 	if err := c.ctrl.proc.WaitReady(ctx, readyTimeout); err != nil {

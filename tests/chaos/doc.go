@@ -60,7 +60,10 @@
 //     the agents): start, live migration, NIC hotplug and unplug, live NAD
 //     swaps to another network whose migration succeeds or fails (the
 //     user then swaps back), a hotplug or unplug while a swap's migration
-//     is pending, stop and deletion (in long runs virt-controller, which
+//     is pending, a move to a receiver VM of another namespace by
+//     KubeVirt's decentralized live migration, which succeeds or fails
+//     (vmmoveops.go; the synchronization controller simulated too), stop
+//     and deletion (in long runs virt-controller, which
 //     exits when it loses its lease during an API server restart, is
 //     started again as a kubelet would);
 //   - in long runs, who makes the VMs' claims: KubeVirt's real

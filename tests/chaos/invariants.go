@@ -21,6 +21,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -87,7 +88,9 @@ import (
 //	   addresses retired, not freed, until its deletion plus the
 //	   retention, and restored under its name, none still retired for
 //	   a deleted claim while the restored claim of that network holds
-//	   others (vmcopyops.go).
+//	   others (vmcopyops.go); a VM moved to another namespace has its
+//	   addresses lent to the receiver's claims while both launchers run,
+//	   then theirs, or, the move failed, its own again (vmmoveops.go).
 //
 // I1 is checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no
@@ -202,7 +205,9 @@ func belongs(res *ipkv1alpha1.IPReservation, a *attachment) bool {
 		return false
 	}
 	if a.claimName != "" {
-		return o.Kind == ipkv1alpha1.OwnerIPAMClaim && o.UID == a.claimUID
+		// Its claim's, or lent to its claim, or (lent from a source's)
+		// the source claim's.
+		return reservation.ClaimMayUse(res, a.claimUID) || (a.lentFrom != "" && o.Kind == ipkv1alpha1.OwnerIPAMClaim && o.UID == a.lentFrom)
 	}
 	if a.capi {
 		return o.Kind == ipkv1alpha1.OwnerIPAddressClaim && o.UID == a.podUID
@@ -241,8 +246,12 @@ func (r *runner) readLive(ctx context.Context) (*liveState, error) {
 	if err := c.List(ctx, &claims, client.InNamespace(namespace)); err != nil {
 		return nil, err
 	}
-	if err := c.List(ctx, &vmClaims, client.InNamespace(vmNamespace)); err != nil {
-		return nil, err
+	for _, ns := range []string{vmNamespace, vmRecvNamespace} {
+		var l ipamclaimsv1alpha1.IPAMClaimList
+		if err := c.List(ctx, &l, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		vmClaims.Items = append(vmClaims.Items, l.Items...)
 	}
 	var pods corev1.PodList
 	if err := c.List(ctx, &pods, client.InNamespace(namespace)); err != nil {

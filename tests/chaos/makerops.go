@@ -74,6 +74,7 @@ func (r *runner) runMaker(ctx context.Context, seed uint64) {
 				r.makerFailed(ctx, err)
 				continue
 			}
+			r.makerExternal.Store(true)
 			r.counts.inc("maker:external")
 			// A probe fails when a fault of the run hits it (the API server
 			// restarting, virt-controller losing its lease): try again.
@@ -95,6 +96,7 @@ func (r *runner) runMaker(ctx context.Context, seed uint64) {
 			continue // ext kept: the next turn tries again
 		}
 		ext = nil
+		r.makerExternal.Store(false)
 		r.counts.inc("maker:ipkeeper")
 	}
 }

@@ -46,6 +46,10 @@ type attachment struct {
 	capi        bool      // a Cluster API claim's address (podName, podUID: the claim's)
 	claimName   string    // "" for an ephemeral attachment
 	claimUID    types.UID // the claim at ADD time
+	// lentFrom is the claim whose addresses were lent to the attachment's
+	// (a decentralized live migration's receiver, vmmoveops.go): the
+	// source's launcher and this one are one holder.
+	lentFrom types.UID
 	// remadeClaim: ipkeeper-controller makes (and deletes) the claim, a
 	// VM's: one being deleted when the ADD read it is made again while
 	// the ADD waits, and the ADD gets the new claim's addresses.
@@ -62,6 +66,9 @@ type attachment struct {
 // claim-backed attachment (all pods of a claim share them), else the pod's
 // interface. Two attachments of one holder may share an address.
 func (a *attachment) holder() string {
+	if a.lentFrom != "" {
+		return "claim/" + string(a.lentFrom)
+	}
 	if a.claimName != "" {
 		return "claim/" + string(a.claimUID)
 	}
@@ -231,6 +238,14 @@ func sameVMNetwork(a, b string) bool {
 	}
 	la, lb := strings.SplitN(a, ".", 3), strings.SplitN(b, ".", 3)
 	return len(la) >= 2 && len(lb) >= 2 && la[0] == lb[0] && la[1] == lb[1]
+}
+
+// lentFrom records that a's ADD got addresses of claim from, lent to its
+// claim uid (made again while the ADD waited, perhaps).
+func (m *model) lentFrom(a *attachment, from, uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a.lentFrom, a.claimUID = from, uid
 }
 
 // adoptClaim records that a's ADD got the addresses of claim uid, of the

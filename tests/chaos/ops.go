@@ -91,9 +91,12 @@ type runner struct {
 	// removed (UnixNano): the agents' view of the webhook settles
 	// makerSettle later (agentsDerive).
 	makerChangedAt atomic.Int64
-	vmErrs         sync.Map
-	vmNames        sync.Map   // every VM name the run used
-	virtMu         sync.Mutex // held while virt-controller is started again
+	// makerExternal: ipam-extensions is installed (it makes the VMs'
+	// claims, and takes no part in a move's handover).
+	makerExternal atomic.Bool
+	vmErrs        sync.Map
+	vmNames       sync.Map   // every VM name the run used
+	virtMu        sync.Mutex // held while virt-controller is started again
 	// nodeBlocksLeft are the blocks of a deleted node still there when its
 	// Node was made again, by node.
 	nodeBlocksLeft sync.Map
@@ -317,6 +320,11 @@ func (r *runner) claimOfADD(ctx context.Context, a *attachment, ips []netip.Addr
 			continue
 		}
 		o := res.Spec.Owner
+		if l := res.Spec.LentTo; l != nil && l.Namespace == a.podNS && l.Name == a.claimName && !res.Spec.Released() {
+			r.counts.inc("vm-add-got-lent-address")
+			r.model.lentFrom(a, o.UID, l.UID)
+			return
+		}
 		if o.Kind == ipkv1alpha1.OwnerIPAMClaim && o.Namespace == a.podNS && o.Name == a.claimName && !res.Spec.Released() {
 			if o.UID != a.claimUID {
 				r.counts.inc("vm-claim-made-again-during-add")

@@ -124,8 +124,10 @@ type vmPods struct {
 // ends.
 func (r *runner) startVMs(ctx context.Context, seed uint64) (*sync.WaitGroup, error) {
 	c := r.c.cp.Client
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: vmNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, err
+	for _, ns := range []string{vmNamespace, vmRecvNamespace} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
 	}
 	red := &ipkv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: redPool}, Spec: ipkv1alpha1.IPPoolSpec{
 		Ranges: []ipkv1alpha1.PoolRange{{Range: redRange}}, ReuseCooldown: &ipkv1alpha1.Duration{Duration: redCooldown}}}
@@ -137,10 +139,13 @@ func (r *runner) startVMs(ctx context.Context, seed uint64) (*sync.WaitGroup, er
 		if err != nil {
 			return nil, err
 		}
-		nad := &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: vmNamespace, Name: n.nad},
-			Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: string(raw)}}
-		if err := c.Create(ctx, nad); err != nil {
-			return nil, fmt.Errorf("creating NAD %s/%s: %w", vmNamespace, n.nad, err)
+		// The same NADs where the VMs move to (vmmoveops.go).
+		for _, ns := range []string{vmNamespace, vmRecvNamespace} {
+			nad := &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n.nad},
+				Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: string(raw)}}
+			if err := c.Create(ctx, nad); err != nil {
+				return nil, fmt.Errorf("creating NAD %s/%s: %w", ns, n.nad, err)
+			}
 		}
 	}
 	kv := &framework.KubeVirt{C: c, Timeout: vmTimeout, Kubelet: framework.PodRunner{Run: r.vmRun, Detach: r.vmDetach, Stop: r.vmStop}}
@@ -148,8 +153,10 @@ func (r *runner) startVMs(ctx context.Context, seed uint64) (*sync.WaitGroup, er
 	if err := kv.SetFeatureGate(ctx, true); err != nil {
 		return nil, err
 	}
-	if err := framework.SetKubeVirtGate(ctx, c, framework.LiveUpdateNADRefGate, true); err != nil {
-		return nil, err
+	for _, gate := range []string{framework.LiveUpdateNADRefGate, framework.DecentralizedLiveMigrationGate} {
+		if err := framework.SetKubeVirtGate(ctx, c, gate, true); err != nil {
+			return nil, err
+		}
 	}
 	var wg sync.WaitGroup
 	for i := range numVMs {
@@ -164,11 +171,11 @@ func (r *runner) startVMs(ctx context.Context, seed uint64) (*sync.WaitGroup, er
 }
 
 // The VM operations.
-var vmOps = []string{"migrate", "swap", "swap-hotplug", "swap-fails", "hotplug", "stop", "delete", "clone", "restore", "delete-restore"}
+var vmOps = []string{"migrate", "swap", "swap-hotplug", "swap-fails", "hotplug", "stop", "delete", "clone", "restore", "delete-restore", "move"}
 
 // vmFirstOps are each actor's first operations: together, every kind.
 var vmFirstOps = [][]string{
-	{"swap-hotplug", "swap-fails", "migrate", "swap", "clone"},
+	{"swap-hotplug", "swap-fails", "migrate", "move", "swap", "clone"},
 	{"hotplug", "swap", "swap-hotplug", "restore", "delete-restore", "stop", "delete"},
 }
 
@@ -188,6 +195,11 @@ func (a *vmActor) run(ctx context.Context) {
 		op := vmOps[a.rng.IntN(len(vmOps))]
 		if len(a.first) > 0 { // every kind early, so that a short run has each
 			op, a.first = a.first[0], a.first[1:]
+		}
+		if op == "move" && a.r.makerExternal.Load() {
+			// ipam-extensions' claims take no part in a handover: a move
+			// would judge nothing.
+			op = "migrate"
 		}
 		seq := a.r.hist.begin(0, "VM", a.name+" "+op)
 		err = a.do(ctx, op, vmi)
@@ -259,6 +271,8 @@ func (a *vmActor) do(ctx context.Context, op string, vmi *kubevirtv1.VirtualMach
 		return a.restore(ctx, false)
 	case "delete-restore":
 		return a.restore(ctx, true)
+	case "move":
+		return a.move(ctx, vmi)
 	}
 	// A live NAD swap of blue to the other network: virt-controller marks
 	// the VMI MigrationRequired; its migration moves the VM to the new
@@ -400,7 +414,7 @@ func (r *runner) vmRun(ctx context.Context, pod *corev1.Pod, ifaces []string) (m
 				return nil, err
 			}
 			if derives {
-				if a.claimName, err = r.impliedClaim(ctx, vmName, el.Interface, net.name); err != nil {
+				if a.claimName, err = r.impliedClaim(ctx, pod.Namespace, vmName, el.Interface, net.name); err != nil {
 					return nil, err
 				}
 			}
@@ -466,14 +480,14 @@ func (r *runner) agentsDerive(ctx context.Context) (bool, error) {
 // impliedClaim is the claim of a launcher interface that references none
 // (its pod was admitted while the webhook was down): the one the agent
 // derives from the VM's logical network by the webhook's rule.
-func (r *runner) impliedClaim(ctx context.Context, vm, iface, network string) (string, error) {
+func (r *runner) impliedClaim(ctx context.Context, namespace, vm, iface, network string) (string, error) {
 	for _, logical := range []string{blue, red} {
 		if kubevirt.PodInterfaceName(logical) != iface {
 			continue
 		}
 		return naming.ClaimFor(vm, logical, network, func(name string) (string, bool, error) {
 			var c ipamclaimsv1alpha1.IPAMClaim
-			err := r.c.cp.Client.Get(ctx, client.ObjectKey{Namespace: vmNamespace, Name: name}, &c)
+			err := r.c.cp.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &c)
 			if apierrors.IsNotFound(err) {
 				return "", false, nil
 			}

@@ -166,17 +166,18 @@ func (c *Controller) Stop() {
 // the shipped MutatingWebhookConfiguration does (webhook.Webhooks: launcher
 // pods with a networks annotation only, CREATE and UPDATE of that
 // annotation; Ignore, and Fail for updates of launchers that reference a
-// claim), limited to namespace ns ("" for all).
-func (cp *ControlPlane) RegisterPodWebhook(ctx context.Context, name, ns, url string, caBundle []byte) error {
-	if err := cp.Client.Create(ctx, PodWebhookConfiguration(name, ns, admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle})); err != nil {
+// claim), limited to namespace ns ("" for all) and the others named.
+func (cp *ControlPlane) RegisterPodWebhook(ctx context.Context, name, ns, url string, caBundle []byte, others ...string) error {
+	if err := cp.Client.Create(ctx, PodWebhookConfiguration(name, ns, admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle}, others...)); err != nil {
 		return fmt.Errorf("registering webhook %s: %w", name, err)
 	}
 	return nil
 }
 
 // PodWebhookConfiguration is the shipped configuration's webhooks
-// (webhook.Webhooks) calling client, limited to namespace ns ("" for all).
-func PodWebhookConfiguration(name, ns string, client admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
+// (webhook.Webhooks) calling client, limited to namespace ns ("" for all)
+// and the others named.
+func PodWebhookConfiguration(name, ns string, client admissionregistrationv1.WebhookClientConfig, others ...string) *admissionregistrationv1.MutatingWebhookConfiguration {
 	none := admissionregistrationv1.SideEffectClassNone
 	timeout := int32(10)
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -198,7 +199,8 @@ func PodWebhookConfiguration(name, ns string, client admissionregistrationv1.Web
 			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue}},
 		}
 		if ns != "" {
-			wh.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+			wh.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: append([]string{ns}, others...)}}}
 		}
 		cfg.Webhooks = append(cfg.Webhooks, wh)
 	}

@@ -38,7 +38,10 @@ import (
 // nothing; the target launcher in B gets the source's address while the
 // source still runs with it (lent: one owner, never free); on success the
 // receiver's claim owns it and the source's claim is released; on failure
-// the source keeps it and the receiver's claim is made anew, waiting.
+// (before or after the migration started) the source keeps it and the
+// receiver's claim is made anew, waiting. What KubeVirt does around it is
+// checked too (completedKV, failedKV), so the simulation lets the real
+// virt-controller do its part.
 func TestVMMovedToAnotherNamespaceKeepsItsAddresses(t *testing.T) {
 	ctx := context.Background()
 	e, recv := startDecentralizedEnv(t)
@@ -102,7 +105,7 @@ func TestVMMovedToAnotherNamespaceKeepsItsAddresses(t *testing.T) {
 		if m != nil {
 			t.Cleanup(func() {
 				if t.Failed() {
-					dlmLogTrace(t, m)
+					t.Logf("decentralized migration trace:\n%s", strings.Join(m.Trace, "\n"))
 				}
 			})
 		}
@@ -130,6 +133,7 @@ func TestVMMovedToAnotherNamespaceKeepsItsAddresses(t *testing.T) {
 		if err := m.Complete(ctx); err != nil {
 			t.Fatal(err)
 		}
+		completedKV(t, m, recvVM, nodeB)
 		waitFor(t, "the address to pass to the receiver's claim", func(ctx context.Context) (bool, error) {
 			r := reservationOfIP(t, network, ip)
 			return r.Spec.Owner.Namespace == recv.ns && r.Spec.Owner.Name == "vm1r.blue" && r.Spec.LentTo == nil, nil
@@ -150,34 +154,148 @@ func TestVMMovedToAnotherNamespaceKeepsItsAddresses(t *testing.T) {
 		}
 	})
 
-	t.Run("failed", func(t *testing.T) {
-		m, ip, watch, recvVM := move(t, "vm2", "move-vm2-"+suffix)
-		before, err := recv.claim(ctx, "vm2r.blue")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.FailAfterStart(ctx); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the address to be taken back by the source's claim", func(ctx context.Context) (bool, error) {
-			r := reservationOfIP(t, network, ip)
-			return r.Spec.Owner.Namespace == e.ns && r.Spec.Owner.Name == "vm2.blue" && r.Spec.LentTo == nil, nil
-		})
-		waitFor(t, "the receiver's claim to be released and made anew, waiting", func(ctx context.Context) (bool, error) {
-			c, err := recv.claim(ctx, "vm2r.blue")
+	// A migration that fails before it started (the target launcher
+	// dies: the receiver VMI's migration state says failed) or after
+	// (libvirt fails on the source: KubeVirt v1.8.2 then marks only the
+	// receiving migration failed).
+	for i, tc := range []struct {
+		name string
+		fail func(*framework.DecentralizedMigration, context.Context) error
+	}{
+		{"failed before it started", (*framework.DecentralizedMigration).Fail},
+		{"failed after it started", (*framework.DecentralizedMigration).FailAfterStart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vm := fmt.Sprintf("vm%d", i+2)
+			m, ip, watch, recvVM := move(t, vm, "move-"+vm+"-"+suffix)
+			before, err := recv.claim(ctx, vm+"r.blue")
 			if err != nil {
-				return false, client.IgnoreNotFound(err)
+				t.Fatal(err)
 			}
-			return c.UID != before.UID && len(c.Status.IPs) == 0 && c.Annotations[claimstatus.ReceiverAnnotation] == claimstatus.ReceiverWaiting, nil
+			if err := tc.fail(m, ctx); err != nil {
+				t.Fatal(err)
+			}
+			failedKV(t, m, recvVM, nodeA)
+			waitFor(t, "the address to be taken back by the source's claim", func(ctx context.Context) (bool, error) {
+				r := reservationOfIP(t, network, ip)
+				return r.Spec.Owner.Namespace == e.ns && r.Spec.Owner.Name == vm+".blue" && r.Spec.LentTo == nil, nil
+			})
+			waitFor(t, "the receiver's claim to be released and made anew, waiting", func(ctx context.Context) (bool, error) {
+				c, err := recv.claim(ctx, vm+"r.blue")
+				if err != nil {
+					return false, client.IgnoreNotFound(err)
+				}
+				return c.UID != before.UID && len(c.Status.IPs) == 0 && c.Annotations[claimstatus.ReceiverAnnotation] == claimstatus.ReceiverWaiting, nil
+			})
+			if src := waitFilled(t, e.ns, vm+".blue"); !slices.Equal(src.Status.IPs, []string{ip + "/24"}) {
+				t.Fatalf("the source's claim records %v after the failure, want %s/24", src.Status.IPs, ip)
+			}
+			waitEvent(t, recvVM, string(handover.ReasonTakenBack), ip)
+			if bad := watch(); len(bad) > 0 {
+				t.Fatalf("the running VM's address was not held throughout: %v", bad)
+			}
 		})
-		if src := waitFilled(t, e.ns, "vm2.blue"); !slices.Equal(src.Status.IPs, []string{ip + "/24"}) {
-			t.Fatalf("the source's claim records %v after the failure, want %s/24", src.Status.IPs, ip)
+	}
+}
+
+// completedKV checks what KubeVirt did at a successful decentralized
+// migration, as the simulation must let it: the source VM halted and its
+// VMI gone (or Succeeded), the receiver VM's runStrategy restored, its VMI
+// Running on node with the target pod, both migrations Succeeded.
+func completedKV(t *testing.T, m *framework.DecentralizedMigration, recvVM *kubevirtv1.VirtualMachine, node string) {
+	t.Helper()
+	ctx := context.Background()
+	src := &kubevirtv1.VirtualMachine{}
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: m.Source.Namespace, Name: m.Source.Name}, src); err != nil {
+		t.Fatal(err)
+	}
+	if src.Spec.RunStrategy == nil || *src.Spec.RunStrategy != kubevirtv1.RunStrategyHalted {
+		t.Errorf("source VM runStrategy = %v, want Halted", src.Spec.RunStrategy)
+	}
+	var gone kubevirtv1.VirtualMachineInstance
+	err := cp.Client.Get(ctx, client.ObjectKeyFromObject(m.Source), &gone)
+	if err == nil && gone.UID == m.Source.UID && gone.Status.Phase != kubevirtv1.Succeeded {
+		t.Errorf("source VMI is %s, want gone or Succeeded", gone.Status.Phase)
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	live := &kubevirtv1.VirtualMachine{}
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(recvVM), live); err != nil {
+		t.Fatal(err)
+	}
+	if live.Spec.RunStrategy == nil || *live.Spec.RunStrategy != kubevirtv1.RunStrategyAlways {
+		t.Errorf("receiver VM runStrategy = %v, want Always (its restore-run-strategy)", live.Spec.RunStrategy)
+	}
+	r := &kubevirtv1.VirtualMachineInstance{}
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(m.Receiver), r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status.Phase != kubevirtv1.Running || r.Status.NodeName != node || r.IsMigrationTarget() {
+		t.Errorf("receiver VMI %s on %q (still a migration target: %t), want Running on %s", r.Status.Phase, r.Status.NodeName, r.IsMigrationTarget(), node)
+	}
+	if _, ok := r.Status.ActivePods[m.TargetPod.UID]; !ok {
+		t.Errorf("receiver VMI's active pods %v, want the target pod %s", r.Status.ActivePods, m.TargetPod.UID)
+	}
+	for _, mig := range []*kubevirtv1.VirtualMachineInstanceMigration{m.SendMigration, m.ReceiveMigration} {
+		if mig.Status.Phase != kubevirtv1.MigrationSucceeded {
+			t.Errorf("migration %s/%s is %s, want Succeeded", mig.Namespace, mig.Name, mig.Status.Phase)
 		}
-		waitEvent(t, recvVM, string(handover.ReasonTakenBack), ip)
-		if bad := watch(); len(bad) > 0 {
-			t.Fatalf("the running VM's address was not held throughout: %v", bad)
+	}
+}
+
+// failedKV checks what KubeVirt did at a failed decentralized migration:
+// the source VMI still Running on node with its pod, the target pod down,
+// both migrations Failed, the receiver VM waiting for a migration again.
+func failedKV(t *testing.T, m *framework.DecentralizedMigration, recvVM *kubevirtv1.VirtualMachine, node string) {
+	t.Helper()
+	ctx := context.Background()
+	s := &kubevirtv1.VirtualMachineInstance{}
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(m.Source), s); err != nil {
+		t.Fatal(err)
+	}
+	if s.UID != m.Source.UID || s.Status.Phase != kubevirtv1.Running || s.Status.NodeName != node {
+		t.Errorf("source VMI %s on %q, want Running on %s", s.Status.Phase, s.Status.NodeName, node)
+	}
+	if got := dlmPod(t, m.SourcePod); got.Status.Phase != corev1.PodRunning || got.DeletionTimestamp != nil {
+		t.Errorf("source pod %s is %s (deleting %t), want Running", got.Name, got.Status.Phase, got.DeletionTimestamp != nil)
+	}
+	var target corev1.Pod
+	err := cp.Client.Get(ctx, client.ObjectKeyFromObject(m.TargetPod), &target)
+	if err == nil && target.UID == m.TargetPod.UID && target.Status.Phase != corev1.PodFailed {
+		t.Errorf("target pod %s is %s, want gone or Failed", target.Name, target.Status.Phase)
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	for _, mig := range []*kubevirtv1.VirtualMachineInstanceMigration{m.SendMigration, m.ReceiveMigration} {
+		if mig.Status.Phase != kubevirtv1.MigrationFailed {
+			t.Errorf("migration %s/%s is %s, want Failed", mig.Namespace, mig.Name, mig.Status.Phase)
 		}
+	}
+	waitFor(t, "receiver VM "+recvVM.Name+" WaitingForReceiver", func(ctx context.Context) (bool, error) {
+		vm := &kubevirtv1.VirtualMachine{}
+		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(recvVM), vm); err != nil {
+			return false, err
+		}
+		return vm.Status.PrintableStatus == kubevirtv1.VirtualMachineStatusWaitingForReceiver &&
+			vm.Spec.RunStrategy != nil && *vm.Spec.RunStrategy == kubevirtv1.RunStrategyWaitAsReceiver, nil
 	})
+}
+
+// dlmDeleteVM deletes vm and waits until it and its VMI are gone.
+func dlmDeleteVM(t *testing.T, kv *framework.KubeVirt, vm *kubevirtv1.VirtualMachine) {
+	t.Helper()
+	if err := kv.DeleteVM(context.Background(), vm, metav1.DeletePropagationForeground); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("deleting VM %s/%s: %v", vm.Namespace, vm.Name, err)
+	}
+}
+
+func dlmPod(t *testing.T, pod *corev1.Pod) corev1.Pod {
+	t.Helper()
+	var live corev1.Pod
+	if err := cp.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), &live); err != nil {
+		t.Fatalf("reading pod %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
+	return live
 }
 
 // startDecentralizedEnv is startKubeVirtEnv with KubeVirt's
