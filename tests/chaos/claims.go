@@ -9,8 +9,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
 // Claim-backed pods, as a VM's launcher pods: each references its slot's
@@ -97,10 +101,35 @@ func (r *runner) claimOp(ctx context.Context, st step, cs *claimSlot) {
 			return
 		}
 		cs.uid = claim.UID
+		if len(requested) > 0 {
+			r.observeRequest(ctx, claim)
+		}
 	case opClaimEdit:
 		r.editClaim(ctx, st, cs)
 	}
 }
+
+// observeRequest reads a claim made with a request until its
+// RequestedAddresses condition is set (at most requestSeen), and counts
+// it as the continuous checks do: on a loaded machine they may look only
+// once the request's holder let the address go, and miss its refusal.
+func (r *runner) observeRequest(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) {
+	_ = framework.Eventually(ctx, requestSeen, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		var c ipamclaimsv1alpha1.IPAMClaim
+		if err := r.c.cp.Client.Get(ctx, client.ObjectKeyFromObject(claim), &c); err != nil {
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		}
+		cond := meta.FindStatusCondition(c.Status.Conditions, claimstatus.ConditionRequested)
+		if c.UID != claim.UID || cond == nil {
+			return c.UID != claim.UID, nil
+		}
+		r.counts.incOnce("requested:"+string(cond.Status)+"/"+cond.Reason, string(c.UID))
+		return true, nil
+	})
+}
+
+// requestSeen bounds observeRequest.
+const requestSeen = 2 * time.Second
 
 // dropClaim stops the slot's pods and deletes its claim; false if a pod
 // or the claim could not be deleted (the claim stays).
