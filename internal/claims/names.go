@@ -22,6 +22,14 @@ const (
 	// launcher pod uses it; the name is the one existing tools use.
 	Finalizer = "kubevirt.io/persistent-ipam"
 
+	// RetentionFinalizer keeps a claim that records a retention
+	// (claimstatus.RetentionAnnotation) until its reservations are retired
+	// for it. Finalizer alone cannot: other controllers remove it too
+	// (ipam-extensions, on every claim labelled with a VM it saw deleted),
+	// and a claim without it goes at once, its addresses freed with their
+	// pool's cooldown alone.
+	RetentionFinalizer = "ipkeeper.io/retain-addresses"
+
 	// NetworkAnnotation records the KubeVirt logical network name, which a
 	// hashed claim name no longer shows.
 	NetworkAnnotation = claimstatus.LogicalNetworkAnnotation

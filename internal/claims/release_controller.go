@@ -86,8 +86,14 @@ func (r *ClaimReleaser) Reconcile(ctx context.Context, req reconcile.Request) (r
 		}
 		return reconcile.Result{}, fmt.Errorf("reading IPAMClaim %s: %w", req, err)
 	}
+	if claim.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(&claim, Finalizer) {
+		// Released: by us in an earlier pass, or by another controller that
+		// removed Finalizer (ipam-extensions, which treats every claim of a
+		// deleted VM as its own). Only its retention is left to apply.
+		return reconcile.Result{}, r.retainReleased(ctx, &claim)
+	}
 	owner, ok := claimowner.Of(&claim)
-	if !ok || !r.isOurs(&claim) || (claim.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(&claim, Finalizer)) {
+	if !ok || !r.isOurs(&claim) {
 		return reconcile.Result{}, nil
 	}
 	logger := log.FromContext(ctx).WithValues("owner", owner.String())
@@ -159,7 +165,7 @@ func (r *ClaimReleaser) release(ctx context.Context, claim *ipamclaimsv1alpha1.I
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := removeFinalizer(ctx, r.Client, claim); err != nil {
+	if err := removeFinalizers(ctx, r.Client, claim, Finalizer, RetentionFinalizer); err != nil {
 		return reconcile.Result{}, err
 	}
 	claimsReleased.Inc()
@@ -175,20 +181,44 @@ func (r *ClaimReleaser) release(ctx context.Context, claim *ipamclaimsv1alpha1.I
 	return reconcile.Result{}, nil
 }
 
-// removeFinalizer removes our finalizer with a JSON patch that first tests
-// it is still at the index we saw: no resourceVersion is needed (the delete
-// just changed it) and no other finalizer is touched.
-func removeFinalizer(ctx context.Context, c client.Client, claim *ipamclaimsv1alpha1.IPAMClaim) error {
-	i := slices.Index(claim.Finalizers, Finalizer)
-	if i < 0 {
+// retainReleased applies the retention of a claim released without it
+// (RetentionFinalizer still on, Finalizer gone), then lets the claim go.
+func (r *ClaimReleaser) retainReleased(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) error {
+	if !controllerutil.ContainsFinalizer(claim, RetentionFinalizer) {
 		return nil
 	}
-	ops := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`, i, Finalizer, i)
-	if err := c.Patch(ctx, claim, client.RawPatch(types.JSONPatchType, []byte(ops))); err != nil {
+	kept, err := r.Retainer.retain(ctx, claim)
+	if err != nil {
+		return err
+	}
+	if err := removeFinalizers(ctx, r.Client, claim, RetentionFinalizer); err != nil {
+		return err
+	}
+	log.FromContext(ctx).Info("applied the retention of an IPAMClaim released by another controller", "claim", claim.Name, "ips", claim.Status.IPs, "keptFor", kept)
+	return nil
+}
+
+// removeFinalizers removes the named finalizers the claim holds with a
+// JSON patch that first tests each is still at the index we saw: no
+// resourceVersion is needed (the delete just changed it) and no other
+// finalizer is touched.
+func removeFinalizers(ctx context.Context, c client.Client, claim *ipamclaimsv1alpha1.IPAMClaim, names ...string) error {
+	var ops []string
+	// From the last index down, so that each removal leaves the indexes
+	// of those still to come as they were.
+	for i := len(claim.Finalizers) - 1; i >= 0; i-- {
+		if f := claim.Finalizers[i]; slices.Contains(names, f) {
+			ops = append(ops, fmt.Sprintf(`{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}`, i, f, i))
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	if err := c.Patch(ctx, claim, client.RawPatch(types.JSONPatchType, []byte("["+strings.Join(ops, ",")+"]"))); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("removing finalizer %s from IPAMClaim %s/%s: %w", Finalizer, claim.Namespace, claim.Name, err)
+		return fmt.Errorf("removing finalizers %v from IPAMClaim %s/%s: %w", names, claim.Namespace, claim.Name, err)
 	}
 	return nil
 }
@@ -211,7 +241,7 @@ func (r *ClaimReleaser) isOurs(o client.Object) bool {
 
 // mayBeOurs is isOurs whoever makes claims: the events Reconcile sees.
 func mayBeOurs(o client.Object) bool {
-	return claimowner.Managed(o) || controllerutil.ContainsFinalizer(o, Finalizer)
+	return claimowner.Managed(o) || controllerutil.ContainsFinalizer(o, Finalizer) || controllerutil.ContainsFinalizer(o, RetentionFinalizer)
 }
 
 // ownerState reads the owner through reader. ownerObj is returned when the

@@ -10,6 +10,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
@@ -53,25 +54,30 @@ func retentionOf(annotations map[string]string, max time.Duration) (time.Duratio
 	return d, nil
 }
 
-// setRetention records d's retention on the claim, or removes it.
+// setRetention records d's retention on the claim, with the finalizer
+// that holds the claim until it is applied, or removes both.
 func setRetention(claim *ipamclaimsv1alpha1.IPAMClaim, d Desired) {
 	if d.Retention <= 0 {
 		delete(claim.Annotations, claimstatus.RetentionAnnotation)
+		controllerutil.RemoveFinalizer(claim, RetentionFinalizer)
 		return
 	}
 	if claim.Annotations == nil {
 		claim.Annotations = map[string]string{}
 	}
 	claim.Annotations[claimstatus.RetentionAnnotation] = d.Retention.String()
+	controllerutil.AddFinalizer(claim, RetentionFinalizer)
 }
 
-// retentionRecorded reports whether the claim records d's retention.
+// retentionRecorded reports whether the claim records d's retention, and
+// holds its finalizer exactly when it has one.
 func retentionRecorded(claim *ipamclaimsv1alpha1.IPAMClaim, d Desired) bool {
 	v, ok := claim.Annotations[claimstatus.RetentionAnnotation]
+	held := controllerutil.ContainsFinalizer(claim, RetentionFinalizer)
 	if d.Retention <= 0 {
-		return !ok
+		return !ok && !held
 	}
-	return ok && v == d.Retention.String()
+	return ok && held && v == d.Retention.String()
 }
 
 // Retainer retires a released claim's reservations for its retention.

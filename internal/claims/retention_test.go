@@ -9,11 +9,15 @@ import (
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
@@ -66,12 +70,22 @@ func TestRetentionRecorded(t *testing.T) {
 	if claim.Annotations[claimstatus.RetentionAnnotation] != "2h0m0s" || !retentionRecorded(claim, d) {
 		t.Fatalf("annotations %v after setRetention", claim.Annotations)
 	}
+	// Another controller may remove Finalizer and so release the claim:
+	// only ipkeeper's own finalizer makes sure the retention is applied.
+	if !controllerutil.ContainsFinalizer(claim, RetentionFinalizer) {
+		t.Fatalf("a claim with a retention has finalizers %v, want %s", claim.Finalizers, RetentionFinalizer)
+	}
+	claim.Finalizers = nil
+	if retentionRecorded(claim, d) {
+		t.Fatal("a claim with a retention but without its finalizer counts as recorded")
+	}
+	setRetention(claim, d)
 	if retentionRecorded(claim, Desired{}) {
 		t.Fatal("a withdrawn retention counts as recorded")
 	}
 	setRetention(claim, Desired{})
-	if _, ok := claim.Annotations[claimstatus.RetentionAnnotation]; ok {
-		t.Fatal("a withdrawn retention stays on the claim")
+	if _, ok := claim.Annotations[claimstatus.RetentionAnnotation]; ok || len(claim.Finalizers) != 0 {
+		t.Fatalf("a withdrawn retention stays on the claim: annotations %v, finalizers %v", claim.Annotations, claim.Finalizers)
 	}
 }
 
@@ -87,56 +101,8 @@ func (i retainIndexer) IndexField(_ context.Context, obj client.Object, field st
 // controller's maximum; released ones and other owners' are left alone.
 func TestRetainerRetiresTheClaimsReservations(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := ipkeeperv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
-	pool := func(name string, cooldown time.Duration) *ipkeeperv1alpha1.IPPool {
-		p := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		if cooldown > 0 {
-			p.Spec.ReuseCooldown = &ipkeeperv1alpha1.Duration{Duration: cooldown}
-		}
-		return p
-	}
-	res := func(name, poolName string, owner types.UID, reuseAfter *time.Time) *ipkeeperv1alpha1.IPReservation {
-		r := &ipkeeperv1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid")}, Spec: ipkeeperv1alpha1.IPReservationSpec{
-			Pool: poolName, Network: "net", IP: "10.0.0.1",
-			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "ns", Name: "vm1.blue", UID: owner}}}
-		if reuseAfter != nil {
-			r.Spec.ReuseAfter = &metav1.Time{Time: *reuseAfter}
-		}
-		return r
-	}
-	earlier := now.Add(time.Minute)
-	build := func() client.Client {
-		b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
-			pool("cooling", 3*time.Hour), pool("plain", 0),
-			res("r-cooling", "cooling", "claim-uid", nil), res("r-plain", "plain", "claim-uid", nil),
-			res("r-released", "plain", "claim-uid", &earlier), res("r-other", "plain", "other-uid", nil))
-		if err := reservationindex.Setup(ctx, retainIndexer{b}); err != nil {
-			t.Fatal(err)
-		}
-		return b.Build()
-	}
-	reuseAfter := func(c client.Client, name string) *time.Time {
-		var r ipkeeperv1alpha1.IPReservation
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, &r); err != nil {
-			t.Fatal(err)
-		}
-		if r.Spec.ReuseAfter == nil {
-			return nil
-		}
-		at := r.Spec.ReuseAfter.UTC()
-		return &at
-	}
-	claim := func(retention string) *ipamclaimsv1alpha1.IPAMClaim {
-		c := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm1.blue", UID: "claim-uid"}}
-		if retention != "" {
-			c.Annotations = map[string]string{claimstatus.RetentionAnnotation: retention}
-		}
-		return c
-	}
+	f := newRetainFixture(t)
+	now, earlier, build, reuseAfter, claim := f.now, f.earlier, f.build, f.reuseAfter, f.claim
 	for _, tc := range []struct {
 		name, retention        string
 		max                    time.Duration
@@ -165,6 +131,103 @@ func TestRetainerRetiresTheClaimsReservations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An IPAMClaim another controller released (it removed Finalizer, as
+// ipam-extensions does on every claim labelled with a VM it saw deleted)
+// is held by RetentionFinalizer until its reservations are retired for
+// its retention; then the finalizer comes off and the claim goes. Without
+// it, the claim went at once and the garbage collector freed its
+// addresses with their pool's cooldown alone.
+func TestReleaserAppliesTheRetentionOfAClaimReleasedByAnotherController(t *testing.T) {
+	ctx := context.Background()
+	f := newRetainFixture(t)
+	claim := f.claim("2h")
+	claim.Finalizers = []string{RetentionFinalizer}
+	claim.DeletionTimestamp = &metav1.Time{Time: f.now}
+	c := f.build(claim)
+	r := &ClaimReleaser{Client: c, APIReader: c, Recorder: record.NewFakeRecorder(10),
+		Retainer: &Retainer{Reservations: c, Live: c, Writer: c, Max: 24 * time.Hour, Now: func() time.Time { return f.now }}}
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(claim)}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]time.Time{"r-cooling": f.now.Add(3 * time.Hour), "r-plain": f.now.Add(2 * time.Hour)} {
+		if got := f.reuseAfter(c, name); got == nil || !got.Equal(want) {
+			t.Errorf("%s: reuseAfter %v, want %v", name, got, want)
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(claim), &ipamclaimsv1alpha1.IPAMClaim{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the claim is still there (%v): want it gone once its retention is applied", err)
+	}
+}
+
+type retainFixture struct {
+	t       *testing.T
+	now     time.Time
+	earlier time.Time
+}
+
+func newRetainFixture(t *testing.T) retainFixture {
+	now := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	return retainFixture{t: t, now: now, earlier: now.Add(time.Minute)}
+}
+
+// build returns a client holding two pools (one with a 3h cooldown), two
+// reservations of claim-uid (one per pool), one of claim-uid already
+// released, one of another claim, and objs.
+func (f retainFixture) build(objs ...client.Object) client.Client {
+	scheme := runtime.NewScheme()
+	if err := ipkeeperv1alpha1.AddToScheme(scheme); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := ipamclaimsv1alpha1.AddToScheme(scheme); err != nil {
+		f.t.Fatal(err)
+	}
+	pool := func(name string, cooldown time.Duration) *ipkeeperv1alpha1.IPPool {
+		p := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if cooldown > 0 {
+			p.Spec.ReuseCooldown = &ipkeeperv1alpha1.Duration{Duration: cooldown}
+		}
+		return p
+	}
+	res := func(name, poolName string, owner types.UID, reuseAfter *time.Time) *ipkeeperv1alpha1.IPReservation {
+		r := &ipkeeperv1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid")}, Spec: ipkeeperv1alpha1.IPReservationSpec{
+			Pool: poolName, Network: "net", IP: "10.0.0.1",
+			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: "ns", Name: "vm1.blue", UID: owner}}}
+		if reuseAfter != nil {
+			r.Spec.ReuseAfter = &metav1.Time{Time: *reuseAfter}
+		}
+		return r
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		pool("cooling", 3*time.Hour), pool("plain", 0),
+		res("r-cooling", "cooling", "claim-uid", nil), res("r-plain", "plain", "claim-uid", nil),
+		res("r-released", "plain", "claim-uid", &f.earlier), res("r-other", "plain", "other-uid", nil)).WithObjects(objs...)
+	if err := reservationindex.Setup(context.Background(), retainIndexer{b}); err != nil {
+		f.t.Fatal(err)
+	}
+	return b.Build()
+}
+
+func (f retainFixture) reuseAfter(c client.Client, name string) *time.Time {
+	var r ipkeeperv1alpha1.IPReservation
+	if err := c.Get(context.Background(), client.ObjectKey{Name: name}, &r); err != nil {
+		f.t.Fatal(err)
+	}
+	if r.Spec.ReuseAfter == nil {
+		return nil
+	}
+	at := r.Spec.ReuseAfter.UTC()
+	return &at
+}
+
+// claim is the claim of uid claim-uid recording retention ("" for none).
+func (f retainFixture) claim(retention string) *ipamclaimsv1alpha1.IPAMClaim {
+	c := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm1.blue", UID: "claim-uid"}}
+	if retention != "" {
+		c.Annotations = map[string]string{claimstatus.RetentionAnnotation: retention}
+	}
+	return c
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -178,7 +178,11 @@ func foundClaim(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, all, held []ip
 // (docs/troubleshooting.md, docs/kubevirt.md).
 func claimNext(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, held []ipkeeperv1alpha1.IPReservation) {
 	name := claim.Namespace + "/" + claim.Name
-	if claim.DeletionTimestamp != nil {
+	switch {
+	case claim.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(claim, claims.Finalizer) && controllerutil.ContainsFinalizer(claim, claims.RetentionFinalizer):
+		rep.next("IPAMClaim %s is released, and waits for ipkeeper-controller to keep its addresses for its retention (finalizer %s): check that ipkeeper-controller runs", name, claims.RetentionFinalizer)
+		return
+	case claim.DeletionTimestamp != nil:
 		rep.next("IPAMClaim %s is being released: it keeps its addresses until no VMI or launcher pod uses it (finalizer %s)", name, claims.Finalizer)
 		return
 	}

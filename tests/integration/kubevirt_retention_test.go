@@ -50,8 +50,8 @@ func TestVMAddressesKeptForTheirRetention(t *testing.T) {
 
 	vm := createVM("vm1", "1h")
 	first := waitFilled(t, e.ns, "vm1.blue")
-	if got := first.Annotations[claimstatus.RetentionAnnotation]; got != "1h0m0s" {
-		t.Fatalf("claim %s records retention %q, want 1h0m0s", first.Name, got)
+	if got := first.Annotations[claimstatus.RetentionAnnotation]; got != "1h0m0s" || !slices.Contains(first.Finalizers, claims.RetentionFinalizer) {
+		t.Fatalf("claim %s records retention %q with finalizers %v, want 1h0m0s and %s", first.Name, got, first.Finalizers, claims.RetentionFinalizer)
 	}
 	bad := createVM("vm-bad", "a week")
 	waitEvent(t, bad, string(claims.ReasonRetentionRefused), `"a week" is not a duration`)
