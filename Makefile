@@ -7,6 +7,11 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN_DIR ?= $(CURDIR)/bin
 LDFLAGS := -s -w -X github.com/ipkeeper/ipkeeper/internal/version.Version=$(VERSION)
 GO_TEST_FLAGS ?= -race -count=1
+# The e2e, install and chart suites run ipkeeper as processes, built as shipped
+# (no race detector): -race would instrument only their test harness, and
+# slow the lane the integration suite shares the machine with. The unit and
+# integration suites run ipkeeper's code in the test process and keep it.
+PROCESS_TEST_FLAGS ?= -count=1
 
 # Paths of the pinned tool binaries (built by `make tools`, cached outside the checkout).
 TOOLS_ENV := $(shell bash hack/tools.sh --env)
@@ -103,11 +108,11 @@ test-integration: tools ## Integration tests on a real etcd + kube-apiserver + k
 
 .PHONY: test-install
 test-install: tools ## The install tests (tests/install: manifests, overlays, release, Helm on a real control plane) and the Helm chart's checks (tests/chart), one package at a time.
-	go test $(GO_TEST_FLAGS) -p 1 -timeout 20m -v ./tests/install/... ./tests/chart/...
+	go test $(PROCESS_TEST_FLAGS) -p 1 -timeout 20m -v ./tests/install/... ./tests/chart/...
 
 .PHONY: test-e2e
 test-e2e: tools ## End-to-end tests as root: controller and agent processes, real Multus/bridge/macvlan plugins, network namespaces (skipped when not root).
-	go test $(GO_TEST_FLAGS) -timeout 20m -v ./tests/e2e/...
+	go test $(PROCESS_TEST_FLAGS) -timeout 20m -v ./tests/e2e/...
 
 .PHONY: test-chaos
 test-chaos: tools ## The short fixed-seed chaos run: random operations and faults on agent and controller processes, invariants checked (tests/chaos).

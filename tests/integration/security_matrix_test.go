@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -32,7 +33,7 @@ import (
 // touches that is not A's: reservations of node B's pods, of a VM's claim
 // (lent to node A's VM's claim), of a VM's claim lent to another VM's
 // (passed to it) and of a Cluster API claim; node B's block and a block of IPAMClaims; a
-// pool; an IPAMClaim and its status; node B's pod; a NAD. Node A's own
+// pool; an IPAMClaim, its finalizers and its status; node B's pod; a NAD. Node A's own
 // block may not be updated, patched or deleted either (blocks are only
 // taken). Every write is refused (by RBAC or by the admission policies),
 // and each object is unchanged afterwards. With every verb granted, a
@@ -46,6 +47,17 @@ func TestCompromisedNodeWriteMatrix(t *testing.T) {
 	onA := agentOn(t, "node-a")
 
 	claim := createClaim(t, ns, "vm1.matrix", "matrix-net")
+	// With the finalizers ipkeeper-controller gives a VM's claim that
+	// records a retention: stripping them would let its addresses go.
+	setFinalizers := func(fs []string) {
+		t.Helper()
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": fs}})
+		if err := cp.Client.Patch(context.Background(), claim, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatalf("setting the finalizers of %s: %v", claim.Name, err)
+		}
+	}
+	setFinalizers([]string{claims.Finalizer, claims.RetentionFinalizer})
+	t.Cleanup(func() { setFinalizers(nil) })
 	reservation := func(ip string, change func(*ipkeeperv1alpha1.IPReservation)) *ipkeeperv1alpha1.IPReservation {
 		r := newReservation("matrix-net", ip)
 		r.Spec.Owner.Namespace, r.Spec.Node = ns, "node-b"
@@ -139,6 +151,10 @@ func TestCompromisedNodeWriteMatrix(t *testing.T) {
 			refused("update", writer.Update(ctx, changed))
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{"compromised": "node-a"}}})
 			refused("patch", writer.Patch(ctx, before.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, patch)))
+			if isKind[*ipamclaimsv1alpha1.IPAMClaim](before) {
+				strip := []byte(`{"metadata":{"finalizers":null}}`)
+				refused("strip the finalizers of", writer.Patch(ctx, before.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, strip)))
+			}
 			if isKind[*corev1.Pod](before) || isKind[*ipamclaimsv1alpha1.IPAMClaim](before) || isKind[*ipkeeperv1alpha1.IPPool](before) {
 				refused("write the status of", writer.Status().Update(ctx, changed))
 			}
