@@ -113,8 +113,12 @@ test-integration: tools ## Integration tests on a real etcd + kube-apiserver + k
 	go test $(GO_TEST_FLAGS) -timeout 10m -v -run '$(INTEGRATION_RACE_TESTS)' ./tests/integration/...
 
 .PHONY: test-install
-test-install: tools ## The install tests (tests/install: manifests, overlays, release, Helm on a real control plane) and the Helm chart's checks (tests/chart), one package at a time.
-	go test $(SUITE_TEST_FLAGS) -p 1 -timeout 20m -v ./tests/install/... ./tests/chart/...
+test-install: tools ## The install tests (tests/install: manifests, overlays, release, Helm on a real control plane).
+	go test $(SUITE_TEST_FLAGS) -timeout 20m -v ./tests/install/...
+
+.PHONY: test-chart
+test-chart: tools ## The Helm chart's checks (tests/chart): against the kustomize tree, its values, lint, the flags it passes; no API server.
+	go test $(SUITE_TEST_FLAGS) -timeout 10m -v ./tests/chart/...
 
 .PHONY: test-e2e
 test-e2e: tools ## End-to-end tests as root: controller and agent processes, real Multus/bridge/macvlan plugins, network namespaces (skipped when not root).
@@ -136,9 +140,9 @@ chaos: tools ## Chaos run: make chaos DURATION=10m SEED=n runs long (replay a ru
 
 LEFTOVERS := $(shell mktemp -u /tmp/ipkeeper-leftovers.XXXXXX)
 
-# The control-plane suites run in two lanes side by side (hack/side-by-side.sh):
-# integration, the longest, in one; the unit and image tests, e2e, then
-# install and chart, in the other, which still ends first. The short chaos
+# The control-plane suites run in two lanes side by side (hack/side-by-side.sh),
+# which end about together: integration, then the image and chart tests, in
+# one; the unit tests, e2e, then install, in the other. The short chaos
 # run comes after them, alone: it loads both cores, and its faults and
 # timings are its own. The generated-files check and lint come first, to fail
 # fast, and the tools are built before the lanes, once, so that the lanes
@@ -147,7 +151,7 @@ LEFTOVERS := $(shell mktemp -u /tmp/ipkeeper-leftovers.XXXXXX)
 test: ## Everything CI runs, then a check that it left no network namespace, interface, process or temporary directory behind.
 	@bash hack/leftovers.sh snapshot $(LEFTOVERS)
 	@$(MAKE) --no-print-directory verify-generated lint tools || { rm -f $(LEFTOVERS); exit 1; }
-	@MAKE='$(MAKE)' bash hack/side-by-side.sh test-integration 'test-unit test-image test-e2e test-install' || { rm -f $(LEFTOVERS); exit 1; }
+	@MAKE='$(MAKE)' bash hack/side-by-side.sh 'test-integration test-image test-chart' 'test-unit test-e2e test-install' || { rm -f $(LEFTOVERS); exit 1; }
 	@$(MAKE) --no-print-directory test-chaos || { rm -f $(LEFTOVERS); exit 1; }
 	@bash hack/leftovers.sh check $(LEFTOVERS); status=$$?; rm -f $(LEFTOVERS); exit $$status
 
