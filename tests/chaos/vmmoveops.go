@@ -40,9 +40,23 @@ const vmRecvNamespace = "chaos-vms-recv"
 // starts a new one). Claims ipam-extensions made (long runs) have no part
 // in a handover and are not judged.
 func (a *vmActor) move(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (err error) {
-	src, err := a.vmClaims(ctx, a.vm)
+	claims, err := a.vmClaims(ctx, a.vm)
 	if err != nil {
 		return err
+	}
+	networks := []framework.VMNetwork{{Name: blue, NAD: a.nad}}
+	if a.red {
+		networks = append(networks, framework.VMNetwork{Name: red, NAD: "red"})
+	}
+	// The handover is of the networks the receiver has: the claim of a
+	// network just unplugged (its release waits for the controller) has
+	// none.
+	var src []ipamclaimsv1alpha1.IPAMClaim
+	for _, c := range claims {
+		if slices.ContainsFunc(networks, func(n framework.VMNetwork) bool { return n.Name == c.Annotations[claimstatus.LogicalNetworkAnnotation] }) ||
+			c.Annotations[claimstatus.LogicalNetworkAnnotation] == "" {
+			src = append(src, c)
+		}
 	}
 	holders := make([]string, 0, len(src))
 	for _, c := range src {
@@ -54,10 +68,6 @@ func (a *vmActor) move(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstan
 	a.copies++
 	name := fmt.Sprintf("%s-m%d", a.vm.Name, a.copies)
 	a.r.vmNames.Store(name, true)
-	networks := []framework.VMNetwork{{Name: blue, NAD: a.nad}}
-	if a.red {
-		networks = append(networks, framework.VMNetwork{Name: red, NAD: "red"})
-	}
 	recvVM, _, err := a.kv.CreateReceiverVM(ctx, vmRecvNamespace, name, networks...)
 	if recvVM != nil {
 		defer a.deleteQuietly(ctx, recvVM, "move-receiver")
