@@ -206,8 +206,11 @@ func belongs(res *ipkv1alpha1.IPReservation, a *attachment) bool {
 	}
 	if a.claimName != "" {
 		// Its claim's, or lent to its claim, or (lent from a source's)
-		// the source claim's.
-		return reservation.ClaimMayUse(res, a.claimUID) || (a.lentFrom != "" && o.Kind == ipkv1alpha1.OwnerIPAMClaim && o.UID == a.lentFrom)
+		// the source claim's, or (a source's launcher, not DELed yet after
+		// a successful handover) passed to the claim it was lent to.
+		return reservation.ClaimMayUse(res, a.claimUID) ||
+			(a.lentFrom != "" && o.Kind == ipkv1alpha1.OwnerIPAMClaim && o.UID == a.lentFrom) ||
+			(a.lentTo != "" && o.Kind == ipkv1alpha1.OwnerIPAMClaim && o.UID == a.lentTo)
 	}
 	if a.capi {
 		return o.Kind == ipkv1alpha1.OwnerIPAddressClaim && o.UID == a.podUID

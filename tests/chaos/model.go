@@ -50,6 +50,11 @@ type attachment struct {
 	// (a decentralized live migration's receiver, vmmoveops.go): the
 	// source's launcher and this one are one holder.
 	lentFrom types.UID
+	// lentTo is the claim the attachment's claim's addresses were lent
+	// to (the receiver's, when a launcher of it got them): after a
+	// successful handover they are that claim's, and this launcher of the
+	// source, until its DEL, is still one holder with the receiver's.
+	lentTo types.UID
 	// remadeClaim: ipkeeper-controller makes (and deletes) the claim, a
 	// VM's: one being deleted when the ADD read it is made again while
 	// the ADD waits, and the ADD gets the new claim's addresses.
@@ -246,6 +251,11 @@ func (m *model) lentFrom(a *attachment, from, uid types.UID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a.lentFrom, a.claimUID = from, uid
+	for _, b := range m.atts {
+		if b.claimName != "" && b.claimUID == from {
+			b.lentTo = uid
+		}
+	}
 }
 
 // adoptClaim records that a's ADD got the addresses of claim uid, of the
