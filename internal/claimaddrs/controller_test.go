@@ -34,6 +34,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
@@ -285,6 +286,10 @@ func TestReconcileFillsAClaim(t *testing.T) {
 	if ev := f.events(); len(ev) != 0 {
 		t.Errorf("events %q on a first fill, want none", ev)
 	}
+	// The MAC of the claim's interface, derived from its IPv4 address.
+	if mac, _ := macaddr.OfClaim(c); c.Labels[macaddr.Label] != macaddr.LabelValue(mac) || !strings.HasPrefix(c.Labels[macaddr.Label], "0a-58-0a-00-00-") {
+		t.Errorf("label %s = %q, want the MAC derived from %s", macaddr.Label, c.Labels[macaddr.Label], c.Status.IPs[0])
+	}
 
 	before := c.Status.IPs
 	f.reconcile(t, "vm1.blue")
@@ -488,6 +493,10 @@ func TestReconcileKeepsWhatTheClaimRecords(t *testing.T) {
 			}
 			if cond := condition(t, c, claimstatus.ConditionIPsAllocated); cond.Reason != tt.reason || !strings.Contains(cond.Message, tt.msgHas) {
 				t.Errorf("IPsAllocated = %+v, want %s with %q", cond, tt.reason, tt.msgHas)
+			}
+			// A claim filled before the MAC label existed gets it.
+			if mac, _ := macaddr.OfClaim(c); c.Labels[macaddr.Label] != macaddr.LabelValue(mac) {
+				t.Errorf("label %s = %q, want %s", macaddr.Label, c.Labels[macaddr.Label], macaddr.LabelValue(mac))
 			}
 		})
 	}

@@ -4,6 +4,7 @@ package claimaddrs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -20,6 +22,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 )
 
 // EventReason is the reason of an Event on a claim or on its VM.
@@ -76,7 +79,7 @@ func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		changed = true
 	}
 	if !changed {
-		return nil
+		return r.recordMAC(ctx, claim)
 	}
 	if err := claimstatus.Write(ctx, r.Client, updated); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -84,11 +87,35 @@ func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		}
 		return err
 	}
+	if err := r.recordMAC(ctx, updated); err != nil {
+		return err
+	}
 	if !claimstatus.Filled(claim) && claimstatus.Filled(updated) {
 		fills.Inc()
 		log.FromContext(ctx).Info("recorded the claim's addresses", "claim", claim.Namespace+"/"+claim.Name, "ips", st.IPs)
 	}
 	r.tell(claim, updated, wasAllocated, wasRequested)
+	return nil
+}
+
+// recordMAC labels a filled claim with the MAC of its interface
+// (macaddr.Label), derived from the addresses it records, for `kubectl get
+// ipamclaims -L` and `-l`. It is a write of its own (the status
+// subresource ignores metadata), made once: the MAC changes only with the
+// claim's addresses. The webhook derives the MAC from status.ips itself,
+// so a launcher never waits for this label.
+func (r *Reconciler) recordMAC(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) error {
+	mac, ok := macaddr.OfClaim(claim)
+	if !ok || claim.Labels[macaddr.Label] == macaddr.LabelValue(mac) {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{macaddr.Label: macaddr.LabelValue(mac)}}})
+	if err != nil {
+		return fmt.Errorf("encoding the MAC label of IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	if err := r.Client.Patch(ctx, claim.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("labelling IPAMClaim %s/%s with its MAC: %w", claim.Namespace, claim.Name, err)
+	}
 	return nil
 }
 

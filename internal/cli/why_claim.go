@@ -19,6 +19,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -117,6 +118,9 @@ func claimLines(claim *ipamclaimsv1alpha1.IPAMClaim) []string {
 		ips = strings.Join(claim.Status.IPs, ", ")
 	}
 	lines = append(lines, "status.ips: "+ips)
+	if mac, ok := macaddr.OfClaim(claim); ok {
+		lines = append(lines, fmt.Sprintf("MAC: %s (from its address; launchers get it unless the VM sets its own)", mac))
+	}
 	if claim.Status.OwnerPod != nil && claim.Status.OwnerPod.Name != "" {
 		lines = append(lines, "status.ownerPod: "+claim.Status.OwnerPod.Name)
 	}

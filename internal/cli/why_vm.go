@@ -91,6 +91,9 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 	anyPersistent := false
 	for _, n := range networks {
 		line := fmt.Sprintf("%s (multus.networkName %s)", n.Name, n.NetworkName)
+		if n.MAC != "" {
+			line = fmt.Sprintf("%s (multus.networkName %s, its own macAddress %s)", n.Name, n.NetworkName, n.MAC)
+		}
 		if n.Absent {
 			netLines = append(netLines, line+": being unplugged")
 			continue
@@ -173,10 +176,10 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 			if !vn.persistent {
 				continue
 			}
-			ref := refFor(elems, vn.nad)
+			ref, mac := refFor(elems, vn.nad)
 			switch ref {
 			case vn.claim:
-				refs = append(refs, fmt.Sprintf("network %s: webhook reference %q present", vn.net.Name, ref))
+				refs = append(refs, fmt.Sprintf("network %s: webhook reference %q present, mac %s", vn.net.Name, ref, orNone(mac)))
 			case "":
 				refs = append(refs, fmt.Sprintf("network %s: webhook reference missing", vn.net.Name))
 				rep.next("launcher pod %s has no %s for network %s: it was created while the webhook was down or not registered, so its addresses change on restart; restart the VM once the webhook runs", pod.Name, multus.ClaimRefKey, vn.net.Name)
@@ -230,12 +233,13 @@ func launcherPods(ctx context.Context, c client.Reader, namespace, vmi string) (
 	return out, nil
 }
 
-// refFor is the claim reference of the element attaching nad, "" if none.
-func refFor(elems []multus.Element, nad types.NamespacedName) string {
+// refFor is the claim reference and mac of the element attaching nad, ""
+// if none.
+func refFor(elems []multus.Element, nad types.NamespacedName) (ref, mac string) {
 	for _, e := range elems {
 		if e.NAD() == nad && e.ClaimRef != "" {
-			return e.ClaimRef
+			return e.ClaimRef, e.MAC
 		}
 	}
-	return ""
+	return "", ""
 }

@@ -23,6 +23,9 @@ type SecondaryNetwork struct {
 	// Ordinal is the position among the secondary networks, from 1, which is
 	// what KubeVirt's older ordinal scheme names the pod interface (net1 ...).
 	Ordinal int
+	// MAC is the interface's own macAddress ("" for none), which KubeVirt
+	// passes to Multus as the networks annotation element's mac.
+	MAC string
 }
 
 // SecondaryNetworks lists the Multus non-default networks of a VMI spec, in
@@ -31,18 +34,19 @@ func SecondaryNetworks(spec *kubevirtv1.VirtualMachineInstanceSpec) []SecondaryN
 	if spec == nil {
 		return nil
 	}
-	absent := map[string]bool{}
+	absent, macs := map[string]bool{}, map[string]string{}
 	for _, iface := range spec.Domain.Devices.Interfaces {
 		if iface.State == kubevirtv1.InterfaceStateAbsent {
 			absent[iface.Name] = true
 		}
+		macs[iface.Name] = iface.MacAddress
 	}
 	var out []SecondaryNetwork
 	for _, n := range spec.Networks {
 		if n.Multus == nil || n.Multus.Default {
 			continue
 		}
-		out = append(out, SecondaryNetwork{Name: n.Name, NetworkName: n.Multus.NetworkName, Absent: absent[n.Name], Ordinal: len(out) + 1})
+		out = append(out, SecondaryNetwork{Name: n.Name, NetworkName: n.Multus.NetworkName, Absent: absent[n.Name], Ordinal: len(out) + 1, MAC: macs[n.Name]})
 	}
 	return out
 }

@@ -20,12 +20,19 @@ const Annotation = nadv1.NetworkAttachmentAnnot
 // (multi-network spec v1.3).
 const ClaimRefKey = "ipam-claim-reference"
 
+// MACKey is the element field asking for the interface's MAC.
+const MACKey = "mac"
+
 // Element is one network selection element.
 type Element struct {
 	Name      string
 	Namespace string
 	Interface string
 	ClaimRef  string
+	// MAC is the element's "mac": the MAC Multus gives the interface
+	// (CNI_ARGS MAC, and runtimeConfig "mac" to plugins declaring the
+	// capability).
+	MAC string
 	// fields holds every field as written, for a lossless rewrite.
 	fields map[string]json.RawMessage
 }
@@ -59,7 +66,7 @@ func ParseElements(annotation, podNamespace string) ([]Element, error) {
 	out := make([]Element, 0, len(raw))
 	for i, m := range raw {
 		e := Element{fields: m}
-		for key, dst := range map[string]*string{"name": &e.Name, "namespace": &e.Namespace, "interface": &e.Interface, ClaimRefKey: &e.ClaimRef} {
+		for key, dst := range map[string]*string{"name": &e.Name, "namespace": &e.Namespace, "interface": &e.Interface, ClaimRefKey: &e.ClaimRef, MACKey: &e.MAC} {
 			v, ok := m[key]
 			if !ok {
 				continue
@@ -98,10 +105,20 @@ func (e *Element) NAD() types.NamespacedName {
 // SetClaimRef sets the element's ipam-claim-reference.
 func (e *Element) SetClaimRef(claim string) {
 	e.ClaimRef = claim
+	e.set(ClaimRefKey, claim)
+}
+
+// SetMAC sets the element's mac.
+func (e *Element) SetMAC(mac string) {
+	e.MAC = mac
+	e.set(MACKey, mac)
+}
+
+func (e *Element) set(key, v string) {
 	if e.fields == nil {
 		e.fields = map[string]json.RawMessage{"name": quote(e.Name), "namespace": quote(e.Namespace)}
 	}
-	e.fields[ClaimRefKey] = quote(claim)
+	e.fields[key] = quote(v)
 }
 
 // MarshalElements writes elements back as a JSON list, keeping every

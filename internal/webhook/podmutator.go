@@ -44,7 +44,8 @@ func init() {
 	}
 }
 
-// PodMutator adds claim references to virt-launcher pods.
+// PodMutator adds claim references, and their claims' MACs, to
+// virt-launcher pods.
 type PodMutator struct {
 	// Reader is the manager's cache.
 	Reader client.Reader
@@ -189,8 +190,13 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 			return admission.Denied(fmt.Sprintf("%s: %s", podRef, msg))
 		}
 	}
-	if !changed && !kept {
-		return admission.Allowed("claim references already set").WithWarnings(warnings...)
+	macs, macWarnings, err := m.addMACs(ctx, pod.Namespace, elems, persistent)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	warnings = append(warnings, macWarnings...)
+	if !changed && !kept && !macs {
+		return admission.Allowed("claim references and MACs already set").WithWarnings(warnings...)
 	}
 	updated, err := multus.MarshalElements(elems)
 	if err != nil {
@@ -201,7 +207,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the mutated pod: %w", err))
 	}
-	log.FromContext(ctx).V(1).Info("added IPAMClaim references", "pod", podRef, "vmi", vmi.Name)
+	log.FromContext(ctx).V(1).Info("added IPAMClaim references and MACs", "pod", podRef, "vmi", vmi.Name)
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(warnings...)
 }
 

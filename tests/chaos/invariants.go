@@ -90,7 +90,14 @@ import (
 //	   a deleted claim while the restored claim of that network holds
 //	   others (vmcopyops.go); a VM moved to another namespace has its
 //	   addresses lent to the receiver's claims while both launchers run,
-//	   then theirs, or, the move failed, its own again (vmmoveops.go).
+//	   then theirs, or, the move failed, its own again (vmmoveops.go);
+//	I11 no MAC held twice: no two live interfaces of one network, of
+//	   different holders, have one MAC (the checker's VMs that set their
+//	   own MAC set distinct ones), and a VM that sets its interface's MAC
+//	   has it in every launcher's networks annotation element, never
+//	   ipkeeper's; the runtime passes an element's mac as CNI_ARGS MAC, as
+//	   Multus does, and counts where each came from (mac:of-address,
+//	   mac:own, mac:other).
 //
 // I1 is checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no

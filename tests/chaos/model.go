@@ -59,9 +59,13 @@ type attachment struct {
 	// VM's: one being deleted when the ADD read it is made again while
 	// the ADD waits, and the ADD gets the new claim's addresses.
 	remadeClaim bool
-	ips         []netip.Addr
-	state       attState
-	since       time.Time
+	// mac is the networks annotation element's mac (a VM launcher's: the
+	// webhook's, from the claim), which the runtime passes as CNI_ARGS
+	// MAC, as Multus does; "" for none.
+	mac   string
+	ips   []netip.Addr
+	state attState
+	since time.Time
 	// first is when an ADD of the attachment first succeeded: a runtime's
 	// list of valid attachments built before then lacks it.
 	first time.Time
@@ -202,7 +206,7 @@ func (m *model) ipsOf(a *attachment) []netip.Addr {
 // succeeded records a successful ADD and returns the live attachments of
 // other holders that hold one of its addresses, and those of its
 // addresses another holder released less than the pool's cooldown ago (I1).
-func (m *model) succeeded(a *attachment, ips []netip.Addr) (clash []*attachment, early []string) {
+func (m *model) succeeded(a *attachment, ips []netip.Addr) (clash, macClash []*attachment, early []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a.ips, a.state, a.since = ips, attLive, time.Now()
@@ -219,17 +223,20 @@ func (m *model) succeeded(a *attachment, ips []netip.Addr) (clash []*attachment,
 		}
 	}
 	for _, o := range m.atts {
-		if o == a || o.state != attLive || o.pool != a.pool || o.holder() == a.holder() {
+		if o == a || o.state != attLive || o.holder() == a.holder() {
 			continue
 		}
-		for _, ip := range ips {
-			if slices.Contains(o.ips, ip) {
-				clash = append(clash, o)
-				break
-			}
+		if o.pool == a.pool && slices.ContainsFunc(ips, func(ip netip.Addr) bool { return slices.Contains(o.ips, ip) }) {
+			clash = append(clash, o)
+			continue
+		}
+		// One MAC on two interfaces of one network (I11); two VMs
+		// setting one MAC themselves is their own doing.
+		if a.mac != "" && o.mac == a.mac && o.network == a.network && !strings.HasPrefix(a.mac, ownMACPrefix) {
+			macClash = append(macClash, o)
 		}
 	}
-	return clash, early
+	return clash, macClash, early
 }
 
 // sameVMNetwork reports whether two claim names are of the same VM's

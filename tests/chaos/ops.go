@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -95,8 +97,12 @@ type runner struct {
 	// claims, and takes no part in a move's handover).
 	makerExternal atomic.Bool
 	vmErrs        sync.Map
-	vmNames       sync.Map   // every VM name the run used
-	virtMu        sync.Mutex // held while virt-controller is started again
+	vmNames       sync.Map // every VM name the run used
+	// ownMACs are the MACs VMs set themselves (blue's macAddress), by VM
+	// name: KubeVirt passes them, ipkeeper never replaces them (I11).
+	ownMACs sync.Map
+	vmSeq   atomic.Uint32 // own MACs given so far
+	virtMu  sync.Mutex    // held while virt-controller is started again
 	// nodeBlocksLeft are the blocks of a deleted node still there when its
 	// Node was made again, by node.
 	nodeBlocksLeft sync.Map
@@ -348,7 +354,7 @@ func (r *runner) addSucceeded(a *attachment, ips []netip.Addr, static string) {
 		r.counts.inc("claim-ok")
 	}
 	r.counts.inc("check:I1")
-	clash, early := r.model.succeeded(a, ips)
+	clash, macClash, early := r.model.succeeded(a, ips)
 	for _, o := range clash {
 		keys := []string{a.podName, o.podName, a.containerID, o.containerID}
 		for _, ip := range ips {
@@ -356,8 +362,36 @@ func (r *runner) addSucceeded(a *attachment, ips []netip.Addr, static string) {
 		}
 		r.violate("I1", "double-allocation", fmt.Sprintf("address in two live attachments: %s and %s", r.model.describe(a), r.model.describe(o)), keys...)
 	}
+	if a.mac != "" {
+		r.counts.inc("check:I11")
+		r.countMAC(a, ips)
+	}
+	for _, o := range macClash {
+		r.violate("I11", "mac-held-twice", fmt.Sprintf("MAC %s on two live interfaces of network %s: %s and %s", a.mac, a.network, r.model.describe(a), r.model.describe(o)),
+			a.podName, o.podName, a.containerID, o.containerID, a.claimName, o.claimName)
+	}
 	for _, e := range early {
 		r.violate("I1", "reused-in-cooldown", fmt.Sprintf("ADD of %s: %s", r.model.describe(a), e), a.podName, a.containerID)
+	}
+}
+
+// ownMACPrefix begins the MACs the checker's VMs set themselves; a
+// derived MAC never does (package macaddr).
+const ownMACPrefix = "02:00:00:"
+
+// countMAC counts where a launcher interface's MAC came from: the
+// addresses its ADD got (the webhook, from its claim), the VM's own, or
+// neither (a claim made again with other addresses after its launcher
+// was admitted, say), which I11 then judges like any other.
+func (r *runner) countMAC(a *attachment, ips []netip.Addr) {
+	derived, _ := macaddr.For(ips)
+	switch {
+	case a.mac == derived.String():
+		r.counts.inc("mac:of-address")
+	case strings.HasPrefix(a.mac, ownMACPrefix):
+		r.counts.inc("mac:own")
+	default:
+		r.counts.inc("mac:other")
 	}
 }
 

@@ -95,10 +95,16 @@ func (c *counters) with(prefix string) string {
 	return strings.Join(parts, " ")
 }
 
-// podArgs renders the CNI_ARGS a runtime passes for the attachment.
+// podArgs renders the CNI_ARGS a runtime passes for the attachment, with
+// MAC when its element asks for one, as Multus passes it to the plugin
+// (whose IPAM, ipkeeper, ignores it).
 func podArgs(a *attachment) string {
-	return fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_UID=%s;K8S_POD_INFRA_CONTAINER_ID=%s",
+	args := fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_UID=%s;K8S_POD_INFRA_CONTAINER_ID=%s",
 		a.podNS, a.podName, a.podUID, a.containerID)
+	if a.mac != "" {
+		args += ";MAC=" + a.mac
+	}
+	return args
 }
 
 // cni sends one CNI request for attachment a to node n and classifies

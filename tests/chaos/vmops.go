@@ -109,6 +109,8 @@ type vmActor struct {
 	copies int // clones and snapshots made so far (vmcopyops.go)
 	// redIPs are the addresses the VM's red claim last recorded.
 	redIPs []string
+	// ownMACs: the actor's odd VMs set blue's MAC themselves.
+	ownMACs bool
 }
 
 // vmPods is the simulated kubelet's record of the VMs' launcher
@@ -160,7 +162,7 @@ func (r *runner) startVMs(ctx context.Context, seed uint64) (*sync.WaitGroup, er
 	}
 	var wg sync.WaitGroup
 	for i := range numVMs {
-		a := &vmActor{r: r, kv: kv, rng: rand.New(rand.NewPCG(seed, uint64(0x7a0+i))), name: fmt.Sprintf("vm-%d", i), first: vmFirstOps[i%len(vmFirstOps)]}
+		a := &vmActor{r: r, kv: kv, rng: rand.New(rand.NewPCG(seed, uint64(0x7a0+i))), name: fmt.Sprintf("vm-%d", i), first: vmFirstOps[i%len(vmFirstOps)], ownMACs: i == 1}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -221,7 +223,15 @@ func (a *vmActor) create(ctx context.Context) error {
 	a.gen++
 	name := fmt.Sprintf("%s-g%d", a.name, a.gen)
 	a.r.vmNames.Store(name, true)
-	vm := framework.NewVM(vmNamespace, name, framework.VMNetwork{Name: blue, NAD: "blue-a"})
+	blueNet := framework.VMNetwork{Name: blue, NAD: "blue-a"}
+	if a.ownMACs && a.gen%2 == 1 {
+		// Every other VM of this actor sets blue's MAC itself: its
+		// launchers must carry that one, never ipkeeper's (I11).
+		n := a.r.vmSeq.Add(1)
+		blueNet.MAC = fmt.Sprintf("%s00:%02x:%02x", ownMACPrefix, byte(n>>8), byte(n))
+		a.r.ownMACs.Store(name, blueNet.MAC)
+	}
+	vm := framework.NewVM(vmNamespace, name, blueNet)
 	if a.gen%2 == 1 {
 		// Every other VM keeps its addresses for a while after their
 		// claims are released (vmcopyops.go judges it).
@@ -406,7 +416,11 @@ func (r *runner) vmRun(ctx context.Context, pod *corev1.Pod, ifaces []string) (m
 			return nil, fmt.Errorf("pod %s/%s attaches unknown NAD %s", pod.Namespace, pod.Name, el.Name)
 		}
 		a := r.newAttachment(pod, n, net)
-		a.ifName = el.Interface
+		a.ifName, a.mac = el.Interface, el.MAC
+		if own, ok := r.ownMACs.Load(vmName); ok && el.Interface == kubevirt.PodInterfaceName(blue) && el.MAC != own {
+			r.violate("I11", "own-mac-replaced", fmt.Sprintf("launcher %s/%s of VM %s, which sets MAC %s on %s, carries mac %q", pod.Namespace, pod.Name, vmName, own, blue, el.MAC),
+				pod.Name, vmName)
+		}
 		if a.claimName = el.ClaimRef; a.claimName == "" {
 			r.counts.inc("vm-launcher-without-claim-reference")
 			derives, err := r.agentsDerive(ctx)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -45,6 +46,9 @@ func TestSystemVMHotplugAndUnplug(t *testing.T) {
 	claim := c.WaitClaimIPs(t, ns, "vm1.red")
 	if !slices.Equal(claim.Status.IPs, []string{redAddr.String()}) {
 		t.Fatalf("claim vm1.red status.ips = %v, the launcher's %s has %s", claim.Status.IPs, redIf, redAddr)
+	}
+	if want, _ := macaddr.OfClaim(claim); launcher.MustMAC(t, redIf) != want.String() {
+		t.Fatalf("the hot-plugged %s has MAC %s, want its claim's %s", redIf, launcher.MustMAC(t, redIf), want)
 	}
 	if redAddr.Addr() == peerAddr.Addr() {
 		t.Fatalf("the hot-plugged interface got the peer's address %s", redAddr)

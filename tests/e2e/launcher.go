@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -108,12 +109,16 @@ func (c *Cluster) runRetried(ctx context.Context, pod *corev1.Pod) (*Sandbox, er
 // attach runs ADD of the NAD behind the pod's networks annotation element
 // for iface in the running sandbox s.
 func (c *Cluster) attach(ctx context.Context, s *Sandbox, pod *corev1.Pod, iface string) error {
-	conf, err := c.nadChain(ctx, pod, iface)
+	conf, mac, err := c.nadChainAndMAC(ctx, pod, iface)
 	if err != nil {
 		return err
 	}
 	rt := *s.rt
 	rt.IfName = iface
+	if mac != "" {
+		// As the Multus daemon passes an element's mac: CNI_ARGS MAC.
+		rt.Args = append(slices.Clone(rt.Args), [2]string{"MAC", mac})
+	}
 	addCtx, cancel := context.WithTimeout(ctx, cniTimeout)
 	defer cancel()
 	if _, err := s.Node.cni.AddNetworkList(addCtx, conf, &rt); err != nil {
@@ -131,13 +136,19 @@ func (c *Cluster) attach(ctx context.Context, s *Sandbox, pod *corev1.Pod, iface
 // nadChain is the plugin chain of the NAD behind the pod's networks
 // annotation element for iface.
 func (c *Cluster) nadChain(ctx context.Context, pod *corev1.Pod, iface string) (*libcni.NetworkConfigList, error) {
+	conf, _, err := c.nadChainAndMAC(ctx, pod, iface)
+	return conf, err
+}
+
+// nadChainAndMAC is nadChain and the element's mac ("" for none).
+func (c *Cluster) nadChainAndMAC(ctx context.Context, pod *corev1.Pod, iface string) (*libcni.NetworkConfigList, string, error) {
 	var live corev1.Pod
 	if err := c.CP.Client.Get(ctx, client.ObjectKeyFromObject(pod), &live); err != nil {
-		return nil, fmt.Errorf("reading pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return nil, "", fmt.Errorf("reading pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	elems, err := multus.ParseElements(live.Annotations[multus.Annotation], pod.Namespace)
 	if err != nil {
-		return nil, fmt.Errorf("pod %s/%s networks annotation: %w", pod.Namespace, pod.Name, err)
+		return nil, "", fmt.Errorf("pod %s/%s networks annotation: %w", pod.Namespace, pod.Name, err)
 	}
 	for _, e := range elems {
 		if e.Interface != iface {
@@ -145,15 +156,15 @@ func (c *Cluster) nadChain(ctx context.Context, pod *corev1.Pod, iface string) (
 		}
 		var nad nadv1.NetworkAttachmentDefinition
 		if err := c.CP.Client.Get(ctx, e.NAD(), &nad); err != nil {
-			return nil, fmt.Errorf("reading NAD %s of pod %s/%s: %w", e.NAD(), pod.Namespace, pod.Name, err)
+			return nil, "", fmt.Errorf("reading NAD %s of pod %s/%s: %w", e.NAD(), pod.Namespace, pod.Name, err)
 		}
 		conf, err := confList([]byte(nad.Spec.Config))
 		if err != nil {
-			return nil, fmt.Errorf("NAD %s: %w", e.NAD(), err)
+			return nil, "", fmt.Errorf("NAD %s: %w", e.NAD(), err)
 		}
-		return conf, nil
+		return conf, e.MAC, nil
 	}
-	return nil, fmt.Errorf("pod %s/%s: no networks annotation element for interface %s", pod.Namespace, pod.Name, iface)
+	return nil, "", fmt.Errorf("pod %s/%s: no networks annotation element for interface %s", pod.Namespace, pod.Name, iface)
 }
 
 // detachLauncher runs DEL of hot-unplugged interfaces in the pod's sandbox.

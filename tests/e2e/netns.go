@@ -74,6 +74,24 @@ func (n *NetNS) Addrs(ctx context.Context, ifname string) ([]netip.Prefix, error
 	return addrs, nil
 }
 
+// MAC returns the MAC address of interface ifname in the namespace.
+func (n *NetNS) MAC(ctx context.Context, ifname string) (string, error) {
+	out, err := ipCmd(ctx, "-n", n.Name, "-j", "link", "show", "dev", ifname)
+	if err != nil {
+		return "", fmt.Errorf("ip -n %s link show dev %s: %w: %s", n.Name, ifname, err, out)
+	}
+	var links []struct {
+		Address string `json:"address"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil {
+		return "", fmt.Errorf("parsing `ip -j link show dev %s` output %q: %w", ifname, out, err)
+	}
+	if len(links) != 1 {
+		return "", fmt.Errorf("`ip -j link show dev %s` listed %d links: %s", ifname, len(links), out)
+	}
+	return links[0].Address, nil
+}
+
 // HasLink reports whether interface ifname exists in the namespace.
 func (n *NetNS) HasLink(ctx context.Context, ifname string) (bool, error) {
 	out, err := ipCmd(ctx, "-n", n.Name, "-j", "link", "show")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -88,6 +90,16 @@ func (s *Sandbox) MustAddr(t testing.TB, ifname string) netip.Prefix {
 	return p
 }
 
+// MustMAC returns the MAC of ifname in the sandbox.
+func (s *Sandbox) MustMAC(t testing.TB, ifname string) string {
+	t.Helper()
+	mac, err := s.NetNS.MAC(context.Background(), ifname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mac
+}
+
 // WaitClaimIPs waits until the claim exists with status.ips set.
 func (c *Cluster) WaitClaimIPs(t testing.TB, namespace, name string) *ipamclaimsv1alpha1.IPAMClaim {
 	t.Helper()
@@ -99,6 +111,24 @@ func (c *Cluster) WaitClaimIPs(t testing.TB, namespace, name string) *ipamclaims
 		t.Fatalf("IPAMClaim %s/%s never got addresses: %v", namespace, name, err)
 	}
 	return &claim
+}
+
+// WaitClaimMAC waits until the claim's MAC label (macaddr.Label) says mac,
+// as `kubectl get ipamclaims -L ipkeeper.io/mac` shows it.
+func (c *Cluster) WaitClaimMAC(t testing.TB, namespace, name, mac string) {
+	t.Helper()
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := macaddr.LabelValue(hw)
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	if err := framework.Eventually(context.Background(), 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		err := c.CP.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &claim)
+		return err == nil && claim.Labels[macaddr.Label] == want, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("IPAMClaim %s/%s: label %s is %q, want %q: %v", namespace, name, macaddr.Label, claim.Labels[macaddr.Label], want, err)
+	}
 }
 
 // WaitClaim waits until the claim exists.

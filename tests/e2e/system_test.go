@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -31,8 +32,9 @@ import (
 // dynamic networks controller and virt-handler (framework.KubeVirt).
 
 // Scenarios 1-3: a VM gets an address on a persistent-IP network and a
-// plain pod a different one; the VM keeps its address across stop/start on
-// another node and across a live migration.
+// plain pod a different one; the VM keeps its address and its MAC across
+// stop/start on another node and across a live migration; a second VM
+// gets another MAC, and a VM with its own MAC keeps that one.
 func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
@@ -51,6 +53,28 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 	if !slices.Equal(claim.Status.IPs, []string{vmAddr.String()}) {
 		t.Fatalf("claim status.ips = %v, the launcher's %s has %s", claim.Status.IPs, iface, vmAddr)
 	}
+	// The MAC: Multus passes the element's mac (the webhook's, from the
+	// claim) to bridge as CNI_ARGS MAC; the NAD needs nothing for it.
+	// KubeVirt's bridge binding gives the guest the pod interface's MAC
+	// (virt-launcher is simulated: the pod interface keeps it here).
+	vmMAC := launcher.MustMAC(t, iface)
+	if want, _ := macaddr.OfClaim(claim); vmMAC != want.String() {
+		t.Fatalf("the launcher's %s has MAC %s, want the claim's %s", iface, vmMAC, want)
+	}
+	c.WaitClaimMAC(t, ns, "vm1.blue", vmMAC)
+	// A second VM never gets the same MAC; a VM with its own MAC keeps it.
+	vm2 := c.CreateVM(t, ns, "vm2", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	_, launcher2 := c.StartVM(t, vm2, "node-a")
+	if mac2 := launcher2.MustMAC(t, iface); mac2 == vmMAC {
+		t.Fatalf("vm2 got vm1's MAC %s", vmMAC)
+	} else if want, _ := macaddr.OfClaim(c.WaitClaimIPs(t, ns, "vm2.blue")); mac2 != want.String() {
+		t.Fatalf("vm2's %s has MAC %s, want its claim's %s", iface, mac2, want)
+	}
+	const ownMAC = "02:00:00:00:aa:01"
+	vm3 := c.CreateVM(t, ns, "vm3", framework.VMNetwork{Name: "blue", NAD: "blue", MAC: ownMAC})
+	if _, launcher3 := c.StartVM(t, vm3, "node-c"); launcher3.MustMAC(t, iface) != ownMAC {
+		t.Fatalf("vm3's %s has MAC %s, want its own %s", iface, launcher3.MustMAC(t, iface), ownMAC)
+	}
 	plain := c.MustRun(t, c.PlainPod(t, ns, "plain", "node-b", "blue"))
 	plainAddr := plain.MustAddr(t, "net1")
 	if plainAddr.Addr() == vmAddr.Addr() {
@@ -65,12 +89,15 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitGone(t, launcher.Pod)
-	if res := c.Reservations(t, network); len(res) != 2 {
-		t.Fatalf("after stop: %d reservations, want 2 (the claim's and the plain pod's)", len(res))
+	if res := c.Reservations(t, network); len(res) != 4 {
+		t.Fatalf("after stop: %d reservations, want 4 (the three claims' and the plain pod's)", len(res))
 	}
 	vmi, launcher := c.StartVM(t, vm, "node-b")
 	if got := launcher.MustAddr(t, iface); got != vmAddr {
 		t.Fatalf("after stop/start on node-b the VM has %s, want %s", got, vmAddr)
+	}
+	if got := launcher.MustMAC(t, iface); got != vmMAC {
+		t.Fatalf("after stop/start on node-b the VM's MAC is %s, want %s", got, vmMAC)
 	}
 	mustPing(t, launcher, plainAddr.Addr())
 
@@ -90,6 +117,11 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 		} else if got != vmAddr {
 			return fmt.Errorf("migration target has %s, want %s", got, vmAddr)
 		}
+		if got, err := box.NetNS.MAC(ctx, iface); err != nil {
+			return fmt.Errorf("migration target: %w", err)
+		} else if got != vmMAC {
+			return fmt.Errorf("migration target has MAC %s, want %s", got, vmMAC)
+		}
 		if got, err := launcher.Addr(ctx, iface); err != nil {
 			return fmt.Errorf("migration source: %w", err)
 		} else if got != vmAddr {
@@ -107,12 +139,15 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 	if got := targetBox.MustAddr(t, iface); got != vmAddr {
 		t.Fatalf("target after the source left: %s, want %s", got, vmAddr)
 	}
+	if got := targetBox.MustMAC(t, iface); got != vmMAC {
+		t.Fatalf("target after the source left: MAC %s, want %s", got, vmMAC)
+	}
 	// The migrated VM announces itself (KubeVirt's guest sends a gratuitous
 	// ARP); pinging from it does the same for the peer's neighbour table.
 	mustPing(t, targetBox, plainAddr.Addr())
 	mustPing(t, plain, vmAddr.Addr())
-	if res := c.Reservations(t, network); len(res) != 2 {
-		t.Fatalf("after migration: %d reservations, want 2", len(res))
+	if res := c.Reservations(t, network); len(res) != 4 {
+		t.Fatalf("after migration: %d reservations, want 4", len(res))
 	}
 }
 

@@ -28,6 +28,8 @@ type VMNetwork struct {
 	Name string
 	// NAD is multus.networkName: "nad" or "namespace/nad".
 	NAD string
+	// MAC is the interface's own macAddress; "" for none.
+	MAC string
 }
 
 // SetPersistentIPsGate turns KubeVirt's PersistentIPs feature gate on or
@@ -102,5 +104,5 @@ func VMTemplate(networks ...VMNetwork) kubevirtv1.VirtualMachineInstanceSpec {
 
 func addNetwork(spec *kubevirtv1.VirtualMachineInstanceSpec, n VMNetwork) {
 	spec.Networks = append(spec.Networks, kubevirtv1.Network{Name: n.Name, NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: n.NAD}}})
-	spec.Domain.Devices.Interfaces = append(spec.Domain.Devices.Interfaces, kubevirtv1.Interface{Name: n.Name, InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}})
+	spec.Domain.Devices.Interfaces = append(spec.Domain.Devices.Interfaces, kubevirtv1.Interface{Name: n.Name, MacAddress: n.MAC, InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}})
 }

@@ -153,7 +153,7 @@ func TestCLIWhyClaim(t *testing.T) {
 
 	runCLICases(t, []cliCase{
 		{name: "holds its addresses", args: []string{"why", "ipamclaim/vm1.blue", "-n", ns}, code: cli.ExitOK,
-			stdout:    []string{"IPAMClaim " + ns + "/vm1.blue", "Owner:\n  VirtualMachine vm1 (uid " + string(vm.UID) + ")", "status.ips: 10.199.6.20/24", "10.199.6.20 in pool " + e.pool, "Next: nothing to do: the claim holds 10.199.6.20/24"},
+			stdout:    []string{"IPAMClaim " + ns + "/vm1.blue", "Owner:\n  VirtualMachine vm1 (uid " + string(vm.UID) + ")", "status.ips: 10.199.6.20/24", "MAC: 0a:58:0a:c7:06:14 (from its address", "10.199.6.20 in pool " + e.pool, "Next: nothing to do: the claim holds 10.199.6.20/24"},
 			notStdout: []string{"no longer exists"}},
 		{name: "exhausted", args: []string{"why", "ipamclaim/full.blue", "-n", ns}, code: cli.ExitOK,
 			stdout: []string{"no VirtualMachine or VirtualMachineInstance owns it", "condition IPsAllocated=False SubnetExhausted", "Warning AllocationFailed (x2)", `Next: the pool of network "blue" is exhausted: grow it`}},
@@ -220,7 +220,7 @@ func TestCLIWhyVM(t *testing.T) {
 			stdout: []string{"VirtualMachine " + ns + "/vm-ok", "PersistentIPs listed in a KubeVirt CR: true",
 				"blue (multus.networkName blue): NAD " + ns + `/blue, CNI network "blue", allowPersistentIPs true`,
 				"IPAMClaim vm-ok.blue: status.ips: 10.199.6.30/24", "10.199.6.30 in pool " + e.pool,
-				`network blue: webhook reference "vm-ok.blue" present`, "Next: nothing to do: the VM's claims hold their addresses"}},
+				`network blue: webhook reference "vm-ok.blue" present, mac <none>`, "Next: nothing to do: the VM's claims hold their addresses"}},
 		{name: "webhook reference missing", args: []string{"why", "vm/vm-noref", "-n", ns}, code: cli.ExitOK,
 			stdout: []string{"network blue: webhook reference missing", "Next: launcher pod virt-launcher-vm-noref-", "restart the VM once the webhook runs"}},
 		{name: "claim not created", args: []string{"why", "vm/vm-noclaim", "-n", ns}, code: cli.ExitOK,

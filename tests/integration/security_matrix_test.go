@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -154,6 +155,9 @@ func TestCompromisedNodeWriteMatrix(t *testing.T) {
 			if isKind[*ipamclaimsv1alpha1.IPAMClaim](before) {
 				strip := []byte(`{"metadata":{"finalizers":null}}`)
 				refused("strip the finalizers of", writer.Patch(ctx, before.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, strip)))
+				// The MAC the claim shows (ipkeeper-controller's label).
+				relabel, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{macaddr.Label: "0a-58-0a-63-1e-02"}}})
+				refused("relabel the MAC of", writer.Patch(ctx, before.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, relabel)))
 			}
 			if isKind[*corev1.Pod](before) || isKind[*ipamclaimsv1alpha1.IPAMClaim](before) || isKind[*ipkeeperv1alpha1.IPPool](before) {
 				refused("write the status of", writer.Status().Update(ctx, changed))

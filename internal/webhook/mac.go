@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
+)
+
+// How long the webhook waits for a claim made just before its launcher
+// to be filled (the controller fills a claim when it appears, in
+// milliseconds), and how often it looks.
+const (
+	macWait  = 2 * time.Second
+	macEvery = 50 * time.Millisecond
+)
+
+// addMACs gives every element that references a claim of a network
+// ipkeeper serves (persistent[i] != "") and asks for no MAC the claim's
+// MAC (package macaddr), so the VM's NIC has one MAC at every start, on a
+// migration target and after a NAD swap on one network. A MAC already in
+// the element is the VM's own (KubeVirt copies the interface's
+// macAddress) and is never replaced. A claim still without addresses
+// after macWait (its allocation failed, or the controller is down) leaves
+// its element without a MAC, with a warning: that start gets a MAC of the
+// node's choosing.
+func (m *PodMutator) addMACs(ctx context.Context, namespace string, elems []multus.Element, persistent []string) (changed bool, warnings []string, _ error) {
+	for i := range elems {
+		e := &elems[i]
+		if persistent[i] == "" || e.ClaimRef == "" || e.MAC != "" {
+			continue
+		}
+		claim, err := m.filledClaim(ctx, types.NamespacedName{Namespace: namespace, Name: e.ClaimRef})
+		if err != nil {
+			return false, nil, err
+		}
+		mac, ok := macaddr.OfClaim(claim)
+		if !ok {
+			warnings = append(warnings, fmt.Sprintf("IPAMClaim %s/%s has no addresses yet, so interface %q gets no MAC from ipkeeper on this start", namespace, e.ClaimRef, e.Interface))
+			continue
+		}
+		e.SetMAC(mac.String())
+		changed = true
+	}
+	return changed, warnings, nil
+}
+
+// filledClaim reads a claim from the cache, and live until it is filled,
+// it failed, or macWait passed; an empty claim when it does not exist.
+func (m *PodMutator) filledClaim(ctx context.Context, key types.NamespacedName) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	err := m.Reader.Get(ctx, key, &claim)
+	if err == nil && (claimstatus.Filled(&claim) || failed(&claim)) {
+		return &claim, nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading IPAMClaim %s: %w", key, err)
+	}
+	deadline := time.Now().Add(macWait)
+	for {
+		claim = ipamclaimsv1alpha1.IPAMClaim{}
+		err := m.APIReader.Get(ctx, key, &claim)
+		switch {
+		case err != nil && !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("reading IPAMClaim %s: %w", key, err)
+		case err == nil && (claimstatus.Filled(&claim) || failed(&claim)), time.Now().After(deadline):
+			return &claim, nil
+		}
+		select {
+		case <-ctx.Done():
+			return &claim, nil
+		case <-time.After(macEvery):
+		}
+	}
+}
+
+// failed says the controller tried and could not fill the claim: waiting
+// would not help.
+func failed(claim *ipamclaimsv1alpha1.IPAMClaim) bool {
+	return meta.IsStatusConditionFalse(claim.Status.Conditions, claimstatus.ConditionIPsAllocated)
+}
