@@ -55,33 +55,35 @@ func (m *PodMutator) addMACs(ctx context.Context, namespace string, elems []mult
 	return changed, warnings, nil
 }
 
-// filledClaim reads a claim from the cache, and live until it is filled,
-// it failed, or macWait passed; an empty claim when it does not exist.
+// filledClaim reads a claim from the cache until it is filled, it
+// failed, or macWait passed (the cache sees the controller's status write
+// within moments, and costs the API server nothing), then, if the cache
+// has not filled it, once live; an empty claim when it does not exist.
 func (m *PodMutator) filledClaim(ctx context.Context, key types.NamespacedName) (*ipamclaimsv1alpha1.IPAMClaim, error) {
-	var claim ipamclaimsv1alpha1.IPAMClaim
-	err := m.Reader.Get(ctx, key, &claim)
-	if err == nil && (claimstatus.Filled(&claim) || failed(&claim)) {
-		return &claim, nil
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("reading IPAMClaim %s: %w", key, err)
-	}
 	deadline := time.Now().Add(macWait)
 	for {
-		claim = ipamclaimsv1alpha1.IPAMClaim{}
-		err := m.APIReader.Get(ctx, key, &claim)
+		var claim ipamclaimsv1alpha1.IPAMClaim
+		err := m.Reader.Get(ctx, key, &claim)
 		switch {
 		case err != nil && !apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("reading IPAMClaim %s: %w", key, err)
-		case err == nil && (claimstatus.Filled(&claim) || failed(&claim)), time.Now().After(deadline):
+		case err == nil && (claimstatus.Filled(&claim) || failed(&claim)):
 			return &claim, nil
+		}
+		if time.Now().After(deadline) {
+			break
 		}
 		select {
 		case <-ctx.Done():
-			return &claim, nil
+			return &ipamclaimsv1alpha1.IPAMClaim{}, nil
 		case <-time.After(macEvery):
 		}
 	}
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	if err := m.APIReader.Get(ctx, key, &claim); err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading IPAMClaim %s: %w", key, err)
+	}
+	return &claim, nil
 }
 
 // failed says the controller tried and could not fill the claim: waiting

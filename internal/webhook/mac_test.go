@@ -89,37 +89,42 @@ func TestAddMACs(t *testing.T) {
 }
 
 // A claim made just before its launcher is filled while the webhook waits:
-// the launcher gets its MAC at its first start.
+// the launcher gets its MAC at its first start, as soon as the webhook's
+// cache sees the fill.
 func TestAddMACsWaitsForAClaimBeingFilled(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := ipamclaimsv1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	const ns = "vms"
-	cached := fake.NewClientBuilder().WithScheme(scheme).Build()
-	live := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{}).
+	cached := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{}).
 		WithObjects(&ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1.blue"}}).Build()
+	live := fake.NewClientBuilder().WithScheme(scheme).Build() // never read: the cache answers first
 	m := &PodMutator{Reader: cached, APIReader: live}
 	go func() {
 		time.Sleep(3 * macEvery) // the controller, filling the claim a little later
 		var claim ipamclaimsv1alpha1.IPAMClaim
-		if err := live.Get(context.Background(), keyOf(ns, "vm1.blue"), &claim); err != nil {
+		if err := cached.Get(context.Background(), keyOf(ns, "vm1.blue"), &claim); err != nil {
 			t.Error(err)
 			return
 		}
 		claim.Status.IPs = []string{"fd00::a00:5/64"}
-		if err := live.Status().Update(context.Background(), &claim); err != nil {
+		if err := cached.Status().Update(context.Background(), &claim); err != nil {
 			t.Error(err)
 		}
 	}()
 	e := multus.NewElement(ns, "blue", "podblue")
 	e.SetClaimRef("vm1.blue")
 	elems := []multus.Element{e}
+	start := time.Now()
 	if _, warnings, err := m.addMACs(context.Background(), ns, elems, []string{"net-blue"}); err != nil || len(warnings) > 0 {
 		t.Fatalf("addMACs: %v, warnings %q", err, warnings)
 	}
 	if want := "0e:58:0a:00:00:05"; elems[0].MAC != want {
 		t.Fatalf("mac %q, want %q (derived from the IPv6-only claim)", elems[0].MAC, want)
+	}
+	if took := time.Since(start); took >= macWait {
+		t.Errorf("took %s: waited out macWait although the claim was filled", took)
 	}
 }
 
