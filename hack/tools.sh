@@ -54,6 +54,12 @@ KUBECONFORM_VERSION=v0.7.0
 # operator's monitoring API module (the CRD manifests are in no module the
 # proxy serves).
 PROMETHEUS_OPERATOR_VERSION=v0.95.2
+# netplan's generator (Debian's netplan.io and libnetplan0, unpacked, never
+# installed): the reference parser of the network config version 2 that
+# cloud-init hands to it; the guest network configuration tests render
+# ipkeeper's Secrets through it. The distribution's version: Debian only
+# serves its current one.
+NETPLAN_DEBS="netplan.io libnetplan0"
 
 ROOT="${IPKEEPER_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ipkeeper/tools}"
 
@@ -82,6 +88,7 @@ IPKEEPER_HELM=$ROOT/helm-${HELM_VERSION}/helm
 IPKEEPER_PROMTOOL=$ROOT/promtool-${PROMETHEUS_VERSION}/promtool
 IPKEEPER_KUBECONFORM=$ROOT/kubeconform-${KUBECONFORM_VERSION}/kubeconform
 IPKEEPER_KUBE_SCHEMAS_DIR=$ROOT/kube-schemas-${K8S_VERSION}-prometheus-operator-${PROMETHEUS_OPERATOR_VERSION}
+IPKEEPER_NETPLAN_GENERATE=$ROOT/netplan/usr/libexec/netplan/generate
 ENV
 	exit 0
 fi
@@ -422,8 +429,42 @@ build_kube_schemas() {
 	touch "$dir/.complete"
 }
 
+# netplan's generator, from the Debian packages apt can download (the
+# machine's sources), unpacked into the cache: nothing is installed. Its
+# shared library sits next to it (run it with LD_LIBRARY_PATH, as
+# tests/framework.Netplan does).
+build_netplan() {
+	local dir="$ROOT/netplan"
+	if built "$dir"; then log "netplan: cached in $dir"; return; fi
+	command -v apt-get >/dev/null || die "netplan: apt-get is needed to download ${NETPLAN_DEBS}"
+	log "netplan: downloading ${NETPLAN_DEBS}"
+	local work
+	work=$(mktemp -d)
+	# shellcheck disable=SC2064
+	trap "rm -rf '$work'" RETURN
+	# shellcheck disable=SC2086
+	if ! (cd "$work" && apt-get download -qq $NETPLAN_DEBS >/dev/null 2>&1); then
+		[[ $(id -u) -eq 0 ]] || die "netplan: apt-get download ${NETPLAN_DEBS} failed, and not root to update apt's lists"
+		apt-get update -qq >/dev/null
+		# shellcheck disable=SC2086
+		(cd "$work" && apt-get download -qq $NETPLAN_DEBS) || die "netplan: apt-get download ${NETPLAN_DEBS} failed"
+	fi
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	local deb
+	for deb in "$work"/*.deb; do
+		dpkg -x "$deb" "$dir"
+	done
+	local lib
+	lib=$(cd "$dir/usr/lib" && ls -d ./*/libnetplan.so.0.* | head -1)
+	[[ -n "$lib" ]] || die "netplan: no libnetplan.so in the packages"
+	ln -sf "$(basename "$lib")" "$dir/usr/lib/$(dirname "$lib")/libnetplan.so.0"
+	[[ -x "$dir/usr/libexec/netplan/generate" ]] || die "netplan: no usr/libexec/netplan/generate in the packages"
+	touch "$dir/.complete"
+}
+
 components=("$@")
-[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen kubevirt whereabouts ipam-extensions helm promtool kubeconform)
+[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen kubevirt whereabouts ipam-extensions helm promtool kubeconform netplan)
 for c in "${components[@]}"; do
 	case "$c" in
 	etcd) build_etcd ;;
@@ -438,6 +479,7 @@ for c in "${components[@]}"; do
 	helm) build_helm ;;
 	promtool) build_promtool ;;
 	kubeconform) build_kubeconform ;;
+	netplan) build_netplan ;;
 	kube-schemas) build_kube_schemas ;;
 	*) die "unknown component '$c' (known: etcd kubernetes cni-plugins multus controller-gen golangci-lint kubevirt whereabouts ipam-extensions helm promtool kubeconform kube-schemas)" ;;
 	esac

@@ -44,6 +44,15 @@ func OwnedClaimNetworks(ctx context.Context, reader client.Reader, namespace str
 	}
 }
 
+// ClaimOf names the claim of an owner's (a VM's, by name and UID)
+// logical network on CNI network network: naming.ClaimFor over the claims
+// of namespace, keeping ipam-extensions' name only for the owner's own.
+// The claims controller, the guest network configuration and `kubectl
+// ipkeeper why` name it so.
+func ClaimOf(ctx context.Context, reader client.Reader, namespace, owner string, uid types.UID, logical, network string) (string, error) {
+	return naming.ClaimFor(owner, logical, network, ClaimNetworks(ctx, reader, namespace), ownedBy(ctx, reader, namespace, claimowner.Owner{UID: uid}))
+}
+
 // LauncherClaimNetworks is OwnedClaimNetworks of the claims a launcher of
 // vmi may use (claimowner's rule): the one filter the webhook and the
 // agent choose a launcher's claim with.

@@ -14,15 +14,11 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
-
 	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
-	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -113,11 +109,7 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 			rep.next("%s", problem)
 			continue
 		}
-		claimName, err := naming.ClaimFor(vm.Name, n.Name, nw.Name, claims.ClaimNetworks(ctx, s.client, key.Namespace),
-			claims.OwnedClaimNetworks(ctx, s.client, key.Namespace, func(c *ipamclaimsv1alpha1.IPAMClaim) bool {
-				owner, ok := claimowner.Of(c)
-				return ok && owner.UID == vm.UID
-			}))
+		claimName, err := claims.ClaimOf(ctx, s.client, key.Namespace, vm.Name, vm.UID, n.Name, nw.Name)
 		if err != nil {
 			return nil, err
 		}

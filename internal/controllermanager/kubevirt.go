@@ -27,6 +27,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/guestnet"
 	"github.com/ipkeeper/ipkeeper/internal/handover"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
@@ -117,6 +118,7 @@ func (k *kubeVirtSupport) setupChild(ctx context.Context, child ctrl.Manager) (*
 			// the reservations' owner index.
 			Retainer: &claims.Retainer{Reservations: k.main.GetClient(), Live: k.main.GetAPIReader(), Writer: k.main.GetClient(), Max: k.o.MaxAddressRetention, Now: time.Now},
 		}).SetupWithManager},
+		{"guest network configuration controller", (&guestnet.Reconciler{Client: child.GetClient(), Pools: k.main.GetClient(), Recorder: recorder}).SetupWithManager},
 		{"migration handover controller", func(m ctrl.Manager) error {
 			// Reservations are in the main manager's cache (its lentTo
 			// and owner indexes), written through it.

@@ -67,5 +67,9 @@ package controllermanager
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=list
 // +kubebuilder:rbac:groups="",namespace=ipkeeper-system,resources=secrets,verbs=get;list;watch;update,resourceNames=ipkeeper-webhook-cert
 // +kubebuilder:rbac:groups="",namespace=ipkeeper-system,resources=secrets,verbs=create
+// The guest network configuration Secrets (package guestnet), in the VMs'
+// namespaces: written by server-side apply, never read; the policy
+// ipkeeper-controller-secrets limits the writes to the Secrets it labels.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ipkeeper-system,resources=leases,verbs=get;update,resourceNames=ipkeeper-controller
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ipkeeper-system,resources=leases,verbs=create

@@ -97,7 +97,11 @@ import (
 //	   has it in every launcher's networks annotation element, never
 //	   ipkeeper's; the runtime passes an element's mac as CNI_ARGS MAC, as
 //	   Multus does, and counts where each came from (mac:of-address,
-//	   mac:own, mac:other).
+//	   mac:own, mac:other);
+//	I12 at quiescence, every VM asking for its guest network configuration
+//	   (ipkeeper.io/guest-network-config) whose claims all record addresses
+//	   has its Secret, listing exactly its ipkeeper networks, each with its
+//	   claim's addresses and MAC (guestops.go).
 //
 // I1 is checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no
@@ -347,6 +351,7 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 		r.checkOwners(ls)
 		r.checkBlocks(ctx)
 		r.checkCaused(ctx, ls)
+		r.checkGuestConfigs(ctx)
 	}
 }
 

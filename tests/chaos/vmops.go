@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/guestnet"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -232,10 +233,12 @@ func (a *vmActor) create(ctx context.Context) error {
 		a.r.ownMACs.Store(name, blueNet.MAC)
 	}
 	vm := framework.NewVM(vmNamespace, name, blueNet)
+	// Every VM asks for its guest network configuration (I12).
+	vm.Annotations = map[string]string{guestnet.Annotation: "true"}
 	if a.gen%2 == 1 {
 		// Every other VM keeps its addresses for a while after their
 		// claims are released (vmcopyops.go judges it).
-		vm.Annotations = map[string]string{claimstatus.RetentionAnnotation: vmRetention.String()}
+		vm.Annotations[claimstatus.RetentionAnnotation] = vmRetention.String()
 	}
 	if err := a.kv.C.Create(ctx, vm); err != nil {
 		return fmt.Errorf("creating VirtualMachine %s/%s: %w", vmNamespace, name, err)

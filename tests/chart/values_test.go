@@ -145,10 +145,15 @@ func TestChartValues(t *testing.T) {
 				for _, want := range []struct{ policy, user string }{
 					{"ipkeeper-agent-node-bound", "system:serviceaccount:ipk:ipkeeper-agent"},
 					{"ipkeeper-controller-claim-status", "system:serviceaccount:ipk:ipkeeper-controller"},
+					{"ipkeeper-controller-secrets", "system:serviceaccount:ipk:ipkeeper-controller"},
 				} {
 					if cond := str(r.find("ValidatingAdmissionPolicy", want.policy)[0], "spec", "matchConditions", "0", "expression"); !strings.Contains(cond, "'"+want.user+"'") {
 						t.Errorf("policy %s matches %q, want the user %s", want.policy, cond, want.user)
 					}
+				}
+				// Outside its own namespace only: the webhook certificate's Secret is in it.
+				if cond := str(r.find("ValidatingAdmissionPolicy", "ipkeeper-controller-secrets")[0], "spec", "matchConditions", "1", "expression"); cond != "request.namespace != 'ipk'" {
+					t.Errorf("policy ipkeeper-controller-secrets excludes %q, want namespace ipk", cond)
 				}
 				whc := r.find("MutatingWebhookConfiguration", "ipkeeper")[0]
 				if got := str(whc, "webhooks", "0", "clientConfig", "service", "namespace"); got != "ipk" {

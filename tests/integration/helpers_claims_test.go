@@ -109,8 +109,14 @@ func createLaunchers(t testing.TB, ns, node, prefix, claim string, n int) []*cor
 // addresses and returns it.
 func waitFilled(t testing.TB, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
 	t.Helper()
+	return waitFilledWithin(t, ns, name, 30*time.Second)
+}
+
+// waitFilledWithin is waitFilled with its deadline.
+func waitFilledWithin(t testing.TB, ns, name string, within time.Duration) *ipamclaimsv1alpha1.IPAMClaim {
+	t.Helper()
 	var c ipamclaimsv1alpha1.IPAMClaim
-	if err := framework.Eventually(context.Background(), 30*time.Second, 20*time.Millisecond, func(ctx context.Context) (bool, error) {
+	if err := framework.Eventually(context.Background(), within, 20*time.Millisecond, func(ctx context.Context) (bool, error) {
 		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c)
 		return err == nil && len(c.Status.IPs) > 0, client.IgnoreNotFound(err)
 	}); err != nil {

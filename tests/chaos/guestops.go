@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/guestnet"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
+	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// guestSettle bounds how long the guest network configuration may lag
+// its VM's claims at quiescence.
+const guestSettle = 30 * time.Second
+
+// networkData is what I12 reads of a guest network configuration.
+type networkData struct {
+	Network struct {
+		Ethernets map[string]struct {
+			Match struct {
+				MACAddress string `json:"macaddress"`
+			} `json:"match"`
+			Addresses []string `json:"addresses"`
+		} `json:"ethernets"`
+	} `json:"network"`
+}
+
+// checkGuestConfigs (I12, at quiescence): every VM that asks for its guest
+// network configuration and whose claims all record addresses has its
+// Secret, listing exactly those networks, each with its claim's addresses
+// and MAC (the VM's own, else the claim's). It waits up to guestSettle for
+// the controller, which the run's faults may have held up.
+func (r *runner) checkGuestConfigs(ctx context.Context) {
+	var problems map[string]string
+	_ = framework.Eventually(ctx, guestSettle, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+		problems = r.guestConfigProblems(ctx)
+		return len(problems) == 0, nil
+	})
+	for vm, p := range problems {
+		r.violate("I12", "guest-config-differs", fmt.Sprintf("VM %s/%s: %s", vmNamespace, vm, p), vm, guestnet.SecretName(vm))
+	}
+}
+
+// guestConfigProblems judges every VM that asks, by name; a VM whose
+// claims are not all filled, or that is being deleted, is not judged.
+func (r *runner) guestConfigProblems(ctx context.Context) map[string]string {
+	c := r.c.cp.Client
+	var vms kubevirtv1.VirtualMachineList
+	if err := c.List(ctx, &vms, client.InNamespace(vmNamespace)); err != nil {
+		return map[string]string{"*": "listing VMs: " + err.Error()}
+	}
+	problems := map[string]string{}
+	for i := range vms.Items {
+		vm := &vms.Items[i]
+		if !guestnet.Wanted(vm) || vm.DeletionTimestamp != nil || vm.Spec.Template == nil {
+			continue
+		}
+		want, ready, err := r.guestWants(ctx, vm)
+		if err != nil {
+			problems[vm.Name] = err.Error()
+			continue
+		}
+		if !ready {
+			r.counts.inc("guest-config:claims-unfilled")
+			continue
+		}
+		r.counts.inc("check:I12")
+		var s corev1.Secret
+		if err := c.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: guestnet.SecretName(vm.Name)}, &s); err != nil {
+			problems[vm.Name] = "its Secret: " + err.Error()
+			continue
+		}
+		var got networkData
+		if err := yaml.Unmarshal(s.Data[guestnet.DataKey], &got); err != nil {
+			problems[vm.Name] = "its networkdata: " + err.Error()
+			continue
+		}
+		var diffs []string
+		for n, w := range want {
+			g, ok := got.Network.Ethernets[n]
+			switch {
+			case !ok:
+				diffs = append(diffs, fmt.Sprintf("network %s missing", n))
+			case g.Match.MACAddress != w.mac || !slices.Equal(g.Addresses, w.addrs):
+				diffs = append(diffs, fmt.Sprintf("network %s: MAC %s, addresses %v; its claim %s: MAC %s, addresses %v", n, g.Match.MACAddress, g.Addresses, w.claim, w.mac, w.addrs))
+			}
+		}
+		for n := range got.Network.Ethernets {
+			if _, ok := want[n]; !ok {
+				diffs = append(diffs, fmt.Sprintf("network %s is not the VM's", n))
+			}
+		}
+		if len(diffs) > 0 {
+			slices.Sort(diffs)
+			problems[vm.Name] = strings.Join(diffs, "; ")
+		} else {
+			r.counts.inc("guest-config:matches")
+		}
+	}
+	return problems
+}
+
+type guestWant struct {
+	claim string
+	mac   string
+	addrs []string
+}
+
+// guestWants is what a VM's Secret should say, by network; ready is false
+// while a claim is missing or records no addresses.
+func (r *runner) guestWants(ctx context.Context, vm *kubevirtv1.VirtualMachine) (_ map[string]guestWant, ready bool, _ error) {
+	c := r.c.cp.Client
+	want := map[string]guestWant{}
+	for _, n := range kubevirt.SecondaryNetworks(&vm.Spec.Template.Spec) {
+		if n.Absent {
+			continue
+		}
+		key, err := multus.NADRef(n.NetworkName, vm.Namespace)
+		if err != nil {
+			return nil, false, err
+		}
+		nw, found, err := multus.ReadNAD(ctx, c, key)
+		if err != nil || !found {
+			return nil, false, err
+		}
+		if !nw.AllowPersistentIPs {
+			continue
+		}
+		name, err := claims.ClaimOf(ctx, c, vm.Namespace, vm.Name, vm.UID, n.Name, nw.Name)
+		if err != nil {
+			return nil, false, err
+		}
+		var claim ipamclaimsv1alpha1.IPAMClaim
+		if err := c.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: name}, &claim); err != nil || !claimstatus.Filled(&claim) || claim.DeletionTimestamp != nil {
+			return nil, false, client.IgnoreNotFound(err)
+		}
+		mac := strings.ToLower(n.MAC)
+		if mac == "" {
+			derived, _ := macaddr.OfClaim(&claim)
+			mac = derived.String()
+		}
+		want[n.Name] = guestWant{claim: name, mac: mac, addrs: claim.Status.IPs}
+	}
+	return want, true, nil
+}

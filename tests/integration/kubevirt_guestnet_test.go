@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/guestnet"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// TestVMGuestNetworkConfig: a VM asking for its guest network
+// configuration (ipkeeper.io/guest-network-config) gets a Secret, before
+// it ever starts, whose networkdata netplan (the format's reference
+// parser) reads as: each NIC matched by its claim's MAC (or the VM's own),
+// with every address of its claim, IPv4 and IPv6, and its network's routes
+// (through the range's gateway) and DNS. A network plugged in and a NAD
+// swapped to another network rewrite it; a claim without addresses holds
+// it back. Real: kube-apiserver, etcd, KubeVirt's virt-controller (its VM
+// controller), ipkeeper-controller; no VM runs.
+func TestVMGuestNetworkConfig(t *testing.T) {
+	ctx := context.Background()
+	e := startKubeVirtEnv(t)
+	e.nad(t, "blue", `{"cniVersion":"1.0.0","name":"gn-blue","type":"bridge","bridge":"br-gnb","allowPersistentIPs":true,"ipam":{"type":"ipkeeper",`+
+		`"range":"10.78.0.0/24","gateway":"10.78.0.1","ipRanges":[{"range":"fd78::/120"}],`+
+		`"routes":[{"dst":"10.79.0.0/16"}],"dns":{"nameservers":["10.78.0.53"],"search":["vms.example"]}}}`)
+	e.nad(t, "red", `{"cniVersion":"1.0.0","name":"gn-red","type":"bridge","bridge":"br-gnr","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"fd79::/120"}}`)
+	e.nad(t, "green", `{"cniVersion":"1.0.0","name":"gn-green","type":"bridge","bridge":"br-gng","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.80.0.0/24"}}`)
+	e.nad(t, "tiny", `{"cniVersion":"1.0.0","name":"gn-tiny","type":"bridge","bridge":"br-gnt","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.81.0.0/24","range_start":"10.81.0.10","range_end":"10.81.0.10"}}`)
+
+	create := func(name string, networks ...framework.VMNetwork) *kubevirtv1.VirtualMachine {
+		t.Helper()
+		vm := framework.NewVM(e.ns, name, networks...)
+		vm.Annotations = map[string]string{guestnet.Annotation: "true"}
+		if err := cp.Client.Create(ctx, vm); err != nil {
+			t.Fatal(err)
+		}
+		return vm
+	}
+	// networkd reads the Secret until it says everything in want.
+	waitSecret := func(vm *kubevirtv1.VirtualMachine, want func(files map[string]string) error) *corev1.Secret {
+		t.Helper()
+		var s corev1.Secret
+		var last error
+		if err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+			if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: guestnet.SecretName(vm.Name)}, &s); err != nil {
+				last = err
+				return false, client.IgnoreNotFound(err)
+			}
+			files, err := framework.Netplan(ctx, s.Data[guestnet.DataKey])
+			if err != nil {
+				return false, err // ipkeeper wrote what the format refuses
+			}
+			last = want(files)
+			return last == nil, nil
+		}); err != nil {
+			t.Fatalf("Secret %s/%s: %v (last: %v)\n%s", e.ns, guestnet.SecretName(vm.Name), err, last, s.Data[guestnet.DataKey])
+		}
+		return &s
+	}
+	has := func(file string, wants ...string) func(map[string]string) error {
+		return func(files map[string]string) error {
+			for _, w := range wants {
+				if !strings.Contains(files[file], w) {
+					return fmt.Errorf("%s lacks %q: %q", file, w, files[file])
+				}
+			}
+			return nil
+		}
+	}
+	macOf := func(c *ipamclaimsv1alpha1.IPAMClaim) string {
+		mac, _ := macaddr.OfClaim(c)
+		return mac.String()
+	}
+
+	// 1. Dual-stack blue: ready before the VM's first start.
+	vm := create("vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	blue := waitFilled(t, e.ns, "vm1.blue")
+	if len(blue.Status.IPs) != 2 {
+		t.Fatalf("vm1.blue records %v, want one IPv4 and one IPv6 address", blue.Status.IPs)
+	}
+	s := waitSecret(vm, has("10-netplan-blue.network", "PermanentMACAddress="+macOf(blue), "Address="+blue.Status.IPs[0], "Address="+blue.Status.IPs[1],
+		"Destination=10.79.0.0/16\nGateway=10.78.0.1", "DNS=10.78.0.53", "Domains=vms.example"))
+	if ref := metav1.GetControllerOf(s); ref != nil || len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != vm.UID {
+		t.Errorf("Secret owner references %+v, want the VM %s (uid %s) only", s.OwnerReferences, vm.Name, vm.UID)
+	}
+	if s.Labels[guestnet.OfLabel] != vm.Name || s.Type != corev1.SecretTypeOpaque {
+		t.Errorf("Secret labels %v, type %s", s.Labels, s.Type)
+	}
+
+	// 2. A network plugged in (IPv6 only): rewritten with it.
+	patchVM(t, vm, []map[string]any{
+		{"op": "add", "path": "/spec/template/spec/domain/devices/interfaces/-", "value": map[string]any{"name": "red", "bridge": map[string]any{}}},
+		{"op": "add", "path": "/spec/template/spec/networks/-", "value": map[string]any{"name": "red", "multus": map[string]any{"networkName": "red"}}},
+	})
+	red := waitFilled(t, e.ns, "vm1.red")
+	waitSecret(vm, func(files map[string]string) error {
+		if err := has("10-netplan-red.network", "PermanentMACAddress="+macOf(red), "Address="+red.Status.IPs[0], "IPv6AcceptRA=no")(files); err != nil {
+			return err
+		}
+		return has("10-netplan-blue.network", "Address="+blue.Status.IPs[0])(files)
+	})
+
+	// 3. blue's NAD swapped to another network: its new claim's address.
+	patchVM(t, vm, []map[string]any{{"op": "replace", "path": "/spec/template/spec/networks/1/multus/networkName", "value": "green"}})
+	var green *ipamclaimsv1alpha1.IPAMClaim
+	if err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		var list ipamclaimsv1alpha1.IPAMClaimList
+		if err := cp.Client.List(ctx, &list, client.InNamespace(e.ns)); err != nil {
+			return false, err
+		}
+		for i := range list.Items {
+			c := &list.Items[i]
+			if owner, ok := claimowner.Of(c); ok && owner.UID == vm.UID && c.Spec.Network == "gn-green" && claimstatus.Filled(c) {
+				green = c
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no filled claim of network gn-green for vm1: %v", err)
+	}
+	waitSecret(vm, func(files map[string]string) error {
+		if err := has("10-netplan-blue.network", "PermanentMACAddress="+macOf(green), "Address="+green.Status.IPs[0])(files); err != nil {
+			return err
+		}
+		if strings.Contains(files["10-netplan-blue.network"], "10.78.0.") {
+			return fmt.Errorf("blue still has the old network's address: %s", files["10-netplan-blue.network"])
+		}
+		return nil
+	})
+
+	// 4. A VM's own MAC is what the guest matches.
+	const own = "02:00:00:00:aa:02"
+	vm2 := create("vm2", framework.VMNetwork{Name: "blue", NAD: "blue", MAC: own})
+	blue2 := waitFilled(t, e.ns, "vm2.blue")
+	waitSecret(vm2, has("10-netplan-blue.network", "PermanentMACAddress="+own, "Address="+blue2.Status.IPs[0]))
+
+	// 5. A claim without addresses (its one-address network is taken)
+	// holds the Secret back: no half configuration.
+	vm3 := create("vm3", framework.VMNetwork{Name: "tiny", NAD: "tiny"})
+	waitFilled(t, e.ns, "vm3.tiny")
+	vm4 := create("vm4", framework.VMNetwork{Name: "blue", NAD: "blue"}, framework.VMNetwork{Name: "tiny", NAD: "tiny"})
+	if err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		c, err := e.claim(ctx, "vm4.tiny")
+		if err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return meta.IsStatusConditionFalse(c.Status.Conditions, claimstatus.ConditionIPsAllocated), nil
+	}); err != nil {
+		t.Fatalf("vm4.tiny never said it has no address: %v", err)
+	}
+	waitFilled(t, e.ns, "vm4.blue")
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: guestnet.SecretName(vm4.Name)}, &corev1.Secret{}); err == nil {
+		t.Fatalf("vm4's Secret was written while its claim vm4.tiny has no address")
+	}
+	// The address freed, the claim filled: the Secret, with both networks.
+	if err := cp.Client.Delete(ctx, vm3); err != nil {
+		t.Fatal(err)
+	}
+	tiny := waitFilledWithin(t, e.ns, "vm4.tiny", 2*time.Minute)
+	waitSecret(vm4, func(files map[string]string) error {
+		if err := has("10-netplan-tiny.network", "Address="+tiny.Status.IPs[0])(files); err != nil {
+			return err
+		}
+		return has("10-netplan-blue.network", "Address=10.78.0.")(files)
+	})
+}
+
+// patchVM applies a JSON patch to a VM.
+func patchVM(t *testing.T, vm *kubevirtv1.VirtualMachine, ops []map[string]any) {
+	t.Helper()
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Client.Patch(context.Background(), vm, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		t.Fatalf("patching VM %s: %v", vm.Name, err)
+	}
+}
