@@ -185,6 +185,13 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 		podLines = append(podLines, line)
 	}
 	rep.add("Launcher pods", podLines...)
+	guest, err := guestLines(ctx, s.client, key)
+	if err != nil {
+		return nil, err
+	}
+	if len(guest) > 0 {
+		rep.add("Guest (as its guest agent reports)", guest...)
+	}
 
 	events, err := eventsOf(ctx, s.client, key.Namespace, "VirtualMachine", key.Name, vm.UID)
 	if err != nil {
@@ -234,4 +241,25 @@ func refFor(elems []multus.Element, nad types.NamespacedName) (ref, mac string) 
 		}
 	}
 	return "", ""
+}
+
+// guestLines are the VMI's interfaces as the guest agent reports them:
+// name, MAC and addresses, to set beside the claims' (none without a
+// running VMI or a guest agent).
+func guestLines(ctx context.Context, c client.Reader, key types.NamespacedName) ([]string, error) {
+	var vmi kubevirtv1.VirtualMachineInstance
+	if err := c.Get(ctx, key, &vmi); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading VirtualMachineInstance %s: %w", key, err)
+	}
+	var lines []string
+	for _, iface := range vmi.Status.Interfaces {
+		if !strings.Contains(iface.InfoSource, "guest-agent") {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s, MAC %s, addresses %s", orNone(iface.Name), orNone(iface.InterfaceName), orNone(iface.MAC), orNone(strings.Join(iface.IPs, ", "))))
+	}
+	return lines, nil
 }

@@ -119,6 +119,7 @@ func (k *kubeVirtSupport) setupChild(ctx context.Context, child ctrl.Manager) (*
 			Retainer: &claims.Retainer{Reservations: k.main.GetClient(), Live: k.main.GetAPIReader(), Writer: k.main.GetClient(), Max: k.o.MaxAddressRetention, Now: time.Now},
 		}).SetupWithManager},
 		{"guest network configuration controller", (&guestnet.Reconciler{Client: child.GetClient(), Pools: k.main.GetClient(), Recorder: recorder}).SetupWithManager},
+		{"guest addresses controller", (&guestnet.DriftReconciler{Client: child.GetClient(), Pods: k.main.GetClient(), Recorder: recorder}).SetupWithManager},
 		{"migration handover controller", func(m ctrl.Manager) error {
 			// Reservations are in the main manager's cache (its lentTo
 			// and owner indexes), written through it.

@@ -5,17 +5,21 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/guestnet"
@@ -47,19 +51,32 @@ type networkData struct {
 // and MAC (the VM's own, else the claim's). It waits up to guestSettle for
 // the controller, which the run's faults may have held up.
 func (r *runner) checkGuestConfigs(ctx context.Context) {
+	// Its own deadline: the run's may be near its end.
+	ctx = context.WithoutCancel(ctx)
 	var problems map[string]string
-	_ = framework.Eventually(ctx, guestSettle, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
-		problems = r.guestConfigProblems(ctx)
+	_ = framework.Eventually(ctx, guestSettle, 250*time.Millisecond, func(context.Context) (bool, error) {
+		probe, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		problems = r.guestConfigProblems(probe, nil)
 		return len(problems) == 0, nil
 	})
-	for vm, p := range problems {
-		r.violate("I12", "guest-config-differs", fmt.Sprintf("VM %s/%s: %s", vmNamespace, vm, p), vm, guestnet.SecretName(vm))
+	// Counted once, on what the last look saw.
+	r.guestConfigProblems(ctx, r.counts.inc)
+	for what, p := range problems {
+		if strings.HasPrefix(p, "IPAMClaim ") {
+			r.violate("I12", "guest-addresses-differ", p, what)
+			continue
+		}
+		r.violate("I12", "guest-config-differs", fmt.Sprintf("VM %s/%s: %s", vmNamespace, what, p), what, guestnet.SecretName(what))
 	}
 }
 
 // guestConfigProblems judges every VM that asks, by name; a VM whose
 // claims are not all filled, or that is being deleted, is not judged.
-func (r *runner) guestConfigProblems(ctx context.Context) map[string]string {
+func (r *runner) guestConfigProblems(ctx context.Context, count func(string)) map[string]string {
+	if count == nil {
+		count = func(string) {}
+	}
 	c := r.c.cp.Client
 	var vms kubevirtv1.VirtualMachineList
 	if err := c.List(ctx, &vms, client.InNamespace(vmNamespace)); err != nil {
@@ -77,10 +94,10 @@ func (r *runner) guestConfigProblems(ctx context.Context) map[string]string {
 			continue
 		}
 		if !ready {
-			r.counts.inc("guest-config:claims-unfilled")
+			count("guest-config:claims-unfilled")
 			continue
 		}
-		r.counts.inc("check:I12")
+		count("check:I12")
 		var s corev1.Secret
 		if err := c.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: guestnet.SecretName(vm.Name)}, &s); err != nil {
 			problems[vm.Name] = "its Secret: " + err.Error()
@@ -110,10 +127,69 @@ func (r *runner) guestConfigProblems(ctx context.Context) map[string]string {
 			slices.Sort(diffs)
 			problems[vm.Name] = strings.Join(diffs, "; ")
 		} else {
-			r.counts.inc("guest-config:matches")
+			count("guest-config:matches")
 		}
 	}
+	r.guestAddressProblems(ctx, problems, count)
 	return problems
+}
+
+// guestAddressProblems adds, by claim, the claims of running VMs whose
+// GuestAddresses condition does not tell what the guest reports (the
+// simulated virt-handler reports what each launcher interface got): True
+// while no guest-reported interface has exactly the claim's addresses, or
+// False while one has.
+func (r *runner) guestAddressProblems(ctx context.Context, problems map[string]string, count func(string)) {
+	c := r.c.cp.Client
+	var list ipamclaimsv1alpha1.IPAMClaimList
+	if err := c.List(ctx, &list, client.InNamespace(vmNamespace)); err != nil {
+		problems["*claims"] = "listing claims: " + err.Error()
+		return
+	}
+	for i := range list.Items {
+		claim := &list.Items[i]
+		cond := meta.FindStatusCondition(claim.Status.Conditions, guestnet.ConditionGuestAddresses)
+		owner, ok := claimowner.Of(claim)
+		if cond == nil || !ok {
+			continue
+		}
+		var vmi kubevirtv1.VirtualMachineInstance
+		if err := c.Get(ctx, types.NamespacedName{Namespace: vmNamespace, Name: owner.Name}, &vmi); err != nil || vmi.Status.Phase != kubevirtv1.Running || vmi.DeletionTimestamp != nil {
+			continue // no guest runs: the condition goes
+		}
+		count("check:I12-guest")
+		count("guest-addresses:" + cond.Reason)
+		held := claimstatus.Addresses(claim)
+		exact := false
+		var reported []string
+		for _, iface := range vmi.Status.Interfaces {
+			if !strings.Contains(iface.InfoSource, "guest-agent") {
+				continue
+			}
+			reported = append(reported, iface.Name+"="+strings.Join(iface.IPs, ","))
+			var ips []netip.Addr
+			for _, s := range iface.IPs {
+				if ip, err := netip.ParseAddr(s); err == nil && !ip.IsLinkLocalUnicast() {
+					ips = append(ips, ip.Unmap())
+				}
+			}
+			if len(ips) == len(held) && subsetAddrs(ips, held) {
+				exact = true
+			}
+		}
+		if exact != (cond.Status == metav1.ConditionTrue) {
+			problems[claim.Name] = fmt.Sprintf("IPAMClaim %s (addresses %v): GuestAddresses=%s (%s), but the guest reports %v", claim.Name, claim.Status.IPs, cond.Status, cond.Message, reported)
+		}
+	}
+}
+
+func subsetAddrs(a, b []netip.Addr) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
 }
 
 type guestWant struct {

@@ -101,7 +101,10 @@ import (
 //	I12 at quiescence, every VM asking for its guest network configuration
 //	   (ipkeeper.io/guest-network-config) whose claims all record addresses
 //	   has its Secret, listing exactly its ipkeeper networks, each with its
-//	   claim's addresses and MAC (guestops.go).
+//	   claim's addresses and MAC; and a running VM's claim's GuestAddresses
+//	   condition tells what its guest reports (the simulated virt-handler
+//	   reports what each launcher interface got): True exactly when an
+//	   interface reports the claim's addresses (guestops.go).
 //
 // I1 is checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/cli"
 	"github.com/ipkeeper/ipkeeper/internal/guestnet"
 	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -38,11 +40,11 @@ func TestVMGuestNetworkConfig(t *testing.T) {
 	ctx := context.Background()
 	e := startKubeVirtEnv(t)
 	e.nad(t, "blue", `{"cniVersion":"1.0.0","name":"gn-blue","type":"bridge","bridge":"br-gnb","allowPersistentIPs":true,"ipam":{"type":"ipkeeper",`+
-		`"range":"10.78.0.0/24","gateway":"10.78.0.1","ipRanges":[{"range":"fd78::/120"}],`+
-		`"routes":[{"dst":"10.79.0.0/16"}],"dns":{"nameservers":["10.78.0.53"],"search":["vms.example"]}}}`)
-	e.nad(t, "red", `{"cniVersion":"1.0.0","name":"gn-red","type":"bridge","bridge":"br-gnr","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"fd79::/120"}}`)
-	e.nad(t, "green", `{"cniVersion":"1.0.0","name":"gn-green","type":"bridge","bridge":"br-gng","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.80.0.0/24"}}`)
-	e.nad(t, "tiny", `{"cniVersion":"1.0.0","name":"gn-tiny","type":"bridge","bridge":"br-gnt","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.81.0.0/24","range_start":"10.81.0.10","range_end":"10.81.0.10"}}`)
+		`"range":"10.231.0.0/24","gateway":"10.231.0.1","ipRanges":[{"range":"fd31::/120"}],`+
+		`"routes":[{"dst":"10.232.0.0/16"}],"dns":{"nameservers":["10.231.0.53"],"search":["vms.example"]}}}`)
+	e.nad(t, "red", `{"cniVersion":"1.0.0","name":"gn-red","type":"bridge","bridge":"br-gnr","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"fd32::/120"}}`)
+	e.nad(t, "green", `{"cniVersion":"1.0.0","name":"gn-green","type":"bridge","bridge":"br-gng","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.233.0.0/24"}}`)
+	e.nad(t, "tiny", `{"cniVersion":"1.0.0","name":"gn-tiny","type":"bridge","bridge":"br-gnt","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.234.0.0/24","range_start":"10.234.0.10","range_end":"10.234.0.10"}}`)
 
 	create := func(name string, networks ...framework.VMNetwork) *kubevirtv1.VirtualMachine {
 		t.Helper()
@@ -96,7 +98,7 @@ func TestVMGuestNetworkConfig(t *testing.T) {
 		t.Fatalf("vm1.blue records %v, want one IPv4 and one IPv6 address", blue.Status.IPs)
 	}
 	s := waitSecret(vm, has("10-netplan-blue.network", "PermanentMACAddress="+macOf(blue), "Address="+blue.Status.IPs[0], "Address="+blue.Status.IPs[1],
-		"Destination=10.79.0.0/16\nGateway=10.78.0.1", "DNS=10.78.0.53", "Domains=vms.example"))
+		"Destination=10.232.0.0/16\nGateway=10.231.0.1", "DNS=10.231.0.53", "Domains=vms.example"))
 	if ref := metav1.GetControllerOf(s); ref != nil || len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != vm.UID {
 		t.Errorf("Secret owner references %+v, want the VM %s (uid %s) only", s.OwnerReferences, vm.Name, vm.UID)
 	}
@@ -140,7 +142,7 @@ func TestVMGuestNetworkConfig(t *testing.T) {
 		if err := has("10-netplan-blue.network", "PermanentMACAddress="+macOf(green), "Address="+green.Status.IPs[0])(files); err != nil {
 			return err
 		}
-		if strings.Contains(files["10-netplan-blue.network"], "10.78.0.") {
+		if strings.Contains(files["10-netplan-blue.network"], "10.231.0.") {
 			return fmt.Errorf("blue still has the old network's address: %s", files["10-netplan-blue.network"])
 		}
 		return nil
@@ -179,7 +181,7 @@ func TestVMGuestNetworkConfig(t *testing.T) {
 		if err := has("10-netplan-tiny.network", "Address="+tiny.Status.IPs[0])(files); err != nil {
 			return err
 		}
-		return has("10-netplan-blue.network", "Address=10.78.0.")(files)
+		return has("10-netplan-blue.network", "Address=10.231.0.")(files)
 	})
 }
 
@@ -193,4 +195,77 @@ func patchVM(t *testing.T, vm *kubevirtv1.VirtualMachine, ops []map[string]any) 
 	if err := cp.Client.Patch(context.Background(), vm, client.RawPatch(types.JSONPatchType, patch)); err != nil {
 		t.Fatalf("patching VM %s: %v", vm.Name, err)
 	}
+}
+
+// TestVMGuestAddressesCompared: a running VM's guest, as its guest agent
+// reports in the VMI's status (simulated virt-handler), is compared with
+// its claim: GuestAddresses=True while it uses the claim's addresses,
+// False (with a Warning on the VMI) when it uses another or lacks one,
+// True again when it comes back. Real: kube-apiserver, etcd,
+// virt-controller, ipkeeper-controller.
+func TestVMGuestAddressesCompared(t *testing.T) {
+	ctx := context.Background()
+	e := startKubeVirtEnv(t)
+	e.nad(t, "blue", `{"cniVersion":"1.0.0","name":"ga-blue","type":"bridge","bridge":"br-gab","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.235.0.0/24"}}`)
+	vm, err := e.kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := waitFilled(t, e.ns, "vm1.blue")
+	vmi, _, err := e.kv.Start(ctx, vm, "node-ga")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the guest reports: set as virt-handler does (the VMI has no
+	// status subresource).
+	report := func(ips ...string) {
+		t.Helper()
+		var live kubevirtv1.VirtualMachineInstance
+		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(vmi), &live); err != nil {
+			t.Fatal(err)
+		}
+		base := live.DeepCopy()
+		live.Status.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{{
+			Name: "blue", InterfaceName: "eth1", InfoSource: "domain, guest-agent", IPs: ips, IP: ips[0],
+		}}
+		if err := cp.Client.Patch(ctx, &live, client.MergeFrom(base)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := func(status metav1.ConditionStatus, msg string) {
+		t.Helper()
+		var c *metav1.Condition
+		if err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+			got, err := e.claim(ctx, "vm1.blue")
+			if err != nil {
+				return false, err
+			}
+			c = meta.FindStatusCondition(got.Status.Conditions, guestnet.ConditionGuestAddresses)
+			return c != nil && c.Status == status && strings.Contains(c.Message, msg), nil
+		}); err != nil {
+			t.Fatalf("GuestAddresses = %+v, want %s with %q: %v", c, status, msg, err)
+		}
+	}
+	own := netipAddr(t, claim.Status.IPs[0])
+	report(own, "fe80::1")
+	wait(metav1.ConditionTrue, "eth1 uses the claim's addresses")
+	report("10.235.0.250")
+	wait(metav1.ConditionFalse, "uses 10.235.0.250, which ipkeeper did not give it and lacks "+own)
+	waitEvent(t, vmi, string(guestnet.ReasonDrift), "10.235.0.250")
+	runCLICases(t, []cliCase{{name: "why vm shows the guest beside its claim", args: []string{"why", "vm/vm1", "-n", e.ns}, code: cli.ExitOK,
+		stdout: []string{"condition GuestAddresses=False GuestAddressesDiffer", "Guest (as its guest agent reports):\n  blue: eth1, MAC <none>, addresses 10.235.0.250"}}})
+	report(own)
+	wait(metav1.ConditionTrue, "uses the claim's addresses")
+	if got := getClaim(t, e.ns, "vm1.blue"); !slices.Equal(got.Status.IPs, claim.Status.IPs) {
+		t.Fatalf("status.ips changed from %v to %v", claim.Status.IPs, got.Status.IPs)
+	}
+}
+
+func netipAddr(t *testing.T, cidr string) string {
+	t.Helper()
+	ip, err := claimstatus.ParseIP(cidr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ip.String()
 }
