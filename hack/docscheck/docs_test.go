@@ -399,6 +399,7 @@ var foreignFlags = map[string]string{
 	"ignore-not-found": "kubectl delete --ignore-not-found",
 	"overwrite":        "kubectl annotate --overwrite",
 	"reuse-values":     "helm upgrade --reuse-values",
+	"root-dir":         "netplan generate --root-dir",
 	"server-side":      "kubectl apply --server-side",
 	"set":              "helm install --set",
 	"strict":           "helm lint --strict, kubeconform -strict",

@@ -112,6 +112,8 @@ type vmActor struct {
 	redIPs []string
 	// ownMACs: the actor's odd VMs set blue's MAC themselves.
 	ownMACs bool
+	// firstRetries: how often the head of first failed in a row.
+	firstRetries int
 }
 
 // vmPods is the simulated kubelet's record of the VMs' launcher
@@ -196,9 +198,11 @@ func (a *vmActor) run(ctx context.Context) {
 			continue
 		}
 		op := vmOps[a.rng.IntN(len(vmOps))]
-		if len(a.first) > 0 { // every kind early, so that a short run has each
+		first := len(a.first) > 0
+		if first { // every kind early, so that a short run has each
 			op, a.first = a.first[0], a.first[1:]
 		}
+		tried := op
 		if op == "move" && a.r.makerExternal.Load() {
 			// ipam-extensions' claims take no part in a handover: a move
 			// would judge nothing.
@@ -208,12 +212,25 @@ func (a *vmActor) run(ctx context.Context) {
 		err = a.do(ctx, op, vmi)
 		a.r.hist.end(seq, errString(err))
 		if err != nil {
+			if first && a.firstRetries < maxFirstRetries {
+				// A fault of the run came in the way: that kind comes
+				// again next, or a short run may never see it succeed.
+				a.first = append([]string{tried}, a.first...)
+				a.firstRetries++
+			}
 			a.failed(ctx, op, err)
 			continue
+		}
+		if first {
+			a.firstRetries = 0
 		}
 		a.r.counts.inc("vm:" + op)
 	}
 }
+
+// maxFirstRetries bounds how often one of an actor's first operations is
+// tried again after a failure.
+const maxFirstRetries = 2
 
 // create makes the actor's next VM. Each is named anew (<actor>-g<n>): a
 // VM a failed round left behind (its deletion stuck, say, behind a
