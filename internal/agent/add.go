@@ -31,6 +31,9 @@ type request struct {
 	attach attachment
 	// pool is the network's pool, read for ADD and CHECK.
 	pool *poolView
+	// mac is the MAC the attachment presents on a sticky_mac network
+	// (CNI_ARGS MAC, else runtimeConfig.mac); nil elsewhere.
+	mac net.HardwareAddr
 }
 
 func parseRequest(req *cniproto.Request) (*request, error) {
@@ -42,7 +45,16 @@ func parseRequest(req *cniproto.Request) (*request, error) {
 	if err != nil {
 		return nil, fail(reasonInvalid, codeInvalidEnv, err)
 	}
-	return &request{Request: req, cfg: cfg, args: args}, nil
+	r := &request{Request: req, cfg: cfg, args: args}
+	if cfg.StickyMAC {
+		if r.mac, err = ipamconfig.ParseMAC("CNI_ARGS "+cniproto.ArgMAC, args.MAC); err != nil {
+			return nil, fail(reasonInvalid, codeInvalidEnv, err)
+		}
+		if r.mac == nil {
+			r.mac = cfg.RuntimeMAC
+		}
+	}
+	return r, nil
 }
 
 // Add reserves one address per configured range (IP family) for a pod

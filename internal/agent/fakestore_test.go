@@ -5,6 +5,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -169,6 +171,19 @@ func (s *fakeStore) TakenIn(_ context.Context, pool string) (map[netip.Addr]bool
 	for _, o := range s.objs {
 		if o.Spec.Pool == pool {
 			out[netip.MustParseAddr(o.Spec.IP)] = true
+		}
+	}
+	return out, nil
+}
+
+func (s *fakeStore) WithMAC(_ context.Context, pool string, mac net.HardwareAddr) ([]ipkeeperv1alpha1.IPReservation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls["list"]++
+	var out []ipkeeperv1alpha1.IPReservation
+	for _, o := range s.objs {
+		if o.Spec.Pool == pool && o.Labels[macaddr.Label] == macaddr.LabelValue(mac) {
+			out = append(out, *o.DeepCopy())
 		}
 	}
 	return out, nil

@@ -16,6 +16,7 @@ type metrics struct {
 	allocations  prometheus.Counter
 	failures     *prometheus.CounterVec // reason
 	conflicts    prometheus.Counter
+	stickyBack   prometheus.Counter
 	blocksTaken  prometheus.Counter
 	releases     *prometheus.CounterVec // verb
 	apiWrites    *prometheus.CounterVec // verb
@@ -43,6 +44,9 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int, ready func() boo
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_allocation_failures_total", Help: "ADDs that failed, by reason (exhausted, conflict, invalid, pod, internal).",
 		}, []string{"reason"}),
+		stickyBack: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipkeeper_agent_sticky_mac_taken_back_total", Help: "Addresses a pod of a sticky_mac network got back that a pod of its namespace released with the same MAC.",
+		}),
 		blocksTaken: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_blocks_taken_total", Help: "Address blocks (IPBlocks) this agent took for its node.",
 		}),
@@ -76,7 +80,7 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int, ready func() boo
 			return 0
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.blocksTaken, m.releases, m.apiWrites, m.apiReads, m.podLookups, m.reservations, m.ready} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.stickyBack, m.blocksTaken, m.releases, m.apiWrites, m.apiReads, m.podLookups, m.reservations, m.ready} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

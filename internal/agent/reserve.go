@@ -106,7 +106,9 @@ func heldIn(held []entry, is4 bool) (entry, bool) {
 }
 
 // reserveInFamily reserves the static address requested for the family,
-// else a free address of the first range of the family that has one.
+// else, on a sticky_mac network, the address the attachment's MAC held
+// (stickyTakeBack), else a free address of the first range of the family
+// that has one.
 func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []iprange.Range, h holder) (entry, bool, error) {
 	if static, ok := staticFor(req.cfg, family[0].Is4()); ok {
 		if err := req.pool.usable(static); err != nil {
@@ -117,6 +119,9 @@ func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []ipra
 			return entry{}, false, a.describeHolder(ctx, "static IP", req, static, h.owner.Namespace)
 		}
 		return e, isNew, err
+	}
+	if e, ok, err := a.stickyTakeBack(ctx, req, family, h); ok || err != nil {
+		return e, ok, err
 	}
 	var err error
 	for _, r := range family {
@@ -197,10 +202,7 @@ func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, 
 	if inBlock {
 		block = reservation.NodeBlock
 	}
-	obj := reservation.New(reservation.Params{
-		Pool: pool, Key: req.pool.key, Network: req.cfg.Name, IP: ip, Owner: h.owner, Interface: req.IfName,
-		ContainerID: req.ContainerID, Node: a.opts.NodeName, AttachedAt: ptr.To(metav1.Now()), Block: block,
-	})
+	obj := reservation.New(a.params(req, ip, h, block))
 	// Until the create returns, this node's other ADDs skip the address.
 	done := a.pending.mark(pool, ip)
 	cur, adopted, err := reservation.CreateOrAdopt(ctx, a.store, obj)
@@ -218,6 +220,15 @@ func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, 
 	default:
 		a.uncertain.add(h.key(pool), obj.Name, sandboxKey{pool, req.ContainerID, req.IfName})
 		return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
+	}
+}
+
+// params describes the reservation of ip for a pod attachment of this
+// node, made now.
+func (a *Agent) params(req *request, ip netip.Addr, h holder, block reservation.Block) reservation.Params {
+	return reservation.Params{
+		Pool: req.pool.name, Key: req.pool.key, Network: req.cfg.Name, IP: ip, Owner: h.owner, Interface: req.IfName,
+		ContainerID: req.ContainerID, Node: a.opts.NodeName, AttachedAt: ptr.To(metav1.Now()), Block: block, MAC: req.mac,
 	}
 }
 

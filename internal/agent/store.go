@@ -5,6 +5,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -35,6 +37,9 @@ type Store interface {
 	Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error
 	// TakenIn lists, live, the addresses reserved in a pool.
 	TakenIn(ctx context.Context, pool string) (map[netip.Addr]bool, error)
+	// WithMAC lists, live, the reservations of a pool labelled with a
+	// MAC (macaddr.Label): what a sticky_mac network's pod may get back.
+	WithMAC(ctx context.Context, pool string, mac net.HardwareAddr) ([]ipkeeperv1alpha1.IPReservation, error)
 }
 
 // listPageSize bounds one page of a live list of a network's reservations.
@@ -78,6 +83,17 @@ func (s *apiStore) TakenIn(ctx context.Context, pool string) (map[netip.Addr]boo
 			return taken, nil
 		}
 	}
+}
+
+// WithMAC lists the reservations of the pool (by spec.pool) with the MAC's
+// label; few, so one page.
+func (s *apiStore) WithMAC(ctx context.Context, pool string, mac net.HardwareAddr) ([]ipkeeperv1alpha1.IPReservation, error) {
+	s.metrics.apiReads.WithLabelValues("list").Inc()
+	var list ipkeeperv1alpha1.IPReservationList
+	if err := s.c.List(ctx, &list, client.MatchingFields{"spec.pool": pool}, client.MatchingLabels{macaddr.Label: macaddr.LabelValue(mac)}); err != nil {
+		return nil, fmt.Errorf("listing reservations of pool %q with MAC %s: %w", pool, mac, err)
+	}
+	return list.Items, nil
 }
 
 func (s *apiStore) Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error {

@@ -272,90 +272,20 @@ func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.A
 	return res, err
 }
 
-// maxTakeBackRaces bounds the re-reads of a kept reservation that keeps
-// changing while a claim takes it back.
-const maxTakeBackRaces = 3
-
-// maxLostAnswers bounds the retries of a take-back's delete or create
-// whose outcome is unknown (its answer lost: a connection cut, a
-// timeout), and lostAnswerPause paces them.
-const (
-	maxLostAnswers  = 3
-	lostAnswerPause = 200 * time.Millisecond
-)
-
 // takeBack gives a claim back the address its claim name held before
-// (reservation.KeptFor): the earlier claim's reservation is deleted at
-// the version seen and the claim's created. A reservation's
-// owner never changes (the API refuses it), so this is a delete and a
-// create: if another writer creates the address in between, the claim
-// just does not get it back (a *reservation.TakenError, as before); no
-// address is ever held twice. Between the two the address is free, so a
-// delete or a create whose answer was lost is not left at that: the
-// reservation is read again (a delete that landed is done) and the create
-// retried (one that landed is adopted), a few times.
+// (reservation.KeptFor), by reservation.TakeBack.
 func (a *Allocator) takeBack(ctx context.Context, store reservation.Store, taken *reservation.TakenError, params reservation.Params, aliases []string) (*ipkeeperv1alpha1.IPReservation, error) {
 	old := taken.Holder
-	failed := func(err error) error {
-		return fmt.Errorf("taking back %s for IPAMClaim %s/%s: %w", old.Spec.IP, params.Owner.Namespace, params.Owner.Name, err)
-	}
-	for races, lost := 0, 0; ; {
-		err := reservation.Discard(ctx, store, old.Name, old.UID, old.ResourceVersion)
-		if err == nil || errors.Is(err, reservation.ErrGone) {
-			break
-		}
-		// Refused because it changed since it was read (most often the
-		// garbage collector released it meanwhile: the claim made anew
-		// races the old one's release), or its outcome unknown: judged
-		// again on what is there now.
-		cur, gerr := store.Get(ctx, old.Name)
-		switch {
-		case errors.Is(gerr, reservation.ErrGone):
-			// Deleted: by this delete, whose answer was lost, or by another.
-		case gerr != nil:
-			return nil, failed(errors.Join(err, gerr))
-		case !errors.Is(err, reservation.ErrChanged) && cur.UID == old.UID && cur.ResourceVersion == old.ResourceVersion:
-			// Unchanged: the delete did not land.
-			if lost++; lost > maxLostAnswers || !pause(ctx) {
-				return nil, failed(err)
-			}
-			continue
-		case races < maxTakeBackRaces && reservation.KeptFor(cur, params.Owner, aliases, true):
-			races++
-			old = cur
-			continue
-		default:
-			return nil, &reservation.TakenError{Name: cur.Name, Holder: cur}
-		}
-		break
-	}
-	var res *ipkeeperv1alpha1.IPReservation
-	for lost := 0; ; lost++ {
-		var err error
-		res, _, err = reservation.CreateOrAdopt(ctx, store, reservation.New(params))
-		if err == nil {
-			break
-		}
-		if errors.Is(err, reservation.ErrTaken) || lost >= maxLostAnswers || !pause(ctx) {
-			return nil, err
-		}
+	res, err := reservation.TakeBack(ctx, store, old, params, func(cur *ipkeeperv1alpha1.IPReservation) bool {
+		return reservation.KeptFor(cur, params.Owner, aliases, true)
+	})
+	if err != nil {
+		return nil, err
 	}
 	takenBack.Inc()
 	a.log.Info("gave a claim back the address its name held before, cooling down since", "claim", params.Owner.Namespace+"/"+params.Owner.Name,
 		"ip", old.Spec.IP, "previousClaimUID", old.Spec.Owner.UID, "reuseAfter", old.Spec.ReuseAfter)
 	return res, nil
-}
-
-// pause waits lostAnswerPause; false when ctx ends first.
-func pause(ctx context.Context) bool {
-	t := time.NewTimer(lostAnswerPause)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // takenFunc reports what the allocator counts as held in the pool: what

@@ -16,6 +16,9 @@ const (
 	ArgPodName          = "K8S_POD_NAME"
 	ArgPodUID           = "K8S_POD_UID"
 	ArgInfraContainerID = "K8S_POD_INFRA_CONTAINER_ID"
+	// ArgMAC is the MAC the runtime gives the interface (Multus passes an
+	// element's "mac" so; bridge and macvlan set it).
+	ArgMAC = "MAC"
 )
 
 // CNIArgs is the parsed form of CNI_ARGS ("K1=V1;K2=V2").
@@ -25,6 +28,7 @@ type CNIArgs struct {
 	PodName          string
 	PodUID           string
 	InfraContainerID string
+	MAC              string
 	// Unknown holds keys ipkeeper does not interpret. They are only accepted
 	// when IgnoreUnknown is set, as the CNI convention requires. nil if none.
 	Unknown map[string]string
@@ -98,6 +102,8 @@ func ParseArgs(s string) (*CNIArgs, error) {
 			a.PodUID = val
 		case ArgInfraContainerID:
 			a.InfraContainerID = val
+		case ArgMAC:
+			a.MAC = val
 		default:
 			if a.Unknown == nil {
 				a.Unknown = map[string]string{}
@@ -156,6 +162,7 @@ func (a *CNIArgs) String() string {
 		{ArgPodName, a.PodName},
 		{ArgPodUID, a.PodUID},
 		{ArgInfraContainerID, a.InfraContainerID},
+		{ArgMAC, a.MAC},
 	} {
 		if kv[1] != "" {
 			parts = append(parts, kv[0]+"="+kv[1])

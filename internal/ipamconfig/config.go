@@ -3,6 +3,7 @@
 package ipamconfig
 
 import (
+	"net"
 	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -30,6 +31,14 @@ type Config struct {
 	// overlap only if they declare different ones, saying they are
 	// separate L2 networks that may reuse addresses.
 	NetworkName string
+	// StickyMAC is ipam.sticky_mac: an attachment presenting a MAC
+	// (MAC, else RuntimeMAC) gets back the address a pod of its namespace
+	// released with that MAC while it still cools down (its pool's
+	// reuseCooldown), on whichever node it starts.
+	StickyMAC bool
+	// RuntimeMAC is runtimeConfig.mac (the CNI "mac" capability) on a
+	// StickyMAC network; nil when not given, and elsewhere.
+	RuntimeMAC net.HardwareAddr
 	// ClaimReference is args.cni.ipam-claim-reference, the IPAMClaim an
 	// attachment uses in setups where no webhook writes it into the pod's
 	// networks annotation; "" when not given.

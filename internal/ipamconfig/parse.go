@@ -3,6 +3,7 @@
 package ipamconfig
 
 import (
+	"net"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/utils"
@@ -42,6 +43,7 @@ func Parse(data []byte) (*Config, error) {
 		IPAMType:           ipam.Type,
 		Pool:               ipam.Pool,
 		NetworkName:        ipam.NetworkName,
+		StickyMAC:          ipam.StickyMAC,
 		AllowPersistentIPs: rc.AllowPersistentIPs,
 		Ranges:             ranges,
 		IgnoredKeys:        ignoredKeys(data),
@@ -54,6 +56,13 @@ func Parse(data []byte) (*Config, error) {
 	}
 	if cfg.StaticIPs, err = parseStaticIPs(ranges, rc); err != nil {
 		return nil, err
+	}
+	// Only a sticky_mac network reads the MAC; elsewhere it is the main
+	// plugin's business alone.
+	if cfg.StickyMAC {
+		if cfg.RuntimeMAC, err = ParseMAC("runtimeConfig.mac", rc.RuntimeConfig.MAC); err != nil {
+			return nil, err
+		}
 	}
 	return cfg, nil
 }
@@ -193,4 +202,18 @@ func subnetList(rbs []*rangeBuilder) string {
 		names[i] = rb.Subnet.String()
 	}
 	return strings.Join(names, ", ")
+}
+
+// ParseMAC reads a MAC address an attachment presents (field names where
+// it came from: runtimeConfig.mac, CNI_ARGS MAC): an Ethernet address, as
+// the plugins that set it on the interface take it. nil for "".
+func ParseMAC(field, s string) (net.HardwareAddr, error) {
+	if s == "" {
+		return nil, nil
+	}
+	mac, err := net.ParseMAC(s)
+	if err != nil || len(mac) != 6 {
+		return nil, fieldErr(field, " %.64q is not an Ethernet MAC address such as \"02:00:00:0a:00:01\"", s)
+	}
+	return mac, nil
 }

@@ -3,6 +3,7 @@
 package ipamconfig_test
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"reflect"
@@ -273,5 +274,33 @@ func TestParseAcceptsAtTheLimits(t *testing.T) {
 				checkRange(t, r)
 			}
 		})
+	}
+}
+
+// ipam.sticky_mac makes the network read the MAC an attachment presents;
+// a runtimeConfig.mac that is not one is then an error naming the field,
+// and elsewhere nobody's business but the main plugin's.
+func TestParseStickyMAC(t *testing.T) {
+	cfg, err := ipamconfig.Parse([]byte(`{"name":"n","runtimeConfig":{"mac":"02:00:00:00:00:0A"},"ipam":{"range":"10.0.0.0/24","sticky_mac":true}}`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if !cfg.StickyMAC || cfg.RuntimeMAC.String() != "02:00:00:00:00:0a" {
+		t.Errorf("StickyMAC %v, RuntimeMAC %v; want true, 02:00:00:00:00:0a", cfg.StickyMAC, cfg.RuntimeMAC)
+	}
+	for _, c := range []struct{ conf, field, detail string }{
+		{`{"name":"n","runtimeConfig":{"mac":"zz"},"ipam":{"range":"10.0.0.0/24","sticky_mac":true}}`, "runtimeConfig.mac", `"zz" is not an Ethernet MAC address`},
+		{`{"name":"n","runtimeConfig":{"mac":"02:00:00:00:00:00:00:01"},"ipam":{"range":"10.0.0.0/24","sticky_mac":true}}`, "runtimeConfig.mac", "not an Ethernet MAC"},
+		{`{"name":"n","ipam":{"range":"10.0.0.0/24","sticky_mac":"yes"}}`, "ipam.sticky_mac", "expected a boolean"},
+	} {
+		_, err := ipamconfig.Parse([]byte(c.conf))
+		var fe *ipamconfig.FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field || !strings.Contains(err.Error(), c.detail) {
+			t.Errorf("Parse(%s) = %v; want an error of field %s saying %q", c.conf, err, c.field, c.detail)
+		}
+	}
+	cfg, err = ipamconfig.Parse([]byte(`{"name":"n","runtimeConfig":{"mac":"zz"},"ipam":{"range":"10.0.0.0/24"}}`))
+	if err != nil || cfg.StickyMAC || cfg.RuntimeMAC != nil {
+		t.Errorf("Parse without sticky_mac, with a bad runtimeConfig.mac: %+v, %v; want it not read", cfg, err)
 	}
 }

@@ -33,6 +33,9 @@ type rawArgsCNI struct {
 
 type rawIPList struct {
 	IPs []string `json:"ips"`
+	// MAC is runtimeConfig.mac (the CNI "mac" capability Multus fills
+	// when a NAD declares it).
+	MAC string `json:"mac"`
 }
 
 type rawIPAM struct {
@@ -40,15 +43,19 @@ type rawIPAM struct {
 	Pool string `json:"pool"`
 	// NetworkName is whereabouts' network_name, which keeps apart pools
 	// of overlapping ranges; ipkeeper reads it for the same purpose.
-	NetworkName string     `json:"network_name"`
-	Range       string     `json:"range"`
-	RangeStart  string     `json:"range_start"`
-	RangeEnd    string     `json:"range_end"`
-	Exclude     []string   `json:"exclude"`
-	Gateway     string     `json:"gateway"`
-	IPRanges    []rawRange `json:"ipRanges"`
-	Routes      []rawRoute `json:"routes"`
-	DNS         types.DNS  `json:"dns"`
+	NetworkName string `json:"network_name"`
+	// StickyMAC is ipkeeper's sticky_mac: an attachment presenting the
+	// MAC of an address released in its namespace, still cooling down,
+	// gets that address back.
+	StickyMAC  bool       `json:"sticky_mac"`
+	Range      string     `json:"range"`
+	RangeStart string     `json:"range_start"`
+	RangeEnd   string     `json:"range_end"`
+	Exclude    []string   `json:"exclude"`
+	Gateway    string     `json:"gateway"`
+	IPRanges   []rawRange `json:"ipRanges"`
+	Routes     []rawRoute `json:"routes"`
+	DNS        types.DNS  `json:"dns"`
 }
 
 // rawRange is one ipam.ipRanges entry. Gateway is an ipkeeper extension so

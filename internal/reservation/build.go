@@ -3,12 +3,14 @@
 package reservation
 
 import (
+	"net"
 	"net/netip"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -48,6 +50,10 @@ type Params struct {
 	AttachedAt        *metav1.Time
 	// Block is whose block IP lies in.
 	Block Block
+	// MAC is the MAC a pod of a sticky_mac network presented, recorded in
+	// the label macaddr.Label, which finds the address for that MAC again
+	// once released (KeptForMAC); nil elsewhere.
+	MAC net.HardwareAddr
 }
 
 // New builds the reservation p describes: the one place a reservation's
@@ -61,6 +67,9 @@ func New(p Params) *ipkeeperv1alpha1.IPReservation {
 		labels[naming.NodeLabel] = naming.NodeLabelValue(p.Node)
 	case ClaimsBlock:
 		labels[naming.ClaimsBlockLabel] = "true"
+	}
+	if p.MAC != nil {
+		labels[macaddr.Label] = macaddr.LabelValue(p.MAC)
 	}
 	return &ipkeeperv1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: naming.Reservation(p.Key, p.IP), Labels: labels},
@@ -86,6 +95,18 @@ func KeptFor(r *ipkeeperv1alpha1.IPReservation, owner ipkeeperv1alpha1.Reservati
 	o := r.Spec.Owner
 	return (r.Spec.Released() || retained) && owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim && o.Kind == ipkeeperv1alpha1.OwnerIPAMClaim &&
 		o.Namespace == owner.Namespace && (o.Name == owner.Name || slices.Contains(aliases, o.Name)) && o.UID != owner.UID
+}
+
+// KeptForMAC reports whether r is kept back for owner, a pod presenting
+// mac on a sticky_mac network: r was released (cooling down, or over
+// but not yet deleted) by a pod of owner's namespace, owner itself in an
+// earlier sandbox or another, that presented the same MAC. The MAC is the
+// workload's identity here, as the network's administrator chose, but
+// only within a namespace: another tenant presenting it gets nothing.
+func KeptForMAC(r *ipkeeperv1alpha1.IPReservation, owner ipkeeperv1alpha1.ReservationOwner, mac net.HardwareAddr) bool {
+	o := r.Spec.Owner
+	return r.Spec.Released() && mac != nil && r.Labels[macaddr.Label] == macaddr.LabelValue(mac) &&
+		owner.Kind == ipkeeperv1alpha1.OwnerPod && o.Kind == ipkeeperv1alpha1.OwnerPod && o.Namespace == owner.Namespace
 }
 
 // ClaimMayUse reports whether the IPAMClaim with uid may use r's address:

@@ -293,14 +293,14 @@ func (r *runner) summary(seed uint64, ran time.Duration) string {
 	}
 	return fmt.Sprintf("chaos summary: seed=%d ran=%s ops=%d [%s] cni=[%s] faults=[%s %s watches-cut=%d real-410s=%d proxied-requests=%d crash-restarts=%d] "+
 		"exhausted-adds=%d lost-dels=%d claims=[deleted=%d claim-ok=%d claim-unfilled=%d (request-refused=%d, in the held storm=%d) refused-after-edit=%d requests-free=%d requests-taken=%d edits=%d edits-skipped=%d vm-claim-made-again-during-add=%d] "+
-		"requested=[%s] allowed=[%s] vms=[%s] vm-failed=[%s] macs=[%s] guest-config=[%s] virt-controller-restarts=%d claims-maker=[%s] features=[%s %s pool-edit-failed=%d bad-nad-other=%d capi-ready=%d capi-unready=%d capi-deleted=%d nodes-deleted=%d node-blocks-outlived-node=%d storm-controller-kills=%d gc-after-agent-restart=%d] checks=[%s] violations=%d [%s]",
+		"requested=[%s] allowed=[%s] vms=[%s] vm-failed=[%s] macs=[%s] sticky=[%s] guest-config=[%s] virt-controller-restarts=%d claims-maker=[%s] features=[%s %s pool-edit-failed=%d bad-nad-other=%d capi-ready=%d capi-unready=%d capi-deleted=%d nodes-deleted=%d node-blocks-outlived-node=%d storm-controller-kills=%d gc-after-agent-restart=%d] checks=[%s] violations=%d [%s]",
 		seed, ran.Round(time.Second), ops, r.counts.with("op:"), r.counts.with("cni:"), r.counts.with("fault:"), strings.Join(proxy, " "),
 		r.c.proxy.cuts.Load(), r.c.proxy.gone410.Load(), r.c.proxy.requests.Load(), r.c.crashes.Load(),
 		r.counts.get("exhausted"), r.counts.get("lost-del"),
 		r.counts.get("claims-deleted"), r.counts.get("claim-ok"), r.counts.get("claim-unfilled"), r.counts.get("claim-unfilled-refused"), r.counts.get("held-storm-unfilled"), r.counts.get("claim-refused-after-edit"),
 		r.counts.get("claim-requests-free"), r.counts.get("claim-requests-taken"), r.counts.get("claim-edits"), r.counts.get("claim-edit-skipped"), r.counts.get("vm-claim-made-again-during-add"),
 		r.counts.with("requested:"), r.counts.with("allowed:"),
-		r.counts.with("vm:"), r.counts.with("vm-failed:"), r.counts.with("mac:"), r.counts.with("guest-config:")+" "+r.counts.with("guest-addresses:"), r.counts.get("virt-controller-restarts"), r.counts.with("maker:"),
+		r.counts.with("vm:"), r.counts.with("vm-failed:"), r.counts.with("mac:"), r.counts.with("sticky:"), r.counts.with("guest-config:")+" "+r.counts.with("guest-addresses:"), r.counts.get("virt-controller-restarts"), r.counts.with("maker:"),
 		r.counts.with("pool-edit:"), r.counts.with("bad-nad-refused:"), r.counts.get("pool-edit-failed"), r.counts.get("bad-nad-other"),
 		r.counts.get("capi-claim-ready"), r.counts.get("capi-claim-unready"), r.counts.get("capi-claims-deleted"),
 		r.counts.get("nodes-deleted"), r.counts.get("node-blocks-outlived-node"), r.counts.get("storm-controller-kills"), r.counts.get("gc-after-agent-restart"),
@@ -372,6 +372,7 @@ func (r *runner) assertCoverage(t *outcome) {
 		"VM launcher interface with the VM's own MAC (I11)":                r.counts.get("mac:own"),
 		"VM guest network configuration matching its claims (I12)":         r.counts.get("guest-config:matches"),
 		"VM guest using its claim's addresses (I12)":                       r.counts.get("guest-addresses:" + guestnet.ReasonGuestUsesItsAddresses),
+		"pod given back the address its MAC held (I13)":                    r.counts.get("sticky:kept"),
 	} {
 		if n == 0 {
 			t.errorf("no %s", what)

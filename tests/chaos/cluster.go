@@ -97,6 +97,10 @@ var networks = map[string]*network{
 		"cniVersion": "1.0.0", "name": "chaos-small-b", "type": "bridge",
 		"ipam": map[string]any{"type": "ipkeeper", "pool": smallPool},
 	}},
+	poolSticky: {nad: "sticky", name: "chaos-sticky", pool: stickyPool, key: stickyPool, config: map[string]any{
+		"cniVersion": "1.0.0", "name": "chaos-sticky", "type": "bridge",
+		"ipam": map[string]any{"type": "ipkeeper", "pool": stickyPool, "sticky_mac": true},
+	}},
 	"vm": {nad: "vm", name: "chaos-vm", pool: "chaos-vm", key: "chaos-vm", config: map[string]any{
 		"cniVersion": "1.0.0", "name": "chaos-vm", "type": "bridge", "allowPersistentIPs": true,
 		"ipam": map[string]any{"type": "ipkeeper", "ipRanges": []any{
@@ -199,6 +203,11 @@ func startCluster(ctx context.Context, seed uint64, race bool) (_ *cluster, err 
 		Spec: smallSpec(poolShape{})}
 	if err := c.cp.Client.Create(ctx, small); err != nil {
 		return nil, fmt.Errorf("creating IPPool %s: %w", smallPool, err)
+	}
+	sticky := &ipkv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: stickyPool}, Spec: ipkv1alpha1.IPPoolSpec{
+		Ranges: []ipkv1alpha1.PoolRange{{Range: stickyRange}}, ReuseCooldown: &ipkv1alpha1.Duration{Duration: stickyCooldown}}}
+	if err := c.cp.Client.Create(ctx, sticky); err != nil {
+		return nil, fmt.Errorf("creating IPPool %s: %w", stickyPool, err)
 	}
 	for _, n := range networks {
 		raw, err := json.Marshal(n.config)
@@ -437,11 +446,21 @@ const (
 	smallCooldown = 2 * time.Second
 )
 
+// The pool of the sticky_mac network: released addresses cool down long
+// enough for a pod presenting their MAC to come back for them.
+const (
+	stickyPool     = "chaos-sticky"
+	stickyRange    = "10.66.0.0/26"
+	stickyCooldown = 20 * time.Second
+)
+
 // cooldownOf is the reuse cooldown of a pool of the run.
 func cooldownOf(pool string) time.Duration {
 	switch pool {
 	case smallPool:
 		return smallCooldown
+	case stickyPool:
+		return stickyCooldown
 	case redPool:
 		return redCooldown
 	}

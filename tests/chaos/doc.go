@@ -26,7 +26,9 @@
 // capiops.go), concurrently on slots:
 //   - pods: ADD (new pod, new sandbox, repeated ADD), late DEL of an old
 //     sandbox racing the new one's ADD, DEL, CHECK, pod deletion with or
-//     without its DEL, static-IP requests;
+//     without its DEL, static-IP requests, and pods presenting a MAC on a
+//     sticky_mac network (pairs of slots on two nodes share one MAC, one
+//     pod at a time; the pool cools released addresses down for 20 s);
 //   - CNI GC: half of them with a runtime's list that predates the
 //     attachments set up in the last 10 s, which the agent must spare by
 //     the age their reservations record; a quarter of those come right
@@ -84,7 +86,7 @@
 // request, delays, 429s, 500s and 410s to watch requests. The controller
 // filling claims gets them all.
 //
-// Invariants (invariants.go, claimchecks.go, objects.go) I1-I11 are
+// Invariants (invariants.go, claimchecks.go, objects.go) I1-I13 are
 // listed in invariants.go; I9 and I10 are the long run's. I1-I8 are checked
 // continuously, from the harness's record of attachments (model.go) and
 // live reads, and again at quiescence. I1 covers the pool, not the

@@ -104,9 +104,16 @@ import (
 //	   claim's addresses and MAC; and a running VM's claim's GuestAddresses
 //	   condition tells what its guest reports (the simulated virt-handler
 //	   reports what each launcher interface got): True exactly when an
-//	   interface reports the claim's addresses (guestops.go).
+//	   interface reports the claim's addresses (guestops.go);
+//	I13 sticky by MAC: a pod of the sticky_mac network whose ADD succeeded
+//	   at its first try, within the cooldown of the successful DEL of the
+//	   last attachment presenting its MAC, gets that attachment's address
+//	   back, on whichever node (or another holder took it in the moment
+//	   the take-back frees it: counted, and judged by I1); at quiescence
+//	   only the sticky network's pods' reservations are labelled with a
+//	   MAC, one they present (stickyops.go).
 //
-// I1 is checked on every successful ADD against the harness's record; I2,
+// I1 and I13 are checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no
 // operation of the harness is changing; everything again at quiescence.
 
@@ -355,6 +362,7 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 		r.checkBlocks(ctx)
 		r.checkCaused(ctx, ls)
 		r.checkGuestConfigs(ctx)
+		r.checkStickyLabels(ls)
 	}
 }
 

@@ -139,6 +139,10 @@ type release struct {
 	// anew under that name may get the address back within the cooldown
 	// (reservation.KeptFor).
 	claimName string
+	// mac is the releasing attachment's MAC on the sticky network: an
+	// attachment of its namespace presenting it may get the address back
+	// within the cooldown (reservation.KeptForMAC).
+	mac string
 }
 
 func newModel() *model {
@@ -183,7 +187,11 @@ func (m *model) setState(a *attachment, s attState) {
 	// late DEL of a superseded sandbox, releases nothing new.
 	if s == attReleasing && a.state == attLive && cooldownOf(a.pool) > 0 {
 		for _, ip := range a.ips {
-			m.released[a.pool+"/"+ip.String()] = release{at: time.Now(), holder: a.holder(), claimName: a.claimName}
+			rel := release{at: time.Now(), holder: a.holder(), claimName: a.claimName}
+			if isSticky(a) {
+				rel.mac = a.mac
+			}
+			m.released[a.pool+"/"+ip.String()] = rel
 		}
 	}
 	a.state, a.since = s, time.Now()
@@ -216,7 +224,8 @@ func (m *model) succeeded(a *attachment, ips []netip.Addr) (clash, macClash []*a
 	if cd := cooldownOf(a.pool); cd > 0 {
 		for _, ip := range ips {
 			rel, ok := m.released[a.pool+"/"+ip.String()]
-			if ok && rel.holder != a.holder() && a.since.Before(rel.at.Add(cd)) && (rel.claimName == "" || !sameVMNetwork(rel.claimName, a.claimName)) {
+			if ok && rel.holder != a.holder() && a.since.Before(rel.at.Add(cd)) && (rel.claimName == "" || !sameVMNetwork(rel.claimName, a.claimName)) &&
+				(rel.mac == "" || rel.mac != a.mac) {
 				early = append(early, fmt.Sprintf("%s released by %s at %s, handed out again %s later (cooldown %s)",
 					ip, rel.holder, rel.at.Format("15:04:05.000"), a.since.Sub(rel.at).Round(time.Millisecond), cd))
 			}

@@ -37,7 +37,7 @@ func (r *runner) deleteNode(ctx context.Context, st step) {
 	// slot or one claim at a time, so taking them all in a fixed order
 	// cannot deadlock.
 	var slots []*slot
-	for _, pool := range []string{poolPods, poolStatic, poolOdd, poolSmall, poolVMPods} {
+	for _, pool := range []string{poolPods, poolStatic, poolOdd, poolSmall, poolVMPods, poolSticky} {
 		for _, s := range r.slots[pool] {
 			if s.node == n {
 				s.mu.Lock()
@@ -84,6 +84,7 @@ func (r *runner) nodeGone(ctx context.Context, op int, n *node, slots []*slot) e
 			return err
 		}
 		s.pod, s.cur, s.pending = nil, nil, nil
+		r.stickyPodGone(s, false)
 		s.oldMu.Lock()
 		s.old = nil
 		s.oldMu.Unlock()

@@ -70,7 +70,7 @@ func watchScopeProblem(res *ipkv1alpha1.IPReservation) string {
 // the harness created, and the inline pool of each NAD it made that
 // ipkeeper accepts.
 func causedPools() map[string]bool {
-	out := map[string]bool{smallPool: true}
+	out := map[string]bool{smallPool: true, stickyPool: true}
 	for _, set := range []map[string]*network{networks, vmNetworks} {
 		for _, n := range set {
 			out[n.pool] = true

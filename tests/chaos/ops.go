@@ -34,6 +34,7 @@ type slot struct {
 	node   *node
 	net    *network
 	static string // requested address of a static-IP slot
+	mac    string // the MAC a sticky slot's pods present (stickyMAC)
 
 	gen     int
 	pod     *corev1.Pod
@@ -113,6 +114,9 @@ type runner struct {
 	gcLocks map[string]*sync.RWMutex
 	nextID  int
 	idMu    sync.Mutex
+	// sticky: which sticky slot presents each MAC, and each MAC's
+	// address (stickyops.go).
+	sticky stickyState
 	// unused are reservations of live pods no live attachment holds, at quiescence.
 	unused []string
 	// allowed are the claims in an allowed state (I4) at quiescence.
@@ -123,14 +127,18 @@ func newRunner(c *cluster, v *violations) *runner {
 	r := &runner{c: c, model: newModel(), hist: v.hist, counts: &counters{}, viol: v,
 		slots: map[string][]*slot{}, gcLocks: map[string]*sync.RWMutex{}, refused: map[string]string{}}
 	r.vms.atts = map[types.UID]map[string]*attachment{}
+	r.sticky = stickyState{holder: map[string]*slot{}, last: map[string]*stickyRecord{}}
 	for i := range capiSlots {
 		r.capi = append(r.capi, &capiSlot{name: fmt.Sprintf("capi-%d", i)})
 	}
-	for _, pool := range []string{poolPods, poolStatic, poolOdd, poolSmall, poolVMPods} {
+	for _, pool := range []string{poolPods, poolStatic, poolOdd, poolSmall, poolVMPods, poolSticky} {
 		for i := range poolSizes[pool] {
 			s := &slot{pool: pool, idx: i, node: c.nodes[i%numNodes], net: slotNetwork(pool, i)}
-			if pool == poolStatic {
+			switch pool {
+			case poolStatic:
 				s.static = fmt.Sprintf("10.60.0.%d/24", 240+i)
+			case poolSticky:
+				s.mac = stickyMAC(i / 2) // slots 2k and 2k+1: adjacent nodes
 			}
 			r.slots[pool] = append(r.slots[pool], s)
 		}
@@ -227,13 +235,21 @@ func (r *runner) ensurePod(ctx context.Context, op int, s *slot) bool {
 	if s.pod != nil {
 		return true
 	}
+	if s.mac != "" && !r.sticky.take(s) {
+		r.counts.inc("sticky:mac-busy")
+		return false
+	}
 	s.gen++
 	elem := map[string]any{"name": s.net.nad, "namespace": namespace, "interface": ifName}
 	if s.static != "" {
 		elem["ips"] = []string{s.static}
 	}
+	if s.mac != "" {
+		elem["mac"] = s.mac
+	}
 	pod, err := r.createPod(ctx, op, fmt.Sprintf("%s-%d-g%d", s.pool, s.idx, s.gen), s.node.name, elem)
 	if err != nil {
+		r.stickyPodGone(s, false)
 		return false
 	}
 	s.pod = pod
@@ -258,6 +274,7 @@ func (r *runner) newSandbox(ctx context.Context, st step, s *slot, raceDel bool)
 	}
 	prev := s.cur
 	a := r.newAttachment(s.pod, s.node, s.net)
+	a.mac = s.mac
 	done := r.model.touch(a.holder())
 	defer done()
 	if prev != nil {
@@ -295,6 +312,14 @@ func (r *runner) add(ctx context.Context, op int, n *node, net *network, a *atta
 	lock := r.gcLocks[n.name+"/"+net.name]
 	lock.RLock()
 	r.model.add(a)
+	var (
+		want     netip.Addr
+		deadline time.Time
+		judged   bool
+	)
+	if isSticky(a) {
+		want, deadline, judged = r.stickyExpect(a)
+	}
 	resp, err := r.cni(ctx, op, n, cniproto.CmdAdd, a, net.netConf(static))
 	lock.RUnlock()
 	if err == nil {
@@ -304,6 +329,9 @@ func (r *runner) add(ctx context.Context, op int, n *node, net *network, a *atta
 				r.claimOfADD(ctx, a, ips)
 			}
 			r.addSucceeded(a, ips, static)
+			if isSticky(a) {
+				r.stickyAdded(a, ips, want, deadline, judged)
+			}
 			return nil
 		}
 		r.violate("I5", "bad-result", fmt.Sprintf("ADD of %s succeeded with an unreadable result: %v", a.containerID, perr), a.podName)
@@ -429,6 +457,9 @@ func (r *runner) del(ctx context.Context, op int, a *attachment, pending *[]*att
 	}
 	r.model.setState(a, attDead)
 	*pending = slices.DeleteFunc(*pending, func(p *attachment) bool { return p == a })
+	if isSticky(a) {
+		r.stickyReleased(a)
+	}
 	return true
 }
 
@@ -482,10 +513,12 @@ func (r *runner) podDelete(ctx context.Context, st step, s *slot) {
 	}
 	done := r.model.touch(holders...)
 	defer done()
+	delSent := true
 	if s.cur != nil {
 		if st.flag {
-			r.del(ctx, st.seq, s.cur, &s.pending)
+			delSent = r.del(ctx, st.seq, s.cur, &s.pending)
 		} else {
+			delSent = false
 			r.counts.inc("lost-del")
 		}
 		r.model.setState(s.cur, attReleasing)
@@ -493,6 +526,7 @@ func (r *runner) podDelete(ctx context.Context, st step, s *slot) {
 	if err := r.deletePod(ctx, st.seq, s.pod); err != nil {
 		return
 	}
+	r.stickyPodGone(s, delSent && len(s.pending) == 0)
 	for _, a := range append([]*attachment{s.cur}, s.pending...) {
 		if a != nil {
 			r.model.setState(a, attDead)

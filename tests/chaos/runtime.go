@@ -97,7 +97,7 @@ func (c *counters) with(prefix string) string {
 
 // podArgs renders the CNI_ARGS a runtime passes for the attachment, with
 // MAC when its element asks for one, as Multus passes it to the plugin
-// (whose IPAM, ipkeeper, ignores it).
+// (whose IPAM, ipkeeper, reads it on a sticky_mac network only).
 func podArgs(a *attachment) string {
 	args := fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_UID=%s;K8S_POD_INFRA_CONTAINER_ID=%s",
 		a.podNS, a.podName, a.podUID, a.containerID)

@@ -59,9 +59,12 @@ const (
 	poolSmall  = "small"
 	poolVM     = "vm"
 	poolVMPods = "vmpods"
+	// poolSticky: pods of the sticky_mac network, each slot presenting
+	// the MAC of its pair (stickyMAC), on another node than its pair's.
+	poolSticky = "sticky"
 )
 
-var poolSizes = map[string]int{poolPods: 36, poolStatic: 8, poolOdd: 8, poolSmall: 20, poolVM: 10, poolVMPods: 6}
+var poolSizes = map[string]int{poolPods: 36, poolStatic: 8, poolOdd: 8, poolSmall: 20, poolVM: 10, poolVMPods: 6, poolSticky: 6}
 
 // step is one scheduled operation. The schedule is a pure function of
 // the seed: which operation, on which slot, with which variations; what
@@ -157,9 +160,9 @@ func (s *scheduler) next() step {
 	case opClaimStart, opClaimMigrate, opClaimRestart, opClaimDelete, opClaimEdit:
 		st.pool = poolVM
 	case opCheck:
-		st.pool = []string{poolPods, poolPods, poolStatic, poolOdd, poolSmall, poolVM, poolVMPods}[s.rng.IntN(7)]
+		st.pool = []string{poolPods, poolPods, poolStatic, poolOdd, poolSmall, poolVM, poolVMPods, poolSticky}[s.rng.IntN(8)]
 	default:
-		st.pool = []string{poolPods, poolPods, poolPods, poolStatic, poolOdd, poolSmall, poolSmall, poolVMPods}[s.rng.IntN(8)]
+		st.pool = []string{poolPods, poolPods, poolPods, poolStatic, poolOdd, poolSmall, poolSmall, poolVMPods, poolSticky}[s.rng.IntN(9)]
 	}
 	st.slot = s.rng.IntN(poolSizes[st.pool])
 	return st

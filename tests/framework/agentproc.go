@@ -82,19 +82,16 @@ type AgentProcess struct {
 //
 // It does not wait for readiness; see WaitReady.
 func StartAgentProcess(o AgentProcessOptions) (*AgentProcess, error) {
+	// Both ports held open together, so that they differ.
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
 	if o.HealthAddr == "" {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		o.HealthAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		o.HealthAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 	}
 	if o.MetricsAddr == "" {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		o.MetricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		o.MetricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
 	}
 	a := &AgentProcess{
 		NodeName:    o.NodeName,
@@ -113,7 +110,6 @@ func StartAgentProcess(o AgentProcessOptions) (*AgentProcess, error) {
 		}
 	}
 	// Appended, so a restarted agent's log follows its predecessor's.
-	var err error
 	if a.log, err = os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 		return nil, fmt.Errorf("creating agent log: %w", err)
 	}

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"strings"
 	"testing"
@@ -13,8 +14,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -108,6 +111,44 @@ func TestAgentWritesBoundToItsNode(t *testing.T) {
 		expectRefusedBy(t, "delete another node's expired release", onA.Delete(ctx, theirs), ownPodsOnly)
 		expectAllowed(t, "delete its node's expired release", onA.Delete(ctx, own))
 		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, theirs))
+	})
+
+	// On a sticky_mac network a pod presenting a MAC takes back, on any
+	// node, the address a pod released with it: the one exception to
+	// "its node's reservations only" is deleting another node's pod
+	// reservation that is released and labelled with a MAC. Not one in
+	// use, not a claim's, and no other write of it.
+	t.Run("released reservations labelled with a MAC", func(t *testing.T) {
+		retire := func(c client.Client, r *ipkeeperv1alpha1.IPReservation) error {
+			patch, err := reservation.RetirePatch(r.UID, r.ResourceVersion, time.Now().Add(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.Patch(ctx, r, patch)
+		}
+		withMAC := func(r *ipkeeperv1alpha1.IPReservation) *ipkeeperv1alpha1.IPReservation {
+			r.Labels[macaddr.Label] = "02-00-00-00-03-60"
+			return r
+		}
+		theirs := withMAC(podRes("10.99.3.60", "node-b"))
+		expectAllowed(t, "node-b creates its own, labelled with a MAC", onB.Create(ctx, theirs))
+		expectRefusedBy(t, "delete another node's reservation in use, labelled with a MAC", onA.Delete(ctx, theirs.DeepCopy()), ownPodsOnly)
+		expectAllowed(t, "node-b retires it", retire(onB, theirs))
+		taken := theirs.DeepCopy()
+		taken.Spec.Node, taken.Spec.ContainerID = "node-a", "stolen"
+		expectRefusedBy(t, "take over another node's released reservation labelled with a MAC", onA.Update(ctx, taken), ownPodsOnly)
+		relabel, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{macaddr.Label: "02-00-00-00-00-66"}}})
+		expectRefusedBy(t, "relabel the MAC of another node's released reservation", onA.Patch(ctx, theirs.DeepCopy(), client.RawPatch(types.MergePatchType, relabel)), ownPodsOnly)
+		expectRefusedBy(t, "take back a released reservation without a node-bound token", noNode.Delete(ctx, theirs.DeepCopy()), "pod-bound ServiceAccount token")
+		expectAllowed(t, "take back another node's released reservation labelled with a MAC (delete it)", onA.Delete(ctx, theirs))
+
+		claimRes := withMAC(podRes("10.99.3.61", ""))
+		claimRes.Spec.Owner = ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: "vm1.net", UID: "00000000-0000-0000-0000-000000000361"}
+		claimRes.Spec.Node, claimRes.Spec.ContainerID, claimRes.Spec.InterfaceName = "", "", ""
+		expectAllowed(t, "create a claim's reservation labelled with a MAC", cp.Client.Create(ctx, claimRes))
+		expectAllowed(t, "retire it", retire(cp.Client, claimRes))
+		expectRefusedBy(t, "delete a claim's released reservation labelled with a MAC", onA.Delete(ctx, claimRes), ownPodsOnly)
+		expectAllowed(t, "cleanup", cp.Client.Delete(ctx, claimRes))
 	})
 
 	// Only its node's agent watches a reservation labelled with the node,
