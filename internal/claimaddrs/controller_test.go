@@ -287,7 +287,7 @@ func TestReconcileFillsAClaim(t *testing.T) {
 		t.Errorf("events %q on a first fill, want none", ev)
 	}
 	// The MAC of the claim's interface, derived from its IPv4 address.
-	if mac, _ := macaddr.OfClaim(c); c.Labels[macaddr.Label] != macaddr.LabelValue(mac) || !strings.HasPrefix(c.Labels[macaddr.Label], "0a-58-0a-00-00-") {
+	if mac, _, _ := macaddr.OfClaim(c); c.Labels[macaddr.Label] != macaddr.LabelValue(mac) || !strings.HasPrefix(c.Labels[macaddr.Label], "0a-58-0a-00-00-") {
 		t.Errorf("label %s = %q, want the MAC derived from %s", macaddr.Label, c.Labels[macaddr.Label], c.Status.IPs[0])
 	}
 
@@ -495,7 +495,7 @@ func TestReconcileKeepsWhatTheClaimRecords(t *testing.T) {
 				t.Errorf("IPsAllocated = %+v, want %s with %q", cond, tt.reason, tt.msgHas)
 			}
 			// A claim filled before the MAC label existed gets it.
-			if mac, _ := macaddr.OfClaim(c); c.Labels[macaddr.Label] != macaddr.LabelValue(mac) {
+			if mac, _, _ := macaddr.OfClaim(c); c.Labels[macaddr.Label] != macaddr.LabelValue(mac) {
 				t.Errorf("label %s = %q, want %s", macaddr.Label, c.Labels[macaddr.Label], macaddr.LabelValue(mac))
 			}
 		})

@@ -99,13 +99,14 @@ func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 }
 
 // recordMAC labels a filled claim with the MAC of its interface
-// (macaddr.Label), derived from the addresses it records, for `kubectl get
-// ipamclaims -L` and `-l`. It is a write of its own (the status
-// subresource ignores metadata), made once: the MAC changes only with the
-// claim's addresses. The webhook derives the MAC from status.ips itself,
-// so a launcher never waits for this label.
+// (macaddr.Label): the VM's own (macaddr.OwnAnnotation), else derived
+// from the addresses it records, for `kubectl get ipamclaims -L` and
+// `-l`. It is a write of its own (the status subresource ignores
+// metadata), made when the MAC changes: with the claim's addresses, or
+// the VM's own MAC. The webhook reads the MAC from the claim itself, so a
+// launcher never waits for this label.
 func (r *Reconciler) recordMAC(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) error {
-	mac, ok := macaddr.OfClaim(claim)
+	mac, _, ok := macaddr.OfClaim(claim)
 	if !ok || claim.Labels[macaddr.Label] == macaddr.LabelValue(mac) {
 		return nil
 	}

@@ -36,7 +36,7 @@ func TestDesiredClaims(t *testing.T) {
 	}
 	networks := []kubevirt.SecondaryNetwork{
 		{Name: "a", NetworkName: "blue", Ordinal: 1},
-		{Name: "b", NetworkName: "other/blue", Ordinal: 2},
+		{Name: "b", NetworkName: "other/blue", Ordinal: 2, MAC: "02:00:00:00:AA:0B"},
 		{Name: "p", NetworkName: "plain", Ordinal: 3},
 		{Name: "gone", NetworkName: "blue", Absent: true, Ordinal: 4},
 		{Name: "x", NetworkName: "broken", Ordinal: 5},
@@ -55,7 +55,7 @@ func TestDesiredClaims(t *testing.T) {
 	if want[0] != (Desired{Name: "vm1.a", LogicalNetwork: "a", Network: "tenant-blue", Interface: kubevirt.PodInterfaceName("a"), NAD: types.NamespacedName{Namespace: "vms", Name: "blue"}}) {
 		t.Errorf("want[0] = %+v", want[0])
 	}
-	if want[1].Network != "other-blue" || want[1].NAD.Namespace != "other" {
+	if want[1].Network != "other-blue" || want[1].NAD.Namespace != "other" || want[1].OwnMAC != "02:00:00:00:aa:0b" {
 		t.Errorf("want[1] = %+v", want[1])
 	}
 	joined := ""

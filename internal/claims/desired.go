@@ -5,6 +5,7 @@ package claims
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
@@ -33,6 +34,9 @@ type Desired struct {
 	// Retention is how long the claim's addresses are kept once it is
 	// released (claimstatus.RetentionAnnotation, capped); 0 for none.
 	Retention time.Duration
+	// OwnMAC is the MAC the owner's interface sets itself (KubeVirt's
+	// macAddress), normalized; "" for none (macaddr.OwnAnnotation).
+	OwnMAC string
 	// Receiver: the owner is a VM waiting to receive a decentralized live
 	// migration; a claim made for it waits for the source's addresses
 	// (claimstatus.ReceiverAnnotation, package handover).
@@ -81,6 +85,7 @@ func desiredClaims(ctx context.Context, owner, namespace string, networks []kube
 			Network:        net.Name,
 			Interface:      kubevirt.PodInterfaceName(n.Name),
 			NAD:            key,
+			OwnMAC:         ownMAC(n.MAC),
 		})
 	}
 	return want, problems, nil
@@ -114,4 +119,14 @@ func claimWanted(networks []kubevirt.SecondaryNetwork, owner string, claim *ipam
 		}
 	}
 	return false
+}
+
+// ownMAC normalizes an interface's own macAddress; one KubeVirt would
+// refuse is none.
+func ownMAC(v string) string {
+	mac, err := net.ParseMAC(v)
+	if err != nil || len(mac) != 6 {
+		return ""
+	}
+	return mac.String()
 }

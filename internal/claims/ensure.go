@@ -19,6 +19,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 )
 
 // EventReason is the reason of an Event on the VM (or standalone VMI).
@@ -142,7 +143,8 @@ func (w *claimWriter) adopt(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	if controllerutil.ContainsFinalizer(claim, Finalizer) && claimowner.Managed(claim) &&
 		claim.Labels[claimowner.OwnerUIDLabel] == string(owner.UID) && claim.Annotations[NetworkAnnotation] == d.LogicalNetwork &&
 		claim.Annotations[claimstatus.NADAnnotation] == d.NAD.String() &&
-		(claimstatus.Filled(claim) || requestRecorded(claim, d)) && retentionRecorded(claim, d) {
+		(claimstatus.Filled(claim) || requestRecorded(claim, d)) && retentionRecorded(claim, d) &&
+		claim.Annotations[macaddr.OwnAnnotation] == d.OwnMAC {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -162,12 +164,19 @@ func (w *claimWriter) adopt(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	return nil
 }
 
-// setIdentity records on the claim its owner, its KubeVirt network and
-// the NAD its addresses come from (claimstatus.NADAnnotation).
+// setIdentity records on the claim its owner, its KubeVirt network, the
+// NAD its addresses come from (claimstatus.NADAnnotation) and the MAC its
+// interface sets itself (macaddr.OwnAnnotation), which may change at any
+// time (a VM edited, applied at its next start).
 func setIdentity(claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, d Desired) {
 	claimowner.Record(claim, owner)
 	claim.Annotations[NetworkAnnotation] = d.LogicalNetwork
 	claim.Annotations[claimstatus.NADAnnotation] = d.NAD.String()
+	if d.OwnMAC != "" {
+		claim.Annotations[macaddr.OwnAnnotation] = d.OwnMAC
+	} else {
+		delete(claim.Annotations, macaddr.OwnAnnotation)
+	}
 }
 
 // setRequest records d's requested addresses on the claim

@@ -118,7 +118,9 @@ func claimLines(claim *ipamclaimsv1alpha1.IPAMClaim) []string {
 		ips = strings.Join(claim.Status.IPs, ", ")
 	}
 	lines = append(lines, "status.ips: "+ips)
-	if mac, ok := macaddr.OfClaim(claim); ok {
+	if mac, own, ok := macaddr.OfClaim(claim); ok && own {
+		lines = append(lines, fmt.Sprintf("MAC: %s (the VM's own macAddress)", mac))
+	} else if ok {
 		lines = append(lines, fmt.Sprintf("MAC: %s (from its address; launchers get it unless the VM sets its own)", mac))
 	}
 	if claim.Status.OwnerPod != nil && claim.Status.OwnerPod.Name != "" {

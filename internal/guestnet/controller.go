@@ -37,7 +37,9 @@ import (
 )
 
 const (
-	// Annotation on a VM asks for its guest network configuration Secret.
+	// Annotation on a VM asks for its guest network configuration Secret
+	// ("true") or refuses it ("false"); on a NAD, "true" asks for it for
+	// every VM with a network of that NAD, unless the VM refuses it.
 	Annotation = "ipkeeper.io/guest-network-config"
 	// OfLabel on the Secret names its VM; with the managed-by label it is
 	// what the policy lets ipkeeper-controller write.
@@ -64,8 +66,30 @@ const (
 // SecretName is the name of the Secret of vm's guest network configuration.
 func SecretName(vm string) string { return vm + "-ipkeeper-network" }
 
-// Wanted reports whether the VM asks for its guest network configuration.
+// Wanted reports whether the VM asks for its guest network configuration
+// itself.
 func Wanted(vm *kubevirtv1.VirtualMachine) bool { return vm.Annotations[Annotation] == "true" }
+
+// Refused reports whether the VM refuses it, whatever its networks ask.
+func Refused(vm *kubevirtv1.VirtualMachine) bool { return vm.Annotations[Annotation] == "false" }
+
+// wantedByNetwork reports whether a NAD of the VM's namespace that one of
+// its networks uses asks for the guest network configuration of its VMs
+// (Annotation on the NAD). A NAD of another namespace decides nothing for
+// this one's VMs. A NAD that cannot be read asks for nothing.
+func (r *Reconciler) wantedByNetwork(ctx context.Context, vm *kubevirtv1.VirtualMachine) bool {
+	for _, n := range kubevirt.SecondaryNetworks(&vm.Spec.Template.Spec) {
+		key, err := multus.NADRef(n.NetworkName, vm.Namespace)
+		if err != nil || n.Absent || key.Namespace != vm.Namespace {
+			continue
+		}
+		var nad nadv1.NetworkAttachmentDefinition
+		if err := r.Client.Get(ctx, key, &nad); err == nil && nad.Annotations[Annotation] == "true" {
+			return true
+		}
+	}
+	return false
+}
 
 // Reconciler keeps the guest network configuration Secrets.
 type Reconciler struct {
@@ -93,7 +117,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Recorder.Eventf(&vm, corev1.EventTypeWarning, string(ReasonNotWritten), "annotation %s: %q is neither \"true\" nor \"false\"; no Secret is written", Annotation, v)
 		return reconcile.Result{}, nil
 	}
-	if !Wanted(&vm) || vm.DeletionTimestamp != nil || vm.Spec.Template == nil {
+	if Refused(&vm) || vm.DeletionTimestamp != nil || vm.Spec.Template == nil || (!Wanted(&vm) && !r.wantedByNetwork(ctx, &vm)) {
 		return reconcile.Result{}, nil
 	}
 	ifaces, waiting, err := r.interfaces(ctx, &vm)
@@ -201,7 +225,7 @@ func (r *Reconciler) iface(ctx context.Context, n kubevirt.SecondaryNetwork, cla
 		if ifc.MAC, err = net.ParseMAC(n.MAC); err != nil {
 			return Interface{}, &configError{fmt.Sprintf("network %q: interface macAddress %q: %v", n.Name, n.MAC, err)}
 		}
-	} else if mac, ok := macaddr.OfClaim(claim); ok {
+	} else if mac, _, ok := macaddr.OfClaim(claim); ok {
 		ifc.MAC = mac
 	}
 	gateways, err := r.gateways(ctx, cfg.PoolName())
@@ -285,8 +309,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// vmsOfNamespace are the VMs of o's namespace that ask for their guest
-// network configuration.
+// vmsOfNamespace are the VMs of o's namespace that do not refuse their
+// guest network configuration: the NAD may ask for it, or change what it
+// holds.
 func (r *Reconciler) vmsOfNamespace(ctx context.Context, o client.Object) []reconcile.Request {
 	var list kubevirtv1.VirtualMachineList
 	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
@@ -295,7 +320,7 @@ func (r *Reconciler) vmsOfNamespace(ctx context.Context, o client.Object) []reco
 	}
 	var reqs []reconcile.Request
 	for i := range list.Items {
-		if Wanted(&list.Items[i]) {
+		if !Refused(&list.Items[i]) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 		}
 	}

@@ -64,10 +64,21 @@ func For(ips []netip.Addr) (net.HardwareAddr, bool) {
 	return nil, false
 }
 
-// OfClaim is the MAC of the claim's interface, from the addresses its
-// status records; false while it records none.
-func OfClaim(claim *ipamclaimsv1alpha1.IPAMClaim) (net.HardwareAddr, bool) {
-	return For(claimstatus.Addresses(claim))
+// OwnAnnotation records on a VM's claim the MAC its interface sets
+// itself (KubeVirt's interfaces[].macAddress), written by
+// ipkeeper-controller's claims controller: then that MAC is the
+// interface's, and the claim's label shows it.
+const OwnAnnotation = "ipkeeper.io/interface-mac"
+
+// OfClaim is the MAC of the claim's interface: its owner's own
+// (OwnAnnotation; own is true), else derived from the addresses its
+// status records; ok is false while it has neither.
+func OfClaim(claim *ipamclaimsv1alpha1.IPAMClaim) (mac net.HardwareAddr, own, ok bool) {
+	if mac, err := net.ParseMAC(claim.Annotations[OwnAnnotation]); err == nil && len(mac) == 6 {
+		return mac, true, true
+	}
+	mac, ok = For(claimstatus.Addresses(claim))
+	return mac, false, ok
 }
 
 // LabelValue is mac as a label value (a label cannot hold a colon):

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 )
 
 func addrs(ss ...string) []netip.Addr {
@@ -73,5 +75,27 @@ func TestFromLabelNamesTheLabel(t *testing.T) {
 		} else if want := Label; !strings.Contains(err.Error(), want) {
 			t.Errorf("FromLabel(%q): %v does not name %s", v, err, want)
 		}
+	}
+}
+
+// A claim whose owner sets its interface's MAC (OwnAnnotation) has that
+// one, filled or not; a malformed annotation counts as none.
+func TestOfClaimPrefersTheOwnersMAC(t *testing.T) {
+	claim := &ipamclaimsv1alpha1.IPAMClaim{}
+	claim.Status.IPs = []string{"10.200.0.17/24"}
+	if mac, own, ok := OfClaim(claim); !ok || own || mac.String() != "0a:58:0a:c8:00:11" {
+		t.Errorf("OfClaim without an own MAC = %s, %v, %v; want the derived 0a:58:0a:c8:00:11", mac, own, ok)
+	}
+	claim.Annotations = map[string]string{OwnAnnotation: "02:00:00:00:AA:01"}
+	if mac, own, ok := OfClaim(claim); !ok || !own || mac.String() != "02:00:00:00:aa:01" {
+		t.Errorf("OfClaim with %s = %s, %v, %v; want the owner's 02:00:00:00:aa:01", OwnAnnotation, mac, own, ok)
+	}
+	claim.Status.IPs = nil
+	if _, own, ok := OfClaim(claim); !ok || !own {
+		t.Errorf("OfClaim of an unfilled claim with its owner's MAC: own %v, ok %v; want both", own, ok)
+	}
+	claim.Annotations[OwnAnnotation] = "nonsense"
+	if _, _, ok := OfClaim(claim); ok {
+		t.Errorf("OfClaim of an unfilled claim with a malformed %s found a MAC", OwnAnnotation)
 	}
 }

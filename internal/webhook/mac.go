@@ -44,7 +44,7 @@ func (m *PodMutator) addMACs(ctx context.Context, namespace string, elems []mult
 		if err != nil {
 			return false, nil, err
 		}
-		mac, ok := macaddr.OfClaim(claim)
+		mac, _, ok := macaddr.OfClaim(claim)
 		if !ok {
 			warnings = append(warnings, fmt.Sprintf("IPAMClaim %s/%s has no addresses yet, so interface %q gets no MAC from ipkeeper on this start", namespace, e.ClaimRef, e.Interface))
 			continue

@@ -228,7 +228,7 @@ func (r *runner) guestWants(ctx context.Context, vm *kubevirtv1.VirtualMachine) 
 		}
 		mac := strings.ToLower(n.MAC)
 		if mac == "" {
-			derived, _ := macaddr.OfClaim(&claim)
+			derived, _, _ := macaddr.OfClaim(&claim)
 			mac = derived.String()
 		}
 		want[n.Name] = guestWant{claim: name, mac: mac, addrs: claim.Status.IPs}

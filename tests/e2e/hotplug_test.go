@@ -47,7 +47,7 @@ func TestSystemVMHotplugAndUnplug(t *testing.T) {
 	if !slices.Equal(claim.Status.IPs, []string{redAddr.String()}) {
 		t.Fatalf("claim vm1.red status.ips = %v, the launcher's %s has %s", claim.Status.IPs, redIf, redAddr)
 	}
-	if want, _ := macaddr.OfClaim(claim); launcher.MustMAC(t, redIf) != want.String() {
+	if want, _, _ := macaddr.OfClaim(claim); launcher.MustMAC(t, redIf) != want.String() {
 		t.Fatalf("the hot-plugged %s has MAC %s, want its claim's %s", redIf, launcher.MustMAC(t, redIf), want)
 	}
 	if redAddr.Addr() == peerAddr.Addr() {

@@ -58,7 +58,7 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 	// KubeVirt's bridge binding gives the guest the pod interface's MAC
 	// (virt-launcher is simulated: the pod interface keeps it here).
 	vmMAC := launcher.MustMAC(t, iface)
-	if want, _ := macaddr.OfClaim(claim); vmMAC != want.String() {
+	if want, _, _ := macaddr.OfClaim(claim); vmMAC != want.String() {
 		t.Fatalf("the launcher's %s has MAC %s, want the claim's %s", iface, vmMAC, want)
 	}
 	c.WaitClaimMAC(t, ns, "vm1.blue", vmMAC)
@@ -67,13 +67,16 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 	_, launcher2 := c.StartVM(t, vm2, "node-a")
 	if mac2 := launcher2.MustMAC(t, iface); mac2 == vmMAC {
 		t.Fatalf("vm2 got vm1's MAC %s", vmMAC)
-	} else if want, _ := macaddr.OfClaim(c.WaitClaimIPs(t, ns, "vm2.blue")); mac2 != want.String() {
+	} else if want, _, _ := macaddr.OfClaim(c.WaitClaimIPs(t, ns, "vm2.blue")); mac2 != want.String() {
 		t.Fatalf("vm2's %s has MAC %s, want its claim's %s", iface, mac2, want)
 	}
 	const ownMAC = "02:00:00:00:aa:01"
 	vm3 := c.CreateVM(t, ns, "vm3", framework.VMNetwork{Name: "blue", NAD: "blue", MAC: ownMAC})
 	if _, launcher3 := c.StartVM(t, vm3, "node-c"); launcher3.MustMAC(t, iface) != ownMAC {
 		t.Fatalf("vm3's %s has MAC %s, want its own %s", iface, launcher3.MustMAC(t, iface), ownMAC)
+	}
+	if got, _, _ := macaddr.OfClaim(c.WaitClaimIPs(t, ns, "vm3.blue")); got.String() != ownMAC {
+		t.Fatalf("claim vm3.blue says its MAC is %s, want the VM's own %s", got, ownMAC)
 	}
 	plain := c.MustRun(t, c.PlainPod(t, ns, "plain", "node-b", "blue"))
 	plainAddr := plain.MustAddr(t, "net1")

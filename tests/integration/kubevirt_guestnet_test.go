@@ -12,7 +12,9 @@ import (
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -87,7 +89,7 @@ func TestVMGuestNetworkConfig(t *testing.T) {
 		}
 	}
 	macOf := func(c *ipamclaimsv1alpha1.IPAMClaim) string {
-		mac, _ := macaddr.OfClaim(c)
+		mac, _, _ := macaddr.OfClaim(c)
 		return mac.String()
 	}
 
@@ -153,6 +155,16 @@ func TestVMGuestNetworkConfig(t *testing.T) {
 	vm2 := create("vm2", framework.VMNetwork{Name: "blue", NAD: "blue", MAC: own})
 	blue2 := waitFilled(t, e.ns, "vm2.blue")
 	waitSecret(vm2, has("10-netplan-blue.network", "PermanentMACAddress="+own, "Address="+blue2.Status.IPs[0]))
+	// The claim records that MAC, not one derived from its address.
+	if err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		c, err := e.claim(ctx, "vm2.blue")
+		if err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return c.Annotations[macaddr.OwnAnnotation] == own && c.Labels[macaddr.Label] == "02-00-00-00-aa-02", nil
+	}); err != nil {
+		t.Fatalf("vm2.blue never recorded the VM's own MAC %s (annotation %s, label %s): %v", own, macaddr.OwnAnnotation, macaddr.Label, err)
+	}
 
 	// 5. A claim without addresses (its one-address network is taken)
 	// holds the Secret back: no half configuration.
@@ -183,6 +195,37 @@ func TestVMGuestNetworkConfig(t *testing.T) {
 		}
 		return has("10-netplan-blue.network", "Address=10.231.0.")(files)
 	})
+
+	// 6. Per network: a NAD asking for it (the annotation on the NAD)
+	// gives its VMs the Secret, all their networks in it, unless a VM
+	// refuses it.
+	optin := &nadv1.NetworkAttachmentDefinition{
+		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "optin", Annotations: map[string]string{guestnet.Annotation: "true"}},
+		Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: `{"cniVersion":"1.0.0","name":"gn-optin","type":"bridge","bridge":"br-gno","allowPersistentIPs":true,` +
+			`"ipam":{"type":"ipkeeper","range":"10.236.0.0/24"}}`},
+	}
+	if err := cp.Client.Create(ctx, optin); err != nil {
+		t.Fatal(err)
+	}
+	refusing := framework.NewVM(e.ns, "vm6", framework.VMNetwork{Name: "optin", NAD: "optin"})
+	refusing.Annotations = map[string]string{guestnet.Annotation: "false"}
+	silent := framework.NewVM(e.ns, "vm5", framework.VMNetwork{Name: "optin", NAD: "optin"}, framework.VMNetwork{Name: "blue", NAD: "blue"})
+	for _, v := range []*kubevirtv1.VirtualMachine{refusing, silent} {
+		if err := cp.Client.Create(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := waitFilled(t, e.ns, "vm5.optin")
+	waitSecret(silent, func(files map[string]string) error {
+		if err := has("10-netplan-optin.network", "Address="+in.Status.IPs[0])(files); err != nil {
+			return err
+		}
+		return has("10-netplan-blue.network", "Address=10.231.0.")(files)
+	})
+	waitFilled(t, e.ns, "vm6.optin")
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: guestnet.SecretName(refusing.Name)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a VM refusing its guest network configuration (%s: \"false\") on a NAD asking for it: Secret lookup %v, want none", guestnet.Annotation, err)
+	}
 }
 
 // patchVM applies a JSON patch to a VM.
