@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
+	"strings"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -61,6 +63,10 @@ const (
 	// ReasonNotWritten: the VM's configuration cannot be made (a network's
 	// definition or claim is unusable); the message says which.
 	ReasonNotWritten EventReason = "GuestNetworkConfigNotWritten"
+	// ReasonUnmatched: interfaces ipkeeper does not serve that have no
+	// macAddress, which the configuration cannot name, so the guest leaves
+	// them unconfigured.
+	ReasonUnmatched EventReason = "GuestNetworkInterfacesUnmatched"
 )
 
 // SecretName is the name of the Secret of vm's guest network configuration.
@@ -121,6 +127,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	ifaces, waiting, err := r.interfaces(ctx, &vm)
+	others, unmatched := otherInterfaces(&vm.Spec.Template.Spec, ifaces)
+	ifaces = append(ifaces, others...)
 	var ce *configError
 	switch {
 	case errors.As(err, &ce):
@@ -138,7 +146,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Recorder.Eventf(&vm, corev1.EventTypeWarning, string(ReasonNotWritten), "Secret %s: %v", SecretName(vm.Name), err)
 		return reconcile.Result{}, nil
 	}
+	if len(unmatched) > 0 {
+		r.Recorder.Eventf(&vm, corev1.EventTypeWarning, string(ReasonUnmatched),
+			"Secret %s: interfaces %s have no macAddress, so the guest network configuration cannot name them and the guest leaves them unconfigured; give them a macAddress to have them configured by DHCP",
+			SecretName(vm.Name), strings.Join(unmatched, ", "))
+	}
 	return reconcile.Result{}, r.apply(ctx, &vm, data)
+}
+
+// otherInterfaces are the VM's interfaces ipkeeper does not configure
+// (served lists those it does), left to DHCP: those with a macAddress, by
+// which the guest finds them; unmatched names those without one.
+func otherInterfaces(spec *kubevirtv1.VirtualMachineInstanceSpec, served []Interface) (others []Interface, unmatched []string) {
+	mine := map[string]bool{}
+	for _, ifc := range served {
+		mine[ifc.ID] = true
+	}
+	for _, i := range spec.Domain.Devices.Interfaces {
+		if mine[i.Name] || i.State == kubevirtv1.InterfaceStateAbsent {
+			continue
+		}
+		mac, err := net.ParseMAC(i.MacAddress)
+		if err != nil || len(mac) != 6 {
+			unmatched = append(unmatched, strconv.Quote(i.Name))
+			continue
+		}
+		others = append(others, Interface{ID: i.Name, MAC: mac, DHCP: true})
+	}
+	return others, unmatched
 }
 
 // apply writes the Secret by server-side apply: no read needed, and a

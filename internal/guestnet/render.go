@@ -29,6 +29,11 @@ type Interface struct {
 	// Nameservers and Search are the network's ipam.dns.
 	Nameservers []string
 	Search      []string
+	// DHCP: a NIC ipkeeper does not serve (the pod network, another
+	// IPAM's network), which the guest configures by DHCP and router
+	// advertisements as it would without this configuration; it has no
+	// Addresses, Routes or DNS here.
+	DHCP bool
 }
 
 // Route is one route of an Interface.
@@ -53,7 +58,7 @@ type ethernet struct {
 	DHCP4       bool         `json:"dhcp4"`
 	DHCP6       bool         `json:"dhcp6"`
 	AcceptRA    bool         `json:"accept-ra"`
-	Addresses   []string     `json:"addresses"`
+	Addresses   []string     `json:"addresses,omitempty"`
 	Routes      []route      `json:"routes,omitempty"`
 	Nameservers *nameservers `json:"nameservers,omitempty"`
 }
@@ -75,7 +80,9 @@ type nameservers struct {
 // Render writes the network config version 2 of ifaces: each NIC found by
 // its MAC, given its addresses statically (no DHCP, no router
 // advertisements: the addresses are the IPAM's, IPv6 included, which
-// KubeVirt's bridge binding cannot hand out). The output is stable: one
+// KubeVirt's bridge binding cannot hand out), but for the NICs ipkeeper
+// does not serve, left to DHCP (the document replaces the guest's
+// default configuration, so a NIC it omits stays unconfigured). The output is stable: one
 // input, one document, so an unchanged VM means an unchanged Secret.
 func Render(ifaces []Interface) ([]byte, error) {
 	doc := document{Network: networkV2{Version: 2, Ethernets: map[string]ethernet{}}}
@@ -96,6 +103,13 @@ func Render(ifaces []Interface) ([]byte, error) {
 			return nil, fmt.Errorf("interfaces %q and %q have one MAC %s: the guest could not tell them apart", other, ifc.ID, mac)
 		}
 		macs[mac] = ifc.ID
+		if ifc.DHCP {
+			if len(ifc.Addresses) > 0 || len(ifc.Routes) > 0 || len(ifc.Nameservers) > 0 {
+				return nil, fmt.Errorf("interface %q: configured by DHCP, yet given addresses, routes or DNS", ifc.ID)
+			}
+			doc.Network.Ethernets[ifc.ID] = ethernet{Match: match{MACAddress: mac}, DHCP4: true, DHCP6: true, AcceptRA: true}
+			continue
+		}
 		if len(ifc.Addresses) == 0 {
 			return nil, fmt.Errorf("interface %q: no addresses", ifc.ID)
 		}

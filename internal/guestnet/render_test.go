@@ -33,6 +33,7 @@ func TestRenderIsWhatNetplanReads(t *testing.T) {
 			Nameservers: []string{"10.0.0.53", "fd00::53"}, Search: []string{"example.com"},
 		},
 		{ID: "red", MAC: mustMAC("0E:58:00:00:00:07"), Addresses: []netip.Prefix{netip.MustParsePrefix("fd01::7/120")}},
+		{ID: "default", MAC: mustMAC("02:00:00:00:00:01"), DHCP: true},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -56,11 +57,18 @@ func TestRenderIsWhatNetplanReads(t *testing.T) {
 			t.Errorf("red's networkd file lacks %q:\n%s\n--- document:\n%s", want, red, doc)
 		}
 	}
+	// The pod network's NIC, which ipkeeper does not serve: DHCP and
+	// router advertisements, as without the document.
+	if dflt := files["10-netplan-default.network"]; !strings.Contains(dflt, "PermanentMACAddress=02:00:00:00:00:01") || !strings.Contains(dflt, "DHCP=yes") ||
+		strings.Contains(dflt, "\nAddress=") || !strings.Contains(dflt, "IPv6AcceptRA=yes") {
+		t.Errorf("default's networkd file is not DHCP by its MAC:\n%s\n--- document:\n%s", dflt, doc)
+	}
 	again, _ := Render([]Interface{
 		{ID: "blue", MAC: mustMAC("0a:58:0a:00:00:05"), Addresses: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/24"), netip.MustParsePrefix("fd00::5/64")},
 			Routes:      []Route{{To: netip.MustParsePrefix("10.9.0.0/16"), Via: netip.MustParseAddr("10.0.0.1")}, {To: netip.MustParsePrefix("fd09::/48")}},
 			Nameservers: []string{"10.0.0.53", "fd00::53"}, Search: []string{"example.com"}},
 		{ID: "red", MAC: mustMAC("0e:58:00:00:00:07"), Addresses: []netip.Prefix{netip.MustParsePrefix("fd01::7/120")}},
+		{ID: "default", MAC: mustMAC("02:00:00:00:00:01"), DHCP: true},
 	})
 	if string(again) != string(doc) {
 		t.Errorf("one input, two documents:\n%s\n---\n%s", doc, again)
@@ -86,6 +94,7 @@ func TestRenderRefuses(t *testing.T) {
 		{"no ID", []Interface{{MAC: mustMAC("0a:58:0a:00:00:05"), Addresses: a}}, "without an ID"},
 		{"no MAC", []Interface{{ID: "blue", Addresses: a}}, `interface "blue": MAC`},
 		{"no addresses", []Interface{{ID: "blue", MAC: mustMAC("0a:58:0a:00:00:05")}}, `interface "blue": no addresses`},
+		{"DHCP with addresses", []Interface{{ID: "blue", MAC: mustMAC("0a:58:0a:00:00:05"), Addresses: a, DHCP: true}}, `interface "blue": configured by DHCP, yet given addresses`},
 		{"one MAC twice", []Interface{{ID: "blue", MAC: mustMAC("0a:58:0a:00:00:05"), Addresses: a}, {ID: "red", MAC: mustMAC("0A:58:0A:00:00:05"), Addresses: a}}, `"blue" and "red" have one MAC`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

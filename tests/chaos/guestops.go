@@ -41,6 +41,7 @@ type networkData struct {
 				MACAddress string `json:"macaddress"`
 			} `json:"match"`
 			Addresses []string `json:"addresses"`
+			DHCP4     bool     `json:"dhcp4"`
 		} `json:"ethernets"`
 	} `json:"network"`
 }
@@ -114,8 +115,8 @@ func (r *runner) guestConfigProblems(ctx context.Context, count func(string)) ma
 			switch {
 			case !ok:
 				diffs = append(diffs, fmt.Sprintf("network %s missing", n))
-			case g.Match.MACAddress != w.mac || !slices.Equal(g.Addresses, w.addrs):
-				diffs = append(diffs, fmt.Sprintf("network %s: MAC %s, addresses %v; its claim %s: MAC %s, addresses %v", n, g.Match.MACAddress, g.Addresses, w.claim, w.mac, w.addrs))
+			case g.Match.MACAddress != w.mac || !slices.Equal(g.Addresses, w.addrs) || g.DHCP4 != (w.claim == ""):
+				diffs = append(diffs, fmt.Sprintf("network %s: MAC %s, addresses %v, DHCP %v; its claim %q: MAC %s, addresses %v", n, g.Match.MACAddress, g.Addresses, g.DHCP4, w.claim, w.mac, w.addrs))
 			}
 		}
 		for n := range got.Network.Ethernets {
@@ -193,7 +194,7 @@ func subsetAddrs(a, b []netip.Addr) bool {
 }
 
 type guestWant struct {
-	claim string
+	claim string // "" for an interface ipkeeper does not serve: DHCP
 	mac   string
 	addrs []string
 }
@@ -232,6 +233,13 @@ func (r *runner) guestWants(ctx context.Context, vm *kubevirtv1.VirtualMachine) 
 			mac = derived.String()
 		}
 		want[n.Name] = guestWant{claim: name, mac: mac, addrs: claim.Status.IPs}
+	}
+	// The interfaces ipkeeper does not serve (the pod network) that have
+	// a macAddress: left to DHCP.
+	for _, i := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
+		if _, ok := want[i.Name]; !ok && i.MacAddress != "" && i.State != kubevirtv1.InterfaceStateAbsent {
+			want[i.Name] = guestWant{mac: strings.ToLower(i.MacAddress)}
+		}
 	}
 	return want, true, nil
 }

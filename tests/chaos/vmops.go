@@ -250,6 +250,11 @@ func (a *vmActor) create(ctx context.Context) error {
 		a.r.ownMACs.Store(name, blueNet.MAC)
 	}
 	vm := framework.NewVM(vmNamespace, name, blueNet)
+	if blueNet.MAC != "" {
+		// And its pod network's: its guest configuration leaves that one
+		// to DHCP (I12).
+		vm.Spec.Template.Spec.Domain.Devices.Interfaces[0].MacAddress = "02:00:5f" + blueNet.MAC[len(ownMACPrefix)-1:]
+	}
 	// Every VM asks for its guest network configuration (I12).
 	vm.Annotations = map[string]string{guestnet.Annotation: "true"}
 	if a.gen%2 == 1 {

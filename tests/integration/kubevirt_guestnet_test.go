@@ -108,6 +108,12 @@ func TestVMGuestNetworkConfig(t *testing.T) {
 		t.Errorf("Secret labels %v, type %s", s.Labels, s.Type)
 	}
 
+	// The pod network's interface has no macAddress: the configuration
+	// cannot name it, and the VM is told. Given one, it is left to DHCP.
+	waitEvent(t, vm, string(guestnet.ReasonUnmatched), `interfaces "default" have no macAddress`)
+	patchVM(t, vm, []map[string]any{{"op": "add", "path": "/spec/template/spec/domain/devices/interfaces/0/macAddress", "value": "02:00:00:00:aa:0d"}})
+	waitSecret(vm, has("10-netplan-default.network", "PermanentMACAddress=02:00:00:00:aa:0d", "DHCP=yes"))
+
 	// 2. A network plugged in (IPv6 only): rewritten with it.
 	patchVM(t, vm, []map[string]any{
 		{"op": "add", "path": "/spec/template/spec/domain/devices/interfaces/-", "value": map[string]any{"name": "red", "bridge": map[string]any{}}},
