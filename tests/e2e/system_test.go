@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -17,8 +18,10 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ipkeeper/ipkeeper/internal/guestnet"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -46,6 +49,32 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 
 	t.Log(c.KV.Simulated())
 	vm := c.CreateVM(t, ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	// It asks for its guest network configuration, which must say the
+	// claim's address and MAC before the first start and after each move
+	// (netplan's own generator reads it).
+	askGuestConfig, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{guestnet.Annotation: "true"}}})
+	if err := c.CP.Client.Patch(ctx, vm, client.RawPatch(types.MergePatchType, askGuestConfig)); err != nil {
+		t.Fatal(err)
+	}
+	guestConfigSays := func(when string, addr netip.Prefix, mac string) {
+		t.Helper()
+		var last string
+		if err := framework.Eventually(ctx, 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+			var s corev1.Secret
+			if err := c.CP.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: guestnet.SecretName(vm.Name)}, &s); err != nil {
+				last = err.Error()
+				return false, client.IgnoreNotFound(err)
+			}
+			files, err := framework.Netplan(ctx, s.Data[guestnet.DataKey])
+			if err != nil {
+				return false, err
+			}
+			last = files["10-netplan-blue.network"]
+			return strings.Contains(last, "PermanentMACAddress="+mac) && strings.Contains(last, "Address="+addr.String()), nil
+		}); err != nil {
+			t.Fatalf("%s: the guest network configuration does not say %s with MAC %s: %v\n%s", when, addr, mac, err, last)
+		}
+	}
 	c.WaitClaim(t, ns, "vm1.blue")
 	_, launcher := c.StartVM(t, vm, "node-a")
 	vmAddr := launcher.MustAddr(t, iface)
@@ -62,6 +91,7 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 		t.Fatalf("the launcher's %s has MAC %s, want the claim's %s", iface, vmMAC, want)
 	}
 	c.WaitClaimMAC(t, ns, "vm1.blue", vmMAC)
+	guestConfigSays("first start", vmAddr, vmMAC)
 	// A second VM never gets the same MAC; a VM with its own MAC keeps it.
 	vm2 := c.CreateVM(t, ns, "vm2", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	_, launcher2 := c.StartVM(t, vm2, "node-a")
@@ -102,6 +132,7 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 	if got := launcher.MustMAC(t, iface); got != vmMAC {
 		t.Fatalf("after stop/start on node-b the VM's MAC is %s, want %s", got, vmMAC)
 	}
+	guestConfigSays("stop/start on node-b", vmAddr, vmMAC)
 	mustPing(t, launcher, plainAddr.Addr())
 
 	// 3. Live migration to node-c (a VirtualMachineInstanceMigration):
@@ -145,6 +176,7 @@ func TestSystemVMKeepsAddressAcrossRestartAndMigration(t *testing.T) {
 	if got := targetBox.MustMAC(t, iface); got != vmMAC {
 		t.Fatalf("target after the source left: MAC %s, want %s", got, vmMAC)
 	}
+	guestConfigSays("live migration to node-c", vmAddr, vmMAC)
 	// The migrated VM announces itself (KubeVirt's guest sends a gratuitous
 	// ARP); pinging from it does the same for the peer's neighbour table.
 	mustPing(t, targetBox, plainAddr.Addr())
