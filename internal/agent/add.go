@@ -4,6 +4,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -164,6 +165,13 @@ func (a *Agent) takeOver(ctx context.Context, e entry, req *request, sandbox boo
 		r.Spec.AttachedAt = ptr.To(metav1.Now())
 	}
 	if err := a.store.Update(ctx, r); err != nil {
+		if sandbox && !errors.Is(err, ErrChanged) {
+			// Its answer lost, the update may have landed: then the
+			// reservation is this sandbox's, and the DEL the runtime sends
+			// for the failed ADD must find it (it reads it live).
+			h := holder{owner: e.Owner, ifName: e.InterfaceName}
+			a.uncertain.add(h.key(e.Pool), e.Name, sandboxKey{e.Pool, req.ContainerID, req.IfName})
+		}
 		return entry{}, fail(reasonInternal, codeTryAgainLater, err)
 	}
 	ne, _ := index.EntryOf(r)

@@ -39,6 +39,9 @@ type fakeStore struct {
 	// beforeCreate runs before a create is applied; a non-nil error fails
 	// the call without applying it.
 	beforeCreate func(r *ipkeeperv1alpha1.IPReservation) error
+	// afterUpdate runs after an update was applied; a non-nil error is
+	// what Update returns (an answer lost).
+	afterUpdate func(r *ipkeeperv1alpha1.IPReservation) error
 	// afterCreate runs after a create was applied; a non-nil error is what
 	// the caller sees (a response lost after the server applied it).
 	afterCreate func(r *ipkeeperv1alpha1.IPReservation) error
@@ -160,6 +163,9 @@ func (s *fakeStore) Update(_ context.Context, r *ipkeeperv1alpha1.IPReservation)
 	c.ResourceVersion = s.nextRV()
 	s.objs[r.Name] = c
 	r.ResourceVersion = c.ResourceVersion
+	if s.afterUpdate != nil {
+		return s.afterUpdate(r)
+	}
 	return nil
 }
 

@@ -120,6 +120,38 @@ func TestLateDelAfterSandboxTakeoverKeepsReservation(t *testing.T) {
 	}
 }
 
+// Defect: a new sandbox's takeover whose answer was lost may have landed;
+// its ADD fails, and the DEL the runtime then sends for that sandbox must
+// release the reservation, which the cache still shows as the old
+// sandbox's (found by the chaos checker: the address stayed held by a
+// dead sandbox until the pod was deleted).
+func TestLostTakeoverIsReleasedByTheFailedSandboxsDel(t *testing.T) {
+	store := newFakeStore()
+	a := newTestAgent(t, store, newFakeClaims())
+	ctx := context.Background()
+	pod := testPod("web", "pod-uid-1")
+	first, err := a.allocateForPod(ctx, testRequest(t, cniproto.CmdAdd, smallConf, "sandbox-old", pod), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := naming.Reservation("small", first[0].Addr())
+	store.afterUpdate = func(*ipkeeperv1alpha1.IPReservation) error { return errors.New("connection reset by peer") }
+	if _, err := a.allocateForPod(ctx, testRequest(t, cniproto.CmdAdd, smallConf, "sandbox-new", pod), pod); err == nil {
+		t.Fatal("ADD of the new sandbox succeeded with its takeover's answer lost")
+	}
+	store.afterUpdate = nil
+	if r, _ := store.get(name); r.Spec.ContainerID != "sandbox-new" {
+		t.Fatalf("the lost takeover did not land (container %s): the test proves nothing", r.Spec.ContainerID)
+	}
+	del := &cniproto.Request{Command: cniproto.CmdDel, ContainerID: "sandbox-new", IfName: "net1", Config: []byte(smallConf)}
+	if err := a.Del(ctx, del); err != nil {
+		t.Fatalf("DEL (the failed sandbox): %v", err)
+	}
+	if r, ok := store.get(name); ok {
+		t.Fatalf("the failed sandbox's DEL left its reservation held (container %s)", r.Spec.ContainerID)
+	}
+}
+
 // Defect: DEL/GC decided from an index entry that is out of date must not
 // delete the reservation as it is now: the delete carries the version it
 // decided on, and a changed object is re-read and re-judged.

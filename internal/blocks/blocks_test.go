@@ -286,3 +286,45 @@ func TestTakerBorrowsWhenACreateFails(t *testing.T) {
 		t.Errorf("a refused create left the holder a block: %v", tk.Set.Own("blue"))
 	}
 }
+
+// The block that last gave an address is looked at first: with full
+// blocks before it, an allocation does not walk each of them again.
+func TestTakerLooksAtTheLastGivingBlockFirst(t *testing.T) {
+	r := iprange.MustNew(iprange.Spec{Subnet: netip.MustParsePrefix("10.9.0.0/24")})
+	tk := &Taker{Set: NewSet("node-a"), Store: newFakeStore()}
+	ctx := context.Background()
+	taken := map[netip.Addr]bool{}
+	looks := 0
+	isTaken := func(ip netip.Addr) bool { looks++; return taken[ip] }
+	for range 100 { // fills blocks and takes more
+		ip, err := tk.Candidate(ctx, "blue", "blue", r, isTaken, "seed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken[ip] = true
+	}
+	own := tk.Set.Own("blue")
+	size := 1 << (32 - own[0].Bits())
+	if len(own) < 3 {
+		t.Fatalf("%d blocks of %d for 100 addresses, want at least 3", len(own), size)
+	}
+	looks = 0
+	ip, err := tk.Candidate(ctx, "blue", "blue", r, isTaken, "seed")
+	if err != nil || taken[ip] {
+		t.Fatalf("Candidate = %s, %v", ip, err)
+	}
+	if looks > size {
+		t.Errorf("an allocation looked at %d addresses with %d full blocks before the one with room; want at most that block's %d", looks, len(own)-1, size)
+	}
+	// A release in another block is found once the others are full.
+	for _, b := range own {
+		for a := b.Addr(); b.Contains(a); a = a.Next() {
+			taken[a] = true
+		}
+	}
+	freed := own[0].Addr().Next().Next()
+	delete(taken, freed)
+	if ip, err := tk.InOwn("blue", r, isTaken, "seed"); !err || ip != freed {
+		t.Errorf("InOwn with only %s free = %s, %v; want it", freed, ip, err)
+	}
+}

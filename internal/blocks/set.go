@@ -36,6 +36,8 @@ type Set struct {
 	freed uint64
 	// noneFree remembers, per pool and range, that no block was free to take.
 	noneFree map[string]noneFreeMemo
+	// gave is, per pool, the holder's block that last gave an address.
+	gave map[string]netip.Prefix
 	// taking serialises taking a new block per pool, so the allocations
 	// of one holder that all find its blocks full take one block, not one
 	// each.
@@ -52,7 +54,7 @@ type noneFreeMemo struct {
 func NewSet(holder string) *Set {
 	return &Set{
 		holder: holder, held: map[string]map[netip.Prefix]string{}, lengths: map[string]map[int]int{},
-		mine: map[string][]netip.Prefix{}, noneFree: map[string]noneFreeMemo{}, taking: map[string]*sync.Mutex{},
+		mine: map[string][]netip.Prefix{}, noneFree: map[string]noneFreeMemo{}, taking: map[string]*sync.Mutex{}, gave: map[string]netip.Prefix{},
 	}
 }
 
@@ -218,6 +220,32 @@ func (s *Set) Own(pool string) []netip.Prefix {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return slices.Clone(s.mine[pool])
+}
+
+// ownFromLastGiver returns Own(pool) rotated so that the block that last
+// gave an address comes first.
+func (s *Set) ownFromLastGiver(pool string) []netip.Prefix {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	own := s.mine[pool]
+	i := slices.Index(own, s.gave[pool])
+	if i < 0 {
+		i = 0
+	}
+	return append(slices.Clone(own[i:]), own[:i]...)
+}
+
+// gaveFrom records the block that last gave an address of pool.
+func (s *Set) gaveFrom(pool string, b netip.Prefix) {
+	s.mu.RLock()
+	same := s.gave[pool] == b
+	s.mu.RUnlock()
+	if same {
+		return // most allocations: no write lock
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gave[pool] = b
 }
 
 // Owns reports whether ip lies in one of the holder's blocks of pool.

@@ -44,9 +44,12 @@ type Taker struct {
 }
 
 // InOwn returns a free address of r in the blocks of pool the holder
-// holds. Blocks cut from r's subnet before it changed are left alone.
+// holds. Blocks cut from r's subnet before it changed are left alone. The
+// block that last gave an address is looked at first, then the others in
+// address order from it: in a burst of allocations it is the one with
+// room, and each full block before it would cost a look at every address.
 func (t *Taker) InOwn(pool string, r iprange.Range, taken func(netip.Addr) bool, seed string) (netip.Addr, bool) {
-	for _, b := range t.Set.Own(pool) {
+	for _, b := range t.Set.ownFromLastGiver(pool) {
 		if r.BlockOf(b.Addr()) != b {
 			continue
 		}
@@ -55,6 +58,7 @@ func (t *Taker) InOwn(pool string, r iprange.Range, taken func(netip.Addr) bool,
 			continue
 		}
 		if ip, err := allocator.Candidate(sub, taken, seed); err == nil {
+			t.Set.gaveFrom(pool, b)
 			return ip, true
 		}
 	}

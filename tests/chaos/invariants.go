@@ -107,7 +107,8 @@ import (
 //	   interface reports the claim's addresses (guestops.go);
 //	I13 sticky by MAC: a pod of the sticky_mac network whose ADD succeeded
 //	   at its first try, within the cooldown of the successful DEL of the
-//	   last attachment presenting its MAC, gets that attachment's address
+//	   last attachment presenting its MAC (not a DEL racing its pod's next
+//	   sandbox, which may rightly release nothing), gets that attachment's address
 //	   back, on whichever node (or another holder took it in the moment
 //	   the take-back frees it: counted, and judged by I1); at quiescence
 //	   only the sticky network's pods' reservations are labelled with a

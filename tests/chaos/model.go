@@ -62,10 +62,13 @@ type attachment struct {
 	// mac is the networks annotation element's mac (a VM launcher's: the
 	// webhook's, from the claim), which the runtime passes as CNI_ARGS
 	// MAC, as Multus does; "" for none.
-	mac   string
-	ips   []netip.Addr
-	state attState
-	since time.Time
+	mac string
+	// lateDel: its DEL races its pod's next sandbox's ADD (I13 does not
+	// count it as a release).
+	lateDel bool
+	ips     []netip.Addr
+	state   attState
+	since   time.Time
 	// first is when an ADD of the attachment first succeeded: a runtime's
 	// list of valid attachments built before then lacks it.
 	first time.Time

@@ -291,6 +291,10 @@ func (r *runner) newSandbox(ctx context.Context, st step, s *slot, raceDel bool)
 		prevUnpaid []*attachment
 	)
 	if raceDel && prev != nil {
+		// Whether this DEL releases anything depends on the race (the new
+		// sandbox may take the reservation over first): I13 does not
+		// count it as a release.
+		prev.lateDel = true
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

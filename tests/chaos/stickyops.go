@@ -17,8 +17,9 @@ import (
 // whose pool cools released addresses down for stickyCooldown): the two
 // slots of a pair, on different nodes, present one MAC, one pod at a time
 // (sticky.holder). I13: an ADD of a sticky slot that succeeded at its
-// first try, after the DEL of the MAC's last attachment succeeded and
-// within the cooldown of it, gets the MAC's last address back, whichever
+// first try, after the DEL of the MAC's last attachment succeeded (not a
+// DEL racing the pod's next sandbox: that may rightly release nothing)
+// and within the cooldown of it, gets the MAC's last address back, whichever
 // node it runs on; unless another holder took the address in the moment
 // between the take-back's delete and create (counted as a lost race, and
 // judged by I1 like any other address). At quiescence every reservation
@@ -110,7 +111,7 @@ func (r *runner) stickyReleased(a *attachment) {
 	st := &r.sticky
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if rec := st.last[a.mac]; rec != nil && rec.att == a {
+	if rec := st.last[a.mac]; rec != nil && rec.att == a && !a.lateDel {
 		rec.releasedAt, rec.tries = time.Now(), 0
 	}
 }
