@@ -50,6 +50,9 @@ type attachment struct {
 	// (a decentralized live migration's receiver, vmmoveops.go): the
 	// source's launcher and this one are one holder.
 	lentFrom types.UID
+	// lentFromName is that claim's name: an address it got back under its
+	// name (reservation.KeptFor) and lent on is no reuse (I1).
+	lentFromName string
 	// lentTo is the claim the attachment's claim's addresses were lent
 	// to (the receiver's, when a launcher of it got them): after a
 	// successful handover they are that claim's, and this launcher of the
@@ -227,7 +230,8 @@ func (m *model) succeeded(a *attachment, ips []netip.Addr) (clash, macClash []*a
 	if cd := cooldownOf(a.pool); cd > 0 {
 		for _, ip := range ips {
 			rel, ok := m.released[a.pool+"/"+ip.String()]
-			if ok && rel.holder != a.holder() && a.since.Before(rel.at.Add(cd)) && (rel.claimName == "" || !sameVMNetwork(rel.claimName, a.claimName)) &&
+			if ok && rel.holder != a.holder() && a.since.Before(rel.at.Add(cd)) &&
+				(rel.claimName == "" || (!sameVMNetwork(rel.claimName, a.claimName) && !sameVMNetwork(rel.claimName, a.lentFromName))) &&
 				(rel.mac == "" || rel.mac != a.mac) {
 				early = append(early, fmt.Sprintf("%s released by %s at %s, handed out again %s later (cooldown %s)",
 					ip, rel.holder, rel.at.Format("15:04:05.000"), a.since.Sub(rel.at).Round(time.Millisecond), cd))
@@ -266,10 +270,10 @@ func sameVMNetwork(a, b string) bool {
 
 // lentFrom records that a's ADD got addresses of claim from, lent to its
 // claim uid (made again while the ADD waited, perhaps).
-func (m *model) lentFrom(a *attachment, from, uid types.UID) {
+func (m *model) lentFrom(a *attachment, from types.UID, fromName string, uid types.UID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	a.lentFrom, a.claimUID = from, uid
+	a.lentFrom, a.lentFromName, a.claimUID = from, fromName, uid
 	for _, b := range m.atts {
 		if b.claimName != "" && b.claimUID == from {
 			b.lentTo = uid

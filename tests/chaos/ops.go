@@ -360,7 +360,7 @@ func (r *runner) claimOfADD(ctx context.Context, a *attachment, ips []netip.Addr
 		o := res.Spec.Owner
 		if l := res.Spec.LentTo; l != nil && l.Namespace == a.podNS && l.Name == a.claimName && !res.Spec.Released() {
 			r.counts.inc("vm-add-got-lent-address")
-			r.model.lentFrom(a, o.UID, l.UID)
+			r.model.lentFrom(a, o.UID, o.Name, l.UID)
 			return
 		}
 		if o.Kind == ipkv1alpha1.OwnerIPAMClaim && o.Namespace == a.podNS && o.Name == a.claimName && !res.Spec.Released() {

@@ -45,6 +45,9 @@ type stickyRecord struct {
 	releasedAt time.Time
 	// tries counts the ADDs sent since releasedAt.
 	tries int
+	// released: att's address went (its first successful DEL, or its pod
+	// deleted); a DEL the runtime repeats later releases nothing new.
+	released bool
 }
 
 type stickyState struct {
@@ -78,7 +81,7 @@ func (r *runner) stickyPodGone(s *slot, delSent bool) {
 		delete(st.holder, s.mac)
 	}
 	if rec := st.last[s.mac]; rec != nil && !delSent {
-		rec.releasedAt = time.Time{}
+		rec.releasedAt, rec.released = time.Time{}, true
 	}
 }
 
@@ -111,8 +114,8 @@ func (r *runner) stickyReleased(a *attachment) {
 	st := &r.sticky
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if rec := st.last[a.mac]; rec != nil && rec.att == a && !a.lateDel {
-		rec.releasedAt, rec.tries = time.Now(), 0
+	if rec := st.last[a.mac]; rec != nil && rec.att == a && !a.lateDel && !rec.released {
+		rec.releasedAt, rec.tries, rec.released = time.Now(), 0, true
 	}
 }
 
