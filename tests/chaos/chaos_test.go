@@ -24,10 +24,12 @@ const (
 	defaultSeed     = 1
 	defaultDuration = 60 * time.Second
 	workers         = 12
-	// The short run must reach these, or it proves little; on a slow
-	// machine it runs up to maxShortExtension longer to get there.
+	// The short run must reach these, and see a VM's live NAD swap
+	// succeed, or it proves little; on a slow machine (or after a long
+	// API server restart) it runs up to maxShortExtension longer to get
+	// there.
 	minShortOps       = 1500
-	maxShortExtension = 45 * time.Second
+	maxShortExtension = 60 * time.Second
 	// settleTimeout bounds the wait at quiescence for the garbage
 	// collector (its grace period, then retries after the run's faults)
 	// and for every claim to settle: a claim whose recorded address was
@@ -125,7 +127,7 @@ func TestChaos(t *testing.T) {
 	sched := newScheduler(seed)
 	for dispatched := 0; ; dispatched++ {
 		ran := time.Since(start)
-		if ran >= duration && (!short || dispatched >= minShortOps || ran >= duration+maxShortExtension) {
+		if ran >= duration && (!short || (dispatched >= minShortOps && r.swapped()) || ran >= duration+maxShortExtension) {
 			break // the short run goes on (up to a limit) until it has done enough to mean something
 		}
 		steps <- sched.next()
@@ -308,6 +310,11 @@ func (r *runner) summary(seed uint64, ran time.Duration) string {
 		r.viol.count(), r.counts.with("violation:"))
 }
 
+// swapped says whether a VM's live NAD swap succeeded yet.
+func (r *runner) swapped() bool {
+	return r.counts.get("vm:swap")+r.counts.get("vm:swap-hotplug")+r.counts.get("vm:swap-fails") > 0
+}
+
 // assertCoverage fails the short run when it did too little to mean
 // anything: too few operations, or a fault kind that never fired.
 func (r *runner) assertCoverage(t *outcome) {
@@ -333,7 +340,7 @@ func (r *runner) assertCoverage(t *outcome) {
 			t.errorf("proxy fault %s never fired", f)
 		}
 	}
-	if r.counts.get("vm:swap")+r.counts.get("vm:swap-hotplug")+r.counts.get("vm:swap-fails") == 0 {
+	if !r.swapped() {
 		t.errorf("no live NAD swap of a VM")
 	}
 	for _, aspect := range poolAspects {

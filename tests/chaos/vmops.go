@@ -181,7 +181,7 @@ var vmOps = []string{"migrate", "swap", "swap-hotplug", "swap-fails", "hotplug",
 // vmFirstOps are each actor's first operations: together, every kind.
 var vmFirstOps = [][]string{
 	{"swap-hotplug", "swap-fails", "migrate", "move", "swap", "clone"},
-	{"hotplug", "swap", "swap-hotplug", "restore", "delete-restore", "stop", "delete"},
+	{"swap", "hotplug", "swap-hotplug", "restore", "delete-restore", "stop", "delete"},
 }
 
 func (a *vmActor) run(ctx context.Context) {
