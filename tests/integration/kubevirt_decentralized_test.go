@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -324,15 +325,19 @@ func startDecentralizedEnv(t *testing.T) (e, recv *kvEnv) {
 func widenWebhook(t *testing.T, name string, namespaces ...string) {
 	t.Helper()
 	ctx := context.Background()
-	var cfg admissionregistrationv1.MutatingWebhookConfiguration
-	if err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	for i := range cfg.Webhooks {
-		cfg.Webhooks[i].NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-			{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: namespaces}}}
-	}
-	if err := cp.Client.Update(ctx, &cfg); err != nil {
+	// ipkeeper-controller writes the configuration too (its CA bundle):
+	// read it again on a conflict.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cfg admissionregistrationv1.MutatingWebhookConfiguration
+		if err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, &cfg); err != nil {
+			return err
+		}
+		for i := range cfg.Webhooks {
+			cfg.Webhooks[i].NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: namespaces}}}
+		}
+		return cp.Client.Update(ctx, &cfg)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	for _, ns := range namespaces {
