@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,10 @@ type Options struct {
 	// MetricsAddr and ProbeAddr, when set, serve /metrics and /healthz, /readyz.
 	MetricsAddr string
 	ProbeAddr   string
+	// ProfilingAddr, when set, serves Go's profiles (/debug/pprof/) there,
+	// plain HTTP and unauthenticated: for a loopback address while
+	// investigating, never by default.
+	ProfilingAddr string
 	// MetricsCertDir, when set, serves /metrics over TLS with tls.crt and
 	// tls.key from this directory, reloaded when they change, with
 	// MetricsTLS's minimum version (TLS 1.3 when zero) and cipher suites.
@@ -221,7 +226,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	if a.metrics, err = newMetrics(opts.Registry, a.reservations.Len, a.Ready); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
-	a.store = &apiStore{c: live, metrics: a.metrics}
+	a.store = &apiStore{c: live, rest: reservationREST, metrics: a.metrics}
 	a.blocks = blocks.New(live, opts.NodeName, blocks.Hooks{
 		Read:   func(verb string) { a.metrics.apiReads.WithLabelValues(verb).Inc() },
 		Write:  func(verb string) { a.metrics.apiWrites.WithLabelValues(verb).Inc() },
@@ -263,6 +268,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			tlsConfig = a.opts.MetricsTLS.Config(a.metricsCert.GetCertificate)
 		}
 		go func() { errc <- serveHTTP(ctx, a.opts.MetricsAddr, mux, tlsConfig) }()
+	}
+	if a.opts.ProfilingAddr != "" {
+		go func() { errc <- serveHTTP(ctx, a.opts.ProfilingAddr, profilingHandler(), nil) }()
 	}
 	// The plugin is installed at once: until the agent is ready it answers
 	// with the reason, which says more than a plugin missing from the node.
@@ -492,6 +500,17 @@ func (a *Agent) probeHandler() http.Handler {
 
 // serveHTTP serves h on addr until ctx is done: over TLS with tlsConfig,
 // plain HTTP when it is nil.
+// profilingHandler serves net/http/pprof's handlers under /debug/pprof/.
+func profilingHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
 func serveHTTP(ctx context.Context, addr string, h http.Handler, tlsConfig *tls.Config) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -40,6 +40,7 @@ func (o *CommandOptions) FlagSet() *flag.FlagSet {
 	fs.StringVar(&o.Agent.MetricsAddr, "metrics-bind-address", ":9910", "address for Prometheus /metrics; empty disables")
 	fs.StringVar(&o.Agent.MetricsCertDir, "metrics-cert-dir", "", "serve /metrics over TLS with tls.crt and tls.key from this directory (reloaded when they change), with --tls-min-version and --tls-cipher-suites; empty: plain HTTP")
 	o.TLS.AddFlags(fs, "/metrics with --metrics-cert-dir")
+	fs.StringVar(&o.Agent.ProfilingAddr, "profiling-bind-address", "", "serve Go's CPU and memory profiles (/debug/pprof/, plain HTTP, unauthenticated) on this address, e.g. 127.0.0.1:9912; empty disables")
 	fs.StringVar(&o.Agent.ProbeAddr, "health-probe-bind-address", ":9911", "address for /healthz and /readyz; empty disables")
 	fs.DurationVar(&o.Agent.ClaimWaitTimeout, "claim-wait-timeout", 30*time.Second, "how long an ADD waits for the IPAMClaim it references to exist and have addresses (ipkeeper-controller records them)")
 	fs.DurationVar(&o.Agent.PoolWaitTimeout, "pool-wait-timeout", 10*time.Second, "how long an ADD of an inline network waits for ipkeeper-controller to make the network's IPPool from its NAD")

@@ -123,3 +123,30 @@ func TestServeHTTPOverTLS(t *testing.T) {
 		t.Errorf("plain HTTP (no --metrics-cert-dir): %q, %v", body, err)
 	}
 }
+
+// Profiles are served only when asked for, and then on their own listener:
+// the flag is empty by default, and the handler serves pprof's pages.
+func TestProfilingOnlyWhenAsked(t *testing.T) {
+	var o CommandOptions
+	fs := o.FlagSet()
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if o.Agent.ProfilingAddr != "" {
+		t.Errorf("--profiling-bind-address defaults to %q, want empty (off)", o.Agent.ProfilingAddr)
+	}
+	if err := fs.Parse([]string{"--profiling-bind-address=127.0.0.1:9912"}); err != nil || o.Agent.ProfilingAddr != "127.0.0.1:9912" {
+		t.Errorf("--profiling-bind-address=127.0.0.1:9912: %q, %v", o.Agent.ProfilingAddr, err)
+	}
+	srv := httptest.NewServer(profilingHandler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/debug/pprof/cmdline: %s", resp.Status)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/macaddr"
@@ -48,11 +49,15 @@ const listPageSize = 500
 // apiStore implements Store with an uncached client (reservation's
 // KubeStore for its steps) and counts its calls.
 type apiStore struct {
-	c       client.Client
+	c client.Client
+	// rest creates reservations (reservation.KubeStore.REST).
+	rest    rest.Interface
 	metrics *metrics
 }
 
-func (s *apiStore) kube() reservation.KubeStore { return reservation.KubeStore{Client: s.c} }
+func (s *apiStore) kube() reservation.KubeStore {
+	return reservation.KubeStore{Client: s.c, REST: s.rest}
+}
 
 func (s *apiStore) Create(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error {
 	s.metrics.apiWrites.WithLabelValues("create").Inc()

@@ -75,6 +75,7 @@ func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, *
 		Scheme:                        s,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.ProbeAddr,
+		PprofBindAddress:              o.ProfilingAddr,
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              o.LeaderElectID,
 		LeaderElectionNamespace:       o.Namespace,

@@ -39,9 +39,13 @@ type Options struct {
 	// tls.key from it; plain HTTP when empty.
 	MetricsCertDir string
 	ProbeAddr      string
-	APIQPS         float64
-	APIBurst       int
-	RequireGate    bool
+	// ProfilingAddr, when set, serves Go's profiles (/debug/pprof/) there:
+	// plain HTTP, unauthenticated, for a loopback address while
+	// investigating.
+	ProfilingAddr string
+	APIQPS        float64
+	APIBurst      int
+	RequireGate   bool
 	// ClaimsController is --claims-controller: who makes VMs' IPAMClaims
 	// (claimmaker.Setting).
 	ClaimsController         string
@@ -86,6 +90,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":9920", "address for Prometheus /metrics; 0 disables")
 	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "serve /metrics over TLS with tls.crt and tls.key from this directory (reloaded when they change), with --tls-min-version and --tls-cipher-suites; empty: plain HTTP")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":9921", "address for /healthz and /readyz; 0 disables")
+	fs.StringVar(&o.ProfilingAddr, "profiling-bind-address", "", "serve Go's CPU and memory profiles (/debug/pprof/, plain HTTP, unauthenticated) on this address, e.g. 127.0.0.1:9922; empty disables")
 	fs.Float64Var(&o.APIQPS, "kube-api-qps", 200, "API requests per second (sustained): the controller writes every VM's first addresses, so a VM boot storm is bounded by this")
 	fs.IntVar(&o.APIBurst, "kube-api-burst", 400, "API requests in a burst")
 	fs.IntVar(&o.ClaimWorkers, "claim-workers", claimaddrs.DefaultWorkers, "IPAMClaims whose addresses are chosen and recorded at once")

@@ -105,3 +105,17 @@ func TestCommandLine(t *testing.T) {
 		}
 	}
 }
+
+// Profiles are served only when asked for: --profiling-bind-address is
+// empty by default.
+func TestProfilingOffByDefault(t *testing.T) {
+	var c CommandOptions
+	fs := c.FlagSet()
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.ProfilingAddr != "" {
+		t.Errorf("--profiling-bind-address defaults to %q, want empty (off)", c.ProfilingAddr)
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
+	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
@@ -186,12 +187,16 @@ func (r *DriftReconciler) judge(ctx context.Context, vmi *kubevirtv1.VirtualMach
 // key but those in keep: its guest no longer runs, or no longer runs with
 // them.
 func (r *DriftReconciler) forget(ctx context.Context, key types.NamespacedName, keep map[string]bool) error {
-	var list ipamclaimsv1alpha1.IPAMClaimList
-	if err := r.Client.List(ctx, &list, client.InNamespace(key.Namespace)); err != nil {
-		return fmt.Errorf("listing the IPAMClaims of %s: %w", key, err)
+	// By the owner-name index: every claim event of a namespace comes
+	// here, and listing the whole namespace's claims each time made a VM
+	// boot storm quadratic (1,000 claims: 8x the controller's CPU per
+	// claim filled).
+	list, err := claims.ClaimsOf(ctx, r.Client, key.Namespace, key.Name)
+	if err != nil {
+		return err
 	}
-	for i := range list.Items {
-		claim := &list.Items[i]
+	for i := range list {
+		claim := &list[i]
 		if owner, ok := claimowner.Of(claim); !ok || owner.Name != key.Name || keep[claim.Name] {
 			continue
 		}

@@ -3,13 +3,26 @@
 package guestnet
 
 import (
+	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimowner"
+	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
 )
 
 // The gauge counts the claims whose guest differs now, each once.
@@ -57,5 +70,66 @@ func TestCompare(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+type builderIndexer struct{ b *fake.ClientBuilder }
+
+func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	i.b.WithIndex(obj, field, fn)
+	return nil
+}
+
+// A VMI gone makes the reconciler drop the condition from its VM's claims.
+// It reads only that VM's claims (by the owner-name index): every claim
+// event of a namespace comes here, and reading the whole namespace's
+// claims each time made a boot storm of 1,000 VMs quadratic.
+func TestForgetReadsOnlyTheOwnersClaims(t *testing.T) {
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(vm string, net string, withCondition bool) *ipamclaimsv1alpha1.IPAMClaim {
+		c := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: vm + "." + net,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: claimowner.KindVM, Name: vm, UID: types.UID("uid-" + vm), Controller: ptr.To(true)}}}}
+		if withCondition {
+			c.Status.Conditions = []metav1.Condition{{Type: ConditionGuestAddresses, Status: metav1.ConditionFalse, Reason: "Differ", LastTransitionTime: metav1.Now()}}
+		}
+		return c
+	}
+	objs := []client.Object{claim("vm1", "blue", true), claim("vm1", "red", false)}
+	for i := range 200 {
+		objs = append(objs, claim(fmt.Sprintf("other%d", i), "blue", true))
+	}
+	b := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{})
+	if err := claims.SetupIndexes(context.Background(), builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
+	listed := 0
+	c := interceptor.NewClient(b.Build(), interceptor.Funcs{List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		err := cl.List(ctx, list, opts...)
+		if l, ok := list.(*ipamclaimsv1alpha1.IPAMClaimList); ok {
+			listed += len(l.Items)
+		}
+		return err
+	}})
+	r := &DriftReconciler{Client: c}
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "vms", Name: "vm1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if listed > 2 {
+		t.Errorf("forgetting vm1's conditions read %d claims, want its own 2", listed)
+	}
+	for _, key := range []struct {
+		name string
+		want bool
+	}{{"vm1.blue", false}, {"other7.blue", true}} {
+		var got ipamclaimsv1alpha1.IPAMClaim
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: "vms", Name: key.name}, &got); err != nil {
+			t.Fatal(err)
+		}
+		if has := meta.FindStatusCondition(got.Status.Conditions, ConditionGuestAddresses) != nil; has != key.want {
+			t.Errorf("%s has the GuestAddresses condition: %t, want %t", key.name, has, key.want)
+		}
 	}
 }

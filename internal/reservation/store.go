@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -57,17 +58,66 @@ type KubeStore struct {
 	// Live, when set, is what Get reads: a controller's Client reads its
 	// cache, and a create found taken must see what is there now.
 	Live client.Reader
+	// REST, when set, is what Create posts through (a REST client of
+	// ipkeeper.io/v1alpha1): of the API server's answer Create then reads
+	// only the metadata the server sets, not the whole object with its
+	// managed fields. Decoding the answer whole was a tenth of the agent's
+	// CPU per ADD in an allocation storm.
+	REST rest.Interface
 }
 
 // Create implements Store.
 func (s KubeStore) Create(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error {
-	err := s.Client.Create(ctx, r)
+	var err error
+	if s.REST != nil {
+		err = createLean(ctx, s.REST, r)
+	} else {
+		err = s.Client.Create(ctx, r)
+	}
 	if apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("%w: reservation %s", ErrTaken, r.Name)
 	}
 	if err != nil {
 		return fmt.Errorf("creating reservation %s: %w", r.Name, err)
 	}
+	return nil
+}
+
+// createLean creates r through c and fills in what the server set of its
+// metadata (UID, resourceVersion, generation, creation time). The rest of
+// the answer is r as sent: no defaults are declared for IPReservations,
+// and the watch delivers the stored object.
+func createLean(ctx context.Context, c rest.Interface, r *ipkeeperv1alpha1.IPReservation) error {
+	r.APIVersion, r.Kind = ipkeeperv1alpha1.GroupVersion.String(), "IPReservation"
+	body, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encoding reservation %s: %w", r.Name, err)
+	}
+	raw, err := c.Post().Resource("ipreservations").Body(body).Do(ctx).Raw()
+	if err != nil {
+		return err
+	}
+	var answer struct {
+		Metadata struct {
+			UID             types.UID `json:"uid"`
+			ResourceVersion string    `json:"resourceVersion"`
+			Generation      int64     `json:"generation"`
+			// A string: metav1.Time's own decoding costs more than the rest.
+			CreationTimestamp string `json:"creationTimestamp"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &answer); err != nil {
+		return fmt.Errorf("decoding the API server's answer to the create of reservation %s: %w", r.Name, err)
+	}
+	if answer.Metadata.UID == "" || answer.Metadata.ResourceVersion == "" {
+		return fmt.Errorf("the API server's answer to the create of reservation %s has no uid or resourceVersion", r.Name)
+	}
+	created, err := time.Parse(time.RFC3339, answer.Metadata.CreationTimestamp)
+	if err != nil {
+		return fmt.Errorf("the API server's answer to the create of reservation %s: creationTimestamp: %w", r.Name, err)
+	}
+	r.UID, r.ResourceVersion = answer.Metadata.UID, answer.Metadata.ResourceVersion
+	r.Generation, r.CreationTimestamp = answer.Metadata.Generation, metav1.NewTime(created)
 	return nil
 }
 

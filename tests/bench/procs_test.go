@@ -87,6 +87,7 @@ type node struct {
 	proc    *framework.AgentProcess
 	client  *cniproto.Client
 	metrics string // URL of its /metrics
+	pprof   string // URL of its /debug/pprof/ when profiled (IPKEEPER_BENCH_PROFILE_DIR), else empty
 }
 
 var nodeSeq int
@@ -118,17 +119,22 @@ func startNodesOn(b *testing.B, c *framework.ControlPlane, prefix string, n int)
 	for i := range n {
 		name := fmt.Sprintf("%s-%d", prefix, i)
 		addr, health := loopbackAddr(b), loopbackAddr(b)
+		args, pprofURL := []string{"--log-level=warn"}, ""
+		if os.Getenv("IPKEEPER_BENCH_PROFILE_DIR") != "" {
+			pp := loopbackAddr(b)
+			args, pprofURL = append(args, "--profiling-bind-address="+pp), "http://"+pp+"/debug/pprof/"
+		}
 		proc, err := framework.StartAgentProcess(framework.AgentProcessOptions{
 			Binary: bin.Agent, Kubeconfig: c.KubeconfigPath, NodeName: name,
 			Dir:         filepath.Join(workDir, fmt.Sprintf("s%d-n%d", nodeSeq, i)),
-			ExtraArgs:   []string{"--log-level=warn"},
+			ExtraArgs:   args,
 			HealthAddr:  health,
 			MetricsAddr: addr,
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		nodes = append(nodes, &node{name: name, proc: proc, metrics: "http://" + addr + "/metrics",
+		nodes = append(nodes, &node{name: name, proc: proc, metrics: "http://" + addr + "/metrics", pprof: pprofURL,
 			client: &cniproto.Client{SocketPath: proc.Socket, Timeout: 120 * time.Second}})
 	}
 	for _, nd := range nodes {
@@ -446,6 +452,20 @@ type cpuMeter struct{ api, etcd time.Duration }
 func startCPU(b *testing.B) cpuMeter {
 	a, e := controlPlaneCPU(b)
 	return cpuMeter{a, e}
+}
+
+// since returns the API server's and etcd's CPU time from m to now.
+func (m cpuMeter) since(b *testing.B) cpuMeter {
+	a, e := controlPlaneCPU(b)
+	return cpuMeter{a - m.api, e - m.etcd}
+}
+
+// plus adds two spans of CPU time.
+func (m cpuMeter) plus(o cpuMeter) cpuMeter { return cpuMeter{m.api + o.api, m.etcd + o.etcd} }
+
+// spanPerOp returns the milliseconds per operation of a span of CPU time (since's).
+func (m cpuMeter) spanPerOp(ops int) (api, etcd float64) {
+	return float64(m.api.Microseconds()) / 1000 / float64(ops), float64(m.etcd.Microseconds()) / 1000 / float64(ops)
 }
 
 // perOp returns the API server's and etcd's CPU milliseconds per operation since m.

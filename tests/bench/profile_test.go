@@ -5,6 +5,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,8 +30,49 @@ func profileAPIServer(b *testing.B, phase string) (done func()) {
 	return profileAPIServerOf(b, cp, phase)
 }
 
+// profileAPIServerIf is profileAPIServer of phase, and nothing for "".
+func profileAPIServerIf(b *testing.B, phase string) (done func()) {
+	if phase == "" {
+		return func() {}
+	}
+	return profileAPIServer(b, phase)
+}
+
 // profileAPIServerOf is profileAPIServer for control plane c's kube-apiserver.
 func profileAPIServerOf(b *testing.B, c *framework.ControlPlane, phase string) (done func()) {
+	return profileInto(b, "kube-apiserver", fmt.Sprintf("kube-apiserver-%s.pprof", phase), phase, func() ([]byte, error) {
+		return c.Clientset.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(profileSeconds)).Timeout(2 * profileSeconds * time.Second).DoRaw(context.Background())
+	})
+}
+
+// profileAgent starts, when IPKEEPER_BENCH_PROFILE_DIR is set, a CPU
+// profile of agent process nd (started with --profiling-bind-address) and
+// returns a function that waits for it to end and writes it to
+// <dir>/agent-<phase>-<node>.pprof (go tool pprof merges several).
+func profileAgent(b *testing.B, nd *node, phase string) (done func()) {
+	if nd.pprof == "" {
+		return func() {}
+	}
+	return profileInto(b, "agent "+nd.name, fmt.Sprintf("agent-%s-%s.pprof", phase, nd.name), phase, func() ([]byte, error) {
+		c := &http.Client{Timeout: 2 * profileSeconds * time.Second}
+		resp, err := c.Get(fmt.Sprintf("%sprofile?seconds=%d", nd.pprof, profileSeconds))
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", resp.Status, data)
+		}
+		return data, err
+	})
+}
+
+// profileInto runs fetch (a CPU profile of what) now, when
+// IPKEEPER_BENCH_PROFILE_DIR is set, and returns a function that waits for
+// it and writes it to that directory as file.
+func profileInto(b *testing.B, what, file, phase string, fetch func() ([]byte, error)) (done func()) {
 	dir := os.Getenv("IPKEEPER_BENCH_PROFILE_DIR")
 	if dir == "" {
 		return func() {}
@@ -40,19 +83,18 @@ func profileAPIServerOf(b *testing.B, c *framework.ControlPlane, phase string) (
 	}
 	ch := make(chan result, 1)
 	go func() {
-		data, err := c.Clientset.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-			Param("seconds", strconv.Itoa(profileSeconds)).Timeout(2 * profileSeconds * time.Second).DoRaw(context.Background())
+		data, err := fetch()
 		ch <- result{data, err}
 	}()
 	return func() {
 		r := <-ch
 		if r.err != nil {
-			b.Fatalf("profiling the kube-apiserver (%s): %v", phase, r.err)
+			b.Fatalf("profiling %s (%s): %v", what, phase, r.err)
 		}
-		path := filepath.Join(dir, fmt.Sprintf("kube-apiserver-%s.pprof", phase))
+		path := filepath.Join(dir, file)
 		if err := os.WriteFile(path, r.data, 0o644); err != nil {
 			b.Fatalf("writing %s: %v", path, err)
 		}
-		b.Logf("kube-apiserver CPU profile of %s: %s", phase, path)
+		b.Logf("CPU profile of %s in %s: %s", what, phase, path)
 	}
 }

@@ -5,6 +5,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -64,6 +65,10 @@ func watchOnlyNodes(b *testing.B, prefix string, n int) (stop func()) {
 	var failMu sync.Mutex
 	var failed error
 	var client *http.Client
+	// Opened at most openingAtOnce at a time, each retried as a
+	// reflector retries: 5,000 lists at once overload the API server
+	// (504), which is not what the figure measures.
+	opening := make(chan struct{}, openingAtOnce)
 	for i := range n {
 		if i%nodesPerConnection == 0 {
 			cfg := rest.CopyConfig(cp.Config)
@@ -81,7 +86,9 @@ func watchOnlyNodes(b *testing.B, prefix string, n int) (stop func()) {
 			opened.Add(1)
 			go func(c *http.Client) {
 				defer wg.Done()
-				body, err := openWatch(ctx, c, w)
+				opening <- struct{}{}
+				body, err := openWatchRetrying(ctx, c, w)
+				<-opening
 				opened.Done()
 				if err != nil {
 					failMu.Lock()
@@ -101,6 +108,37 @@ func watchOnlyNodes(b *testing.B, prefix string, n int) (stop func()) {
 	}
 	return stop
 }
+
+// openingAtOnce bounds how many watch-only nodes' watches are being opened at once.
+const openingAtOnce = 64
+
+// openWatchRetrying is openWatch, tried again after an answer of an
+// overloaded API server (429, 5xx) or a transport error, with a backoff,
+// for up to two minutes.
+func openWatchRetrying(ctx context.Context, c *http.Client, w agentWatch) (io.ReadCloser, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		body, err := openWatch(ctx, c, w)
+		var st *statusError
+		retry := err != nil && (!errors.As(err, &st) || st.code == http.StatusTooManyRequests || st.code >= 500)
+		if !retry || time.Now().Add(delay).After(deadline) {
+			return body, err
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// statusError is an API server's answer other than 200 OK.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
 
 // openWatch lists w's resource (one item: the list is for its
 // resourceVersion) and opens the watch from there.
@@ -127,7 +165,7 @@ func openWatch(ctx context.Context, c *http.Client, w agentWatch) (io.ReadCloser
 		if resp.StatusCode != http.StatusOK {
 			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			resp.Body.Close()
-			return nil, fmt.Errorf("GET %s?%s: %s: %s", w.path, params.Encode(), resp.Status, msg)
+			return nil, &statusError{resp.StatusCode, fmt.Sprintf("GET %s?%s: %s: %s", w.path, params.Encode(), resp.Status, msg)}
 		}
 		return resp, nil
 	}

@@ -99,6 +99,45 @@ func removeStaleSocket(path string) error {
 	return nil
 }
 
+// workerIdle is how long a goroutine that served a connection waits for
+// the next one before it ends.
+const workerIdle = 10 * time.Second
+
+// connWorkers serves each connection on a goroutine that served one
+// before, when one is idle, else on a new one. A request's call path (the
+// API client's encoding and decoding) grows a goroutine's stack to tens of
+// kilobytes: on a new goroutine per connection, copying the stack as it
+// grew was a sixteenth of the agent's CPU in an allocation storm.
+type connWorkers struct {
+	ctx    context.Context // ends idle goroutines
+	conns  chan net.Conn   // unbuffered: a send succeeds only if a goroutine is idle
+	serve1 func(net.Conn)
+}
+
+func (w *connWorkers) serve(conn net.Conn) {
+	select {
+	case w.conns <- conn:
+	default:
+		go w.run(conn)
+	}
+}
+
+func (w *connWorkers) run(conn net.Conn) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		w.serve1(conn)
+		idle.Reset(workerIdle)
+		select {
+		case conn = <-w.conns:
+		case <-idle.C:
+			return
+		case <-w.ctx.Done():
+			return
+		}
+	}
+}
+
 // ServeListener serves h on ln, framed and HTTP alike (see the package
 // comment), until ctx is cancelled, then shuts down, waiting up to
 // ShutdownTimeout for in-flight requests. The listener is closed (and a
@@ -119,6 +158,10 @@ func ServeListener(ctx context.Context, ln net.Listener, h Handler, log logr.Log
 	go func() { httpErr <- srv.Serve(httpLn) }()
 
 	var framed sync.WaitGroup // connections being sniffed or served as frames
+	pool := &connWorkers{ctx: ctx, conns: make(chan net.Conn), serve1: func(conn net.Conn) {
+		defer framed.Done()
+		s.serveConn(base, conn, httpLn)
+	}}
 	acceptErr := make(chan error, 1)
 	go func() {
 		for delay := time.Duration(0); ; {
@@ -142,10 +185,7 @@ func ServeListener(ctx context.Context, ln net.Listener, h Handler, log logr.Log
 			}
 			delay = 0
 			framed.Add(1)
-			go func() {
-				defer framed.Done()
-				s.serveConn(base, conn, httpLn)
-			}()
+			pool.serve(conn)
 		}
 	}()
 

@@ -9,7 +9,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,4 +134,69 @@ func (p ctxProbe) Del(ctx context.Context, r *cniproto.Request) error {
 	err := p.funcHandler.Del(ctx, r)
 	p.ctxErr <- ctx.Err()
 	return err
+}
+
+// TestConnWorkersReuseAnIdleGoroutine checks that connections served one
+// after another share one goroutine, that concurrent ones each get one,
+// and that idle goroutines end with the context.
+func TestConnWorkersReuseAnIdleGoroutine(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var served sync.WaitGroup
+	release := make(chan struct{})
+	var hold atomic.Bool
+	w := &connWorkers{ctx: ctx, conns: make(chan net.Conn), serve1: func(c net.Conn) {
+		defer served.Done()
+		if hold.Load() {
+			<-release
+		}
+		_ = c.Close()
+	}}
+	before := runtime.NumGoroutine()
+	for i := range 20 {
+		a, b := net.Pipe()
+		_ = b.Close()
+		served.Add(1)
+		if i == 0 {
+			w.serve(a)
+		} else {
+			// The worker that served the last one takes it once it
+			// waits again (serve would start another meanwhile).
+			waitFor(t, func() bool {
+				select {
+				case w.conns <- a:
+					return true
+				default:
+					return false
+				}
+			})
+		}
+		served.Wait()
+	}
+	if n := runtime.NumGoroutine(); n > before+1 {
+		t.Errorf("20 connections one after another left %d goroutines, want at most 1", n-before)
+	}
+	hold.Store(true)
+	for range 3 {
+		a, b := net.Pipe()
+		_ = b.Close()
+		served.Add(1)
+		w.serve(a)
+	}
+	waitFor(t, func() bool { return runtime.NumGoroutine() >= before+3 })
+	close(release)
+	served.Wait()
+	cancel()
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within 5s (%d goroutines)", runtime.NumGoroutine())
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
