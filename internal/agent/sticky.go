@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
@@ -68,8 +69,11 @@ func (a *Agent) stickyTakeBack(ctx context.Context, req *request, family []ipran
 }
 
 // latestKept picks, among reservations listed by MAC, the one of the
-// family kept for the holder that was released last (the workload's
-// latest address), whose address the pool still hands out.
+// family kept for the holder that was attached last (the workload's
+// latest address), whose address the pool still hands out. Not the one
+// released last: an earlier pod whose DEL never came is released by the
+// garbage collector, after its successor's DEL. Times are in seconds;
+// within one, the later release, then the name, decide.
 func latestKept(rs []ipkeeperv1alpha1.IPReservation, h holder, req *request, is4 bool) (*ipkeeperv1alpha1.IPReservation, netip.Addr, bool) {
 	rs = slices.DeleteFunc(slices.Clone(rs), func(r ipkeeperv1alpha1.IPReservation) bool {
 		ip, err := netip.ParseAddr(r.Spec.IP)
@@ -79,7 +83,16 @@ func latestKept(rs []ipkeeperv1alpha1.IPReservation, h holder, req *request, is4
 	if len(rs) == 0 {
 		return nil, netip.Addr{}, false
 	}
+	attached := func(r ipkeeperv1alpha1.IPReservation) time.Time {
+		if r.Spec.AttachedAt == nil {
+			return time.Time{}
+		}
+		return r.Spec.AttachedAt.Time
+	}
 	best := slices.MaxFunc(rs, func(x, y ipkeeperv1alpha1.IPReservation) int {
+		if c := attached(x).Compare(attached(y)); c != 0 {
+			return c
+		}
 		if c := x.Spec.ReuseAfter.Compare(y.Spec.ReuseAfter.Time); c != 0 {
 			return c
 		}

@@ -215,3 +215,33 @@ func mustMAC(t *testing.T, s string) net.HardwareAddr {
 	}
 	return m
 }
+
+// Two released addresses of one MAC: the one its latest attachment had
+// comes back, even when the other was released later (an earlier pod
+// whose DEL never came, released by the garbage collector after its
+// successor's DEL). Found by the chaos checker (I13, seed 3703).
+func TestStickyMACGivesBackTheLatestAttachmentsAddress(t *testing.T) {
+	const mac = "02:00:00:00:00:09"
+	store := newFakeStore()
+	a := newTestAgent(t, store, newFakeClaims())
+	a.poolStore.(*fakePoolStore).put(coolPool(time.Hour, "10.9.0.0/28"))
+	now := time.Now()
+	released := func(ip, pod string, attached, reuseAfter time.Time) {
+		r := reservation.New(reservation.Params{
+			Pool: "cool", Key: "cool", Network: "stickynet", IP: netip.MustParseAddr(ip), Interface: "net1",
+			Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "vms", Name: pod, UID: types2.UID(pod)},
+			Node:  "node-a", Block: reservation.NodeBlock, MAC: mustMAC(t, mac), AttachedAt: &metav1.Time{Time: attached},
+		})
+		r.Spec.ReuseAfter = &metav1.Time{Time: reuseAfter}
+		store.put(r)
+	}
+	// g2 attached first; its release came last (the garbage collector's).
+	released("10.9.0.3", "g2", now.Add(-10*time.Second), now.Add(time.Hour+2*time.Second))
+	// g3 attached later; its DEL released it first.
+	released("10.9.0.12", "g3", now.Add(-4*time.Second), now.Add(time.Hour))
+
+	y, err := addWithMAC(t, a, stickyConf, "c1", "vms", "g3", mac)
+	if err != nil || y != "10.9.0.12/28" {
+		t.Fatalf("ADD presenting the MAC = %q, %v; want 10.9.0.12/28, the address of its latest attachment", y, err)
+	}
+}
