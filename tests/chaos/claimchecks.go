@@ -98,9 +98,12 @@ func addressState(ls *liveState, v claimView, facts claimFacts) (state, problem 
 	}
 	// After the harness's edit from -> to, the controller reserves each
 	// new address, then releases the old ones: the claim holds from, then
-	// from and part or all of to, then to and part of from.
-	if e := facts.edit; e != nil && sameSet(v.status, e.to) && subset(v.held, append(slices.Clone(e.from), e.to...)) &&
-		(subset(e.from, v.held) || subset(e.to, v.held)) {
+	// from and part or all of to, then to and part of from. It may also
+	// still hold addresses it records nowhere (a fill's create whose
+	// answer was lost, retried with another address), as outside an edit
+	// (stateHoldsUnrecorded): it releases them too, which quiescence
+	// checks.
+	if e := facts.edit; e != nil && sameSet(v.status, e.to) && (subset(e.from, v.held) || subset(e.to, v.held)) {
 		for _, ip := range e.to {
 			if slices.Contains(v.held, ip) {
 				continue

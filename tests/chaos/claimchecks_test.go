@@ -51,7 +51,10 @@ func TestClaimAddressStates(t *testing.T) {
 		{name: "edited, new one someone else's", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a4, a6}, others: []netip.Addr{b4}, edit: edit,
 			state: stateEditConflict, settled: true},
 		{name: "edited, old one lost before the new one is held", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a6}, edit: edit, problem: true},
-		{name: "edited, holds a third address", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a4, c4, a6}, edit: edit, problem: true},
+		// A create whose answer was lost left it a third address, which
+		// it releases too (as outside an edit): transient, judged at
+		// quiescence (chaos seed 3703).
+		{name: "edited, holds a third address", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a4, c4, a6}, edit: edit, state: stateEditOldHeld},
 		{name: "records other addresses than the edit", status: []string{"10.62.0.22/24", "fd62::20/120"}, mine: []netip.Addr{a4, a6}, edit: edit, problem: true},
 	}
 	for _, tt := range tests {
