@@ -192,7 +192,11 @@ func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 			ips = append(ips, prefixOf(pool, h.ip, family))
 			continue
 		}
-		if ip, ok := r.takeBack(ctx, claim, net, pool, back, family[0].Is4()); ok {
+		ip, ok, err := r.takeBack(ctx, claim, net, pool, back, family[0].Is4())
+		if err != nil {
+			return outcome{}, err
+		}
+		if ok {
 			ips = append(ips, prefixOf(pool, ip, family))
 			continue
 		}
@@ -205,8 +209,8 @@ func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 		if err != nil {
 			return outcome{}, fmt.Errorf("IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
 		}
-		ip, _ := netip.ParseAddr(res.Spec.IP)
-		ips = append(ips, prefixOf(pool, ip, family))
+		assigned, _ := netip.ParseAddr(res.Spec.IP)
+		ips = append(ips, prefixOf(pool, assigned, family))
 	}
 	return outcome{ips: ips}, nil
 }
@@ -242,11 +246,13 @@ func (r *Reconciler) retiredForClaim(ctx context.Context, claim *ipamclaimsv1alp
 }
 
 // takeBack reserves for the claim an address of the family among back
-// (retiredForClaim) that its pool still hands out. Any failure (taken
-// by another writer meanwhile, the pool changed) leaves the claim to the
-// ordinary search: keeping an address across a claim's re-creation is
-// best effort, holding one address twice never happens.
-func (r *Reconciler) takeBack(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, back []*ipkeeperv1alpha1.IPReservation, is4 bool) (netip.Addr, bool) {
+// (retiredForClaim) that its pool still hands out. An address another
+// writer took meanwhile, or that the API server refuses, leaves the claim
+// to the ordinary search: holding one address twice never happens. A
+// passing failure (the API server unavailable, an answer lost) fails the
+// reconcile, which retries it: filling with another address would give
+// up the kept one for good.
+func (r *Reconciler) takeBack(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, back []*ipkeeperv1alpha1.IPReservation, is4 bool) (netip.Addr, bool, error) {
 	for _, res := range back {
 		ip, err := netip.ParseAddr(res.Spec.IP)
 		if err != nil || ip.Is4() != is4 {
@@ -256,12 +262,28 @@ func (r *Reconciler) takeBack(ctx context.Context, claim *ipamclaimsv1alpha1.IPA
 			continue
 		}
 		if _, err := r.Alloc.Reserve(ctx, pool, holderOf(claim, net), ip); err != nil {
+			if passing(err) {
+				return netip.Addr{}, false, fmt.Errorf("IPAMClaim %s/%s: taking back %s, which its name held: %w", claim.Namespace, claim.Name, ip, err)
+			}
 			log.FromContext(ctx).V(1).Info("could not take back the address the claim's name held before", "ip", ip, "error", err.Error())
 			continue
 		}
-		return ip, true
+		return ip, true, nil
 	}
-	return netip.Addr{}, false
+	return netip.Addr{}, false, nil
+}
+
+// passing reports whether a write failed for a reason that may be gone on
+// a retry: not the address taken by another, nor a refusal of the
+// request itself.
+func passing(err error) bool {
+	var taken *reservation.TakenError
+	switch {
+	case errors.As(err, &taken), errors.Is(err, reservation.ErrTaken), errors.Is(err, reservation.ErrChanged),
+		apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsBadRequest(err):
+		return false
+	}
+	return true
 }
 
 // keep makes sure a claim holds what it records (mine: what it holds or

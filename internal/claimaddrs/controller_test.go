@@ -16,6 +16,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
@@ -1057,5 +1059,39 @@ func TestReconcileReceiverWaitsThenRecordsWhatIsLent(t *testing.T) {
 		if r.Spec.Owner.UID != src.UID || r.Spec.Released() {
 			t.Fatalf("reservation %s: owner %+v released %v, want the source's, held", r.Name, r.Spec.Owner, r.Spec.Released())
 		}
+	}
+}
+
+// A claim made anew whose take-back of its name's address fails for a
+// passing reason (the API server's 500) retries it rather than filling
+// with another address: found by the chaos checker (I10, seed 3703),
+// where the retained address was lost to one injected error.
+func TestTakeBackRetriesAPassingFailure(t *testing.T) {
+	n := nad(ns, "blue", `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}`)
+	cl := claim("vm1.blue")
+	earlier := claimOwner(cl)
+	earlier.UID = "uid-earlier-vm1.blue"
+	retired := heldRes("10.0.0.42", earlier)
+	retired.ResourceVersion = "7"
+	retired.Spec.ReuseAfter = &metav1.Time{Time: time.Now().Add(time.Hour)}
+	f := newFixture(t, n, poolOfNAD(t, n), cl, retired)
+	failures := 1
+	wrapped := interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if _, ok := obj.(*ipkeeperv1alpha1.IPReservation); ok && failures > 0 {
+			failures--
+			return apierrors.NewInternalError(errors.New("injected"))
+		}
+		return c.Create(ctx, obj, opts...)
+	}})
+	f.r.Alloc = claimalloc.New(wrapped, wrapped, syncedAddresses(t, retired), blocks.NewSet(string(ipkeeperv1alpha1.HolderIPAMClaims)), func() bool { return true }, logr.Discard())
+	if _, err := f.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "vm1.blue"}}); err == nil {
+		t.Errorf("Reconcile after a failed take-back: no error, want one (to retry)")
+	}
+	if got := f.claim(t, "vm1.blue").Status.IPs; len(got) != 0 {
+		t.Fatalf("after a failed take-back the claim records %v, want nothing yet", got)
+	}
+	f.reconcile(t, "vm1.blue")
+	if got := f.claim(t, "vm1.blue").Status.IPs; !slices.Equal(got, []string{"10.0.0.42/24"}) {
+		t.Fatalf("claim made anew records %v, want the address its name held: 10.0.0.42/24", got)
 	}
 }
