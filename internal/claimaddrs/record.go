@@ -4,7 +4,6 @@ package claimaddrs
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -22,7 +20,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
-	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 )
 
 // EventReason is the reason of an Event on a claim or on its VM.
@@ -79,7 +76,7 @@ func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		changed = true
 	}
 	if !changed {
-		return r.recordMAC(ctx, claim)
+		return nil
 	}
 	if err := claimstatus.Write(ctx, r.Client, updated); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -87,36 +84,11 @@ func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		}
 		return err
 	}
-	if err := r.recordMAC(ctx, updated); err != nil {
-		return err
-	}
 	if !claimstatus.Filled(claim) && claimstatus.Filled(updated) {
 		fills.Inc()
 		log.FromContext(ctx).Info("recorded the claim's addresses", "claim", claim.Namespace+"/"+claim.Name, "ips", st.IPs)
 	}
 	r.tell(claim, updated, wasAllocated, wasRequested)
-	return nil
-}
-
-// recordMAC labels a filled claim with the MAC of its interface
-// (macaddr.Label): the VM's own (macaddr.OwnAnnotation), else derived
-// from the addresses it records, for `kubectl get ipamclaims -L` and
-// `-l`. It is a write of its own (the status subresource ignores
-// metadata), made when the MAC changes: with the claim's addresses, or
-// the VM's own MAC. The webhook reads the MAC from the claim itself, so a
-// launcher never waits for this label.
-func (r *Reconciler) recordMAC(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) error {
-	mac, _, ok := macaddr.OfClaim(claim)
-	if !ok || claim.Labels[macaddr.Label] == macaddr.LabelValue(mac) {
-		return nil
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{macaddr.Label: macaddr.LabelValue(mac)}}})
-	if err != nil {
-		return fmt.Errorf("encoding the MAC label of IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
-	}
-	if err := r.Client.Patch(ctx, claim.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("labelling IPAMClaim %s/%s with its MAC: %w", claim.Namespace, claim.Name, err)
-	}
 	return nil
 }
 

@@ -96,6 +96,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	if err := fill.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("setting up the IPAMClaim address controller: %w", err)
 	}
+	macLabel := &claimaddrs.MACLabeler{Client: mgr.GetClient()}
+	if err := macLabel.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the IPAMClaim MAC label controller: %w", err)
+	}
 	inline := &inlinepool.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder}
 	if err := inline.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("setting up the inline pool controller: %w", err)

@@ -119,10 +119,13 @@ func (n bootNet) conf() json.RawMessage {
 // work through them all), ipkeeper-controller as a process, and 16 agent
 // processes.
 type bootCluster struct {
-	cp    *framework.ControlPlane
-	dir   string
-	ctrl  *framework.ControllerProcess
-	nodes []*node
+	cp   *framework.ControlPlane
+	dir  string
+	ctrl *framework.ControllerProcess
+	// ctrlPprof is the controller's /debug/pprof/ URL when profiled
+	// (IPKEEPER_BENCH_PROFILE_DIR), else empty.
+	ctrlPprof string
+	nodes     []*node
 	// rawOwner owns the raw baseline's reservations; markerPod owns the
 	// markers the memory figure syncs agents with.
 	rawOwner  *ipamclaimsv1alpha1.IPAMClaim
@@ -332,12 +335,17 @@ func launcherPod(ns, vm, name, node string, n bootNet) *corev1.Pod {
 func (c *bootCluster) startController(b *testing.B) {
 	b.Helper()
 	bin := binaries(b)
+	args := []string{"--enable-webhook=false", "--log-level=info",
+		"--kube-api-qps=" + strconv.Itoa(bootControllerQPS), "--kube-api-burst=" + strconv.Itoa(2*bootControllerQPS)}
+	c.ctrlPprof = ""
+	if os.Getenv("IPKEEPER_BENCH_PROFILE_DIR") != "" {
+		pp := loopbackAddr(b)
+		args, c.ctrlPprof = append(args, "--profiling-bind-address="+pp), "http://"+pp+"/debug/pprof/"
+	}
 	proc, err := framework.StartControllerProcess(framework.ControllerProcessOptions{
 		Binary: bin.Controller, Kubeconfig: c.cp.KubeconfigPath, Dir: c.dir, Namespace: bootCtrlNS,
 		WebhookConfigName: "ipkeeper-bootstorm", GCGracePeriod: 2 * time.Minute,
-		ExtraArgs: append([]string{"--enable-webhook=false", "--log-level=info",
-			"--kube-api-qps=" + strconv.Itoa(bootControllerQPS), "--kube-api-burst=" + strconv.Itoa(2*bootControllerQPS)},
-			strings.Fields(os.Getenv("IPKEEPER_BENCH_BOOTSTORM_CONTROLLER_ARGS"))...),
+		ExtraArgs: append(args, strings.Fields(os.Getenv("IPKEEPER_BENCH_BOOTSTORM_CONTROLLER_ARGS"))...),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -347,6 +355,12 @@ func (c *bootCluster) startController(b *testing.B) {
 	if err := proc.WaitReady(context.Background(), 2*time.Minute); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// profileController profiles the controller process over a phase of the
+// figure when IPKEEPER_BENCH_PROFILE_DIR is set: controller-bootstorm-<phase>.pprof.
+func (c *bootCluster) profileController(b *testing.B, phase string) (done func()) {
+	return profileProcess(b, "ipkeeper-controller", c.ctrlPprof, "controller-bootstorm-"+phase+".pprof", phase)
 }
 
 // bootControllerQPS is the controller's --kube-api-qps (its burst twice

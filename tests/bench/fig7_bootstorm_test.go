@@ -84,16 +84,22 @@ func bootStorm(b *testing.B) {
 	plainA := c.plainWave(b, "a", sc.vms/2)
 	c.waitControllerIdle(b)
 	cpu0 = c.cpu(b)
-	profiled := profileAPIServerOf(b, c.cp, "bootstorm-claims-only")
+	apiBefore := apiMetricsOf(b, c.cp)
+	profiled, ctrlProfiled := profileAPIServerOf(b, c.cp, "bootstorm-claims-only"), c.profileController(b, "claims-only")
 	claimsOnly := c.claimWave(b, fills, "co", sc.vms)
 	c.waitControllerIdle(b)
 	claimsOnly.cpu = c.cpu(b) - cpu0
 	profiled()
+	ctrlProfiled()
+	apiAfter := apiMetricsOf(b, c.cp)
+	b.Logf("claims only: API server requests per claim created and filled: %s; watch events sent per claim, by resource: %s",
+		strings.Join(requestsPer(apiBefore, apiAfter, sc.vms, 0.01), ", "), perResource(apiBefore, apiAfter, "apiserver_watch_events_total", float64(sc.vms)))
 	backlog := c.backlogWave(b, fills, "bl", sc.vms)
 
-	ctrlBefore, apiBefore := c.ctrlMetrics(b), apiMetricsOf(b, c.cp)
+	ctrlBefore := c.ctrlMetrics(b)
+	apiBefore = apiMetricsOf(b, c.cp)
 	cpu0 = c.cpu(b)
-	profiled = profileAPIServerOf(b, c.cp, "bootstorm-storm")
+	profiled, ctrlProfiled = profileAPIServerOf(b, c.cp, "bootstorm-storm"), c.profileController(b, "storm")
 	b.StartTimer()
 	storm := c.vmStorm(b, bootSingle, "vm", sc.vms)
 	fills.waitFilled(b, storm.claims)
@@ -101,7 +107,9 @@ func bootStorm(b *testing.B) {
 	c.waitControllerIdle(b)
 	storm.cpu = c.cpu(b) - cpu0
 	profiled()
-	ctrlAfter, apiAfter := c.ctrlMetrics(b), apiMetricsOf(b, c.cp)
+	ctrlProfiled()
+	ctrlAfter := c.ctrlMetrics(b)
+	apiAfter = apiMetricsOf(b, c.cp)
 	c.checkResults(b, storm, fills)
 
 	restart := c.vmRestart(b, bootSingle, "vm", sc.vms)
@@ -735,10 +743,18 @@ func (c *bootCluster) backlogWave(b *testing.B, fills *fillWatch, prefix string,
 		return c.cp.Client.Create(ctx, claim)
 	})
 	cpu0 := c.cpu(b)
+	apiBefore := apiMetricsOf(b, c.cp)
+	apiProfiled := profileAPIServerOf(b, c.cp, "bootstorm-backlog")
 	c.startController(b)
+	profiled := c.profileController(b, "backlog")
 	fills.waitFilled(b, names)
 	c.waitControllerIdle(b)
 	r := claimsOnlyResult{n: n, cpu: c.cpu(b) - cpu0}
+	profiled()
+	apiProfiled()
+	apiAfter := apiMetricsOf(b, c.cp)
+	b.Logf("backlog: API server requests per claim filled (the controller's start included): %s; watch events sent per claim, by resource: %s",
+		strings.Join(requestsPer(apiBefore, apiAfter, n, 0.01), ", "), perResource(apiBefore, apiAfter, "apiserver_watch_events_total", float64(n)))
 	var first, last time.Time
 	for _, name := range names {
 		at, _, _ := fills.filled(name)

@@ -51,12 +51,19 @@ func profileAPIServerOf(b *testing.B, c *framework.ControlPlane, phase string) (
 // returns a function that waits for it to end and writes it to
 // <dir>/agent-<phase>-<node>.pprof (go tool pprof merges several).
 func profileAgent(b *testing.B, nd *node, phase string) (done func()) {
-	if nd.pprof == "" {
+	return profileProcess(b, "agent "+nd.name, nd.pprof, fmt.Sprintf("agent-%s-%s.pprof", phase, nd.name), phase)
+}
+
+// profileProcess starts a CPU profile of the process whose /debug/pprof/
+// is at url (a daemon started with --profiling-bind-address; nothing for
+// ""), written to file as profileInto does.
+func profileProcess(b *testing.B, what, url, file, phase string) (done func()) {
+	if url == "" {
 		return func() {}
 	}
-	return profileInto(b, "agent "+nd.name, fmt.Sprintf("agent-%s-%s.pprof", phase, nd.name), phase, func() ([]byte, error) {
+	return profileInto(b, what, file, phase, func() ([]byte, error) {
 		c := &http.Client{Timeout: 2 * profileSeconds * time.Second}
-		resp, err := c.Get(fmt.Sprintf("%sprofile?seconds=%d", nd.pprof, profileSeconds))
+		resp, err := c.Get(fmt.Sprintf("%sprofile?seconds=%d", url, profileSeconds))
 		if err != nil {
 			return nil, err
 		}

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -131,10 +132,25 @@ func settled(ls *liveState, v claimView, facts claimFacts) bool {
 		return false
 	case state == stateRequestRefused:
 		return refusedAddressFree(ls, v.claim) == "" && len(v.held) == 0
-	case len(v.status) == 0:
+	case len(v.status) == 0, macLabelProblem(v.claim) != "":
 		return false
 	}
 	return state == "" || state == stateEditConflict
+}
+
+// macLabelProblem says how a live claim's MAC label (macaddr.Label,
+// written by the controller's lane of its own after the fill) is not its
+// MAC, "" when it is or the claim has none: the lane may lag, but not at
+// quiescence.
+func macLabelProblem(claim *ipamclaimsv1alpha1.IPAMClaim) string {
+	if claim.DeletionTimestamp != nil {
+		return ""
+	}
+	mac, _, ok := macaddr.OfClaim(claim)
+	if !ok || claim.Labels[macaddr.Label] == macaddr.LabelValue(mac) {
+		return ""
+	}
+	return fmt.Sprintf("its label %s is %q, not its MAC %s", macaddr.Label, claim.Labels[macaddr.Label], macaddr.LabelValue(mac))
 }
 
 // refusedAddressFree names the requested addresses of a claim refused
@@ -202,6 +218,11 @@ func (r *runner) checkClaim(ls *liveState, claim *ipamclaimsv1alpha1.IPAMClaim, 
 	}
 	if final && (state == stateHoldsUnrecorded || state == stateEditOldHeld) {
 		problems = append(problems, fmt.Sprintf("at quiescence it is still in state %s: status.ips %v, its reservations hold %v", state, v.status, v.held))
+	}
+	if final {
+		if p := macLabelProblem(claim); p != "" {
+			problems = append(problems, p)
+		}
 	}
 	// A request is reserved exactly or not at all: a refused claim ends
 	// up holding nothing.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -35,8 +36,10 @@ func TestClaimAddressStates(t *testing.T) {
 		state      string
 		problem    bool
 		settled    bool
+		unlabelled bool // its MAC label not written yet
 	}{
 		{name: "filled, holds what it records", status: []string{"10.62.0.20/24", "fd62::20/120"}, mine: []netip.Addr{a4, a6}, settled: true},
+		{name: "filled, its MAC label not written yet", status: []string{"10.62.0.20/24", "fd62::20/120"}, mine: []netip.Addr{a4, a6}, unlabelled: true},
 		{name: "not filled yet", state: ""},
 		{name: "reserved before the status write", mine: []netip.Addr{a4}, state: stateReservedBeforeStatus},
 		{name: "request refused, address held by another", conditions: refusedTaken, requested: `["10.62.0.21"]`, others: []netip.Addr{b4},
@@ -66,6 +69,9 @@ func TestClaimAddressStates(t *testing.T) {
 			if tt.requested != "" {
 				claim.Annotations = map[string]string{claimstatus.RequestedAnnotation: tt.requested}
 			}
+			if mac, _, ok := macaddr.OfClaim(claim); ok && !tt.unlabelled {
+				claim.Labels = map[string]string{macaddr.Label: macaddr.LabelValue(mac)}
+			}
 			ls := &liveState{res: map[string]*ipkv1alpha1.IPReservation{}}
 			for owner, ips := range map[types.UID][]netip.Addr{me: tt.mine, other: tt.others} {
 				for _, ip := range ips {
@@ -83,5 +89,34 @@ func TestClaimAddressStates(t *testing.T) {
 				t.Errorf("settled = %v, want %v", got, tt.settled)
 			}
 		})
+	}
+}
+
+// I4 at quiescence: a filled claim carries its MAC label, the VM's own MAC
+// where the claim records one; a claim without addresses, or being
+// deleted, needs none.
+func TestMACLabelProblem(t *testing.T) {
+	filled := func(labels, annotations map[string]string) *ipamclaimsv1alpha1.IPAMClaim {
+		return &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
+			Status: ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{"10.10.0.37/24"}}}
+	}
+	deleted := filled(nil, nil)
+	deleted.DeletionTimestamp = &metav1.Time{}
+	for _, tt := range []struct {
+		name  string
+		claim *ipamclaimsv1alpha1.IPAMClaim
+		want  bool
+	}{
+		{"labelled with the derived MAC", filled(map[string]string{macaddr.Label: "0a-58-0a-0a-00-25"}, nil), false},
+		{"not labelled yet", filled(nil, nil), true},
+		{"labelled with another MAC", filled(map[string]string{macaddr.Label: "0a-58-0a-0a-00-26"}, nil), true},
+		{"the VM's own MAC", filled(map[string]string{macaddr.Label: "02-00-00-00-aa-02"}, map[string]string{macaddr.OwnAnnotation: "02:00:00:00:aa:02"}), false},
+		{"the derived MAC where the VM has its own", filled(map[string]string{macaddr.Label: "0a-58-0a-0a-00-25"}, map[string]string{macaddr.OwnAnnotation: "02:00:00:00:aa:02"}), true},
+		{"no addresses", &ipamclaimsv1alpha1.IPAMClaim{}, false},
+		{"being deleted", deleted, false},
+	} {
+		if got := macLabelProblem(tt.claim); (got != "") != tt.want {
+			t.Errorf("%s: macLabelProblem = %q, want a problem: %v", tt.name, got, tt.want)
+		}
 	}
 }

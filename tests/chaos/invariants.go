@@ -51,7 +51,8 @@ import (
 //	   addresses still held while a new one is not reserved yet (or someone
 //	   else holds it). At quiescence only the last (someone else holding
 //	   the new address) and the first (for a claim whose request is
-//	   refused) may remain;
+//	   refused) may remain, and a filled claim carries its MAC label
+//	   (ipkeeper.io/mac, written after the fill, in a lane of its own);
 //	I5 no panic in any process log, and every failed request returned a
 //	   CNI error with a code (never a transport error while the agent is up;
 //	   a request the harness itself gave up on, its context ended, is not
