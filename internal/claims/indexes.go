@@ -45,7 +45,8 @@ func PodMetadataList() *metav1.PartialObjectMetadataList {
 	return l
 }
 
-// SetupIndexes registers the field indexes the reconcilers rely on.
+// SetupIndexes registers the field indexes the reconcilers rely on but
+// the claims' (SetupClaimIndexes).
 func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	nadsOf := func(namespace string, spec *kubevirtv1.VirtualMachineInstanceSpec) []string {
 		var keys []string
@@ -72,12 +73,6 @@ func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 			vmi := o.(*kubevirtv1.VirtualMachineInstance)
 			return nadsOf(vmi.Namespace, &vmi.Spec)
 		}},
-		{&ipamclaimsv1alpha1.IPAMClaim{}, indexOwnerName, func(o client.Object) []string {
-			if owner, ok := claimowner.Of(o.(*ipamclaimsv1alpha1.IPAMClaim)); ok {
-				return []string{owner.Name}
-			}
-			return nil
-		}},
 		{PodMetadata(), indexClaimRef, func(o client.Object) []string {
 			return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
 		}},
@@ -90,8 +85,23 @@ func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	return nil
 }
 
+// SetupClaimIndexes registers the claims' index the reconcilers rely on
+// (ClaimsOf). It is the main manager's: the KubeVirt support reads
+// claims from the main manager's cache.
+func SetupClaimIndexes(ctx context.Context, indexer client.FieldIndexer) error {
+	if err := indexer.IndexField(ctx, &ipamclaimsv1alpha1.IPAMClaim{}, indexOwnerName, func(o client.Object) []string {
+		if owner, ok := claimowner.Of(o.(*ipamclaimsv1alpha1.IPAMClaim)); ok {
+			return []string{owner.Name}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing IPAMClaims by %s: %w", indexOwnerName, err)
+	}
+	return nil
+}
+
 // ClaimsOf lists the claims in namespace whose owner (a VM, or a
-// standalone VMI) has that name, from a cache with SetupIndexes' indexes.
+// standalone VMI) has that name, from a cache with SetupClaimIndexes' index.
 func ClaimsOf(ctx context.Context, reader client.Reader, namespace, owner string) ([]ipamclaimsv1alpha1.IPAMClaim, error) {
 	var list ipamclaimsv1alpha1.IPAMClaimList
 	if err := reader.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{indexOwnerName: owner}); err != nil {

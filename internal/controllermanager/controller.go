@@ -40,6 +40,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimaddrs"
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
+	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/gc"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/poolstatus"
@@ -95,6 +96,11 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	fill := &claimaddrs.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Alloc: alloc, Recorder: recorder, Workers: o.ClaimWorkers}
 	if err := fill.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("setting up the IPAMClaim address controller: %w", err)
+	}
+	// The KubeVirt support reads claims from this manager's cache
+	// (sharedcache.go); its claims' index is registered here, once.
+	if err := claims.SetupClaimIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return nil, err
 	}
 	macLabel := &claimaddrs.MACLabeler{Client: mgr.GetClient()}
 	if err := macLabel.SetupWithManager(mgr); err != nil {

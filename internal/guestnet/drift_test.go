@@ -102,6 +102,9 @@ func TestForgetReadsOnlyTheOwnersClaims(t *testing.T) {
 		objs = append(objs, claim(fmt.Sprintf("other%d", i), "blue", true))
 	}
 	b := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{})
+	if err := claims.SetupClaimIndexes(context.Background(), builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
 	if err := claims.SetupIndexes(context.Background(), builderIndexer{b}); err != nil {
 		t.Fatal(err)
 	}

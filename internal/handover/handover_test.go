@@ -90,7 +90,7 @@ func newWorld(t *testing.T, receiveID string) *world {
 	b := fake.NewClientBuilder().WithScheme(s).WithObjects(src, send, recv, receive, srcCl, recvCl, res).
 		WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{}, &kubevirtv1.VirtualMachineInstance{})
 	ctx := context.Background()
-	for _, setup := range []func(context.Context, client.FieldIndexer) error{SetupIndexes, claims.SetupIndexes, reservationindex.Setup} {
+	for _, setup := range []func(context.Context, client.FieldIndexer) error{SetupIndexes, claims.SetupIndexes, claims.SetupClaimIndexes, reservationindex.Setup} {
 		if err := setup(ctx, builderIndexer{b}); err != nil {
 			t.Fatal(err)
 		}
