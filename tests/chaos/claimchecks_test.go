@@ -5,6 +5,7 @@ package chaos
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -118,5 +119,33 @@ func TestMACLabelProblem(t *testing.T) {
 		if got := macLabelProblem(tt.claim); (got != "") != tt.want {
 			t.Errorf("%s: macLabelProblem = %q, want a problem: %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// I13 judges a sticky MAC's next ADD from the earliest time its address may
+// have been released: a DEL that failed (its answer lost, the agent killed
+// after its write) may have released it before the DEL that succeeded.
+func TestStickyReleaseCountsFromAFailedDEL(t *testing.T) {
+	r := &runner{}
+	r.sticky = stickyState{holder: map[string]*slot{}, last: map[string]*stickyRecord{}}
+	a := &attachment{mac: stickyMAC(2)}
+	ip := netip.MustParseAddr("10.66.0.4")
+	r.sticky.last[a.mac] = &stickyRecord{ip: ip, att: a}
+	failed := time.Now().Add(-28 * time.Second)
+	r.stickyDelFailed(a, failed)
+	r.stickyDelFailed(a, failed.Add(time.Second)) // a later failure changes nothing
+	r.stickyReleased(a)
+	want, deadline, ok := r.stickyExpect(a)
+	if !ok || want != ip || !deadline.Equal(failed.Add(stickyCooldown-stickyMargin)) {
+		t.Errorf("stickyExpect = %s, %s, %v; want %s judged until %s (from the failed DEL)", want, deadline, ok, ip, failed.Add(stickyCooldown-stickyMargin))
+	}
+
+	// Without a failed DEL, from the successful one.
+	b := &attachment{mac: stickyMAC(3)}
+	r.sticky.last[b.mac] = &stickyRecord{ip: ip, att: b}
+	before := time.Now()
+	r.stickyReleased(b)
+	if _, deadline, ok := r.stickyExpect(b); !ok || deadline.Before(before.Add(stickyCooldown-stickyMargin)) {
+		t.Errorf("after a DEL that succeeded first: judged until %s (%v), want from its success", deadline, ok)
 	}
 }

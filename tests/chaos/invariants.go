@@ -108,7 +108,8 @@ import (
 //	   interface reports the claim's addresses (guestops.go);
 //	I13 sticky by MAC: a pod of the sticky_mac network whose ADD succeeded
 //	   at its first try, within the cooldown of the successful DEL of the
-//	   last attachment presenting its MAC (not a DEL racing its pod's next
+//	   last attachment presenting its MAC (counted from an earlier DEL of
+//	   it that failed: its write may have been done; not a DEL racing its pod's next
 //	   sandbox, which may rightly release nothing), gets that attachment's address
 //	   back, on whichever node (or another holder took it in the moment
 //	   the take-back frees it: counted, and judged by I1); at quiescence

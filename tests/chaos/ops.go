@@ -453,9 +453,13 @@ func (r *runner) del(ctx context.Context, op int, a *attachment, pending *[]*att
 	done := r.model.touch(a.holder())
 	defer done()
 	r.model.setState(a, attReleasing)
+	sent := time.Now()
 	if _, err := r.cni(ctx, op, r.node(a.node), cniproto.CmdDel, a, r.netOf(a).netConf("")); err != nil {
 		if !slices.Contains(*pending, a) {
 			*pending = append(*pending, a)
+		}
+		if isSticky(a) {
+			r.stickyDelFailed(a, sent)
 		}
 		return false
 	}

@@ -19,7 +19,8 @@ import (
 // (sticky.holder). I13: an ADD of a sticky slot that succeeded at its
 // first try, after the DEL of the MAC's last attachment succeeded (not a
 // DEL racing the pod's next sandbox: that may rightly release nothing)
-// and within the cooldown of it, gets the MAC's last address back, whichever
+// and within the cooldown of the first DEL that may have released it
+// (a failed one whose write was done), gets the MAC's last address back, whichever
 // node it runs on; unless another holder took the address in the moment
 // between the take-back's delete and create (counted as a lost race, and
 // judged by I1 like any other address). At quiescence every reservation
@@ -39,10 +40,16 @@ const stickyMargin = 3 * time.Second
 type stickyRecord struct {
 	ip  netip.Addr
 	att *attachment // the attachment that holds or held ip
-	// releasedAt is when att's DEL succeeded; zero while att holds ip,
-	// and when ip went otherwise (the pod deleted without its DEL: the
-	// controller's garbage collector releases it at a time unknown here).
+	// releasedAt is when att's DEL succeeded, or when its first failed
+	// DEL was sent (failedDelAt); zero while att holds ip, and when ip
+	// went otherwise (the pod deleted without its DEL: the controller's
+	// garbage collector releases it at a time unknown here).
 	releasedAt time.Time
+	// failedDelAt is when the first of att's DELs that failed was sent: a
+	// DEL whose answer was lost (the agent killed after its write) may
+	// have released ip then, and its cooldown may be over by the DEL
+	// that succeeds (chaos seed 4128).
+	failedDelAt time.Time
 	// tries counts the ADDs sent since releasedAt.
 	tries int
 	// released: att's address went (its first successful DEL, or its pod
@@ -109,13 +116,30 @@ func (r *runner) stickyExpect(a *attachment) (want netip.Addr, deadline time.Tim
 	return rec.ip, rec.releasedAt.Add(stickyCooldown - stickyMargin), true
 }
 
-// stickyReleased records a successful DEL of a.
+// stickyDelFailed records that a DEL of a, sent at sent, failed: it may
+// have released a's address all the same.
+func (r *runner) stickyDelFailed(a *attachment, sent time.Time) {
+	st := &r.sticky
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if rec := st.last[a.mac]; rec != nil && rec.att == a && !rec.released && rec.failedDelAt.IsZero() {
+		rec.failedDelAt = sent
+	}
+}
+
+// stickyReleased records a successful DEL of a: the address was released
+// then, or already by an earlier DEL that failed (the earliest time is
+// the one judged from).
 func (r *runner) stickyReleased(a *attachment) {
 	st := &r.sticky
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if rec := st.last[a.mac]; rec != nil && rec.att == a && !a.lateDel && !rec.released {
-		rec.releasedAt, rec.tries, rec.released = time.Now(), 0, true
+		at := time.Now()
+		if !rec.failedDelAt.IsZero() {
+			at = rec.failedDelAt
+		}
+		rec.releasedAt, rec.tries, rec.released = at, 0, true
 	}
 }
 
