@@ -9,9 +9,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -25,7 +23,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
-	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/podrefs"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -148,7 +146,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		// addresses may get them now.
 		Watches(&ipkeeperv1alpha1.IPPool{}, handler.EnqueueRequestsFromMapFunc(unfilledClaims(c))).
 		// A pod referencing a claim came or went: its ownerPod.
-		WatchesMetadata(podMetadata(), handler.EnqueueRequestsFromMapFunc(claimsOfPod)).
+		WatchesMetadata(podrefs.Metadata(), handler.EnqueueRequestsFromMapFunc(podrefs.ClaimRequests)).
 		Complete(r)
 }
 
@@ -196,14 +194,6 @@ func unfilledClaims(c client.Client) handler.MapFunc {
 	}
 }
 
-func claimsOfPod(_ context.Context, o client.Object) []reconcile.Request {
-	var reqs []reconcile.Request
-	for _, ref := range multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace()) {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref}})
-	}
-	return reqs
-}
-
 func listClaims(ctx context.Context, c client.Client, opts ...client.ListOption) []reconcile.Request {
 	var list ipamclaimsv1alpha1.IPAMClaimList
 	if err := c.List(ctx, &list, opts...); err != nil {
@@ -215,17 +205,4 @@ func listClaims(ctx context.Context, c client.Client, opts ...client.ListOption)
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return reqs
-}
-
-// podMetadata is how the main manager caches pods: metadata only.
-func podMetadata() *metav1.PartialObjectMetadata {
-	p := &metav1.PartialObjectMetadata{}
-	p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
-	return p
-}
-
-func podMetadataList() *metav1.PartialObjectMetadataList {
-	l := &metav1.PartialObjectMetadataList{}
-	l.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	return l
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
-	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/podrefs"
 )
 
 // Field indexes on the main manager's cache.
@@ -32,9 +32,6 @@ const (
 	// indexNADNetwork maps the NADs whose IPAM is ipkeeper to their CNI
 	// network: where a claim of that network gets its addresses.
 	indexNADNetwork = "claimaddrs.nadNetwork"
-	// indexPodClaim maps pods (metadata) to the claims their networks
-	// annotation references: a claim's owner pod.
-	indexPodClaim = "claimaddrs.podClaim"
 )
 
 func setupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
@@ -59,16 +56,15 @@ func setupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 			}
 			return []string{cfg.Name}
 		}},
-		{podMetadata(), indexPodClaim, func(o client.Object) []string {
-			return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
-		}},
 	}
 	for _, ix := range indexes {
 		if err := indexer.IndexField(ctx, ix.obj, ix.field, ix.fn); err != nil {
 			return fmt.Errorf("indexing %T by %s: %w", ix.obj, ix.field, err)
 		}
 	}
-	return nil
+	// A claim's owner pod (ownerPod). The KubeVirt support's claim
+	// release controller reads the same index through this cache.
+	return podrefs.SetupIndex(ctx, indexer)
 }
 
 // claimAddresses returns what indexClaimAddress holds of a claim.

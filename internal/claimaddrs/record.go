@@ -4,7 +4,6 @@ package claimaddrs
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/podrefs"
 )
 
 // EventReason is the reason of an Event on a claim or on its VM.
@@ -153,12 +153,12 @@ func ownerObject(claim *ipamclaimsv1alpha1.IPAMClaim) client.Object {
 // often created in its source's second: there the pod KubeVirt labels with
 // a migration is the newer.
 func (r *Reconciler) ownerPod(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) (string, error) {
-	pods := podMetadataList()
-	if err := r.Client.List(ctx, pods, client.InNamespace(claim.Namespace), client.MatchingFields{indexPodClaim: claim.Name}); err != nil {
-		return "", fmt.Errorf("listing the pods that use IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+	pods, err := podrefs.Referencing(ctx, r.Client, claim.Namespace, claim.Name)
+	if err != nil {
+		return "", err
 	}
 	owner, owned := claimowner.Of(claim)
-	live := slices.DeleteFunc(pods.Items, func(p metav1.PartialObjectMetadata) bool {
+	live := slices.DeleteFunc(pods, func(p metav1.PartialObjectMetadata) bool {
 		// A pod that only names the claim (the agent refuses it the
 		// claim) is no owner of it.
 		return p.DeletionTimestamp != nil || (owned && !owner.RunsPod(&p))

@@ -7,8 +7,6 @@ import (
 	"fmt"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,28 +23,11 @@ const (
 	// indexOwnerName maps claims to their owner's name: a VM, its VMI and
 	// its launcher pods all carry that name.
 	indexOwnerName = "ipkeeper.ownerName"
-	// indexClaimRef maps pods to the claims their networks annotation references.
-	indexClaimRef = "ipkeeper.claimRef"
 )
 
-// PodMetadata is the object the controller caches pods as: metadata only
-// (labels, annotations, owners, UID) is all it reads, and it is a fraction
-// of a full pod.
-func PodMetadata() *metav1.PartialObjectMetadata {
-	p := &metav1.PartialObjectMetadata{}
-	p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
-	return p
-}
-
-// PodMetadataList is PodMetadata's list type.
-func PodMetadataList() *metav1.PartialObjectMetadataList {
-	l := &metav1.PartialObjectMetadataList{}
-	l.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	return l
-}
-
 // SetupIndexes registers the field indexes the reconcilers rely on but
-// the claims' (SetupClaimIndexes).
+// the claims' (SetupClaimIndexes) and the pods' (podrefs.SetupIndex),
+// which are the main manager's.
 func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	nadsOf := func(namespace string, spec *kubevirtv1.VirtualMachineInstanceSpec) []string {
 		var keys []string
@@ -72,9 +53,6 @@ func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 		{&kubevirtv1.VirtualMachineInstance{}, indexNAD, func(o client.Object) []string {
 			vmi := o.(*kubevirtv1.VirtualMachineInstance)
 			return nadsOf(vmi.Namespace, &vmi.Spec)
-		}},
-		{PodMetadata(), indexClaimRef, func(o client.Object) []string {
-			return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
 		}},
 	}
 	for _, ix := range indexes {

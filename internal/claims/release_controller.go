@@ -35,6 +35,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/podrefs"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
 )
 
@@ -317,16 +318,16 @@ const (
 
 // never lists the whole namespace.
 func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *ipamclaimsv1alpha1.IPAMClaim, owner claimowner.Owner, state ownerState) (string, error) {
-	pods := PodMetadataList()
-	if err := r.Client.List(ctx, pods, client.InNamespace(claim.Namespace), client.MatchingFields{indexClaimRef: claim.Name}); err != nil {
-		return "", fmt.Errorf("listing pods using IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+	pods, err := podrefs.Referencing(ctx, r.Client, claim.Namespace, claim.Name)
+	if err != nil {
+		return "", err
 	}
 	// Launchers of the owner, from the live pass: while another controller
 	// makes claims its webhook rewrites launchers' references (to its own
 	// names, on any update), so a reference no longer proves which claim a
 	// running interface holds; then every running launcher of the owner
 	// keeps every claim of the owner.
-	byRef := len(pods.Items)
+	launchersFrom := len(pods)
 	anyLauncher := r.Maker != nil && r.Maker.External()
 	if reader != r.Client {
 		selectors := []client.MatchingLabels{{kubevirt.VMINameLabel: owner.Name}}
@@ -338,16 +339,16 @@ func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *
 			return "", fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", claim.Namespace, owner.Name, err)
 		}
 		for _, sel := range selectors {
-			launchers := PodMetadataList()
+			launchers := podrefs.MetadataList()
 			if err := reader.List(ctx, launchers, client.InNamespace(claim.Namespace), sel); err != nil {
 				return "", fmt.Errorf("listing launcher pods of %s: %w", owner, err)
 			}
-			pods.Items = append(pods.Items, launchers.Items...)
+			pods = append(pods, launchers.Items...)
 		}
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		ownLauncher := i >= byRef && owner.RunsPod(p)
+	for i := range pods {
+		p := &pods[i]
+		ownLauncher := i >= launchersFrom && owner.RunsPod(p)
 		launcher := ownLauncher && anyLauncher
 		unreported := false
 		if ownLauncher && !launcher {
@@ -381,7 +382,7 @@ func (r *ClaimReleaser) users(ctx context.Context, reader client.Reader, claim *
 		return "", nil
 	}
 	var vmi kubevirtv1.VirtualMachineInstance
-	err := reader.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: owner.Name}, &vmi)
+	err = reader.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: owner.Name}, &vmi)
 	if apierrors.IsNotFound(err) {
 		return "", nil
 	}
@@ -471,20 +472,13 @@ func (r *ClaimReleaser) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return reqs
 	}
-	byReference := func(ctx context.Context, o client.Object) []reconcile.Request {
-		var reqs []reconcile.Request
-		for _, ref := range multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace()) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: ref}})
-		}
-		return reqs
-	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("claim-release").
 		WithOptions(retry.Options()).
 		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(mayBeOurs))).
 		Watches(&kubevirtv1.VirtualMachine{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
-		WatchesMetadata(PodMetadata(), handler.EnqueueRequestsFromMapFunc(byReference))
+		WatchesMetadata(podrefs.Metadata(), handler.EnqueueRequestsFromMapFunc(podrefs.ClaimRequests))
 	if r.Maker != nil {
 		// Claims another controller made become ours when it goes.
 		b = b.WatchesRawSource(source.Channel(r.Maker.Listen(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {

@@ -24,6 +24,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/podrefs"
 )
 
 // liveReader is the API reader of the tests: the same objects as the
@@ -72,9 +73,7 @@ func TestReleaseLooksForUsersAgainAfterDeleting(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme).
 		WithObjects(nad("blue-a", "net-a"), nad("blue-b", "net-b"), vm, vmi, claim).
 		WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{}).
-		WithIndex(PodMetadata(), indexClaimRef, func(o client.Object) []string {
-			return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
-		}).Build()
+		WithIndex(podrefs.Metadata(), podrefs.IndexClaim, podrefs.Claims).Build()
 	r := &ClaimReleaser{Client: c, APIReader: liveReader{c}, Recorder: record.NewFakeRecorder(100)}
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: claim.Name}}
 	read := func() (*ipamclaimsv1alpha1.IPAMClaim, bool) {

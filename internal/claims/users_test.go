@@ -19,6 +19,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
+	"github.com/ipkeeper/ipkeeper/internal/podrefs"
 )
 
 // The live pass before a claim's finalizer comes off must see a launcher
@@ -53,9 +54,7 @@ func TestUsersLivePassFindsLaunchersByVMIUID(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			// The cache has not seen the launcher yet; the API server has.
 			cache := fake.NewClientBuilder().WithScheme(scheme).
-				WithIndex(PodMetadata(), indexClaimRef, func(o client.Object) []string {
-					return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
-				}).Build()
+				WithIndex(podrefs.Metadata(), podrefs.IndexClaim, podrefs.Claims).Build()
 			api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(vmi, launcher(tt.labels)).Build()
 			r := &ClaimReleaser{Client: cache, APIReader: api}
 			who, err := r.users(context.Background(), api, claim, owner, ownerGone)
@@ -103,10 +102,7 @@ func TestUsersSkipEndedLaunchers(t *testing.T) {
 				},
 				Status: corev1.PodStatus{Phase: tt.phase},
 			}
-			index := func(o client.Object) []string {
-				return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
-			}
-			cache := fake.NewClientBuilder().WithScheme(scheme).WithIndex(PodMetadata(), indexClaimRef, index).WithObjects(pod.DeepCopy()).Build()
+			cache := fake.NewClientBuilder().WithScheme(scheme).WithIndex(podrefs.Metadata(), podrefs.IndexClaim, podrefs.Claims).WithObjects(pod.DeepCopy()).Build()
 			api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(vmi, pod.DeepCopy()).Build()
 			r := &ClaimReleaser{Client: cache, APIReader: api}
 			for _, pass := range []struct {
@@ -152,9 +148,7 @@ func TestUsersWhileAnotherControllerRewritesReferences(t *testing.T) {
 		{nil, ""},
 	} {
 		cache := fake.NewClientBuilder().WithScheme(scheme).
-			WithIndex(PodMetadata(), indexClaimRef, func(o client.Object) []string {
-				return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
-			}).Build()
+			WithIndex(podrefs.Metadata(), podrefs.IndexClaim, podrefs.Claims).Build()
 		api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(launcher.DeepCopy()).Build()
 		r := &ClaimReleaser{Client: cache, APIReader: api, Maker: tt.maker}
 		who, err := r.users(context.Background(), api, swapped, owner, ownerGone)
@@ -203,9 +197,7 @@ func TestUsersCountsAnAttachedAddress(t *testing.T) {
 				"k8s.v1.cni.cncf.io/network-status": tt.status},
 		}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 		cache := fake.NewClientBuilder().WithScheme(scheme).WithObjects(nad("blue-a", "net-a"), nad("blue-b", "net-b")).
-			WithIndex(PodMetadata(), indexClaimRef, func(o client.Object) []string {
-				return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
-			}).Build()
+			WithIndex(podrefs.Metadata(), podrefs.IndexClaim, podrefs.Claims).Build()
 		api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(launcher).Build()
 		r := &ClaimReleaser{Client: cache, APIReader: api}
 		who, err := r.users(context.Background(), api, swapped, owner, ownerGone)
@@ -253,9 +245,7 @@ func TestUsersCountsALauncherBeingAttached(t *testing.T) {
 			Annotations: annotations,
 		}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
 		cache := fake.NewClientBuilder().WithScheme(scheme).
-			WithIndex(PodMetadata(), indexClaimRef, func(o client.Object) []string {
-				return multus.ClaimRefs(o.GetAnnotations()[multus.Annotation], o.GetNamespace())
-			}).Build()
+			WithIndex(podrefs.Metadata(), podrefs.IndexClaim, podrefs.Claims).Build()
 		api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(launcher).Build()
 		r := &ClaimReleaser{Client: cache, APIReader: api}
 		who, err := r.users(context.Background(), api, claim, owner, tt.state)

@@ -237,7 +237,7 @@ func (a *optionalAPI) startChild(ctx context.Context, served map[string]bool) (*
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 		Cache:                  cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		// IPAMClaims come from the main manager's cache (sharedcache.go).
-		NewCache: newCacheWithClaimsFrom(a.main.GetCache()),
+		NewCache: newCacheSharedWith(a.main.GetCache()),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the %s manager: %w", a.name, err)

@@ -4,6 +4,7 @@ package controllermanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -14,25 +15,28 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/internal/podrefs"
 )
 
-// claimsFromMain is an optional API manager's cache (kubevirt.go): its
-// own informers, but IPAMClaims from the main manager's cache, which
-// holds them on every replica for the claim address controller. One
-// informer means one watch of every claim and one copy of it in memory,
-// not two: each write of a claim was sent, decoded and stored twice.
+// sharedFromMain is an optional API manager's cache (kubevirt.go): its
+// own informers, but IPAMClaims and pods' metadata (podrefs) from the main
+// manager's cache, which holds both on every replica for the claim
+// address controller. One informer of each means one watch and one copy
+// in memory, not two: each write of a claim, and each change of a pod,
+// was sent, decoded and stored twice.
 //
-// The claims' indexes are the main manager's, registered before it
-// starts (claims.SetupClaimIndexes): an optional manager is built and
-// rebuilt while the main one runs. Event handlers its controllers add to
-// the main informer are removed when it stops, so a KubeVirt reinstalled
-// leaves no handler of the manager before.
-type claimsFromMain struct {
+// Their indexes are the main manager's, registered before it starts
+// (claims.SetupClaimIndexes, podrefs.SetupIndex): an optional manager is
+// built and rebuilt while the main one runs. Event handlers its
+// controllers add to the main informers are removed when it stops, so a
+// KubeVirt reinstalled leaves no handler of the manager before.
+type sharedFromMain struct {
 	cache.Cache
 	main cache.Cache
 
 	mu       sync.Mutex
-	handlers []handlerOf // added through this cache to the main informer
+	handlers []handlerOf // added through this cache to the main informers
 }
 
 type handlerOf struct {
@@ -40,15 +44,15 @@ type handlerOf struct {
 	reg      toolscache.ResourceEventHandlerRegistration
 }
 
-// newCacheWithClaimsFrom returns a cache.NewCacheFunc building
-// claimsFromMain over main.
-func newCacheWithClaimsFrom(main cache.Cache) cache.NewCacheFunc {
+// newCacheSharedWith returns a cache.NewCacheFunc building sharedFromMain
+// over main.
+func newCacheSharedWith(main cache.Cache) cache.NewCacheFunc {
 	return func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
 		own, err := cache.New(cfg, opts)
 		if err != nil {
 			return nil, err
 		}
-		return &claimsFromMain{Cache: own, main: main}, nil
+		return &sharedFromMain{Cache: own, main: main}, nil
 	}
 }
 
@@ -60,24 +64,27 @@ func fromMain(obj any) bool {
 	case *ipamclaimsv1alpha1.IPAMClaim, *ipamclaimsv1alpha1.IPAMClaimList:
 		return true
 	}
-	return false
+	return podrefs.IsPodMetadata(obj)
 }
 
-func (c *claimsFromMain) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+// errSharedIndex is the refusal of an index on a shared informer.
+var errSharedIndex = errors.New("the indexes of IPAMClaims and pods' metadata are the main manager's (claims.SetupClaimIndexes, podrefs.SetupIndex)")
+
+func (c *sharedFromMain) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if fromMain(obj) {
 		return c.main.Get(ctx, key, obj, opts...)
 	}
 	return c.Cache.Get(ctx, key, obj, opts...)
 }
 
-func (c *claimsFromMain) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+func (c *sharedFromMain) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	if fromMain(list) {
 		return c.main.List(ctx, list, opts...)
 	}
 	return c.Cache.List(ctx, list, opts...)
 }
 
-func (c *claimsFromMain) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
+func (c *sharedFromMain) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
 	if fromMain(obj) {
 		inf, err := c.main.GetInformer(ctx, obj, opts...)
 		if err != nil {
@@ -88,7 +95,9 @@ func (c *claimsFromMain) GetInformer(ctx context.Context, obj client.Object, opt
 	return c.Cache.GetInformer(ctx, obj, opts...)
 }
 
-func (c *claimsFromMain) GetInformerForKind(ctx context.Context, gvk schema.GroupVersionKind, opts ...cache.InformerGetOption) (cache.Informer, error) {
+// GetInformerForKind shares the claims' informer only: a kind's informer
+// is of whole objects, and the main cache holds pods' metadata only.
+func (c *sharedFromMain) GetInformerForKind(ctx context.Context, gvk schema.GroupVersionKind, opts ...cache.InformerGetOption) (cache.Informer, error) {
 	if gvk == claimGVK {
 		inf, err := c.main.GetInformerForKind(ctx, gvk, opts...)
 		if err != nil {
@@ -100,34 +109,34 @@ func (c *claimsFromMain) GetInformerForKind(ctx context.Context, gvk schema.Grou
 }
 
 // RemoveInformer never removes the main manager's informer.
-func (c *claimsFromMain) RemoveInformer(ctx context.Context, obj client.Object) error {
+func (c *sharedFromMain) RemoveInformer(ctx context.Context, obj client.Object) error {
 	if fromMain(obj) {
 		return nil
 	}
 	return c.Cache.RemoveInformer(ctx, obj)
 }
 
-// IndexField refuses a claim index: it would be added to the main
-// informer again at each start of this manager.
-func (c *claimsFromMain) IndexField(ctx context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
+// IndexField refuses an index of a shared informer: it would be added to
+// the main informer again at each start of this manager.
+func (c *sharedFromMain) IndexField(ctx context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
 	if fromMain(obj) {
-		return fmt.Errorf("index %s of IPAMClaims: the claims' indexes are the main manager's (claims.SetupClaimIndexes)", field)
+		return fmt.Errorf("index %s of %T: %w", field, obj, errSharedIndex)
 	}
 	return c.Cache.IndexField(ctx, obj, field, extract)
 }
 
 // Start runs this manager's own informers and, when they stop, removes
 // the handlers added to the main one.
-func (c *claimsFromMain) Start(ctx context.Context) error {
+func (c *sharedFromMain) Start(ctx context.Context) error {
 	defer c.removeHandlers()
 	return c.Cache.Start(ctx)
 }
 
-func (c *claimsFromMain) WaitForCacheSync(ctx context.Context) bool {
+func (c *sharedFromMain) WaitForCacheSync(ctx context.Context) bool {
 	return c.Cache.WaitForCacheSync(ctx) && c.main.WaitForCacheSync(ctx)
 }
 
-func (c *claimsFromMain) track(inf cache.Informer, reg toolscache.ResourceEventHandlerRegistration, err error) (toolscache.ResourceEventHandlerRegistration, error) {
+func (c *sharedFromMain) track(inf cache.Informer, reg toolscache.ResourceEventHandlerRegistration, err error) (toolscache.ResourceEventHandlerRegistration, error) {
 	if err == nil {
 		c.mu.Lock()
 		c.handlers = append(c.handlers, handlerOf{inf, reg})
@@ -136,7 +145,7 @@ func (c *claimsFromMain) track(inf cache.Informer, reg toolscache.ResourceEventH
 	return reg, err
 }
 
-func (c *claimsFromMain) removeHandlers() {
+func (c *sharedFromMain) removeHandlers() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, h := range c.handlers {
@@ -145,11 +154,11 @@ func (c *claimsFromMain) removeHandlers() {
 	c.handlers = nil
 }
 
-// trackedInformer is the main manager's claim informer, as this manager's
+// trackedInformer is a main manager's informer, as this manager's
 // controllers see it: the handlers they add are remembered, to be removed.
 type trackedInformer struct {
 	cache.Informer
-	c *claimsFromMain
+	c *sharedFromMain
 }
 
 func (i *trackedInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
@@ -169,5 +178,5 @@ func (i *trackedInformer) AddEventHandlerWithOptions(h toolscache.ResourceEventH
 
 // AddIndexers refuses, as IndexField does.
 func (i *trackedInformer) AddIndexers(toolscache.Indexers) error {
-	return fmt.Errorf("the claims' indexes are the main manager's (claims.SetupClaimIndexes)")
+	return errSharedIndex
 }

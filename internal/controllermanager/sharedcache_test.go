@@ -7,10 +7,15 @@ import (
 	"testing"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/internal/podrefs"
 )
 
 // fakeCache counts what is asked of it; methods not listed panic (nil
@@ -33,6 +38,11 @@ func (f *fakeCache) List(context.Context, client.ObjectList, ...client.ListOptio
 }
 
 func (f *fakeCache) GetInformer(context.Context, client.Object, ...cache.InformerGetOption) (cache.Informer, error) {
+	f.informers++
+	return f.informer, nil
+}
+
+func (f *fakeCache) GetInformerForKind(context.Context, schema.GroupVersionKind, ...cache.InformerGetOption) (cache.Informer, error) {
 	f.informers++
 	return f.informer, nil
 }
@@ -69,14 +79,15 @@ func (f *fakeInformer) RemoveEventHandler(toolscache.ResourceEventHandlerRegistr
 	return nil
 }
 
-// An optional manager's cache reads IPAMClaims, and watches them, through
-// the main manager's cache and everything else through its own; it adds
-// no index to the main informer, never removes it, and removes the
-// handlers its controllers added when it stops.
-func TestOptionalManagersReadClaimsFromTheMainCache(t *testing.T) {
+// An optional manager's cache reads IPAMClaims and pods' metadata, and
+// watches them, through the main manager's cache and everything else
+// (whole pods included) through its own; it adds no index to the main
+// informers, never removes them, and removes the handlers its controllers
+// added when it stops.
+func TestOptionalManagersShareTheMainCachesClaimsAndPods(t *testing.T) {
 	main := &fakeCache{informer: &fakeInformer{}}
 	own := &fakeCache{informer: &fakeInformer{}, started: make(chan struct{})}
-	c := &claimsFromMain{Cache: own, main: main}
+	c := &sharedFromMain{Cache: own, main: main}
 	ctx := context.Background()
 
 	_ = c.Get(ctx, client.ObjectKey{Name: "vm1.blue"}, &ipamclaimsv1alpha1.IPAMClaim{})
@@ -85,6 +96,13 @@ func TestOptionalManagersReadClaimsFromTheMainCache(t *testing.T) {
 	_ = c.List(ctx, &kubevirtv1.VirtualMachineList{})
 	if main.gets != 1 || main.lists != 1 || own.gets != 1 || own.lists != 1 {
 		t.Errorf("reads: main cache %d gets, %d lists; own %d, %d; want one of each each (claims from the main cache)", main.gets, main.lists, own.gets, own.lists)
+	}
+	_ = c.Get(ctx, client.ObjectKey{Name: "virt-launcher-vm1"}, podrefs.Metadata())
+	_ = c.List(ctx, podrefs.MetadataList())
+	_ = c.Get(ctx, client.ObjectKey{Name: "virt-launcher-vm1"}, &corev1.Pod{})
+	_ = c.List(ctx, &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}})
+	if main.gets != 2 || main.lists != 2 || own.gets != 2 || own.lists != 2 {
+		t.Errorf("reads: main cache %d gets, %d lists; own %d, %d; want 2 each (pods' metadata from the main cache, whole pods and other metadata from the own)", main.gets, main.lists, own.gets, own.lists)
 	}
 
 	inf, err := c.GetInformer(ctx, &ipamclaimsv1alpha1.IPAMClaim{})
@@ -99,6 +117,22 @@ func TestOptionalManagersReadClaimsFromTheMainCache(t *testing.T) {
 	}
 	if err := inf.AddIndexers(toolscache.Indexers{"x": nil}); err == nil {
 		t.Error("an index added to the main claims' informer through an optional manager")
+	}
+	pods, err := c.GetInformer(ctx, podrefs.Metadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pods.AddEventHandlerWithOptions(toolscache.ResourceEventHandlerFuncs{}, toolscache.HandlerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if main.informers != 2 || own.informers != 0 || main.informer.added != 2 {
+		t.Errorf("the pods' metadata informer: main cache asked %d times, own %d, handlers added to the main one %d; want 2, 0, 2", main.informers, own.informers, main.informer.added)
+	}
+	if _, err := c.GetInformerForKind(ctx, corev1.SchemeGroupVersion.WithKind("Pod")); err != nil || own.informers != 1 {
+		t.Errorf("the informer of the Pod kind (whole pods): err %v, own cache asked %d times; want it from the own cache", err, own.informers)
+	}
+	if err := c.IndexField(ctx, podrefs.Metadata(), "x", nil); err == nil || main.indexes != 0 {
+		t.Errorf("a pods' metadata index through an optional manager: err %v, main cache indexes %d; want an error and none", err, main.indexes)
 	}
 	if err := c.IndexField(ctx, &ipamclaimsv1alpha1.IPAMClaim{}, "x", nil); err == nil || main.indexes != 0 {
 		t.Errorf("a claims' index through an optional manager: err %v, main cache indexes %d; want an error and none", err, main.indexes)
@@ -121,7 +155,7 @@ func TestOptionalManagersReadClaimsFromTheMainCache(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if main.informer.removed != 1 {
-		t.Errorf("handlers removed from the main informer when the manager stopped: %d, want 1", main.informer.removed)
+	if main.informer.removed != 2 {
+		t.Errorf("handlers removed from the main informers when the manager stopped: %d, want 2", main.informer.removed)
 	}
 }
