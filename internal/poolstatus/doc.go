@@ -12,9 +12,14 @@
 // addresses (with how many holders, and how many of those are cooling
 // down) and the networks seen. A reconcile recounts one pool from that set
 // against its current ranges (ranges change live, so counts are not kept
-// per range), which is a walk over plain values; and status writes are
-// coalesced to at most one per pool per WriteInterval, so a storm costs one
-// write per pool per second, not one per reservation.
+// per range), which is a walk over plain values, made at most once per
+// pool per CountInterval (a second), so a storm costs one count per pool
+// per second, not one per reservation. Status writes that change only
+// the counts wait UsageInterval (10 s) after the last write: every
+// node's agent watches every pool, so each write is sent to every node,
+// and on a large cluster a pool written every second would cost the API
+// server a watch event per node per second. A change of anything else
+// (conditions, size, networks) is written with the next count.
 //
 // The controller runs on the leader only; its informer is started with it
 // and its workers wait until the Index has seen every existing

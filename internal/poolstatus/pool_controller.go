@@ -25,8 +25,21 @@ import (
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// DefaultWriteInterval is the least time between two status writes of one pool.
-const DefaultWriteInterval = time.Second
+// DefaultCountInterval is the least time between two counts of one pool:
+// a storm's reservation events cost one count per pool per second, and
+// the ipkeeper_pool_addresses metric and a change of the pool's
+// conditions, size or networks are at most that late.
+const DefaultCountInterval = time.Second
+
+// DefaultUsageInterval is the least time between two status writes of one
+// pool that change its counts only. Every node's agent watches every pool
+// (it reads the pool's spec on each ADD), so each status write is sent to
+// every node: a pool written every second costs the API server a watch
+// event per node per second for as long as its usage changes. Counts
+// change with every allocation and can be a few seconds late; what else
+// the status says (conditions, size, networks, the generation observed)
+// is written within DefaultCountInterval.
+const DefaultUsageInterval = 10 * time.Second
 
 // conflictRetry is how soon a pool is looked at again after its status
 // write lost to a newer version (whose own event queues it too).
@@ -41,14 +54,22 @@ type Reconciler struct {
 	// Index holds the reservation counts; SetupWithManager feeds it. A
 	// new one is made when nil.
 	Index *reservationindex.Addresses
-	// WriteInterval is the least time between two status writes of one
-	// pool; DefaultWriteInterval when 0.
-	WriteInterval time.Duration
+	// CountInterval is the least time between two counts of one pool;
+	// DefaultCountInterval when 0.
+	CountInterval time.Duration
+	// UsageInterval is the least time between two status writes of one
+	// pool that change its counts only; DefaultUsageInterval when 0.
+	UsageInterval time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 
-	mu        sync.Mutex
-	lastWrite map[string]time.Time
+	mu   sync.Mutex
+	last map[string]*times
+}
+
+// times is when a pool was last counted and last written.
+type times struct {
+	counted, written time.Time
 }
 
 func (r *Reconciler) now() time.Time {
@@ -60,8 +81,8 @@ func (r *Reconciler) now() time.Time {
 
 // Reconcile recounts one pool and writes its status when it changed.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if wait := r.untilWritable(req.Name); wait > 0 {
-		// Coalesce: whatever changes meanwhile is written in one go.
+	if wait := r.untilCountable(req.Name); wait > 0 {
+		// Coalesce: whatever changes meanwhile is counted in one go.
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	var pool v1alpha1.IPPool
@@ -74,9 +95,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	ranges, specErr := ipamconfig.PoolRanges(&pool.Spec)
 	st := desiredStatus(&pool, ranges, specErr, r.Index.Count(pool.Name, ranges))
+	r.counted(pool.Name)
 	setMetrics(pool.Name, &st)
 	if equality.Semantic.DeepEqual(pool.Status, st) {
 		return reconcile.Result{}, nil
+	}
+	if countsOnly(&pool.Status, &st) {
+		if wait := r.untilUsageWritable(pool.Name); wait > 0 {
+			// Written with the next count after the wait, with whatever
+			// changed meanwhile.
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
 	}
 	updated := pool.DeepCopy()
 	updated.Status = st
@@ -105,34 +134,58 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, nil
 }
 
-// untilWritable returns how long pool's next status write must wait.
-func (r *Reconciler) untilWritable(pool string) time.Duration {
-	interval := r.WriteInterval
-	if interval <= 0 {
-		interval = DefaultWriteInterval
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	last, ok := r.lastWrite[pool]
-	if !ok {
-		return 0
-	}
-	return interval - r.now().Sub(last)
+// untilCountable returns how long pool's next count must wait.
+func (r *Reconciler) untilCountable(pool string) time.Duration {
+	return r.until(pool, orDefault(r.CountInterval, DefaultCountInterval), func(t *times) time.Time { return t.counted })
 }
 
-func (r *Reconciler) wrote(pool string) {
+// untilUsageWritable returns how long a status write of pool that changes
+// its counts only must wait.
+func (r *Reconciler) untilUsageWritable(pool string) time.Duration {
+	return r.until(pool, orDefault(r.UsageInterval, DefaultUsageInterval), func(t *times) time.Time { return t.written })
+}
+
+// until returns what is left of interval since the time of pool that
+// last reads; 0 or less when none.
+func (r *Reconciler) until(pool string, interval time.Duration, last func(*times) time.Time) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.lastWrite == nil {
-		r.lastWrite = map[string]time.Time{}
+	t, ok := r.last[pool]
+	if !ok || last(t).IsZero() {
+		return 0
 	}
-	r.lastWrite[pool] = r.now()
+	return interval - r.now().Sub(last(t))
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+func (r *Reconciler) counted(pool string) { r.mark(pool, func(t *times) { t.counted = r.now() }) }
+
+func (r *Reconciler) wrote(pool string) { r.mark(pool, func(t *times) { t.written = r.now() }) }
+
+func (r *Reconciler) mark(pool string, f func(*times)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last = map[string]*times{}
+	}
+	t, ok := r.last[pool]
+	if !ok {
+		t = &times{}
+		r.last[pool] = t
+	}
+	f(t)
 }
 
 // forget drops what is kept about a deleted pool.
 func (r *Reconciler) forget(pool string) {
 	r.mu.Lock()
-	delete(r.lastWrite, pool)
+	delete(r.last, pool)
 	r.mu.Unlock()
 	deleteMetrics(pool)
 }

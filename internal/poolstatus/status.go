@@ -5,6 +5,7 @@ package poolstatus
 import (
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -180,4 +181,35 @@ func crossings(before, after []metav1.Condition) []crossing {
 		}
 	}
 	return out
+}
+
+// countsOnly reports whether next differs from cur only in what every
+// allocation and release changes: the used, free, out-of-range and
+// cooling-down counts, and the messages of conditions that quote them.
+// Everything else (the generation observed, size, ranges, families,
+// networks, each condition's status and reason) is the same.
+func countsOnly(cur, next *v1alpha1.IPPoolStatus) bool {
+	if cur.ObservedGeneration != next.ObservedGeneration || cur.Size != next.Size ||
+		!slices.Equal(cur.Networks, next.Networks) ||
+		len(cur.Ranges) != len(next.Ranges) || len(cur.Families) != len(next.Families) ||
+		len(cur.Conditions) != len(next.Conditions) {
+		return false
+	}
+	for i := range cur.Ranges {
+		if cur.Ranges[i].Range != next.Ranges[i].Range || cur.Ranges[i].Size != next.Ranges[i].Size {
+			return false
+		}
+	}
+	for i := range cur.Families {
+		if cur.Families[i].Family != next.Families[i].Family || cur.Families[i].Size != next.Families[i].Size {
+			return false
+		}
+	}
+	for _, c := range next.Conditions {
+		was := meta.FindStatusCondition(cur.Conditions, c.Type)
+		if was == nil || was.Status != c.Status || was.Reason != c.Reason || was.ObservedGeneration != c.ObservedGeneration {
+			return false
+		}
+	}
+	return true
 }

@@ -380,6 +380,7 @@ func (r *runner) assertCoverage(t *outcome) {
 		"VM guest network configuration matching its claims (I12)":         r.counts.get("guest-config:matches"),
 		"VM guest using its claim's addresses (I12)":                       r.counts.get("guest-addresses:" + guestnet.ReasonGuestUsesItsAddresses),
 		"pod given back the address its MAC held (I13)":                    r.counts.get("sticky:kept"),
+		"pool status checked against its reservations (I14)":               r.counts.get("check:I14"),
 	} {
 		if n == 0 {
 			t.errorf("no %s", what)

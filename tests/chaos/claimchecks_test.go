@@ -149,3 +149,38 @@ func TestStickyReleaseCountsFromAFailedDEL(t *testing.T) {
 		t.Errorf("after a DEL that succeeded first: judged until %s (%v), want from its success", deadline, ok)
 	}
 }
+
+// I14: a pool's status counts its reservations' distinct addresses,
+// observed at the pool's generation.
+func TestPoolUsageProblem(t *testing.T) {
+	pool := &ipkv1alpha1.IPPool{}
+	pool.Name, pool.Generation = "red", 2
+	r := func(name, poolName, ip string) *ipkv1alpha1.IPReservation {
+		x := &ipkv1alpha1.IPReservation{Spec: ipkv1alpha1.IPReservationSpec{Pool: poolName, IP: ip}}
+		x.Name = name
+		return x
+	}
+	res := map[string]*ipkv1alpha1.IPReservation{
+		"a": r("a", "red", "10.0.0.1"),
+		"b": r("b", "red", "10.0.0.2"),
+		"c": r("c", "red", "10.0.0.2"), // a second holder of one address
+		"d": r("d", "blue", "10.0.0.3"),
+	}
+	for _, tt := range []struct {
+		name string
+		st   ipkv1alpha1.IPPoolStatus
+		want bool
+	}{
+		{"counted", ipkv1alpha1.IPPoolStatus{ObservedGeneration: 2, Used: 2}, false},
+		{"one out of range", ipkv1alpha1.IPPoolStatus{ObservedGeneration: 2, Used: 1, OutOfRange: 1}, false},
+		{"a count behind", ipkv1alpha1.IPPoolStatus{ObservedGeneration: 2, Used: 1}, true},
+		{"holders counted, not addresses", ipkv1alpha1.IPPoolStatus{ObservedGeneration: 2, Used: 3}, true},
+		{"an old generation", ipkv1alpha1.IPPoolStatus{ObservedGeneration: 1, Used: 2}, true},
+		{"more cooling down than used", ipkv1alpha1.IPPoolStatus{ObservedGeneration: 2, Used: 1, OutOfRange: 1, CoolingDown: 2}, true},
+	} {
+		pool.Status = tt.st
+		if got := poolUsageProblem(pool, res); (got != "") != tt.want {
+			t.Errorf("%s: poolUsageProblem = %q, want a problem: %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -86,7 +86,7 @@
 // request, delays, 429s, 500s and 410s to watch requests. The controller
 // filling claims gets them all.
 //
-// Invariants (invariants.go, claimchecks.go, objects.go) I1-I13 are
+// Invariants (invariants.go, claimchecks.go, objects.go, poolchecks.go) I1-I14 are
 // listed in invariants.go; I9 and I10 are the long run's. I1-I8 are checked
 // continuously, from the harness's record of attachments (model.go) and
 // live reads, and again at quiescence. I1 covers the pool, not the

@@ -114,7 +114,12 @@ import (
 //	   back, on whichever node (or another holder took it in the moment
 //	   the take-back frees it: counted, and judged by I1); at quiescence
 //	   only the sticky network's pods' reservations are labelled with a
-//	   MAC, one they present (stickyops.go).
+//	   MAC, one they present (stickyops.go);
+//	I14 at quiescence, every pool's status counts its reservations: it
+//	   observed the pool's generation, its used and out-of-range counts
+//	   add up to the distinct addresses its reservations hold, and no more
+//	   cool down than are used (ipkeeper-controller writes a change of
+//	   counts alone up to 10 s late; poolchecks.go).
 //
 // I1 and I13 are checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no
@@ -366,6 +371,7 @@ func (r *runner) checkOnce(ctx context.Context, final bool) {
 		r.checkCaused(ctx, ls)
 		r.checkGuestConfigs(ctx)
 		r.checkStickyLabels(ls)
+		r.checkPoolUsage(ls)
 	}
 }
 
@@ -475,7 +481,7 @@ func (r *runner) waitSettled(ctx context.Context, timeout time.Duration) {
 			return false, err
 		}
 		gone, _, overdue := r.orphans(ls)
-		return len(gone) == 0 && len(overdue) == 0 && r.claimsSettled(ls), nil
+		return len(gone) == 0 && len(overdue) == 0 && r.claimsSettled(ls) && poolsSettled(ls), nil
 	})
 }
 
