@@ -157,6 +157,12 @@ func TestChaos(t *testing.T) {
 	quiet := time.Now()
 	r.waitSettled(ctx, settleTimeout)
 	r.checkOnce(ctx, true)
+	r.waitPoolsSettled(ctx, time.Minute)
+	if ls, err := r.readLive(ctx); err != nil {
+		r.harnessError(fmt.Errorf("reading the cluster for I14: %w", err))
+	} else {
+		r.checkPoolUsage(ls)
+	}
 	t.Logf("chaos: quiescence and final checks took %s", time.Since(quiet).Round(time.Second))
 	for _, p := range c.panics() {
 		r.violate("I5", "panic-or-race", "in a process log: "+p)
