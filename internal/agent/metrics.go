@@ -18,10 +18,11 @@ type metrics struct {
 	conflicts    prometheus.Counter
 	stickyBack   prometheus.Counter
 	blocksTaken  prometheus.Counter
-	releases     *prometheus.CounterVec // verb
-	apiWrites    *prometheus.CounterVec // verb
-	apiReads     *prometheus.CounterVec // verb
-	podLookups   *prometheus.CounterVec // source
+	releases     *prometheus.CounterVec   // verb
+	apiWrites    *prometheus.CounterVec   // verb
+	writeLatency *prometheus.HistogramVec // verb; reservation writes only
+	apiReads     *prometheus.CounterVec   // verb
+	podLookups   *prometheus.CounterVec   // source
 	reservations prometheus.GaugeFunc
 	ready        prometheus.GaugeFunc
 }
@@ -59,6 +60,14 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int, ready func() boo
 		apiWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_api_writes_total", Help: "Writes to the API server, by verb.",
 		}, []string{"verb"}),
+		// The round trip of a reservation write, the part of an ADD or DEL
+		// the agent waits for: a request's duration less this is the
+		// agent's own work.
+		writeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ipkeeper_agent_api_write_duration_seconds",
+			Help:    "Time from sending a write of a reservation to the API server to its answer, by verb (create, update, patch, delete).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"verb"}),
 		apiReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_api_reads_total", Help: "Live reads of reservations from the API server, by verb (get, list: one per page).",
 		}, []string{"verb"}),
@@ -80,12 +89,19 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int, ready func() boo
 			return 0
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.stickyBack, m.blocksTaken, m.releases, m.apiWrites, m.apiReads, m.podLookups, m.reservations, m.ready} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.allocations, m.failures, m.conflicts, m.stickyBack, m.blocksTaken, m.releases, m.apiWrites, m.writeLatency, m.apiReads, m.podLookups, m.reservations, m.ready} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// wrote records one reservation write, sent at start, in
+// ipkeeper_agent_api_write_duration_seconds; use as
+// defer s.metrics.wrote("create", time.Now()).
+func (m *metrics) wrote(verb string, start time.Time) {
+	m.writeLatency.WithLabelValues(verb).Observe(time.Since(start).Seconds())
 }
 
 // observe records one served CNI request; use as

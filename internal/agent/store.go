@@ -61,6 +61,7 @@ func (s *apiStore) kube() reservation.KubeStore {
 
 func (s *apiStore) Create(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error {
 	s.metrics.apiWrites.WithLabelValues("create").Inc()
+	defer s.metrics.wrote("create", time.Now())
 	return s.kube().Create(ctx, r)
 }
 
@@ -103,6 +104,7 @@ func (s *apiStore) WithMAC(ctx context.Context, pool string, mac net.HardwareAdd
 
 func (s *apiStore) Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error {
 	s.metrics.apiWrites.WithLabelValues("update").Inc()
+	defer s.metrics.wrote("update", time.Now())
 	if err := s.c.Update(ctx, r); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return fmt.Errorf("%w: updating reservation %s: %w", ErrChanged, r.Name, err)
@@ -114,10 +116,12 @@ func (s *apiStore) Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation
 
 func (s *apiStore) Retire(ctx context.Context, name string, uid types.UID, resourceVersion string, reuseAfter time.Time) (*ipkeeperv1alpha1.IPReservation, error) {
 	s.metrics.apiWrites.WithLabelValues("patch").Inc()
+	defer s.metrics.wrote("patch", time.Now())
 	return s.kube().Retire(ctx, name, uid, resourceVersion, reuseAfter)
 }
 
 func (s *apiStore) Delete(ctx context.Context, name string, uid types.UID, resourceVersion string) error {
 	s.metrics.apiWrites.WithLabelValues("delete").Inc()
+	defer s.metrics.wrote("delete", time.Now())
 	return s.kube().Delete(ctx, name, uid, resourceVersion)
 }

@@ -76,6 +76,30 @@ func profileProcess(b *testing.B, what, url, file, phase string) (done func()) {
 	})
 }
 
+// traceAgent starts, when IPKEEPER_BENCH_PROFILE_DIR is set, an execution
+// trace of agent process nd (runtime/trace, via its /debug/pprof/trace) of
+// seconds, and returns a function that waits for it to end and writes it
+// to <dir>/agent-<phase>-<node>.trace: where a short phase's wall time
+// goes (network, scheduling, GC), which a CPU profile does not show.
+func traceAgent(b *testing.B, nd *node, phase string, seconds float64) (done func()) {
+	if nd.pprof == "" {
+		return func() {}
+	}
+	return profileInto(b, "agent "+nd.name+" (trace)", fmt.Sprintf("agent-%s-%s.trace", phase, nd.name), phase, func() ([]byte, error) {
+		c := &http.Client{Timeout: time.Duration(2*seconds)*time.Second + 10*time.Second}
+		resp, err := c.Get(fmt.Sprintf("%strace?seconds=%g", nd.pprof, seconds))
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", resp.Status, data)
+		}
+		return data, err
+	})
+}
+
 // profileInto runs fetch (a CPU profile of what) now, when
 // IPKEEPER_BENCH_PROFILE_DIR is set, and returns a function that waits for
 // it and writes it to that directory as file.
