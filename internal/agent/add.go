@@ -38,7 +38,7 @@ type request struct {
 }
 
 func parseRequest(req *cniproto.Request) (*request, error) {
-	cfg, err := ipamconfig.Parse(req.Config)
+	cfg, err := configs.parse(req.Config)
 	if err != nil {
 		return nil, fail(reasonInvalid, codeInvalidConfig, err)
 	}
