@@ -48,13 +48,14 @@ func (a *vmActor) move(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstan
 	if a.red {
 		networks = append(networks, framework.VMNetwork{Name: red, NAD: "red"})
 	}
-	// The handover is of the networks the receiver has: the claim of a
-	// network just unplugged (its release waits for the controller) has
-	// none.
+	// The handover is of the networks the receiver has, through the NADs
+	// it has: the claim of a network just unplugged, or of the NAD a swap
+	// replaced (its release waits for the controller), has none (seed
+	// 4128 judged a swapped-out claim of blue against the receiver's).
 	var src []ipamclaimsv1alpha1.IPAMClaim
 	for _, c := range claims {
-		if slices.ContainsFunc(networks, func(n framework.VMNetwork) bool { return n.Name == c.Annotations[claimstatus.LogicalNetworkAnnotation] }) ||
-			c.Annotations[claimstatus.LogicalNetworkAnnotation] == "" {
+		logical := c.Annotations[claimstatus.LogicalNetworkAnnotation]
+		if logical == "" || slices.ContainsFunc(networks, func(n framework.VMNetwork) bool { return n.Name == logical && claimThrough(c, n.NAD) }) {
 			src = append(src, c)
 		}
 	}
@@ -118,6 +119,14 @@ func (a *vmActor) move(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstan
 	a.vm = nil
 	a.deleteQuietly(ctx, gone, "move-source")
 	return nil
+}
+
+// claimThrough says whether claim c is of network attachment definition
+// nad (a name in the VM's namespace), as its claimstatus.NADAnnotation
+// records; a claim without one is taken as of any.
+func claimThrough(c ipamclaimsv1alpha1.IPAMClaim, nad string) bool {
+	recorded := c.Annotations[claimstatus.NADAnnotation]
+	return recorded == "" || recorded == c.Namespace+"/"+nad
 }
 
 // cancelMigrations deletes a move's two migrations, best effort.
