@@ -308,7 +308,7 @@ func (r *runner) summary(seed uint64, ran time.Duration) string {
 		r.counts.get("claims-deleted"), r.counts.get("claim-ok"), r.counts.get("claim-unfilled"), r.counts.get("claim-unfilled-refused"), r.counts.get("held-storm-unfilled"), r.counts.get("claim-refused-after-edit"),
 		r.counts.get("claim-requests-free"), r.counts.get("claim-requests-taken"), r.counts.get("claim-edits"), r.counts.get("claim-edit-skipped"), r.counts.get("vm-claim-made-again-during-add"),
 		r.counts.with("requested:"), r.counts.with("allowed:"),
-		r.counts.with("vm:"), r.counts.with("vm-failed:"), r.counts.with("mac:"), r.counts.with("sticky:"), r.counts.with("guest-config:")+" "+r.counts.with("guest-addresses:"), r.counts.get("virt-controller-restarts"), r.counts.with("maker:"),
+		r.counts.with("vm:"), r.counts.with("vm-failed:"), r.counts.with("mac:"), r.counts.with("sticky:"), r.counts.with("guest-config:")+" "+r.counts.with("guest-addresses:")+" "+r.counts.with("guest-addresses-"), r.counts.get("virt-controller-restarts"), r.counts.with("maker:"),
 		r.counts.with("pool-edit:"), r.counts.with("bad-nad-refused:"), r.counts.get("pool-edit-failed"), r.counts.get("bad-nad-other"),
 		r.counts.get("capi-claim-ready"), r.counts.get("capi-claim-unready"), r.counts.get("capi-claims-deleted"),
 		r.counts.get("nodes-deleted"), r.counts.get("node-blocks-outlived-node"), r.counts.get("storm-controller-kills"), r.counts.get("gc-after-agent-restart"),
@@ -384,7 +384,7 @@ func (r *runner) assertCoverage(t *outcome) {
 		"VM launcher interface with its claim's MAC (I11)":                 r.counts.get("mac:of-address"),
 		"VM launcher interface with the VM's own MAC (I11)":                r.counts.get("mac:own"),
 		"VM guest network configuration matching its claims (I12)":         r.counts.get("guest-config:matches"),
-		"VM guest using its claim's addresses (I12)":                       r.counts.get("guest-addresses:" + guestnet.ReasonGuestUsesItsAddresses),
+		"VM guest using its claim's addresses (I12)":                       r.counts.get("guest-addresses:"+guestnet.ReasonGuestUsesItsAddresses) + r.counts.get(guestSeenKey),
 		"pod given back the address its MAC held (I13)":                    r.counts.get("sticky:kept"),
 		"pool status checked against its reservations (I14)":               r.counts.get("check:I14"),
 	} {

@@ -197,6 +197,7 @@ func (a *vmActor) run(ctx context.Context) {
 			a.failed(ctx, "start", err)
 			continue
 		}
+		a.observeGuest(ctx, vmi)
 		op := vmOps[a.rng.IntN(len(vmOps))]
 		first := len(a.first) > 0
 		if first { // every kind early, so that a short run has each
