@@ -85,54 +85,60 @@ func (r *runner) guestConfigProblems(ctx context.Context, count func(string)) ma
 	}
 	problems := map[string]string{}
 	for i := range vms.Items {
-		vm := &vms.Items[i]
-		if !guestnet.Wanted(vm) || vm.DeletionTimestamp != nil || vm.Spec.Template == nil {
-			continue
-		}
-		want, ready, err := r.guestWants(ctx, vm)
-		if err != nil {
-			problems[vm.Name] = err.Error()
-			continue
-		}
-		if !ready {
-			count("guest-config:claims-unfilled")
-			continue
-		}
-		count("check:I12")
-		var s corev1.Secret
-		if err := c.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: guestnet.SecretName(vm.Name)}, &s); err != nil {
-			problems[vm.Name] = "its Secret: " + err.Error()
-			continue
-		}
-		var got networkData
-		if err := yaml.Unmarshal(s.Data[guestnet.DataKey], &got); err != nil {
-			problems[vm.Name] = "its networkdata: " + err.Error()
-			continue
-		}
-		var diffs []string
-		for n, w := range want {
-			g, ok := got.Network.Ethernets[n]
-			switch {
-			case !ok:
-				diffs = append(diffs, fmt.Sprintf("network %s missing", n))
-			case g.Match.MACAddress != w.mac || !slices.Equal(g.Addresses, w.addrs) || g.DHCP4 != (w.claim == ""):
-				diffs = append(diffs, fmt.Sprintf("network %s: MAC %s, addresses %v, DHCP %v; its claim %q: MAC %s, addresses %v", n, g.Match.MACAddress, g.Addresses, g.DHCP4, w.claim, w.mac, w.addrs))
-			}
-		}
-		for n := range got.Network.Ethernets {
-			if _, ok := want[n]; !ok {
-				diffs = append(diffs, fmt.Sprintf("network %s is not the VM's", n))
-			}
-		}
-		if len(diffs) > 0 {
-			slices.Sort(diffs)
-			problems[vm.Name] = strings.Join(diffs, "; ")
-		} else {
-			count("guest-config:matches")
+		if p := r.guestConfigProblem(ctx, &vms.Items[i], count); p != "" {
+			problems[vms.Items[i].Name] = p
 		}
 	}
 	r.guestAddressProblems(ctx, problems, count)
 	return problems
+}
+
+// guestConfigProblem judges one VM's guest network configuration (I12),
+// "" when it matches or is not judged: the VM does not ask, is being
+// deleted, or its claims are not all filled.
+func (r *runner) guestConfigProblem(ctx context.Context, vm *kubevirtv1.VirtualMachine, count func(string)) string {
+	c := r.c.cp.Client
+	if !guestnet.Wanted(vm) || vm.DeletionTimestamp != nil || vm.Spec.Template == nil {
+		return ""
+	}
+	want, ready, err := r.guestWants(ctx, vm)
+	if err != nil {
+		return err.Error()
+	}
+	if !ready {
+		count("guest-config:claims-unfilled")
+		return ""
+	}
+	count("check:I12")
+	var s corev1.Secret
+	if err := c.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: guestnet.SecretName(vm.Name)}, &s); err != nil {
+		return "its Secret: " + err.Error()
+	}
+	var got networkData
+	if err := yaml.Unmarshal(s.Data[guestnet.DataKey], &got); err != nil {
+		return "its networkdata: " + err.Error()
+	}
+	var diffs []string
+	for n, w := range want {
+		g, ok := got.Network.Ethernets[n]
+		switch {
+		case !ok:
+			diffs = append(diffs, fmt.Sprintf("network %s missing", n))
+		case g.Match.MACAddress != w.mac || !slices.Equal(g.Addresses, w.addrs) || g.DHCP4 != (w.claim == ""):
+			diffs = append(diffs, fmt.Sprintf("network %s: MAC %s, addresses %v, DHCP %v; its claim %q: MAC %s, addresses %v", n, g.Match.MACAddress, g.Addresses, g.DHCP4, w.claim, w.mac, w.addrs))
+		}
+	}
+	for n := range got.Network.Ethernets {
+		if _, ok := want[n]; !ok {
+			diffs = append(diffs, fmt.Sprintf("network %s is not the VM's", n))
+		}
+	}
+	if len(diffs) > 0 {
+		slices.Sort(diffs)
+		return strings.Join(diffs, "; ")
+	}
+	count("guest-config:matches")
+	return ""
 }
 
 // guestAddressProblems adds, by claim, the claims of running VMs whose
@@ -188,47 +194,72 @@ func guestReports(vmi *kubevirtv1.VirtualMachineInstance, held []netip.Addr) (ex
 	return exact, reported
 }
 
-// guestSeenKey counts the running guests seen using their claim's
-// addresses during the run (observeGuest).
-const guestSeenKey = "guest-addresses-seen:" + guestnet.ReasonGuestUsesItsAddresses
+// guestSeenKey and configSeenKey count what observeGuest saw during the
+// run: a running guest using its claim's addresses, and a VM's guest
+// network configuration matching its claims.
+const (
+	guestSeenKey  = "guest-addresses-seen:" + guestnet.ReasonGuestUsesItsAddresses
+	configSeenKey = "guest-addresses-seen:config-matches"
+)
 
 // guestLook bounds how long observeGuest looks at a started VM.
 const guestLook = 10 * time.Second
 
-// observeGuest looks, for up to guestLook, at the GuestAddresses condition
-// of a VM just seen running, until one of its claims says the guest uses
-// its addresses while the guest agent reports exactly them; once seen,
-// it looks no more. This is the short run's coverage of I12's guest
-// check: at quiescence its few VMs may all be stopped, deleted or moved
-// (CI's short run found none running in about one run of three).
-// Disagreements are judged at quiescence only: here the condition may
-// lag the guest.
+// observeGuest looks, for up to guestLook, at a VM just seen running
+// until its guest network configuration matches its claims and one of
+// its claims' GuestAddresses condition says the guest uses its addresses
+// while the guest agent reports exactly them; once both were seen in the
+// run, it looks no more. This is the short run's coverage of I12: at
+// quiescence its few VMs may all be stopped, deleted or moved (CI's short
+// run found none there in about one run of three). Disagreements are
+// judged at quiescence only: here the controller may lag the guest.
 func (a *vmActor) observeGuest(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) {
-	if a.r.counts.get(guestSeenKey) > 0 || a.vm == nil {
+	if a.vm == nil || (a.r.counts.get(guestSeenKey) > 0 && a.r.counts.get(configSeenKey) > 0) {
 		return
 	}
 	c := a.kv.C
+	config, guest := a.r.counts.get(configSeenKey) > 0, a.r.counts.get(guestSeenKey) > 0
 	_ = framework.Eventually(ctx, guestLook, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
-		var cur kubevirtv1.VirtualMachineInstance
-		if err := c.Get(ctx, client.ObjectKeyFromObject(vmi), &cur); err != nil || cur.Status.Phase != kubevirtv1.Running {
-			return false, nil
-		}
-		claims, err := a.vmClaims(ctx, a.vm)
-		if err != nil {
-			return false, nil
-		}
-		for i := range claims {
-			cond := meta.FindStatusCondition(claims[i].Status.Conditions, guestnet.ConditionGuestAddresses)
-			if cond == nil || cond.Status != metav1.ConditionTrue {
-				continue
-			}
-			if exact, _ := guestReports(&cur, claimstatus.Addresses(&claims[i])); exact {
-				a.r.counts.inc(guestSeenKey)
-				return true, nil
+		if !config {
+			var vm kubevirtv1.VirtualMachine
+			if err := c.Get(ctx, client.ObjectKeyFromObject(a.vm), &vm); err == nil {
+				matched := false
+				if p := a.r.guestConfigProblem(ctx, &vm, func(k string) { matched = matched || k == "guest-config:matches" }); p == "" && matched {
+					config = true
+					a.r.counts.inc(configSeenKey)
+				}
 			}
 		}
-		return false, nil
+		if !guest {
+			guest = a.guestUsesItsAddresses(ctx, vmi)
+		}
+		return config && guest, nil
 	})
+}
+
+// guestUsesItsAddresses says whether, now, vmi runs and one of its VM's
+// claims says GuestUsesItsAddresses while the guest reports exactly its
+// addresses; it counts guestSeenKey when so.
+func (a *vmActor) guestUsesItsAddresses(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) bool {
+	var cur kubevirtv1.VirtualMachineInstance
+	if err := a.kv.C.Get(ctx, client.ObjectKeyFromObject(vmi), &cur); err != nil || cur.Status.Phase != kubevirtv1.Running {
+		return false
+	}
+	claims, err := a.vmClaims(ctx, a.vm)
+	if err != nil {
+		return false
+	}
+	for i := range claims {
+		cond := meta.FindStatusCondition(claims[i].Status.Conditions, guestnet.ConditionGuestAddresses)
+		if cond == nil || cond.Status != metav1.ConditionTrue {
+			continue
+		}
+		if exact, _ := guestReports(&cur, claimstatus.Addresses(&claims[i])); exact {
+			a.r.counts.inc(guestSeenKey)
+			return true
+		}
+	}
+	return false
 }
 
 func subsetAddrs(a, b []netip.Addr) bool {

@@ -106,9 +106,10 @@ import (
 //	   condition tells what its guest reports (the simulated virt-handler
 //	   reports what each launcher interface got): True exactly when an
 //	   interface reports the claim's addresses (guestops.go). During the
-//	   run, a VM seen running is watched briefly until one claim says True
-//	   with its guest reporting exactly those addresses (observeGuest):
-//	   coverage only, since at quiescence no VM may be running;
+//	   run, a VM seen running is watched briefly until its configuration
+//	   matches and one claim says True with its guest reporting exactly
+//	   those addresses (observeGuest): coverage only, since at quiescence
+//	   no VM may be running;
 //	I13 sticky by MAC: a pod of the sticky_mac network whose ADD succeeded
 //	   at its first try, within the cooldown of the successful DEL of the
 //	   last attachment presenting its MAC (counted from an earlier DEL of
