@@ -145,9 +145,11 @@ func TestConnWorkersReuseAnIdleGoroutine(t *testing.T) {
 	var served sync.WaitGroup
 	release := make(chan struct{})
 	var hold atomic.Bool
+	var held atomic.Int32 // connections being served at once, each on its own goroutine
 	w := &connWorkers{ctx: ctx, conns: make(chan net.Conn), serve1: func(c net.Conn) {
 		defer served.Done()
 		if hold.Load() {
+			held.Add(1)
 			<-release
 		}
 		_ = c.Close()
@@ -183,7 +185,10 @@ func TestConnWorkersReuseAnIdleGoroutine(t *testing.T) {
 		served.Add(1)
 		w.serve(a)
 	}
-	waitFor(t, func() bool { return runtime.NumGoroutine() >= before+3 })
+	// Not the process's goroutine count: goroutines of earlier tests
+	// still ending were counted in before (CI saw it never reach
+	// before+3).
+	waitFor(t, func() bool { return held.Load() == 3 })
 	close(release)
 	served.Wait()
 	cancel()
