@@ -18,9 +18,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -117,9 +120,14 @@ const simulatedNodes = 1000
 // real agents'), ipkeeper-controller running as in a cluster. What each
 // node costs kube-apiserver and etcd per allocation is the difference.
 func BenchmarkSimulatedNodes(b *testing.B) {
-	agents, total, adds := 4, simulatedNodes, stormADDs
+	agents, total, adds, rounds := 4, simulatedNodes, stormADDs, simulatedRounds
 	if testing.Short() {
-		agents, total, adds = 2, 40, 200
+		agents, total, adds, rounds = 2, 40, 200, 1
+	}
+	for _, r := range watchOnlyResources() {
+		if !slices.ContainsFunc(agentWatches("x"), func(w agentWatch) bool { return w.resource == r }) {
+			b.Fatalf("IPKEEPER_BENCH_WATCH_ONLY_RESOURCES: %q is not a resource an agent watches", r)
+		}
 	}
 	// ipkeeper-controller runs as in a cluster: each write of a pool's
 	// status is sent to every node.
@@ -127,19 +135,50 @@ func BenchmarkSimulatedNodes(b *testing.B) {
 	defer ctrl.Stop()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		base := scalingStep(b, 8+2*i, agents, scaleOpts{ctrl: ctrl}, adds)
-		big := scalingStep(b, 9+2*i, agents, scaleOpts{watchers: total - agents, ctrl: ctrl}, adds)
-		ratio := (big.api + big.etcd) / (base.api + base.etcd)
-		b.Logf("%d nodes (%d watch-only): kube-apiserver + etcd CPU per allocation %.2f ms against %.2f ms with %d agents alone (%.2fx, %.1f µs per extra node); rate %.0f/s against %.0f/s",
-			total, total-agents, big.api+big.etcd, base.api+base.etcd, agents, ratio, 1000*(big.api+big.etcd-base.api-base.etcd)/float64(total-agents), big.rate, base.rate)
-		record(row{fig: 2, what: fmt.Sprintf("%d nodes (%d watch-only): kube-apiserver + etcd CPU per allocation", total, total-agents),
-			measured: fmt.Sprintf("%.2f ms", big.api+big.etcd), baseline: fmt.Sprintf("%.2f ms, %d agents alone", base.api+base.etcd, agents),
-			ratio: fmt.Sprintf("%.2fx", ratio), target: "<= 1.5x", verdict: verdictIf(!testing.Short(), ratio <= 1.5)})
-		record(row{fig: 2, what: fmt.Sprintf("%d nodes (%d watch-only): rate", total, total-agents),
-			measured: fmt.Sprintf("%.0f/s", big.rate), baseline: fmt.Sprintf("%.0f/s, %d agents alone", base.rate, agents),
-			ratio: fmt.Sprintf("%.2fx", big.rate/base.rate), target: "(context)"})
+		var ratios, perNode []float64
+		var baseCPU, bigCPU, baseRate, bigRate float64 // summed over the rounds
+		for r := range rounds {
+			step := simulatedFirstStep + 2*(i*rounds+r)
+			base := scalingStep(b, step, agents, scaleOpts{ctrl: ctrl}, adds)
+			big := scalingStep(b, step+1, agents, scaleOpts{watchers: total - agents, ctrl: ctrl}, adds)
+			ratio := (big.api + big.etcd) / (base.api + base.etcd)
+			extra := 1000 * (big.api + big.etcd - base.api - base.etcd) / float64(total-agents)
+			ratios, perNode = append(ratios, ratio), append(perNode, extra)
+			baseCPU, bigCPU = baseCPU+base.api+base.etcd, bigCPU+big.api+big.etcd
+			baseRate, bigRate = baseRate+base.rate, bigRate+big.rate
+			b.Logf("round %d of %d: %d nodes (%d watch-only): kube-apiserver + etcd CPU per allocation %.2f ms against %.2f ms with %d agents alone (%.2fx, %.1f µs per extra node); rate %.0f/s against %.0f/s",
+				r+1, rounds, total, total-agents, big.api+big.etcd, base.api+base.etcd, agents, ratio, extra, big.rate, base.rate)
+		}
+		med, n := median(ratios), float64(rounds)
+		what, applies := fmt.Sprintf("%d nodes (%d watch-only)", total, total-agents), !testing.Short()
+		if only := watchOnlyResources(); only != nil {
+			// An analysis: the nodes hold fewer watches than an agent.
+			what, applies = fmt.Sprintf("%d nodes (%d watch-only, watching %s only)", total, total-agents, strings.Join(only, ", ")), false
+		}
+		b.Logf("%s, %d rounds: median ratio %.2fx (%s); median %.1f µs per extra node; means %.2f against %.2f ms (%.2fx)",
+			what, rounds, med, fmtRatios(ratios), median(perNode), bigCPU/n, baseCPU/n, bigCPU/baseCPU)
+		record(row{fig: 2, what: fmt.Sprintf("%s: kube-apiserver + etcd CPU per allocation (median of %d rounds' ratios)", what, rounds),
+			measured: fmt.Sprintf("%.2f ms (mean)", bigCPU/n), baseline: fmt.Sprintf("%.2f ms, %d agents alone (mean)", baseCPU/n, agents),
+			ratio: fmt.Sprintf("%.2fx (%s)", med, fmtRatios(ratios)), target: "<= 1.5x", verdict: verdictIf(applies, med <= 1.5)})
+		record(row{fig: 2, what: fmt.Sprintf("%s: CPU per extra node and allocation (median of the rounds)", what),
+			measured: fmt.Sprintf("%.1f µs", median(perNode)), target: "(context)"})
+		record(row{fig: 2, what: fmt.Sprintf("%s: rate (mean of the rounds)", what),
+			measured: fmt.Sprintf("%.0f/s", bigRate/n), baseline: fmt.Sprintf("%.0f/s, %d agents alone", baseRate/n, agents),
+			ratio: fmt.Sprintf("%.2fx", bigRate/baseRate), target: "(context)"})
 	}
 }
+
+// simulatedRounds is how many pairs of storms (4 agents alone, then with
+// the watch-only nodes) figure 2's 1,000 nodes measures; the figure is the
+// median of the pairs' ratios. The API server's CPU per allocation moves
+// by a fifth between single storms of a few seconds on this machine (the
+// same code ranged from 1.04x to 1.83x in single pairs of one run), more
+// than the target's margin.
+const simulatedRounds = 5
+
+// simulatedFirstStep is the first scalingStep number of the 1,000 nodes
+// (BenchmarkScaling's steps come before it).
+const simulatedFirstStep = 16
 
 func verdictIf(applies, ok bool) string {
 	if !applies {
@@ -168,6 +207,10 @@ func scalingStep(b *testing.B, step, n int, o scaleOpts, adds int) stepResult {
 		label = fmt.Sprintf("%d nodes, VMs in the mix", n)
 	}
 	ns := cp.NewNamespace(b, fmt.Sprintf("scale%d", n))
+	// Runs last (after the agents and watch-only nodes stop): every step
+	// starts on a cluster of the same size.
+	var networks []string
+	defer func() { removeStep(b, ns, networks) }()
 	watchesBefore := openWatches(b)
 	nodes, stop := startNodes(b, fmt.Sprintf("scale%d-%d-node", n, step), n)
 	defer stop()
@@ -178,7 +221,8 @@ func scalingStep(b *testing.B, step, n int, o scaleOpts, adds int) stepResult {
 	pods, owner := createPodsOn(b, ns, nodes, (adds+n-1)/n)
 	pods, owner = pods[:adds], owner[:adds]
 	network := fmt.Sprintf("scale%d-%d", n, step)
-	conf := framework.NetConf(network, map[string]any{"range": fmt.Sprintf("10.129.%d.0/20", 16*step)})
+	networks = append(networks, network)
+	conf := framework.NetConf(network, map[string]any{"range": stepRange(step)})
 	cp.InlinePool(b, ns, conf)
 	var vmNet bootNet
 	launchers := make([]*corev1.Pod, len(pods)) // by allocation; nil for a plain pod
@@ -188,6 +232,7 @@ func scalingStep(b *testing.B, step, n int, o scaleOpts, adds int) stepResult {
 	}
 	if o.vms {
 		vmNet = scalingVMNet(b, ns, step)
+		networks = append(networks, vmNet.network)
 		for k := 0; k < len(pods); k += vmEvery {
 			launchers[k] = launcherPod(ns, scalingVM(step, k), "virt-launcher-"+scalingVM(step, k), owner[k].name, vmNet)
 		}
@@ -196,6 +241,7 @@ func scalingStep(b *testing.B, step, n int, o scaleOpts, adds int) stepResult {
 	// The API server's own rate now, with n agents watching: it shows how
 	// much of a change is the API server's.
 	raw := rawCreateRate(b, ns, fmt.Sprintf("scale%d", n), adds/2, stormInFlight)
+	settleControlPlane(b)
 
 	apiBefore := apiMetrics(b)
 	statBefore := make([]procStat, n)
@@ -304,6 +350,53 @@ func scalingStep(b *testing.B, step, n int, o scaleOpts, adds int) stepResult {
 			baseline: fmt.Sprintf("%.1f/%.1f ms all allocations", p50, p99), target: "(context)"})
 	}
 	return stepResult{rate: rate, api: cpAPI, etcd: cpEtcd, watchPerAlloc: watch / allocs}
+}
+
+// removeStep deletes what a step made (its pods, VMs' claims and raw
+// ConfigMaps, and its networks' reservations) and waits until the
+// reservations are gone, so that every step of figure 2 starts on a
+// cluster of the same size: until 2026-11-28 each step's 2,000 pods and
+// reservations stayed until the benchmark ended. This control plane runs
+// no kube-controller-manager, so the namespace itself stays (empty).
+func removeStep(b *testing.B, ns string, networks []string) {
+	b.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.ConfigMap{}, &ipamclaimsv1alpha1.IPAMClaim{}} {
+		// Grace period 0: no kubelet confirms a pod's deletion here.
+		if err := cp.Client.DeleteAllOf(ctx, obj, client.InNamespace(ns), client.GracePeriodSeconds(0)); err != nil {
+			b.Fatalf("removing step %s: deleting its %T: %v", ns, obj, err)
+		}
+	}
+	deadline := start.Add(2 * time.Minute)
+	for _, network := range networks {
+		// Deleted here: ipkeeper-controller's garbage collector releases
+		// a gone pod's reservation only after --gc-grace-period (2m).
+		if err := cp.Client.DeleteAllOf(ctx, &ipkeeperv1alpha1.IPReservation{},
+			client.MatchingLabels{naming.NetworkLabel: naming.NetworkLabelValue(network)}); err != nil {
+			b.Fatalf("removing step %s: deleting the reservations of network %s: %v", ns, network, err)
+		}
+		for {
+			var l ipkeeperv1alpha1.IPReservationList
+			if err := cp.Client.List(ctx, &l, client.MatchingLabels{naming.NetworkLabel: naming.NetworkLabelValue(network)}, client.Limit(1)); err != nil {
+				b.Fatalf("removing step %s: %v", ns, err)
+			}
+			if len(l.Items) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("removing step %s: reservations of network %s still there after %v", ns, network, time.Since(start).Round(time.Second))
+			}
+			<-time.After(500 * time.Millisecond)
+		}
+	}
+	b.Logf("step %s removed in %v", ns, time.Since(start).Round(100*time.Millisecond))
+}
+
+// stepRange is the range of scalingStep step's network, a /20 of its own:
+// steps 0 to 15 in 10.129.0.0/16, 16 to 31 in 10.137.0.0/16.
+func stepRange(step int) string {
+	return fmt.Sprintf("10.%d.%d.0/20", 129+8*(step/16), 16*(step%16))
 }
 
 // scalingVM names the VM of step's k-th allocation.

@@ -10,6 +10,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +85,9 @@ func watchOnlyNodes(b *testing.B, prefix string, n int) (stop func()) {
 			}
 		}
 		for _, w := range agentWatches(fmt.Sprintf("%s-%d", prefix, i)) {
+			if only := watchOnlyResources(); only != nil && !slices.Contains(only, w.resource) {
+				continue
+			}
 			wg.Add(1)
 			opened.Add(1)
 			go func(c *http.Client) {
@@ -107,6 +113,19 @@ func watchOnlyNodes(b *testing.B, prefix string, n int) (stop func()) {
 		b.Fatalf("watch-only nodes: %v", failed)
 	}
 	return stop
+}
+
+// watchOnlyResources is IPKEEPER_BENCH_WATCH_ONLY_RESOURCES, a comma-separated
+// list of an agent's watched resources ("ipreservations,pods"), or nil when
+// unset. When set, the watch-only nodes hold only those watches: an
+// analysis of what each kind of watch costs per node, not a figure for the
+// table (a node holds all of them).
+func watchOnlyResources() []string {
+	v := os.Getenv("IPKEEPER_BENCH_WATCH_ONLY_RESOURCES")
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
 }
 
 // openingAtOnce bounds how many watch-only nodes' watches are being opened at once.
