@@ -61,6 +61,7 @@ package framework
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -273,7 +274,13 @@ func (k *KubeVirt) StartDecentralizedMigration(ctx context.Context, source *kube
 // VMI, and with it the sendTo migration, which SendMigration keeps as last
 // read) and restores the receiver VM's runStrategy. It returns once it has
 // (the source VMI gone).
-func (m *DecentralizedMigration) Complete(ctx context.Context) error {
+//
+// Once the target reported the migration completed, the source's domain
+// is gone and its launcher exits whatever the API server answers: if a
+// later step fails (a fault of the API), the source's sandbox is still
+// torn down, as its kubelet would (endSourceIfCompleted), and the error
+// is returned.
+func (m *DecentralizedMigration) Complete(ctx context.Context) (err error) {
 	k := m.k
 	if err := m.targetListens(ctx); err != nil {
 		return err
@@ -328,6 +335,12 @@ func (m *DecentralizedMigration) Complete(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	sourceEnded := false
+	defer func() {
+		if err != nil && !sourceEnded {
+			err = errors.Join(err, m.endSourceIfCompleted(context.WithoutCancel(ctx)))
+		}
+	}()
 	if err := m.write(ctx, m.Receiver, "target virt-handler: migration finalized (completed)", migrationState(map[string]any{"completed": true})); err != nil {
 		return err
 	}
@@ -363,6 +376,7 @@ func (m *DecentralizedMigration) Complete(ctx context.Context) error {
 	if err := k.setPodEnded(ctx, m.SourcePod, corev1.PodSucceeded); err != nil {
 		return err
 	}
+	sourceEnded = true
 	m.note("kubelet: source pod %s Succeeded", m.SourcePod.Name)
 
 	// virt-controller: the source VM halted (vm.go syncRunStrategy), the
@@ -408,6 +422,30 @@ func (m *DecentralizedMigration) Complete(ctx context.Context) error {
 		return fmt.Errorf("reading VirtualMachineInstanceMigration %s/%s: %w", m.ReceiveMigration.Namespace, m.ReceiveMigration.Name, err)
 	}
 	return nil
+}
+
+// endSourceIfCompleted is the source kubelet's part of a Complete that
+// failed after the target reported the migration completed (the write
+// may also have landed with its answer lost): once the receiver VMI reads
+// as completed, the source's sandbox is torn down. Read for up to the
+// KubeVirt timeout (the API server may be restarting); a receiver not
+// completed keeps the source running.
+func (m *DecentralizedMigration) endSourceIfCompleted(ctx context.Context) error {
+	var completed bool
+	err := m.k.wait(ctx, "the receiver VMI's migration state, to end the source after a failed completion", func(ctx context.Context) (bool, error) {
+		var vmi kubevirtv1.VirtualMachineInstance
+		if err := m.k.C.Get(ctx, client.ObjectKeyFromObject(m.Receiver), &vmi); err != nil {
+			return false, err
+		}
+		ms := vmi.Status.MigrationState
+		completed = ms != nil && ms.Completed && !ms.Failed
+		return true, nil
+	})
+	if err != nil || !completed {
+		return err
+	}
+	m.note("kubelet: source pod %s's sandbox torn down (the migration completed; a later step failed)", m.SourcePod.Name)
+	return m.k.stopSandbox(ctx, m.SourcePod)
 }
 
 // Fail ends the migration as failed before it started: the target
