@@ -187,7 +187,7 @@ func guestReports(vmi *kubevirtv1.VirtualMachineInstance, held []netip.Addr) (ex
 				ips = append(ips, ip.Unmap())
 			}
 		}
-		if len(ips) == len(held) && subsetAddrs(ips, held) {
+		if len(ips) == len(held) && subset(ips, held) {
 			exact = true
 		}
 	}
@@ -260,15 +260,6 @@ func (a *vmActor) guestUsesItsAddresses(ctx context.Context, vmi *kubevirtv1.Vir
 		}
 	}
 	return false
-}
-
-func subsetAddrs(a, b []netip.Addr) bool {
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			return false
-		}
-	}
-	return true
 }
 
 type guestWant struct {
