@@ -52,7 +52,9 @@ func (r *Reconciler) addresses(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 	_, requested := claim.Annotations[claimstatus.RequestedAnnotation]
 	pool, err := r.poolOf(ctx, claim, net)
 	if ce := asConfigError(err); ce != nil && ce.poolMissing && requested && !claimstatus.Filled(claim) {
-		return requestRefused(claimstatus.ReasonRequestedPoolNotFound, true, "%s", ce.failure.message), nil
+		out := requestRefused(claimstatus.ReasonRequestedPoolNotFound, true, "%s", ce.failure.message)
+		out.failure.waiting = ce.failure.waiting
+		return out, nil
 	}
 	if err != nil {
 		return outcome{}, err
@@ -79,8 +81,8 @@ func (r *Reconciler) addresses(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 		return outcome{ips: recordLent(pool, lent)}, nil
 	}
 	if claim.Annotations[claimstatus.ReceiverAnnotation] == claimstatus.ReceiverWaiting {
-		return outcome{failure: &failure{claimstatus.ReasonWaitingForSource,
-			"the claim of a VM waiting to receive a decentralized live migration gets the source VM's addresses once KubeVirt synchronised the migration"}}, nil
+		return outcome{failure: &failure{reason: claimstatus.ReasonWaitingForSource,
+			message: "the claim of a VM waiting to receive a decentralized live migration gets the source VM's addresses once KubeVirt synchronised the migration"}}, nil
 	}
 	if requested {
 		return r.fillRequested(ctx, claim, net, pool, mine)
@@ -204,7 +206,7 @@ func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 		if errors.Is(err, claimalloc.ErrExhausted) {
 			// What was reserved of the other family stays the claim's: the
 			// retry uses it.
-			return outcome{failure: &failure{claimstatus.ReasonExhausted, fmt.Sprintf("network %q (IPPool %q) is exhausted: %v", net.cfg.Name, pool.Name, err)}, retry: true}, nil
+			return outcome{failure: &failure{reason: claimstatus.ReasonExhausted, message: fmt.Sprintf("network %q (IPPool %q) is exhausted: %v", net.cfg.Name, pool.Name, err)}, retry: true}, nil
 		}
 		if err != nil {
 			return outcome{}, fmt.Errorf("IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
@@ -294,7 +296,7 @@ func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 	var out outcome
 	entries, err := claimstatus.Entries(claim)
 	if err != nil {
-		return outcome{failure: &failure{claimstatus.ReasonInternal, err.Error()}}, nil
+		return outcome{failure: &failure{reason: claimstatus.ReasonInternal, message: err.Error()}}, nil
 	}
 	recorded := map[netip.Addr]bool{}
 	for _, rec := range entries {
@@ -304,7 +306,7 @@ func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 			continue
 		}
 		if _, err := pool.RangeFor(ip); err != nil {
-			out.failure = &failure{claimstatus.ReasonInternal, fmt.Sprintf(
+			out.failure = &failure{reason: claimstatus.ReasonInternal, message: fmt.Sprintf(
 				"the claim records %s (status.ips[%d]), which network %q (IPPool %q) does not hand out: %v; nothing was released: fix the pool or the claim",
 				ip, i, net.cfg.Name, pool.Name, err)}
 			continue
@@ -313,7 +315,7 @@ func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 		var taken *reservation.TakenError
 		switch {
 		case errors.As(err, &taken):
-			out.failure = &failure{claimstatus.ReasonConflict, fmt.Sprintf("the claim records %s (status.ips[%d]), which on network %q %s",
+			out.failure = &failure{reason: claimstatus.ReasonConflict, message: fmt.Sprintf("the claim records %s (status.ips[%d]), which on network %q %s",
 				ip, i, net.cfg.Name, reservation.DescribeHolder(taken.Name, taken.Holder, claim.Namespace))}
 			out.retry = true
 		case err != nil:

@@ -24,6 +24,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -524,6 +525,43 @@ func TestReconcilePoolMissing(t *testing.T) {
 	cond := condition(t, f.claim(t, "vm1.blue"), claimstatus.ConditionIPsAllocated)
 	if cond.Status != metav1.ConditionFalse || cond.Reason != claimstatus.ReasonInternal || !strings.Contains(cond.Message, `the IPPool "blue" of inline network "blue" does not exist yet`) {
 		t.Errorf("IPsAllocated = %+v", cond)
+	}
+}
+
+// A wait that resolves by itself is no Warning: a NAD and a VM created
+// together give the claim a look before ipkeeper-controller made the
+// inline network's pool, and the claim is filled a moment later. Events
+// say so as Normal, on the claim and, for a request, on its VM; a named
+// pool that does not exist is the administrator's to create: a Warning.
+func TestPoolNotMadeYetIsNoWarning(t *testing.T) {
+	named := `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","pool":"shared"}}`
+	for _, tt := range []struct {
+		name, conf, request, wantType string
+	}{
+		{"inline pool not made yet", dualConf, "", corev1.EventTypeNormal},
+		{"inline pool not made yet, addresses requested", dualConf, `["10.0.0.50"]`, corev1.EventTypeNormal},
+		{"named pool missing", named, "", corev1.EventTypeWarning},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := claim("vm1.blue")
+			cl.OwnerReferences = []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine", Name: "vm1", UID: "uid-vm1", Controller: ptr.To(true)}}
+			if tt.request != "" {
+				cl.Annotations[claimstatus.RequestedAnnotation] = tt.request
+			}
+			f := newFixture(t, nad(ns, "blue", tt.conf), cl)
+			if res := f.reconcile(t, "vm1.blue"); res.RequeueAfter <= 0 {
+				t.Error("a claim whose pool is missing is not retried")
+			}
+			ev := f.events()
+			if len(ev) == 0 {
+				t.Fatal("no event")
+			}
+			for _, e := range ev {
+				if !strings.HasPrefix(e, tt.wantType+" ") {
+					t.Errorf("event %q, want type %s", e, tt.wantType)
+				}
+			}
+		})
 	}
 }
 

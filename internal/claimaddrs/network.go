@@ -36,6 +36,10 @@ type network struct {
 // reasons and a message for the claim's namespace.
 type failure struct {
 	reason, message string
+	// waiting: the failure passes by itself, without anyone acting (an
+	// inline network's pool ipkeeper-controller has not made yet): its
+	// Events are Normal, not Warning.
+	waiting bool
 }
 
 // configError is a problem a change of configuration fixes (or that
@@ -155,16 +159,16 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	if apierrors.IsNotFound(err) {
 		err = r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &obj)
 	}
-	missing := func(format string, args ...any) error {
+	missing := func(waiting bool, format string, args ...any) error {
 		ce := refuse(true, format, args...)
-		ce.poolMissing = true
+		ce.poolMissing, ce.failure.waiting = true, waiting
 		return ce
 	}
 	switch {
 	case apierrors.IsNotFound(err) && cfg.Pool != "":
-		return nil, missing("network %q uses IPPool %q, which does not exist; create it (see docs/pools.md)", cfg.Name, name)
+		return nil, missing(false, "network %q uses IPPool %q, which does not exist; create it (see docs/pools.md)", cfg.Name, name)
 	case apierrors.IsNotFound(err):
-		return nil, missing("the IPPool %q of inline network %q does not exist yet; ipkeeper-controller makes it from the network's NetworkAttachmentDefinitions (their events say why it has not)", name, cfg.Name)
+		return nil, missing(true, "the IPPool %q of inline network %q does not exist yet; ipkeeper-controller makes it from the network's NetworkAttachmentDefinitions (their events say why it has not)", name, cfg.Name)
 	case err != nil:
 		return nil, fmt.Errorf("reading IPPool %s: %w", name, err)
 	}

@@ -88,14 +88,19 @@ func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		fills.Inc()
 		log.FromContext(ctx).Info("recorded the claim's addresses", "claim", claim.Namespace+"/"+claim.Name, "ips", st.IPs)
 	}
-	r.tell(claim, updated, wasAllocated, wasRequested)
+	r.tell(claim, updated, wasAllocated, wasRequested, out.failure != nil && out.failure.waiting)
 	return nil
 }
 
 // tell records Events for condition changes: IPsAllocated on the claim
 // (failures, and the recovery from one), RequestedAddresses on the
-// claim's VM, where whoever asked looks.
-func (r *Reconciler) tell(claim, updated *ipamclaimsv1alpha1.IPAMClaim, wasAllocated, wasRequested *metav1.Condition) {
+// claim's VM, where whoever asked looks. A failure that passes by itself
+// (waiting) is told as Normal: whoever alerts on Warnings has nothing to do.
+func (r *Reconciler) tell(claim, updated *ipamclaimsv1alpha1.IPAMClaim, wasAllocated, wasRequested *metav1.Condition, waiting bool) {
+	failed := corev1.EventTypeWarning
+	if waiting {
+		failed = corev1.EventTypeNormal
+	}
 	changedCond := func(was *metav1.Condition, typ string) *metav1.Condition {
 		now := meta.FindStatusCondition(updated.Status.Conditions, typ)
 		if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason && was.Message == now.Message) {
@@ -112,7 +117,7 @@ func (r *Reconciler) tell(claim, updated *ipamclaimsv1alpha1.IPAMClaim, wasAlloc
 				r.Recorder.Event(updated, corev1.EventTypeNormal, string(ReasonIPsAllocated), c.Message)
 			}
 		} else {
-			r.Recorder.Eventf(updated, corev1.EventTypeWarning, string(ReasonIPsNotAllocated), "%s: %s", c.Reason, c.Message)
+			r.Recorder.Eventf(updated, failed, string(ReasonIPsNotAllocated), "%s: %s", c.Reason, c.Message)
 		}
 	}
 	c := changedCond(wasRequested, claimstatus.ConditionRequested)
@@ -123,7 +128,7 @@ func (r *Reconciler) tell(claim, updated *ipamclaimsv1alpha1.IPAMClaim, wasAlloc
 	if c.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(owner, corev1.EventTypeNormal, string(ReasonRequestedReserved), "IPAMClaim %s: %s", claim.Name, c.Message)
 	} else {
-		r.Recorder.Eventf(owner, corev1.EventTypeWarning, string(ReasonRequestedNotHonoured), "IPAMClaim %s (%s): %s", claim.Name, c.Reason, c.Message)
+		r.Recorder.Eventf(owner, failed, string(ReasonRequestedNotHonoured), "IPAMClaim %s (%s): %s", claim.Name, c.Reason, c.Message)
 	}
 }
 

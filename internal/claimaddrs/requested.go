@@ -54,7 +54,7 @@ func requestRefused(reason string, retry bool, format string, args ...any) outco
 		ipsReason = claimstatus.ReasonExhausted
 	}
 	return outcome{
-		failure:   &failure{ipsReason, "the requested addresses are not the claim's: " + msg},
+		failure:   &failure{reason: ipsReason, message: "the requested addresses are not the claim's: " + msg},
 		requested: &metav1.Condition{Type: claimstatus.ConditionRequested, Status: metav1.ConditionFalse, Reason: reason, Message: msg},
 		retry:     retry,
 	}
