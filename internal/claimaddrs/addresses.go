@@ -296,7 +296,7 @@ func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 	var out outcome
 	entries, err := claimstatus.Entries(claim)
 	if err != nil {
-		return outcome{failure: &failure{reason: claimstatus.ReasonInternal, message: err.Error()}}, nil
+		return outcome{failure: &failure{reason: claimstatus.ReasonInvalid, message: err.Error()}}, nil
 	}
 	recorded := map[netip.Addr]bool{}
 	for _, rec := range entries {
@@ -306,7 +306,7 @@ func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 			continue
 		}
 		if _, err := pool.RangeFor(ip); err != nil {
-			out.failure = &failure{reason: claimstatus.ReasonInternal, message: fmt.Sprintf(
+			out.failure = &failure{reason: claimstatus.ReasonOutsidePool, message: fmt.Sprintf(
 				"the claim records %s (status.ips[%d]), which network %q (IPPool %q) does not hand out: %v; nothing was released: fix the pool or the claim",
 				ip, i, net.cfg.Name, pool.Name, err)}
 			continue

@@ -24,7 +24,6 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -360,8 +359,8 @@ func TestReconcileRequestedAddresses(t *testing.T) {
 		{name: "taken, waiting as asked", request: `["fd00::50"]`, taken: []string{"fd00::50"}, fallback: claimstatus.FallbackWait,
 			reason: claimstatus.ReasonConflict, requested: claimstatus.ReasonRequestedTaken, msgHas: "fd00::50", retry: true},
 		{name: "outside the pool", request: `["10.0.1.50"]`,
-			reason: claimstatus.ReasonInternal, requested: claimstatus.ReasonRequestedOutsidePool, msgHas: "10.0.1.50 is outside every range", retry: true},
-		{name: "unreadable", request: `"10.0.0.50"`, reason: claimstatus.ReasonInternal, requested: claimstatus.ReasonRequestedInvalid, msgHas: "not a JSON list"},
+			reason: claimstatus.ReasonOutsidePool, requested: claimstatus.ReasonRequestedOutsidePool, msgHas: "10.0.1.50 is outside every range", retry: true},
+		{name: "unreadable", request: `"10.0.0.50"`, reason: claimstatus.ReasonInvalid, requested: claimstatus.ReasonRequestedInvalid, msgHas: "not a JSON list"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			n := nad(ns, "blue", dualConf)
@@ -480,7 +479,7 @@ func TestReconcileKeepsWhatTheClaimRecords(t *testing.T) {
 			msgHas: "the claim records 10.0.0.77 (status.ips[0]), which on network \"blue\" is already reserved by Pod " + ns + "/web (reservation "},
 		// The condition promises that nothing was released: the address
 		// the claim held (its VM's, before status.ips was mistyped) stays.
-		{name: "one the pool does not hand out", recorded: "10.9.0.7/24", holds: []string{"10.0.0.9"}, wantHeld: []string{"10.0.0.9"}, reason: claimstatus.ReasonInternal,
+		{name: "one the pool does not hand out", recorded: "10.9.0.7/24", holds: []string{"10.0.0.9"}, wantHeld: []string{"10.0.0.9"}, reason: claimstatus.ReasonOutsidePool,
 			msgHas: "nothing was released"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -523,8 +522,76 @@ func TestReconcilePoolMissing(t *testing.T) {
 		t.Error("a claim whose pool is missing is not retried")
 	}
 	cond := condition(t, f.claim(t, "vm1.blue"), claimstatus.ConditionIPsAllocated)
-	if cond.Status != metav1.ConditionFalse || cond.Reason != claimstatus.ReasonInternal || !strings.Contains(cond.Message, `the IPPool "blue" of inline network "blue" does not exist yet`) {
+	if cond.Status != metav1.ConditionFalse || cond.Reason != claimstatus.ReasonPoolNotFound || !strings.Contains(cond.Message, `the IPPool "blue" of inline network "blue" does not exist yet`) {
 		t.Errorf("IPsAllocated = %+v", cond)
+	}
+}
+
+// A user's mistake gets the reason of the mistake, never InternalError:
+// the READY column and kubectl ipkeeper why then tell who must act, not
+// "ipkeeper is broken, it retries".
+func TestUserMistakesHaveTheirReason(t *testing.T) {
+	const (
+		inline = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}`
+		pooled = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","pool":"shared"}}`
+		red    = `{"cniVersion":"1.0.0","name":"red","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}`
+	)
+	badPool := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "shared"},
+		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.0.0.0/33"}}}}
+	for _, tt := range []struct {
+		name      string
+		conf      string // the NAD ns/blue; "" for none
+		noPool    bool   // no pool made from it
+		pool      *ipkeeperv1alpha1.IPPool
+		nadRef    string // the claim's NAD annotation; ns/blue when empty
+		request   string
+		recorded  []string
+		reason    string
+		requested string
+	}{
+		{name: "requested outside the pool", conf: inline, request: `["10.0.1.50"]`, reason: claimstatus.ReasonOutsidePool, requested: claimstatus.ReasonRequestedOutsidePool},
+		{name: "request unreadable", conf: inline, request: `"10.0.0.50"`, reason: claimstatus.ReasonInvalid, requested: claimstatus.ReasonRequestedInvalid},
+		{name: "edited outside the pool", conf: inline, recorded: []string{"10.9.0.7/24"}, reason: claimstatus.ReasonOutsidePool},
+		{name: "edited to garbage", conf: inline, recorded: []string{"garbage"}, reason: claimstatus.ReasonInvalid},
+		{name: "named pool missing", conf: pooled, noPool: true, reason: claimstatus.ReasonPoolNotFound},
+		{name: "inline pool not made yet", conf: inline, noPool: true, reason: claimstatus.ReasonPoolNotFound},
+		{name: "named pool invalid", conf: pooled, noPool: true, pool: badPool, reason: claimstatus.ReasonPoolInvalid},
+		{name: "NAD missing", nadRef: ns + "/gone", reason: claimstatus.ReasonNADNotFound},
+		{name: "NAD of another network", conf: red, reason: claimstatus.ReasonNADInvalid},
+		{name: "NAD reference malformed", conf: inline, nadRef: "a/b/c", reason: claimstatus.ReasonInvalid},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := claim("vm1.blue")
+			if tt.nadRef != "" {
+				cl.Annotations[claimstatus.NADAnnotation] = tt.nadRef
+			}
+			if tt.request != "" {
+				cl.Annotations[claimstatus.RequestedAnnotation] = tt.request
+			}
+			cl.Status.IPs = tt.recorded
+			objs := []client.Object{cl}
+			if tt.conf != "" {
+				n := nad(ns, "blue", tt.conf)
+				objs = append(objs, n)
+				if !tt.noPool {
+					objs = append(objs, poolOfNAD(t, n))
+				}
+			}
+			if tt.pool != nil {
+				objs = append(objs, tt.pool)
+			}
+			f := newFixture(t, objs...)
+			f.reconcile(t, "vm1.blue")
+			c := f.claim(t, "vm1.blue")
+			if cond := condition(t, c, claimstatus.ConditionIPsAllocated); cond.Status != metav1.ConditionFalse || cond.Reason != tt.reason {
+				t.Errorf("IPsAllocated = %+v, want False %s", cond, tt.reason)
+			}
+			if tt.requested != "" {
+				if cond := condition(t, c, claimstatus.ConditionRequested); cond.Reason != tt.requested {
+					t.Errorf("RequestedAddresses = %+v, want %s", cond, tt.requested)
+				}
+			}
+		})
 	}
 }
 
@@ -544,7 +611,7 @@ func TestPoolNotMadeYetIsNoWarning(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cl := claim("vm1.blue")
-			cl.OwnerReferences = []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine", Name: "vm1", UID: "uid-vm1", Controller: ptr.To(true)}}
+			cl.OwnerReferences = []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine", Name: "vm1", UID: "uid-vm1", Controller: ptrTo(true)}}
 			if tt.request != "" {
 				cl.Annotations[claimstatus.RequestedAnnotation] = tt.request
 			}
@@ -772,25 +839,26 @@ func TestNetworkOf(t *testing.T) {
 		wantNAD  string // "" for no network
 		wantPool string
 		errHas   string
+		reason   string // IPsAllocated's, with errHas
 		retry    bool
 		errNot   []string
 	}{
 		{name: "the recorded NAD", nadRef: "ns/a", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "a", pooled), nad(ns, "b", inline)}, wantNAD: "ns/a", wantPool: "shared"},
 		{name: "the recorded NAD, in the claim's namespace", nadRef: "a", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "a", pooled)}, wantNAD: "ns/a", wantPool: "shared"},
-		{name: "the recorded NAD is missing", nadRef: "ns/gone", errHas: "NetworkAttachmentDefinition ns/gone (annotation " + claimstatus.NADAnnotation + ") does not exist", retry: true},
+		{name: "the recorded NAD is missing", nadRef: "ns/gone", errHas: "NetworkAttachmentDefinition ns/gone (annotation " + claimstatus.NADAnnotation + ") does not exist", reason: claimstatus.ReasonNADNotFound, retry: true},
 		{name: "the recorded NAD is another IPAM's", nadRef: "ns/w", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "w", whb)}},
-		{name: "the recorded NAD is invalid", nadRef: "ns/x", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "x", broken)}, errHas: "ipam.range"},
+		{name: "the recorded NAD is invalid", nadRef: "ns/x", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "x", broken)}, errHas: "ipam.range", reason: claimstatus.ReasonNADInvalid},
 		{name: "the recorded NAD is of another network", nadRef: "ns/r", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "r", red)},
-			errHas: `NetworkAttachmentDefinition ns/r is network "red", but the claim's spec.network is "blue"`},
-		{name: "a malformed reference", nadRef: "a/b/c", errHas: "annotation " + claimstatus.NADAnnotation},
+			errHas: `NetworkAttachmentDefinition ns/r is network "red", but the claim's spec.network is "blue"`, reason: claimstatus.ReasonNADInvalid},
+		{name: "a malformed reference", nadRef: "a/b/c", errHas: "annotation " + claimstatus.NADAnnotation, reason: claimstatus.ReasonInvalid},
 		{name: "the network's NAD", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "a", inline), nad(ns, "r", red)}, wantNAD: "ns/a", wantPool: "blue"},
 		{name: "another namespace's NAD", nads: []*nadv1.NetworkAttachmentDefinition{nad("team", "a", inline)}, wantNAD: "team/a", wantPool: "blue"},
 		{name: "the namespace's NAD first", nads: []*nadv1.NetworkAttachmentDefinition{nad("team", "a", inline), nad(ns, "z", pooled)}, wantNAD: "ns/z", wantPool: "shared"},
 		{name: "no NAD", network: "-"},
 		{name: "two pools in the namespace", nads: []*nadv1.NetworkAttachmentDefinition{nad(ns, "a", inline), nad(ns, "b", pooled)},
-			errHas: `IPPool "blue" (NetworkAttachmentDefinition ns/a); IPPool "shared" (NetworkAttachmentDefinition ns/b)`},
+			errHas: `IPPool "blue" (NetworkAttachmentDefinition ns/a); IPPool "shared" (NetworkAttachmentDefinition ns/b)`, reason: claimstatus.ReasonNADInvalid},
 		{name: "two pools elsewhere", nads: []*nadv1.NetworkAttachmentDefinition{nad("team-a", "a", inline), nad("team-b", "b", pooled)},
-			errHas: "a NetworkAttachmentDefinition in another namespace", errNot: []string{"team-a", "team-b"}},
+			errHas: "a NetworkAttachmentDefinition in another namespace", errNot: []string{"team-a", "team-b"}, reason: claimstatus.ReasonNADInvalid},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cl := claim("vm1.blue")
@@ -813,8 +881,8 @@ func TestNetworkOf(t *testing.T) {
 			net, err := f.r.networkOf(context.Background(), cl)
 			if tt.errHas != "" {
 				ce := asConfigError(err)
-				if ce == nil || !strings.Contains(err.Error(), tt.errHas) || ce.retry != tt.retry || ce.failure.reason != claimstatus.ReasonInternal {
-					t.Fatalf("networkOf error = %v (%+v), want an InternalError condition with %q, retry %v", err, ce, tt.errHas, tt.retry)
+				if ce == nil || !strings.Contains(err.Error(), tt.errHas) || ce.retry != tt.retry || ce.failure.reason != tt.reason {
+					t.Fatalf("networkOf error = %v (%+v), want a %s condition with %q, retry %v", err, ce, tt.reason, tt.errHas, tt.retry)
 				}
 				for _, n := range tt.errNot {
 					if strings.Contains(err.Error(), n) {

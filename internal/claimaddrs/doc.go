@@ -28,5 +28,7 @@
 //   - keep status.ownerPod: the newest pod that references the claim.
 //
 // Failures are conditions with OVN-Kubernetes' reasons (SubnetExhausted,
-// IPAddressConflict, InternalError), events on the claim, and retries.
+// IPAddressConflict) or the reason of the mistake (OutsidePool, Invalid,
+// PoolNotFound, NADInvalid, ...: claimstatus), events on the claim, and
+// retries.
 package claimaddrs

@@ -54,10 +54,10 @@ type configError struct {
 
 func (e *configError) Error() string { return e.failure.message }
 
-// refuse is a configError: IPsAllocated=False with OVN-Kubernetes' reason
-// for anything but exhaustion and conflicts.
-func refuse(retry bool, format string, args ...any) *configError {
-	return &configError{failure: failure{reason: claimstatus.ReasonInternal, message: fmt.Sprintf(format, args...)}, retry: retry}
+// refuse is a configError: IPsAllocated=False with the reason of the
+// mistake (claimstatus.ReasonNADInvalid, ...).
+func refuse(reason string, retry bool, format string, args ...any) *configError {
+	return &configError{failure: failure{reason: reason, message: fmt.Sprintf(format, args...)}, retry: retry}
 }
 
 func asConfigError(err error) *configError {
@@ -115,7 +115,7 @@ func (r *Reconciler) networkOf(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 			parts = append(parts, fmt.Sprintf("IPPool %q (%s)", p, strings.Join(by, ", ")))
 		}
 		slices.Sort(parts)
-		return nil, refuse(false, "network %q is served by more than one pool: %s; make its NADs name one pool, or record the claim's NAD in the annotation %s",
+		return nil, refuse(claimstatus.ReasonNADInvalid, false, "network %q is served by more than one pool: %s; make its NADs name one pool, or record the claim's NAD in the annotation %s",
 			claim.Spec.Network, strings.Join(parts, "; "), claimstatus.NADAnnotation)
 	}
 	return chosen, nil
@@ -125,7 +125,7 @@ func (r *Reconciler) networkOf(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 func (r *Reconciler) networkOfNAD(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, ref string) (*network, error) {
 	key, err := multus.NADRef(ref, claim.Namespace)
 	if err != nil {
-		return nil, refuse(false, "annotation %s: %v", claimstatus.NADAnnotation, err)
+		return nil, refuse(claimstatus.ReasonInvalid, false, "annotation %s: %v", claimstatus.NADAnnotation, err)
 	}
 	var nad nadv1.NetworkAttachmentDefinition
 	err = r.Client.Get(ctx, key, &nad)
@@ -134,18 +134,18 @@ func (r *Reconciler) networkOfNAD(ctx context.Context, claim *ipamclaimsv1alpha1
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, refuse(true, "NetworkAttachmentDefinition %s (annotation %s) does not exist", key, claimstatus.NADAnnotation)
+		return nil, refuse(claimstatus.ReasonNADNotFound, true, "NetworkAttachmentDefinition %s (annotation %s) does not exist", key, claimstatus.NADAnnotation)
 	case err != nil:
 		return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s: %w", key, err)
 	}
 	cfg, found, err := inlinepool.Network(&nad)
 	switch {
 	case err != nil:
-		return nil, refuse(false, "%v", err)
+		return nil, refuse(claimstatus.ReasonNADInvalid, false, "%v", err)
 	case !found:
 		return nil, nil // another IPAM's network
 	case claim.Spec.Network != "" && cfg.Name != claim.Spec.Network:
-		return nil, refuse(false, "NetworkAttachmentDefinition %s is network %q, but the claim's spec.network is %q", key, cfg.Name, claim.Spec.Network)
+		return nil, refuse(claimstatus.ReasonNADInvalid, false, "NetworkAttachmentDefinition %s is network %q, but the claim's spec.network is %q", key, cfg.Name, claim.Spec.Network)
 	}
 	return &network{cfg: cfg, nad: key}, nil
 }
@@ -160,7 +160,7 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		err = r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &obj)
 	}
 	missing := func(waiting bool, format string, args ...any) error {
-		ce := refuse(true, format, args...)
+		ce := refuse(claimstatus.ReasonPoolNotFound, true, format, args...)
 		ce.poolMissing, ce.failure.waiting = true, waiting
 		return ce
 	}
@@ -174,7 +174,7 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	}
 	pool, err := claimalloc.PoolOf(&obj)
 	if err != nil {
-		return nil, refuse(false, "IPPool %q of network %q is invalid: %v", name, cfg.Name, err)
+		return nil, refuse(claimstatus.ReasonPoolInvalid, false, "IPPool %q of network %q is invalid: %v", name, cfg.Name, err)
 	}
 	if err := r.poolAdmits(ctx, &obj, claim.Namespace); err != nil {
 		return nil, err
@@ -183,7 +183,7 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		// The agent refuses launchers of a NAD that disagrees with its
 		// network's one definition (code 7): so does the claim's status.
 		if d := inlinepool.CheckDefinition(cfg, &obj, pool.Ranges); d != nil {
-			return nil, refuse(false, "%s", d.Explain(claim.Namespace, "NetworkAttachmentDefinition "+net.nad.String()))
+			return nil, refuse(claimstatus.ReasonNADInvalid, false, "%s", d.Explain(claim.Namespace, "NetworkAttachmentDefinition "+net.nad.String()))
 		}
 	}
 	if obj.Labels[ipkeeperv1alpha1.InlineLabel] == "true" {
@@ -194,7 +194,7 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		overlapped, refused := inlinepool.FindOverlap(cfg.Name, obj.Annotations[ipkeeperv1alpha1.NetworkNameAnnotation], pool.Ranges, &obj, pools.Items,
 			func(p *ipkeeperv1alpha1.IPPool) ([]iprange.Range, error) { return ipamconfig.PoolRanges(&p.Spec) })
 		if refused != nil {
-			return nil, refuse(false, "%s", refused.Explain(claim.Namespace, "its NADs"))
+			return nil, refuse(claimstatus.ReasonNADInvalid, false, "%s", refused.Explain(claim.Namespace, "its NADs"))
 		}
 		pool.Overlapped = overlapped
 	}
@@ -215,7 +215,7 @@ func (r *Reconciler) poolAdmits(ctx context.Context, pool *ipkeeperv1alpha1.IPPo
 		return fmt.Errorf("reading namespace %s for IPPool %s's spec.namespaceSelector: %w", namespace, pool.Name, err)
 	}
 	if err := ipamconfig.PoolAdmits(pool, namespace, ns.Labels); err != nil {
-		return refuse(false, "%v", err)
+		return refuse(claimstatus.ReasonNotAdmitted, false, "%v", err)
 	}
 	return nil
 }

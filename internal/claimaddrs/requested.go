@@ -42,11 +42,12 @@ func logicalNetwork(claim *ipamclaimsv1alpha1.IPAMClaim) string {
 }
 
 // requestRefused is the outcome of a request that is not honoured: the
-// RequestedAddresses condition, and IPsAllocated=False with the nearest of
-// OVN-Kubernetes' reasons.
+// RequestedAddresses condition, and IPsAllocated=False with the reason of
+// the mistake: OVN-Kubernetes' for a held address and exhaustion, else the
+// request's own (OutsidePool, Invalid, PoolNotFound).
 func requestRefused(reason string, retry bool, format string, args ...any) outcome {
 	msg := fmt.Sprintf(format, args...)
-	ipsReason := claimstatus.ReasonInternal
+	ipsReason := reason
 	switch reason {
 	case claimstatus.ReasonRequestedTaken:
 		ipsReason = claimstatus.ReasonConflict

@@ -179,9 +179,9 @@ func TestRequestRefused(t *testing.T) {
 	}{
 		{claimstatus.ReasonRequestedTaken, claimstatus.ReasonConflict},
 		{claimstatus.ReasonRequestedExhausted, claimstatus.ReasonExhausted},
-		{claimstatus.ReasonRequestedInvalid, claimstatus.ReasonInternal},
-		{claimstatus.ReasonRequestedOutsidePool, claimstatus.ReasonInternal},
-		{claimstatus.ReasonRequestedPoolNotFound, claimstatus.ReasonInternal},
+		{claimstatus.ReasonRequestedInvalid, claimstatus.ReasonInvalid},
+		{claimstatus.ReasonRequestedOutsidePool, claimstatus.ReasonOutsidePool},
+		{claimstatus.ReasonRequestedPoolNotFound, claimstatus.ReasonPoolNotFound},
 	} {
 		for _, retry := range []bool{false, true} {
 			out := requestRefused(tt.reason, retry, "%s on network %q", "10.0.0.5", "blue")

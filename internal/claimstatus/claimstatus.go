@@ -29,12 +29,34 @@ import (
 // it fills the claim; an import of another IPAM's addresses writes it too.
 const ConditionIPsAllocated = "IPsAllocated"
 
-// Reasons of ConditionIPsAllocated.
+// Reasons of ConditionIPsAllocated. The first three are OVN-Kubernetes';
+// the others name the mistake and so who must fix it (the claim's,
+// its NAD's or its pool's author), where OVN-Kubernetes says InternalError.
 const (
 	ReasonAllocated = "SuccessfulAllocation"
 	ReasonExhausted = "SubnetExhausted"
 	ReasonConflict  = "IPAddressConflict"
-	ReasonInternal  = "InternalError"
+	// ReasonOutsidePool: an address the claim records or requests is one
+	// its network does not hand out (outside every range, the gateway,
+	// excluded, the network or broadcast address, a family it lacks).
+	ReasonOutsidePool = "OutsidePool"
+	// ReasonInvalid: what the claim says cannot be read: a status.ips
+	// entry, its requested addresses, its NAD annotation.
+	ReasonInvalid = "Invalid"
+	// ReasonPoolNotFound: the network's IPPool does not exist (yet).
+	ReasonPoolNotFound = "PoolNotFound"
+	// ReasonPoolInvalid: the network's IPPool cannot be read.
+	ReasonPoolInvalid = "PoolInvalid"
+	// ReasonNADNotFound: the claim's NAD (NADAnnotation) does not exist.
+	ReasonNADNotFound = "NADNotFound"
+	// ReasonNADInvalid: the claim's network cannot be served as its NADs
+	// say: a NAD that cannot be parsed or is of another network, NADs of
+	// the network naming different pools, a NAD that disagrees with its
+	// network's definition or overlaps an older network.
+	ReasonNADInvalid = "NADInvalid"
+	// ReasonNotAdmitted: the pool's spec.namespaceSelector does not
+	// select the claim's namespace.
+	ReasonNotAdmitted = "NamespaceNotAdmitted"
 )
 
 // ConditionInPool says whether the claim's addresses are ones their pool
@@ -139,14 +161,14 @@ const (
 	ReasonRequestedReserved = "Reserved"
 	// ReasonRequestedOutsidePool: an address the pool does not hand out
 	// (outside every range, the gateway, excluded) or of a family it lacks.
-	ReasonRequestedOutsidePool = "OutsidePool"
+	ReasonRequestedOutsidePool = ReasonOutsidePool
 	// ReasonRequestedTaken: someone else holds the address.
 	ReasonRequestedTaken = "Taken"
 	// ReasonRequestedInvalid: the request cannot be read (malformed, more
 	// than one address per family) or the network's config is broken.
-	ReasonRequestedInvalid = "Invalid"
+	ReasonRequestedInvalid = ReasonInvalid
 	// ReasonRequestedPoolNotFound: the network's IPPool does not exist (yet).
-	ReasonRequestedPoolNotFound = "PoolNotFound"
+	ReasonRequestedPoolNotFound = ReasonPoolNotFound
 	// ReasonRequestedExhausted: the other family of a dual-stack network,
 	// which the VM did not request, has no free address.
 	ReasonRequestedExhausted = "Exhausted"

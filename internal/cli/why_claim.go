@@ -198,6 +198,20 @@ func claimNext(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, held []ipkeeper
 			rep.next("the pool of network %q is exhausted: grow it (add a range, widen range_start/range_end, drop excludes) or free leaked reservations (kubectl ipkeeper leaks); see kubectl ipkeeper pools", claim.Spec.Network)
 		case reasonConflict:
 			rep.next("an address of IPAMClaim %s is held by someone else (see the condition): free that address (kubectl ipkeeper who-has IP), or delete the claim so the VM gets new addresses", name)
+		case claimstatus.ReasonOutsidePool:
+			rep.next("IPAMClaim %s records or requests an address its network does not hand out (%s): fix the claim's status.ips or its requested addresses, or the pool; nothing was released", name, c.Message)
+		case claimstatus.ReasonInvalid:
+			rep.next("what IPAMClaim %s says cannot be read (%s): fix the claim, or delete it so the VM gets a new one", name, c.Message)
+		case claimstatus.ReasonNADNotFound:
+			rep.next("the NetworkAttachmentDefinition of IPAMClaim %s is gone (%s): create the NetworkAttachmentDefinition again, or delete the claim", name, c.Message)
+		case claimstatus.ReasonNADInvalid:
+			rep.next("the NetworkAttachmentDefinitions of network %q cannot serve IPAMClaim %s (%s): fix the NetworkAttachmentDefinition", claim.Spec.Network, name, c.Message)
+		case claimstatus.ReasonPoolNotFound:
+			rep.next("the IPPool of network %q does not exist (%s): create it if it is a named pool; an inline network's is made by ipkeeper-controller, and its NADs' events say why it has not (kubectl describe ippool, kubectl describe network-attachment-definition)", claim.Spec.Network, c.Message)
+		case claimstatus.ReasonPoolInvalid:
+			rep.next("the IPPool of network %q cannot be read (%s): fix the IPPool", claim.Spec.Network, c.Message)
+		case claimstatus.ReasonNotAdmitted:
+			rep.next("the IPPool of network %q does not admit namespace %s (%s): label the namespace, or change the pool's spec.namespaceSelector", claim.Spec.Network, claim.Namespace, c.Message)
 		default:
 			rep.next("ipkeeper-controller could not give IPAMClaim %s its addresses (%s): the condition says why; it retries, and at once when the pool, the NAD or the claim changes", name, c.Reason)
 		}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 )
 
 // A claim being deleted is explained by the finalizer that holds it: its
@@ -32,6 +33,34 @@ func TestClaimNextBeingDeleted(t *testing.T) {
 			claimNext(&rep, claim, nil)
 			if len(rep.Next) != 1 || !strings.Contains(rep.Next[0], tc.want) {
 				t.Fatalf("next %q, want one containing %q", rep.Next, tc.want)
+			}
+		})
+	}
+}
+
+// A claim refused for a user's mistake says who must fix what, not that
+// ipkeeper retries: the condition's reason names the mistake.
+func TestClaimNextNamesWhoMustAct(t *testing.T) {
+	for _, tc := range []struct {
+		reason, want string
+	}{
+		{claimstatus.ReasonOutsidePool, "fix the claim's status.ips or its requested addresses, or the pool"},
+		{claimstatus.ReasonInvalid, "fix the claim"},
+		{claimstatus.ReasonNADInvalid, "fix the NetworkAttachmentDefinition"},
+		{claimstatus.ReasonNADNotFound, "create the NetworkAttachmentDefinition"},
+		{claimstatus.ReasonPoolNotFound, "create it if it is a named pool"},
+		{claimstatus.ReasonPoolInvalid, "fix the IPPool"},
+		{claimstatus.ReasonNotAdmitted, "namespaceSelector"},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			claim := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm1.blue"},
+				Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "blue"},
+				Status: ipamclaimsv1alpha1.IPAMClaimStatus{Conditions: []metav1.Condition{{Type: claimstatus.ConditionIPsAllocated,
+					Status: metav1.ConditionFalse, Reason: tc.reason, Message: "the message"}}}}
+			var rep Report
+			claimNext(&rep, claim, nil)
+			if len(rep.Next) == 0 || !strings.Contains(rep.Next[0], tc.want) || strings.Contains(rep.Next[0], "it retries") {
+				t.Fatalf("next %q, want the first containing %q, and no \"it retries\"", rep.Next, tc.want)
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/agent"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -332,7 +333,7 @@ func TestClaimFailuresSetConditions(t *testing.T) {
 	// An address outside the network's ranges: error, nothing released.
 	outside := createClaim(t, ns, "vm-outside.blue", network)
 	setClaimIPs(t, ns, outside.Name, "10.99.0.5/24")
-	c = waitCondition(t, ns, outside.Name, "InternalError")
+	c = waitCondition(t, ns, outside.Name, claimstatus.ReasonOutsidePool)
 	if !strings.Contains(c.Message, "10.99.0.5") || !strings.Contains(c.Message, "outside every range") {
 		t.Errorf("outside condition message %q: want the address and why", c.Message)
 	}
