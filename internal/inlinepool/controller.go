@@ -4,6 +4,7 @@ package inlinepool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -65,6 +66,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	cfg, found, err := Network(&nad)
 	switch {
 	case err != nil:
+		var ne *multus.NADError
+		if errors.As(err, &ne) && ne.Field == cniVersionField {
+			r.warn(&nad, ReasonInvalidConfig, "%v", err)
+			return reconcile.Result{}, nil
+		}
 		r.warn(&nad, ReasonInvalidConfig, "%v; pods cannot attach to it (CNI error 7)", err)
 		return reconcile.Result{}, nil
 	case !found:
@@ -151,8 +157,15 @@ func rangesOf(p *ipkeeperv1alpha1.IPPool) ([]iprange.Range, error) {
 	return ipamconfig.PoolRanges(&p.Spec)
 }
 
+// cniVersionField is where a NAD's CNI version is (a plugin list's, for
+// a list, which Multus passes to each plugin).
+const cniVersionField = "spec.config.cniVersion"
+
 // Network parses the ipkeeper configuration of a NAD's network; found is
-// false when no plugin of the NAD uses ipkeeper as its IPAM.
+// false when no plugin of the NAD uses ipkeeper as its IPAM. A NAD
+// without cniVersion is refused (a *multus.NADError naming the field): no
+// runtime attaches it, so its network gets no pool and its claims no
+// addresses.
 func Network(nad *nadv1.NetworkAttachmentDefinition) (*ipamconfig.Config, bool, error) {
 	conf, found, err := multus.PluginConfig(nad, ipamconfig.PluginType)
 	if err != nil || !found {
@@ -161,6 +174,10 @@ func Network(nad *nadv1.NetworkAttachmentDefinition) (*ipamconfig.Config, bool, 
 	cfg, err := ipamconfig.Parse(conf)
 	if err != nil {
 		return nil, true, fmt.Errorf("NetworkAttachmentDefinition %s/%s: %w", nad.Namespace, nad.Name, err)
+	}
+	if cfg.CNIVersion == "" {
+		return nil, true, &multus.NADError{NAD: types.NamespacedName{Namespace: nad.Namespace, Name: nad.Name}, Field: cniVersionField,
+			Problem: `missing: the container runtime attaches no network without it, so ipkeeper makes no IPPool for it; set it (for example "1.0.0")`}
 	}
 	return cfg, true, nil
 }

@@ -56,6 +56,9 @@ func TestReconcile(t *testing.T) {
 		shared    = `{"cniVersion":"1.0.0","name":"green","type":"macvlan","ipam":{"type":"ipkeeper","pool":"shared"}}`
 		invalid   = `{"cniVersion":"1.0.0","name":"blue","type":"macvlan","ipam":{"type":"ipkeeper","range":"10.0.0.0/33"}}`
 		foreign   = `{"cniVersion":"1.0.0","name":"blue","type":"macvlan","ipam":{"type":"whereabouts","range":"10.0.0.0/24"}}`
+		// Without cniVersion no runtime can attach the network.
+		noVersion     = `{"name":"blue","type":"macvlan","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}`
+		noListVersion = `{"name":"blue","plugins":[{"type":"macvlan","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}]}`
 	)
 	// redPool is network red's pool, made from a NAD of another tenant.
 	redPool := func() *ipkeeperv1alpha1.IPPool {
@@ -89,6 +92,8 @@ func TestReconcile(t *testing.T) {
 		{name: "a missing named pool", nad: shared, event: ReasonPoolNotFound, eventHas: []string{"Warning", `IPPool "shared" does not exist`}},
 		{name: "an invalid configuration", nad: invalid, event: ReasonInvalidConfig, eventHas: []string{"Warning", "ipam.range"}},
 		{name: "another IPAM's network", nad: foreign},
+		{name: "no cniVersion", nad: noVersion, event: ReasonInvalidConfig, eventHas: []string{"Warning", "spec.config.cniVersion", "no IPPool"}},
+		{name: "no cniVersion in a plugin list", nad: noListVersion, event: ReasonInvalidConfig, eventHas: []string{"Warning", "spec.config.cniVersion", "no IPPool"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			nad := nadOf("tenant-a", "second", tt.nad)
