@@ -133,6 +133,15 @@ type IPReservationSpec struct {
 func (s *IPReservationSpec) Released() bool { return s.ReuseAfter != nil }
 
 // IPReservation reserves one IP address of one network for one owner.
+//
+// Its name is the allocation lock, derived from its pool's lock key and
+// its address (IPPool.LockKey), so the API server refuses a second holder
+// of an address: <spec.pool>.<address> for a pool whose name is a DNS
+// label (10-0-0-1 for 10.0.0.1, eight 4-digit groups for IPv6), else
+// <hint>.<sha256 of the lock key>.<address>, whose hash the API server
+// cannot compute and so checks only in shape.
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.lastIndexOf('.') > 0 && isIP(self.spec.ip) && (self.metadata.name.substring(self.metadata.name.lastIndexOf('.') + 1).matches('^[0-9a-f]{4}(-[0-9a-f]{4}){7}$') ? ip(self.metadata.name.substring(self.metadata.name.lastIndexOf('.') + 1).replace('-', ':')) == ip(self.spec.ip) : self.metadata.name.substring(self.metadata.name.lastIndexOf('.') + 1).replace('-', '.') == self.spec.ip)",message="metadata.name must end in spec.ip's label (10.0.0.1 as 10-0-0-1, fd00::1 as fd00-0000-0000-0000-0000-0000-0000-0001): a reservation is named from its pool's lock key and its address, so that one address has one holder"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.lastIndexOf('.') > 0 && (size(self.spec.pool) <= 63 && self.spec.pool.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') ? self.metadata.name.substring(0, self.metadata.name.lastIndexOf('.')) == self.spec.pool : self.metadata.name.matches('^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?[.][0-9a-f]{32}[.][^.]+$'))",message="metadata.name must be <spec.pool>.<ip label> for a pool whose name is a DNS label, else <hint>.<sha256 of the lock key>.<ip label>: a reservation is named from its pool's lock key and its address, so that one address has one holder"
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=ipr;iprs,categories=ipkeeper
 // +kubebuilder:selectablefield:JSONPath=`.spec.network`
