@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -234,6 +235,28 @@ func TestPrinterColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A released address cooling down reads so, next to a held one.
+	cooling := newReservation("columns-test", "10.30.0.3")
+	reuseAfter := metav1.NewTime(time.Now().Add(time.Hour).Truncate(time.Second))
+	cooling.Spec.ReuseAfter = &reuseAfter
+	if err := cp.Client.Create(ctx, cooling); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(ctx, cooling) })
+	// An invalid pool says it is not Ready without -o wide: its counts
+	// alone (0 0 0) look like an empty pool.
+	pool := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "columns-test"},
+		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.30.1.0/24"}}}}
+	if err := cp.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(ctx, pool) })
+	pool.Status.Conditions = []metav1.Condition{{Type: ipkeeperv1alpha1.PoolReady, Status: metav1.ConditionFalse, Reason: "Invalid",
+		Message: "invalid", LastTransitionTime: metav1.Now()}}
+	if err := cp.Client.Status().Update(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+
 	tests := []struct {
 		path        string
 		wantColumns []string
@@ -241,8 +264,18 @@ func TestPrinterColumns(t *testing.T) {
 	}{
 		{
 			path:        "/apis/ipkeeper.io/v1alpha1/ipreservations/" + r.Name,
-			wantColumns: []string{"Name", "Pool", "Network", "IP", "Owner-Kind", "Owner", "Node", "Age"},
-			wantCells:   []string{"columns-test", "10.30.0.1", "Pod", "pod-a", "node-1"},
+			wantColumns: []string{"Name", "Pool", "Network", "IP", "Owner-Kind", "Owner", "Node", "Reuse-After", "Age"},
+			wantCells:   []string{"columns-test", "10.30.0.1", "Pod", "pod-a", "node-1", "null"},
+		},
+		{
+			path:        "/apis/ipkeeper.io/v1alpha1/ipreservations/" + cooling.Name,
+			wantColumns: []string{"Name", "Pool", "Network", "IP", "Owner-Kind", "Owner", "Node", "Reuse-After", "Age"},
+			wantCells:   []string{"10.30.0.3", reuseAfter.UTC().Format(time.RFC3339)},
+		},
+		{
+			path:        "/apis/ipkeeper.io/v1alpha1/ippools/" + pool.Name,
+			wantColumns: []string{"Name", "Size", "Used", "Free", "Ready", "Age"},
+			wantCells:   []string{`"False"`},
 		},
 		{
 			path:        "/apis/k8s.cni.cncf.io/v1alpha1/namespaces/" + ns + "/ipamclaims/vm1.blue",

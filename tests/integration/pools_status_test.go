@@ -153,7 +153,7 @@ func TestPoolStatus(t *testing.T) {
 }
 
 // TestPoolPrinterColumns: `kubectl get ippools` reads NAME SIZE USED FREE
-// AGE (NAME is always first; the rest are the priority-0 columns).
+// READY AGE (NAME is always first; the rest are the priority-0 columns).
 func TestPoolPrinterColumns(t *testing.T) {
 	crd := &unstructured.Unstructured{}
 	crd.SetAPIVersion("apiextensions.k8s.io/v1")
@@ -173,7 +173,7 @@ func TestPoolPrinterColumns(t *testing.T) {
 			defaults = append(defaults, strings.ToUpper(col["name"].(string)))
 		}
 	}
-	if want := []string{"SIZE", "USED", "FREE", "AGE"}; !slices.Equal(defaults, want) {
+	if want := []string{"SIZE", "USED", "FREE", "READY", "AGE"}; !slices.Equal(defaults, want) {
 		t.Errorf("default printer columns after NAME = %q, want %q", defaults, want)
 	}
 }

@@ -213,7 +213,7 @@ const (
 // +kubebuilder:printcolumn:name="Used",type=integer,JSONPath=`.status.used`
 // +kubebuilder:printcolumn:name="Free",type=string,JSONPath=`.status.free`
 // +kubebuilder:printcolumn:name="Out-Of-Range",type=integer,JSONPath=`.status.outOfRange`,priority=1
-// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type IPPool struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -155,6 +155,7 @@ func (s *IPReservationSpec) Released() bool { return s.ReuseAfter != nil }
 // +kubebuilder:printcolumn:name="Namespace",type=string,JSONPath=`.spec.owner.namespace`,priority=1
 // +kubebuilder:printcolumn:name="Interface",type=string,JSONPath=`.spec.interfaceName`,priority=1
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.node`
+// +kubebuilder:printcolumn:name="Reuse-After",type=string,JSONPath=`.spec.reuseAfter`,description="Set once the owner released the address: it cools down, held for nobody, until then; empty while the owner holds it"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type IPReservation struct {
 	metav1.TypeMeta   `json:",inline"`
