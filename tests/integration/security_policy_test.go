@@ -271,3 +271,62 @@ func TestControllerMayOnlySetClaimConditions(t *testing.T) {
 	meta.SetStatusCondition(&f.Status.Conditions, metav1.Condition{Type: "IPsAllocated", Status: metav1.ConditionTrue, Reason: "SuccessfulAllocation", Message: "10.99.7.9 allocated"})
 	expectAllowed(t, "the controller records a claim's first addresses", ctrl.Status().Update(ctx, &f))
 }
+
+// TestClaimStatusIPsMustBeAddresses: with the shipped policies an
+// IPAMClaim's status.ips takes only addresses and CIDRs, whoever writes
+// it (an administrator here): "garbage" would leave every reader of the
+// claim to guess (the controller refuses the claim, the agent its
+// launchers). Addresses are taken, and a status write that leaves
+// status.ips as it was passes, so a claim written before the policy still
+// gets its conditions.
+func TestClaimStatusIPsMustBeAddresses(t *testing.T) {
+	ctx := context.Background()
+	ns := cp.NewNamespace(t, "ips-syntax")
+	claim := &ipamclaimsv1alpha1.IPAMClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm1.blue", Namespace: ns},
+		Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: "ips-syntax", Interface: "pod16477688c0e"},
+	}
+	if err := cp.Client.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	setClaimIPs(t, ns, claim.Name, "not-an-address") // before the policy
+	applyPolicies(t)
+	write := func(ips []string, opts ...client.SubResourceUpdateOption) error {
+		c := getClaim(t, ns, claim.Name)
+		c.Status.IPs = ips
+		return cp.Client.Status().Update(ctx, c, opts...)
+	}
+	// The policy is enforced a moment after its apply.
+	if err := framework.Eventually(ctx, 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		return write([]string{"garbage"}, client.DryRunAll) != nil, nil
+	}); err != nil {
+		t.Fatalf("status.ips [garbage] is accepted: %v", err)
+	}
+	// A status write that leaves status.ips alone passes, whatever it holds.
+	c := getClaim(t, ns, claim.Name)
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: "IPsAllocated", Status: metav1.ConditionFalse, Reason: "Invalid", Message: "status.ips[0] is not an address"})
+	if err := cp.Client.Status().Update(ctx, c); err != nil {
+		t.Errorf("a condition written next to a status.ips from before the policy: %v", err)
+	}
+	for _, tt := range []struct {
+		ips []string
+		ok  bool
+	}{
+		{[]string{"10.0.0.5/24", "fd00::5/64"}, true},
+		{[]string{"10.0.0.5", "fd00::5"}, true},
+		{[]string{"garbage"}, false},
+		{[]string{"10.0.0.5/24", "10.0.0.256/24"}, false},
+		{[]string{"10.0.0.5/33"}, false},
+		{[]string{""}, false},
+	} {
+		err := write(tt.ips)
+		switch {
+		case tt.ok && err != nil:
+			t.Errorf("status.ips %q refused: %v", tt.ips, err)
+		case !tt.ok && err == nil:
+			t.Errorf("status.ips %q accepted", tt.ips)
+		case !tt.ok && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "status.ips")):
+			t.Errorf("status.ips %q: want Invalid naming status.ips, got %v", tt.ips, err)
+		}
+	}
+}
