@@ -75,6 +75,10 @@ IPKEEPER_ETCD=$ROOT/etcd-${ETCD_VERSION}/etcd
 IPKEEPER_KUBE_APISERVER=$ROOT/kubernetes-${K8S_VERSION}/kube-apiserver
 IPKEEPER_KUBE_CONTROLLER_MANAGER=$ROOT/kubernetes-${K8S_VERSION}/kube-controller-manager
 IPKEEPER_KUBECTL=$ROOT/kubernetes-${K8S_VERSION}/kubectl
+IPKEEPER_KUBELET=$ROOT/kubernetes-node-${K8S_VERSION}/kubelet
+IPKEEPER_KUBE_SCHEDULER=$ROOT/kubernetes-node-${K8S_VERSION}/kube-scheduler
+IPKEEPER_NODE_IMAGES_DIR=$ROOT/node-images-${K8S_VERSION}
+IPKEEPER_MULTUS_THIN_ENTRYPOINT=$ROOT/multus-${MULTUS_VERSION}/thin_entrypoint
 IPKEEPER_CNI_PLUGINS_DIR=$ROOT/cni-plugins-${CNI_PLUGINS_VERSION}
 IPKEEPER_MULTUS=$ROOT/multus-${MULTUS_VERSION}/multus
 IPKEEPER_CONTROLLER_GEN=$ROOT/controller-gen-${CONTROLLER_TOOLS_VERSION}/controller-gen
@@ -159,6 +163,52 @@ build_k8s() {
 	touch "$dir/.complete"
 }
 
+# The real-node lane's kubelet and kube-scheduler: from the same throwaway
+# module as the control plane, so that the module cache serves them.
+build_k8s_node() {
+	local dir="$ROOT/kubernetes-node-${K8S_VERSION}"
+	if built "$dir"; then log "kubernetes node ${K8S_VERSION}: cached in $dir"; return; fi
+	log "kubernetes ${K8S_VERSION}: building kubelet, kube-scheduler"
+	mkdir -p "$dir"
+	local gomod minor ld
+	gomod=$(k8s_gomod)
+	minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+	ld="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
+	for b in kubelet kube-scheduler; do
+		build_in_module "$dir" "$gomod" "$b" "k8s.io/kubernetes/cmd/$b" "$ld"
+	done
+	touch "$dir/.complete"
+}
+
+# The real-node lane's base images' contents, without Docker: the pause
+# program from Kubernetes' own build/pause/linux/pause.c (gcc -static, as
+# Kubernetes builds it) and Debian's busybox-static (downloaded, unpacked,
+# never installed). tests/framework packs each into an OCI image archive.
+build_node_images() {
+	local dir="$ROOT/node-images-${K8S_VERSION}"
+	if built "$dir"; then log "node images: cached in $dir"; return; fi
+	command -v gcc >/dev/null || die "node images: gcc is needed to build pause"
+	command -v apt-get >/dev/null || die "node images: apt-get is needed to download busybox-static"
+	log "node images: pause ${K8S_VERSION} (gcc -static), busybox (Debian's busybox-static)"
+	local src work
+	src=$(module_path Dir "k8s.io/kubernetes@${K8S_VERSION}")
+	work=$(mktemp -d)
+	# shellcheck disable=SC2064
+	trap "rm -rf '$work'" RETURN
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	gcc -Os -Wall -Werror -static -DVERSION="${K8S_VERSION}" -o "$dir/pause" "$src/build/pause/linux/pause.c" ||
+		die "building pause failed"
+	if ! (cd "$work" && apt-get download -qq busybox-static >/dev/null 2>&1); then
+		[[ $(id -u) -eq 0 ]] || die "node images: apt-get download busybox-static failed, and not root to update apt's lists"
+		apt-get update -qq >/dev/null
+		(cd "$work" && apt-get download -qq busybox-static) || die "node images: apt-get download busybox-static failed"
+	fi
+	dpkg -x "$work"/busybox-static_*.deb "$work/bb"
+	cp "$work/bb/bin/busybox" "$dir/busybox"
+	touch "$dir/.complete"
+}
+
 build_etcd() {
 	local dir="$ROOT/etcd-${ETCD_VERSION}"
 	if built "$dir"; then log "etcd ${ETCD_VERSION}: cached in $dir"; return; fi
@@ -206,6 +256,10 @@ build_multus() {
 go 1.24.0
 require gopkg.in/k8snetworkplumbingwg/multus-cni.v4 ${MULTUS_VERSION}"
 	build_in_module "$dir" "$gomod" multus "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus"
+	# The entrypoint of Multus' thin-plugin DaemonSet, which writes its
+	# configuration and kubeconfig onto the node (the real-node lane runs it).
+	build_in_module "$dir" "$gomod" thin_entrypoint "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/thin_entrypoint"
+	build_in_module "$dir" "$gomod" install_multus "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/install_multus"
 	touch "$dir/.complete"
 }
 
@@ -464,11 +518,13 @@ build_netplan() {
 }
 
 components=("$@")
-[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes cni-plugins multus controller-gen kubevirt whereabouts ipam-extensions helm promtool kubeconform netplan)
+[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes kubernetes-node node-images cni-plugins multus controller-gen kubevirt whereabouts ipam-extensions helm promtool kubeconform netplan)
 for c in "${components[@]}"; do
 	case "$c" in
 	etcd) build_etcd ;;
 	kubernetes) build_k8s ;;
+	kubernetes-node) build_k8s_node ;;
+	node-images) build_node_images ;;
 	cni-plugins) build_cni_plugins ;;
 	multus) build_multus ;;
 	controller-gen) build_controller_gen ;;
@@ -481,7 +537,7 @@ for c in "${components[@]}"; do
 	kubeconform) build_kubeconform ;;
 	netplan) build_netplan ;;
 	kube-schemas) build_kube_schemas ;;
-	*) die "unknown component '$c' (known: etcd kubernetes cni-plugins multus controller-gen golangci-lint kubevirt whereabouts ipam-extensions helm promtool kubeconform kube-schemas)" ;;
+	*) die "unknown component '$c' (known: etcd kubernetes kubernetes-node node-images cni-plugins multus controller-gen golangci-lint kubevirt whereabouts ipam-extensions helm promtool kubeconform kube-schemas)" ;;
 	esac
 done
 log "all requested tools are in $ROOT"

@@ -54,6 +54,15 @@ type Options struct {
 	// virtcontroller.go). The KubeVirt CRDs are always the ones generated
 	// with it (hack/tools.sh), so CRDs and binary agree.
 	VirtController bool
+	// Lab runs the control plane as a cluster with real nodes does
+	// (lab.go): kube-apiserver on LabAPIServerIP:443, the kubernetes
+	// Service's ClusterIP, with Node and RBAC authorization, the
+	// NodeRestriction and ServiceAccount admission plugins and webhooks
+	// reached at their pods' addresses; kube-controller-manager with every
+	// default controller (workloads, ServiceAccounts and their CA bundle,
+	// node lifecycle); and the real kube-scheduler. Only in EnterLab's
+	// network namespace.
+	Lab bool
 }
 
 // ControlPlane is a running etcd + kube-apiserver (+ kube-controller-manager).
@@ -91,6 +100,8 @@ type ControlPlane struct {
 	logsMu         *sync.Mutex
 	kcm            *exec.Cmd
 	done           chan error
+	lab            bool
+	scheduler      *exec.Cmd
 }
 
 // Start brings up the control plane and installs every CRD ipkeeper ships
@@ -165,6 +176,10 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 	crdDirs = append(crdDirs, opts.ExtraCRDDirs...)
 	cp.noKubeVirt = opts.WithoutKubeVirtCRDs
+	cp.lab = opts.Lab
+	if cp.lab && !InLab() {
+		return nil, errors.New("Options.Lab needs the lab's network namespace: call framework.EnterLab in TestMain")
+	}
 	cp.env = &envtest.Environment{
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
@@ -175,6 +190,18 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 			APIServer: &envtest.APIServer{Path: tools.KubeAPIServer, Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute,
 				CertDir: filepath.Join(dir, "kube-apiserver")},
 		},
+	}
+	if cp.lab {
+		api := cp.env.ControlPlane.APIServer
+		api.SecureServing.Address, api.SecureServing.Port = LabAPIServerIP, "443"
+		api.Configure().
+			Set("advertise-address", LabAPIServerIP).
+			Set("service-cluster-ip-range", LabServiceCIDR).
+			Set("authorization-mode", "Node,RBAC").
+			Set("enable-admission-plugins", "NodeRestriction,ServiceAccount").
+			Set("disable-admission-plugins", "").
+			Set("enable-aggregator-routing", "true").
+			Set("allow-privileged", "true")
 	}
 	if cp.Config, err = cp.env.Start(); err != nil {
 		return nil, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
@@ -239,6 +266,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 			return nil, err
 		}
 	}
+	if cp.lab {
+		if err := cp.startScheduler(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if opts.VirtController {
 		if err := cp.StartVirtController(ctx); err != nil {
 			return nil, err
@@ -289,15 +321,27 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(cp.Tools.KubeControllerManager,
-		"--kubeconfig="+cp.KubeconfigPath,
+	args := []string{
+		"--kubeconfig=" + cp.KubeconfigPath,
 		"--controllers=garbagecollector,namespace,clusterrole-aggregation",
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(cp.Dir, "kcm-certs"),
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(cp.Dir, "kcm-certs"),
 		"-v=2",
-	)
+	}
+	if cp.lab {
+		// Real nodes run real workloads: every default controller, and the
+		// CA bundle (kube-root-ca.crt) each pod's projected token volume
+		// reads.
+		ca := filepath.Join(cp.Dir, "apiserver-ca.crt")
+		if err := os.WriteFile(ca, cp.Config.CAData, 0o600); err != nil {
+			return fmt.Errorf("writing the API server's CA: %w", err)
+		}
+		args[1] = "--controllers=*"
+		args = append(args, "--root-ca-file="+ca, "--service-cluster-ip-range="+LabServiceCIDR)
+	}
+	cmd := exec.Command(cp.Tools.KubeControllerManager, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -379,6 +423,10 @@ func (cp *ControlPlane) Stop() error {
 	// virt-controller first: it would otherwise log every API error while
 	// the API server goes away.
 	cp.virtController.stop()
+	if cp.scheduler != nil && cp.scheduler.Process != nil {
+		_ = cp.scheduler.Process.Kill()
+		_ = cp.scheduler.Wait()
+	}
 	if cp.kcm != nil && cp.kcm.Process != nil {
 		_ = cp.kcm.Process.Signal(syscall.SIGTERM)
 		select {

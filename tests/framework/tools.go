@@ -29,6 +29,11 @@ type Tools struct {
 	IPAMExtensions string
 	// Helm is the pinned helm (the chart's tests).
 	Helm string
+	// Kubelet and KubeScheduler run the real-node lane's nodes and
+	// scheduling; NodeImagesDir holds the contents of its base images
+	// (pause, busybox); MultusThinEntrypoint is Multus' DaemonSet
+	// entrypoint, next to its install_multus and its DaemonSet manifest.
+	Kubelet, KubeScheduler, NodeImagesDir, MultusThinEntrypoint string
 }
 
 // RepoRoot returns the root of the ipkeeper checkout (the directory holding go.mod).
@@ -51,7 +56,8 @@ func RepoRoot() (string, error) {
 func FindTools() (*Tools, error) {
 	vars := map[string]string{}
 	keys := []string{"IPKEEPER_ETCD", "IPKEEPER_KUBE_APISERVER", "IPKEEPER_KUBE_CONTROLLER_MANAGER",
-		"IPKEEPER_KUBECTL", "IPKEEPER_CNI_PLUGINS_DIR", "IPKEEPER_MULTUS", "IPKEEPER_VIRT_CONTROLLER", "IPKEEPER_KUBEVIRT_CRDS_DIR", "IPKEEPER_IPAM_EXTENSIONS", "IPKEEPER_HELM"}
+		"IPKEEPER_KUBECTL", "IPKEEPER_CNI_PLUGINS_DIR", "IPKEEPER_MULTUS", "IPKEEPER_VIRT_CONTROLLER", "IPKEEPER_KUBEVIRT_CRDS_DIR", "IPKEEPER_IPAM_EXTENSIONS", "IPKEEPER_HELM",
+		"IPKEEPER_KUBELET", "IPKEEPER_KUBE_SCHEDULER", "IPKEEPER_NODE_IMAGES_DIR", "IPKEEPER_MULTUS_THIN_ENTRYPOINT"}
 	for _, k := range keys {
 		if v := os.Getenv(k); v != "" {
 			vars[k] = v
@@ -86,6 +92,10 @@ func FindTools() (*Tools, error) {
 		KubeVirtCRDsDir:       vars["IPKEEPER_KUBEVIRT_CRDS_DIR"],
 		IPAMExtensions:        vars["IPKEEPER_IPAM_EXTENSIONS"],
 		Helm:                  vars["IPKEEPER_HELM"],
+		Kubelet:               vars["IPKEEPER_KUBELET"],
+		KubeScheduler:         vars["IPKEEPER_KUBE_SCHEDULER"],
+		NodeImagesDir:         vars["IPKEEPER_NODE_IMAGES_DIR"],
+		MultusThinEntrypoint:  vars["IPKEEPER_MULTUS_THIN_ENTRYPOINT"],
 	}
 	return t, nil
 }

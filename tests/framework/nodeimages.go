@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package framework
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"runtime"
+	"sort"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Images of the real-node lane, built here without Docker or a registry:
+// one layer of files from the tools cache, written as a docker-archive
+// that `ctr images import` loads into a node's containerd. Their names say
+// they are local builds, not the upstream images.
+const (
+	// PauseImage is each node's sandbox image: Kubernetes' pause.c.
+	PauseImage = "lab.ipkeeper.test/pause:" + "v1.34.2"
+	// BusyboxImage runs the lane's test pods: Debian's busybox-static.
+	BusyboxImage = "lab.ipkeeper.test/busybox:1.35"
+	// MultusImage holds Multus' thin plugin and its DaemonSet's
+	// entrypoints, laid out as Multus' own image lays them out.
+	MultusImage = "lab.ipkeeper.test/multus-cni:v4.2.3"
+)
+
+// imageFile is one file of an image layer: content from a host file, or
+// a symbolic link.
+type imageFile struct {
+	from    string // host file to copy
+	link    string // symlink target
+	mode    int64
+	content []byte
+}
+
+// writeImageArchive writes a one-layer image named ref with files (path in
+// the image -> file) and entrypoint to archive.
+func writeImageArchive(archive, ref string, files map[string]imageFile, entrypoint []string) error {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	dirs := map[string]bool{}
+	for _, p := range paths {
+		for d := path.Dir(p); d != "." && d != "/" && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	dirList := make([]string, 0, len(dirs))
+	for d := range dirs {
+		dirList = append(dirList, d)
+	}
+	sort.Strings(dirList)
+	for _, d := range dirList {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d[1:] + "/", Mode: 0o755}); err != nil {
+			return err
+		}
+	}
+	for _, p := range paths {
+		f := files[p]
+		if f.link != "" {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: p[1:], Linkname: f.link, Mode: 0o777}); err != nil {
+				return err
+			}
+			continue
+		}
+		data := f.content
+		if f.from != "" {
+			var err error
+			if data, err = os.ReadFile(f.from); err != nil {
+				return fmt.Errorf("image %s: %w", ref, err)
+			}
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: p[1:], Mode: f.mode, Size: int64(len(data))}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	layerBytes := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerBytes)), nil })
+	if err != nil {
+		return err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
+	cfg.Config = v1.Config{Entrypoint: entrypoint, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
+	if img, err = mutate.ConfigFile(img, cfg); err != nil {
+		return err
+	}
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return err
+	}
+	return tarball.WriteToFile(archive, tag, img)
+}
+
+// busyboxApplets are the commands the lane's pods run.
+var busyboxApplets = []string{"sh", "ip", "sleep", "cat", "ls", "ping", "nc", "wget", "ifconfig", "udhcpc", "echo", "kill", "ps", "grep", "true"}
+
+// writeNodeImages writes the lane's base images into dir and returns
+// their archives.
+func writeNodeImages(tools *Tools, dir string) ([]string, error) {
+	busybox := map[string]imageFile{"/bin/busybox": {from: path.Join(tools.NodeImagesDir, "busybox"), mode: 0o755}}
+	for _, a := range busyboxApplets {
+		busybox["/bin/"+a] = imageFile{link: "busybox"}
+	}
+	multusDir := path.Dir(tools.MultusThinEntrypoint)
+	images := []struct {
+		file, ref  string
+		files      map[string]imageFile
+		entrypoint []string
+	}{
+		{"pause.tar", PauseImage, map[string]imageFile{"/pause": {from: path.Join(tools.NodeImagesDir, "pause"), mode: 0o755}}, []string{"/pause"}},
+		{"busybox.tar", BusyboxImage, busybox, []string{"/bin/sh"}},
+		{"multus.tar", MultusImage, map[string]imageFile{
+			"/thin_entrypoint":                 {from: tools.MultusThinEntrypoint, mode: 0o755},
+			"/install_multus":                  {from: path.Join(multusDir, "install_multus"), mode: 0o755},
+			"/usr/src/multus-cni/bin/multus":   {from: tools.Multus, mode: 0o755},
+			"/usr/src/multus-cni/bin/passthru": {from: path.Join(multusDir, "passthru"), mode: 0o755},
+		}, []string{"/thin_entrypoint"}},
+	}
+	var out []string
+	for _, im := range images {
+		archive := path.Join(dir, im.file)
+		if err := writeImageArchive(archive, im.ref, im.files, im.entrypoint); err != nil {
+			return nil, fmt.Errorf("building image %s: %w", im.ref, err)
+		}
+		out = append(out, archive)
+	}
+	return out, nil
+}
