@@ -33,8 +33,9 @@ const (
 	ReasonClaimMismatch EventReason = "IPAMClaimSpecMismatch"
 	ReasonNADProblem    EventReason = "NetworkAttachmentDefinitionProblem"
 	// The VM's requested addresses (RequestedAddressesAnnotation) cannot
-	// be read; what becomes of a readable request ipkeeper-controller's
-	// claim address controller says (package claimaddrs).
+	// be read, or name a network the VM does not have (a typo); what
+	// becomes of a readable request ipkeeper-controller's claim address
+	// controller says (package claimaddrs).
 	ReasonRequestInvalid EventReason = "RequestedAddressesInvalid"
 )
 

@@ -44,6 +44,18 @@ func gateOffVM(name string, nads ...string) *kubevirtv1.VirtualMachine {
 	return vm
 }
 
+// syncScheme has the kinds ownerSync reads and writes.
+func syncScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, ipamclaimsv1alpha1.AddToScheme, nadv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return scheme
+}
+
 func gateOffNAD(name string, persistent bool) *nadv1.NetworkAttachmentDefinition {
 	flag := ""
 	if persistent {
@@ -62,12 +74,7 @@ func gateOffNAD(name string, persistent bool) *nadv1.NetworkAttachmentDefinition
 // left untouched. Told again only after the interval, or after the gate
 // was turned on and off again.
 func TestGateOffTellsOwnersThatWantClaims(t *testing.T) {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, ipamclaimsv1alpha1.AddToScheme, nadv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scheme := syncScheme(t)
 	wants, plain, held, both := gateOffVM("wants", "blue"), gateOffVM("plain", "red"), gateOffVM("held", "blue"), gateOffVM("both", "blue", "green")
 	heldOwner := claimowner.Owner{Kind: claimowner.KindVM, Name: held.Name, UID: held.UID}
 	heldClaim := &ipamclaimsv1alpha1.IPAMClaim{
@@ -201,5 +208,64 @@ func TestGateOffNoticesPrune(t *testing.T) {
 	}
 	if len(n.at) != 1 {
 		t.Fatalf("%d owners remembered after the prune, want 1", len(n.at))
+	}
+}
+
+// A VM whose network.kubevirt.io/addresses names a network it does not
+// have (a typo: "blu" for "blue") is told, with a Warning naming the key
+// and the networks it has: its request would otherwise be dropped in
+// silence, and a V2V import start with an address of the pool's choosing.
+// A key naming one of its networks that ipkeeper does not serve (another
+// IPAM's) is no mistake, and not told.
+func TestRequestForAnUnknownNetworkIsTold(t *testing.T) {
+	scheme := syncScheme(t)
+	for _, tt := range []struct {
+		name, request string
+		want          []string // parts of the one Warning; none when empty
+	}{
+		{name: "misspelled", request: `{"blu":["10.0.0.5"]}`,
+			want: []string{"Warning " + string(ReasonRequestInvalid), `"blu"`, RequestedAddressesAnnotation, `"default", "blue", "red"`}},
+		{name: "one right, one misspelled", request: `{"blue":["10.0.0.5"],"rde":["10.0.1.5"]}`,
+			want: []string{"Warning " + string(ReasonRequestInvalid), `"rde"`, `"default", "blue", "red"`}},
+		{name: "a network ipkeeper does not serve", request: `{"red":["10.0.1.5"]}`},
+		{name: "right", request: `{"blue":["10.0.0.5"]}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			vm := gateOffVM("vm1", "blue", "red")
+			c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{}).
+				WithObjects(gateOffNAD("blue", true), gateOffNAD("red", false), vm).Build()
+			rec := record.NewFakeRecorder(100)
+			s := &ownerSync{
+				claimWriter: claimWriter{client: c, recorder: rec},
+				gate:        &switchGate{on: true},
+				backoff:     workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, time.Minute),
+				gateOff:     newGateOffNotices(time.Now),
+			}
+			owner := claimowner.Owner{Kind: claimowner.KindVM, Name: vm.Name, UID: vm.UID}
+			annotations := map[string]string{RequestedAddressesAnnotation: tt.request}
+			if _, err := s.sync(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(vm)}, vm, owner, &vm.Spec.Template.Spec, annotations); err != nil {
+				t.Fatal(err)
+			}
+			var warnings []string
+			for len(rec.Events) > 0 {
+				if e := <-rec.Events; strings.HasPrefix(e, "Warning ") {
+					warnings = append(warnings, e)
+				}
+			}
+			if len(tt.want) == 0 {
+				if len(warnings) != 0 {
+					t.Fatalf("warnings %q, want none", warnings)
+				}
+				return
+			}
+			if len(warnings) != 1 {
+				t.Fatalf("warnings %q, want one", warnings)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(warnings[0], w) {
+					t.Errorf("warning %q lacks %q", warnings[0], w)
+				}
+			}
+		})
 	}
 }

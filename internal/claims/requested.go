@@ -5,6 +5,10 @@ package claims
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
+
+	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 )
@@ -49,6 +53,31 @@ func parseRequests(annotations map[string]string) (map[string][]string, error) {
 			RequestedAddressesAnnotation, truncate(v, 200), err)
 	}
 	return out, nil
+}
+
+// unknownRequestNetworks returns the networks RequestedAddressesAnnotation
+// names that are none of networks (the owner's spec.networks), quoted and
+// sorted, and the owner's networks, quoted: a misspelled name would drop
+// its request in silence. Nil when the annotation is absent or unreadable
+// (told as such). A name of one of the owner's networks that ipkeeper does
+// not serve is none of its business.
+func unknownRequestNetworks(annotations map[string]string, networks []kubevirtv1.Network) (unknown, known []string) {
+	reqs, err := parseRequests(annotations)
+	if err != nil || len(reqs) == 0 {
+		return nil, nil
+	}
+	has := map[string]bool{}
+	for _, n := range networks {
+		has[n.Name] = true
+		known = append(known, strconv.Quote(n.Name))
+	}
+	for name := range reqs {
+		if !has[name] {
+			unknown = append(unknown, strconv.Quote(name))
+		}
+	}
+	slices.Sort(unknown)
+	return unknown, known
 }
 
 // withRequests sets each wanted claim's request from the owner's

@@ -99,6 +99,14 @@ func (s *ownerSync) sync(ctx context.Context, req reconcile.Request, ownerObj cl
 			break // the same error for every network
 		}
 	}
+	if unknown, known := unknownRequestNetworks(annotations, spec.Networks); len(unknown) > 0 {
+		names := "network " + unknown[0] + ", which this " + owner.Kind + " does not have"
+		if len(unknown) > 1 {
+			names = "networks " + strings.Join(unknown, ", ") + ", which this " + owner.Kind + " does not have"
+		}
+		s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonRequestInvalid),
+			"annotation %s names %s (its networks: %s): no address is requested there; correct the name", RequestedAddressesAnnotation, names, strings.Join(known, ", "))
+	}
 	retention, refused := retentionOf(ownerObj.GetAnnotations(), s.maxRetention)
 	if refused != nil && len(want) > 0 {
 		s.recorder.Eventf(ownerObj, corev1.EventTypeWarning, string(ReasonRetentionRefused), "%v", refused)
