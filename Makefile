@@ -128,6 +128,19 @@ test-e2e: tools ## End-to-end tests as root: controller and agent processes, rea
 test-chaos: tools ## The short fixed-seed chaos run: random operations and faults on agent and controller processes, invariants checked (tests/chaos).
 	go test $(GO_TEST_FLAGS) -timeout 10m -v ./tests/chaos/
 
+# The real-node lane: two nodes with Debian's containerd and runc and the
+# pinned kubelet, each in its own network, mount and PID namespaces, the
+# real kube-scheduler, Multus' DaemonSet and ipkeeper installed from
+# manifests/ with the image `make image` builds here (tests/nodes,
+# docs/development.md#real-nodes).
+LAB_ARCH := $(shell go env GOARCH)
+LAB_IMAGE_DIR := $(BIN_DIR)/lab-image
+.PHONY: test-nodes
+test-nodes: ## The real-node lane as root: real kubelets, containerd, Multus and ipkeeper installed as it ships.
+	bash hack/tools.sh etcd kubernetes kubernetes-node node-images cni-plugins multus
+	$(MAKE) --no-print-directory image IMAGE=lab.ipkeeper.test/ipkeeper:dev IMAGE_PLATFORMS=linux/$(LAB_ARCH) IMAGE_DIR='$(LAB_IMAGE_DIR)'
+	IPKEEPER_LAB_IMAGE='$(LAB_IMAGE_DIR)/ipkeeper-linux-$(LAB_ARCH).docker.tar' go test $(SUITE_TEST_FLAGS) -timeout 15m -v ./tests/nodes/
+
 # make chaos DURATION=10m SEED=42: a long chaos run; the same SEED replays the
 # same schedule. Without them, the short fixed-seed run of test-chaos.
 # RACE=1 builds the agent and the controller with the race detector.
@@ -152,6 +165,7 @@ test: ## Everything CI runs, then a check that it left no network namespace, int
 	@bash hack/leftovers.sh snapshot $(LEFTOVERS)
 	@$(MAKE) --no-print-directory verify-generated lint tools || { rm -f $(LEFTOVERS); exit 1; }
 	@MAKE='$(MAKE)' bash hack/side-by-side.sh 'test-integration test-image test-chart' 'test-unit test-e2e test-install' || { rm -f $(LEFTOVERS); exit 1; }
+	@$(MAKE) --no-print-directory test-nodes || { rm -f $(LEFTOVERS); exit 1; }
 	@$(MAKE) --no-print-directory test-chaos || { rm -f $(LEFTOVERS); exit 1; }
 	@bash hack/leftovers.sh check $(LEFTOVERS); status=$$?; rm -f $(LEFTOVERS); exit $$status
 

@@ -4,7 +4,8 @@
 # What the test suites make outside the repository and must remove when
 # they end: network namespaces and host interfaces (e2e sandboxes and
 # bridges), temporary directories (control planes, agents, e2e and chaos
-# clusters, benchmarks), and processes of the binaries they start.
+# clusters, benchmarks, real nodes), the real nodes' cgroups, and processes
+# of the binaries they start.
 #
 #   hack/leftovers.sh snapshot FILE   record what exists now
 #   hack/leftovers.sh check FILE      fail, listing them, if anything exists
@@ -20,12 +21,15 @@ list() {
 		ip -o link show 2>/dev/null | awk -F': ' '$2 ~ /^ipkc/ {sub(/@.*/, "", $2); print "interface " $2}'
 	fi
 	local d
-	for d in /tmp/ipkeeper-controlplane-* /tmp/ipkeeper-lanes.* /tmp/ipk-agent-* /tmp/ipke2e-* /tmp/ipkchaos-* /tmp/ipkb-* \
+	for d in /tmp/ipkeeper-controlplane-* /tmp/ipkeeper-lanes.* /tmp/ipk-agent-* /tmp/ipke2e-* /tmp/ipkchaos-* /tmp/ipkb-* /tmp/ipkn-* \
 		/tmp/k8s_test_framework_* /tmp/envtest-serving-certs-*; do
 		[[ -e $d ]] && echo "directory $d"
 	done
+	for d in /sys/fs/cgroup/*/ipkn-*; do
+		[[ -e $d ]] && echo "cgroup $d"
+	done
 	local p
-	for p in kube-apiserver etcd kube-controller-manager virt-controller ipkeeper-agent ipkeeper-controller; do
+	for p in kube-apiserver etcd kube-controller-manager kube-scheduler kubelet containerd virt-controller ipkeeper-agent ipkeeper-controller; do
 		pgrep -f -- "/$p( |\$)" | sed "s/^/process $p /" || true
 	done
 }

@@ -6,7 +6,9 @@
 # whereabouts (the e2e test of the move from whereabouts, and `make bench`),
 # and KubeVirt's ipam-extensions (the IPAMClaims controller and pod webhook
 # the network addons operator installs; the coexistence tests run it), and
-# helm, promtool and kubeconform (the chart, alert rule and manifest checks).
+# helm, promtool and kubeconform (the chart, alert rule and manifest checks),
+# and the real-node lane's kubelet, kube-scheduler and base images' contents
+# (pause built from Kubernetes' source, Debian's busybox-static).
 #
 # Nothing prebuilt can be downloaded here, but everything builds from the Go
 # module proxy. Each component is built in a throwaway module that pins its
@@ -250,7 +252,7 @@ require github.com/containernetworking/plugins ${CNI_PLUGINS_VERSION}"
 build_multus() {
 	local dir="$ROOT/multus-${MULTUS_VERSION}"
 	if built "$dir"; then log "multus ${MULTUS_VERSION}: cached in $dir"; return; fi
-	log "Multus ${MULTUS_VERSION}: building the thin plugin"
+	log "Multus ${MULTUS_VERSION}: building the thin plugin and its DaemonSet's entrypoints"
 	mkdir -p "$dir"
 	local gomod="module ipkeeper.tools/multus
 go 1.24.0
@@ -258,8 +260,15 @@ require gopkg.in/k8snetworkplumbingwg/multus-cni.v4 ${MULTUS_VERSION}"
 	build_in_module "$dir" "$gomod" multus "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus"
 	# The entrypoint of Multus' thin-plugin DaemonSet, which writes its
 	# configuration and kubeconfig onto the node (the real-node lane runs it).
+	# The entrypoints of Multus' thin-plugin DaemonSet and the passthru
+	# plugin its image carries, with the module's own DaemonSet manifest:
+	# the real-node lane deploys Multus as its users do.
 	build_in_module "$dir" "$gomod" thin_entrypoint "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/thin_entrypoint"
 	build_in_module "$dir" "$gomod" install_multus "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/install_multus"
+	build_in_module "$dir" "$gomod" passthru "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/passthru-cni"
+	local src
+	src=$(module_path Dir "gopkg.in/k8snetworkplumbingwg/multus-cni.v4@${MULTUS_VERSION}")
+	install -m 0644 "$src/deployments/multus-daemonset.yml" "$dir/multus-daemonset.yml"
 	touch "$dir/.complete"
 }
 

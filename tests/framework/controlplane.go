@@ -201,7 +201,8 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 			Set("enable-admission-plugins", "NodeRestriction,ServiceAccount").
 			Set("disable-admission-plugins", "").
 			Set("enable-aggregator-routing", "true").
-			Set("allow-privileged", "true")
+			Set("allow-privileged", "true").
+			Set("kubelet-preferred-address-types", "InternalIP")
 	}
 	if cp.Config, err = cp.env.Start(); err != nil {
 		return nil, fmt.Errorf("starting etcd and kube-apiserver: %w", err)

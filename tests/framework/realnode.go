@@ -556,3 +556,39 @@ func tail(path string, lines int) string {
 	}
 	return strings.Join(all, "\n")
 }
+
+// SandboxOf is the ID of the pod's running sandbox on this node, as its
+// containerd has it ("" when there is none).
+func (n *RealNode) SandboxOf(ctx context.Context, t testing.TB, pod *corev1.Pod) string {
+	t.Helper()
+	out, err := n.Exec(ctx, "ctr", "--address", nodeContainerdSocket, "-n", "k8s.io", "tasks", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[2] == "RUNNING" {
+			running[f[0]] = true
+		}
+	}
+	out, err = n.Exec(ctx, "ctr", "--address", nodeContainerdSocket, "-n", "k8s.io", "containers", "ls", "-q",
+		fmt.Sprintf(`labels."io.kubernetes.pod.uid"==%s,labels."io.cri-containerd.kind"==sandbox`, pod.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range strings.Fields(string(out)) {
+		if running[id] {
+			return id
+		}
+	}
+	return ""
+}
+
+// KillSandbox kills a sandbox's pause process, as a crash would: the
+// kubelet sees the sandbox die and makes a new one.
+func (n *RealNode) KillSandbox(ctx context.Context, t testing.TB, id string) {
+	t.Helper()
+	if _, err := n.Exec(ctx, "ctr", "--address", nodeContainerdSocket, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipkv1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// Lab is the cluster the lane's scenarios share: the control plane, two
+// real nodes, Multus and ipkeeper installed as they ship.
+type Lab struct {
+	cp    *framework.ControlPlane
+	nodes []*framework.RealNode
+}
+
+// lab is set by TestRealNodes for its subtests.
+var lab *Lab
+
+// labPodTimeout bounds a pod's start on a real node.
+const labPodTimeout = 2 * time.Minute
+
+// TestRealNodes starts the lab once and runs every scenario in it.
+func TestRealNodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cp, err := framework.Start(ctx, framework.Options{Lab: true, WithoutKubeVirtCRDs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			cp.DumpLogs(os.Stderr, 40)
+		}
+		if err := cp.Stop(); err != nil {
+			t.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	lab = &Lab{cp: cp}
+	lab.nodes = cp.StartRealNodes(ctx, t, 2)
+	t.Logf("real nodes %s and %s Ready after %s (simulated: nothing of a node; KubeVirt's node side is not in this lane yet)",
+		lab.nodes[0].Name, lab.nodes[1].Name, time.Since(start).Round(time.Second))
+	cp.InstallMultus(ctx, t, lab.nodes)
+	cp.InstallIpkeeper(ctx, t, lab.nodes)
+	t.Logf("Multus and ipkeeper running on both nodes after %s", time.Since(start).Round(time.Second))
+	t.Run("PodOnIpkeeperNetwork", testPodOnIpkeeperNetwork)
+}
+
+// Namespace creates a namespace for one scenario, deleted when it ends.
+func (l *Lab) Namespace(_ context.Context, t *testing.T, prefix string) string {
+	t.Helper()
+	return l.cp.NewNamespace(t, "lab-"+prefix)
+}
+
+// NAD creates a NetworkAttachmentDefinition.
+func (l *Lab) NAD(ctx context.Context, t *testing.T, ns, name, config string) {
+	t.Helper()
+	nad := &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: config}}
+	if err := l.cp.Client.Create(ctx, nad); err != nil {
+		t.Fatalf("creating NAD %s/%s: %v", ns, name, err)
+	}
+}
+
+// Pod runs a busybox pod on node with the networks annotation and waits
+// until it is Ready.
+func (l *Lab) Pod(ctx context.Context, t *testing.T, ns, name, node string, networks ...string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Annotations: map[string]string{"k8s.v1.cni.cncf.io/networks": strings.Join(networks, ",")}},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{corev1.LabelHostname: node},
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{Name: "c", Image: framework.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sleep", "3600"}}},
+		},
+	}
+	if err := l.cp.Client.Create(ctx, pod); err != nil {
+		t.Fatalf("creating pod %s/%s: %v", ns, name, err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, labPodTimeout, true, func(ctx context.Context) (bool, error) {
+		return l.PodReady(ctx, t, pod), nil
+	}); err != nil {
+		out, _ := l.cp.Kubectl(ctx, nil, "describe", "pod", "-n", ns, name)
+		t.Fatalf("pod %s/%s not Ready after %s:\n%s", ns, name, labPodTimeout, out)
+	}
+	return pod
+}
+
+// PodReady refreshes pod and reports whether it is Ready.
+func (l *Lab) PodReady(ctx context.Context, t *testing.T, pod *corev1.Pod) bool {
+	if err := l.cp.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// ExecIn runs a command in the pod's container through the API server and
+// its node's kubelet (kubectl exec).
+func (l *Lab) ExecIn(ctx context.Context, pod *corev1.Pod, args ...string) ([]byte, error) {
+	return l.cp.Kubectl(ctx, nil, append([]string{"exec", "-n", pod.Namespace, pod.Name, "--"}, args...)...)
+}
+
+// InterfaceAddress is the IPv4 address the pod itself shows on iface.
+func (l *Lab) InterfaceAddress(ctx context.Context, t *testing.T, pod *corev1.Pod, iface string) string {
+	t.Helper()
+	out, err := l.ExecIn(ctx, pod, "ip", "-4", "-o", "addr", "show", "dev", iface)
+	if err != nil {
+		t.Fatalf("reading %s in pod %s: %v", iface, pod.Name, err)
+	}
+	f := strings.Fields(string(out))
+	for i := range f {
+		if f[i] == "inet" && i+1 < len(f) {
+			addr, _, _ := strings.Cut(f[i+1], "/")
+			return addr
+		}
+	}
+	t.Fatalf("pod %s has no IPv4 address on %s: %s", pod.Name, iface, out)
+	return ""
+}
+
+// ReservationsOf lists the reservations whose owner is pod (this UID).
+func (l *Lab) ReservationsOf(ctx context.Context, t *testing.T, pod *corev1.Pod) []ipkv1.IPReservation {
+	t.Helper()
+	var list ipkv1.IPReservationList
+	if err := l.cp.Client.List(ctx, &list); err != nil {
+		t.Fatalf("listing reservations: %v", err)
+	}
+	var out []ipkv1.IPReservation
+	for _, r := range list.Items {
+		if r.Spec.Owner.Kind == ipkv1.OwnerPod && r.Spec.Owner.UID == pod.UID {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// networkStatus is Multus' k8s.v1.cni.cncf.io/network-status of a pod.
+func networkStatus(pod *corev1.Pod) ([]nadv1.NetworkStatus, error) {
+	var st []nadv1.NetworkStatus
+	raw := pod.Annotations[nadv1.NetworkStatusAnnot]
+	if raw == "" {
+		return nil, fmt.Errorf("pod %s has no %s", pod.Name, nadv1.NetworkStatusAnnot)
+	}
+	return st, json.Unmarshal([]byte(raw), &st)
+}
