@@ -63,6 +63,9 @@ func EnterLab() error {
 	if dir := os.Getenv(nodeInitEnv); dir != "" {
 		nodeInit(dir)
 	}
+	if req := os.Getenv(cniCheckEnv); req != "" {
+		cniCheckMain(req)
+	}
 	if !InLab() {
 		unshare, err := exec.LookPath("unshare")
 		if err != nil {

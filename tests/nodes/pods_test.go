@@ -26,10 +26,11 @@ func testPodOnIpkeeperNetwork(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	ns := lab.Namespace(ctx, t, "pods")
-	lab.NAD(ctx, t, ns, "blue", `{
-  "cniVersion": "1.0.0", "name": "lab-blue", "type": "bridge", "bridge": "`+framework.NodeSecondaryBridge+`",
+	blue := `{
+  "cniVersion": "1.0.0", "name": "lab-blue", "type": "bridge", "bridge": "` + framework.NodeSecondaryBridge + `",
   "ipam": {"type": "ipkeeper", "range": "10.210.0.0/24"}
-}`)
+}`
+	lab.NAD(ctx, t, ns, "blue", blue)
 	pa := lab.Pod(ctx, t, ns, "pa", lab.nodes[0].Name, "blue")
 	pb := lab.Pod(ctx, t, ns, "pb", lab.nodes[1].Name, "blue")
 
@@ -43,6 +44,20 @@ func testPodOnIpkeeperNetwork(t *testing.T) {
 	t.Logf("%s on %s: net1 %s", pb.Name, pb.Spec.NodeName, addrB)
 	if out, err := lab.ExecIn(ctx, pb, "ping", "-c", "3", "-W", "2", addrA); err != nil {
 		t.Fatalf("%s cannot reach %s on the secondary network across nodes: %v\n%s", pb.Name, addrA, err, out)
+	}
+	// CHECK of the running attachment (see framework.CheckAttachment: no
+	// runtime here sends it), then of one whose address was taken off the
+	// interface, which must fail.
+	if err := lab.nodes[0].CheckAttachment(ctx, t, pa, blue, "net1"); err != nil {
+		t.Fatalf("CHECK of a running attachment: %v", err)
+	}
+	if out, err := lab.nodes[1].InPodNetwork(ctx, t, pb, "ip", "addr", "del", addrB+"/24", "dev", "net1"); err != nil {
+		t.Fatalf("removing %s from %s: %v\n%s", addrB, pb.Name, err, out)
+	}
+	if err := lab.nodes[1].CheckAttachment(ctx, t, pb, blue, "net1"); err == nil {
+		t.Fatalf("CHECK passed for %s, whose net1 no longer has its address %s", pb.Name, addrB)
+	} else {
+		t.Logf("CHECK of an attachment that lost its address fails: %v", err)
 	}
 
 	// The kubelet recreates a dead sandbox: DEL of the old one, ADD of the
