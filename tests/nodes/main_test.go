@@ -19,8 +19,13 @@ func TestMain(m *testing.M) {
 	// return there; in the test process it re-executes once in the lab's
 	// network namespace.
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "FAIL: the real-node lane runs containerd, kubelets and network namespaces: run it as root (make test-nodes)")
-		os.Exit(1)
+		msg := "the real-node lane runs containerd, kubelets and network namespaces and must run as root (make test-nodes as root)"
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintln(os.Stderr, "FAIL: CI=true but not running as root:", msg)
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, "SKIP:", msg)
+		os.Exit(0)
 	}
 	if err := framework.EnterLab(); err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
