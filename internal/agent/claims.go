@@ -78,14 +78,27 @@ func explainWait(err error) error {
 	if claim.DeletionTimestamp != nil {
 		return err
 	}
-	why := "ipkeeper-controller has not recorded them yet (is it running? `kubectl ipkeeper why claim " + claim.Name + " -n " + claim.Namespace + "`)"
-	for _, t := range []string{claimstatus.ConditionRequested, claimstatus.ConditionIPsAllocated} {
-		if c := meta.FindStatusCondition(claim.Status.Conditions, t); c != nil && c.Status == metav1.ConditionFalse {
-			why = t + "=False, " + c.Reason + ": " + c.Message
-			break
-		}
+	why, ok := controllerSays(claim)
+	if !ok {
+		why = "ipkeeper-controller has not recorded them yet (is it running? " + whyClaim(claim) + ")"
 	}
 	return fmt.Errorf("%w: %s", err, why)
+}
+
+// controllerSays quotes the claim's condition that says why
+// ipkeeper-controller could not give or keep its addresses (the request's
+// first, then IPsAllocated), if one is False.
+func controllerSays(claim *ipamclaimsv1alpha1.IPAMClaim) (string, bool) {
+	for _, t := range []string{claimstatus.ConditionRequested, claimstatus.ConditionIPsAllocated} {
+		if c := meta.FindStatusCondition(claim.Status.Conditions, t); c != nil && c.Status == metav1.ConditionFalse {
+			return t + "=False, " + c.Reason + ": " + c.Message, true
+		}
+	}
+	return "", false
+}
+
+func whyClaim(claim *ipamclaimsv1alpha1.IPAMClaim) string {
+	return "`kubectl ipkeeper why claim " + claim.Name + " -n " + claim.Namespace + "`"
 }
 
 // recordedAddresses returns the claim's status.ips, each after a live read
@@ -106,12 +119,19 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 		name := naming.Reservation(req.pool.key, ip)
 		r, err := a.store.Get(ctx, name)
 		switch {
+		case errors.Is(err, ErrGone) && req.pool.usable(ip) != nil:
+			// Final: ipkeeper-controller never reserves an address the
+			// network does not hand out (IPsAllocated=False OutsidePool),
+			// so a retry cannot succeed until the claim or the pool is fixed.
+			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
+				"IPAMClaim %s/%s records %s (status.ips[%d]), which network %q never hands out (%v), so ipkeeper-controller will never reserve it: fix the claim's status.ips or the pool; %s",
+				claim.Namespace, claim.Name, ip, i, network, req.pool.usable(ip), neverReservedWhy(claim)))
 		case errors.Is(err, ErrGone):
 			// Try again later: ipkeeper-controller reserves what a claim
 			// records (an administrator's edit of status.ips) within moments.
 			return nil, fail(reasonClaim, codeTryAgainLater, fmt.Errorf(
-				"IPAMClaim %s/%s records %s (status.ips[%d]), but network %q (IPPool %q) has no reservation of it (%s); ipkeeper-controller reserves the addresses a claim records: see `kubectl ipkeeper why claim %s -n %s`",
-				claim.Namespace, claim.Name, ip, i, network, pool, name, claim.Name, claim.Namespace))
+				"IPAMClaim %s/%s records %s (status.ips[%d]), but network %q (IPPool %q) has no reservation of it (%s); ipkeeper-controller reserves the addresses a claim records: see %s",
+				claim.Namespace, claim.Name, ip, i, network, pool, name, whyClaim(claim)))
 		case err != nil:
 			return nil, fail(reasonInternal, codeTryAgainLater, fmt.Errorf("IPAMClaim %s/%s: checking the reservation of %s: %w", claim.Namespace, claim.Name, ip, err))
 		case !reservation.ClaimMayUse(r, claim.UID):
@@ -121,6 +141,15 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 		ips = append(ips, recordedPrefix(rec, req.pool))
 	}
 	return ips, nil
+}
+
+// neverReservedWhy is what the claim's condition says of an address the
+// network never hands out, or where to look before the controller said.
+func neverReservedWhy(claim *ipamclaimsv1alpha1.IPAMClaim) string {
+	if why, ok := controllerSays(claim); ok {
+		return "the claim says " + why
+	}
+	return "see " + whyClaim(claim)
 }
 
 // staticAgrees refuses a static request (the ips capability) next to a

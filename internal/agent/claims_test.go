@@ -75,6 +75,12 @@ type claimFixture struct {
 
 func newClaimFixture(t *testing.T) *claimFixture {
 	t.Helper()
+	return newClaimFixtureOn(t, claimConf)
+}
+
+// newClaimFixtureOn is newClaimFixture with network blue's pool made from conf.
+func newClaimFixtureOn(t *testing.T, conf string) *claimFixture {
+	t.Helper()
 	f := &claimFixture{store: newFakeStore(), claims: newFakeClaims(), blocks: newFakeBlocks(), claim: testClaim("claim-uid-1")}
 	f.a = newTestAgent(t, f.store, f.claims)
 	f.a.reservations = index.New("node-a")
@@ -84,7 +90,7 @@ func newClaimFixture(t *testing.T) *claimFixture {
 		APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: "vm1", UID: "vmi-uid-1", Controller: ptr.To(true),
 	}}
 	f.a.pods = &podLookup{cached: podsOf{f.pod}, live: podsOf{f.pod}, node: "node-a", metrics: f.a.metrics}
-	cfg := mustParse(t, claimConf)
+	cfg := mustParse(t, conf)
 	if !f.a.poolStore.(*fakePoolStore).makeInline(t, cfg, testNAD(cfg)) {
 		t.Fatal("network blue got no pool")
 	}
@@ -634,4 +640,57 @@ func TestClaimBackedAddWhenTheClaimCannotBeRead(t *testing.T) {
 	}
 	mustContainAll(t, err, "request timed out")
 	f.checkReadOnly(t)
+}
+
+// A claim that records an address its network never hands out (outside
+// the ranges, the gateway, an excluded or the broadcast address: status.ips
+// edited by hand) is a mistake no retry mends: ipkeeper-controller will
+// never reserve it (IPsAllocated=False OutsidePool, final). The launcher's
+// ADD fails with CNI code 7, a configuration error runtimes do not retry
+// forever, quoting the claim's condition; an address the network hands out
+// but nobody reserved yet stays code 11 (the controller reserves it).
+func TestClaimRecordingAnAddressTheNetworkNeverHandsOut(t *testing.T) {
+	conf := strings.Replace(claimConf, `"gateway":"10.0.0.1"`, `"gateway":"10.0.0.1","exclude":["10.0.0.200/30"]`, 1)
+	outside := metav1.Condition{
+		Type: claimstatus.ConditionIPsAllocated, Status: metav1.ConditionFalse, Reason: claimstatus.ReasonOutsidePool,
+		Message: `the claim records 10.0.0.x (status.ips[0]), which network "blue" (IPPool "blue") does not hand out`,
+	}
+	for _, tt := range []struct {
+		name      string
+		ip        string
+		condition *metav1.Condition
+		wantCode  uint
+		want      []string
+	}{
+		{name: "outside the ranges", ip: "10.0.1.5", condition: &outside, wantCode: codeInvalidConfig,
+			want: []string{"10.0.1.5", "status.ips[0]", "never hands out", "IPsAllocated=False, OutsidePool: the claim records 10.0.0.x"}},
+		{name: "the gateway", ip: "10.0.0.1", condition: &outside, wantCode: codeInvalidConfig,
+			want: []string{"10.0.0.1", "status.ips[0]", "never hands out", "gateway", "IPsAllocated=False, OutsidePool"}},
+		{name: "an excluded address", ip: "10.0.0.201", condition: &outside, wantCode: codeInvalidConfig,
+			want: []string{"10.0.0.201", "never hands out", "exclude", "IPsAllocated=False, OutsidePool"}},
+		{name: "the broadcast address", ip: "10.0.0.255", condition: &outside, wantCode: codeInvalidConfig,
+			want: []string{"10.0.0.255", "never hands out", "broadcast", "IPsAllocated=False, OutsidePool"}},
+		// Before the controller saw the edit: still final, and why says more.
+		{name: "no condition yet", ip: "10.0.0.1", wantCode: codeInvalidConfig,
+			want: []string{"10.0.0.1", "never hands out", "kubectl ipkeeper why claim vm1.blue -n vms"}},
+		{name: "an address handed out, not reserved yet", ip: "10.0.0.7", wantCode: codeTryAgainLater,
+			want: []string{"10.0.0.7", "has no reservation", "ipkeeper-controller reserves"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newClaimFixtureOn(t, conf)
+			c := f.claim.DeepCopy()
+			if tt.condition != nil {
+				c.Status.Conditions = []metav1.Condition{*tt.condition}
+			}
+			f.claims.put(c)
+			f.reserve("fd00::5")
+			f.claims.setStatusIPs("vms", "vm1.blue", tt.ip+"/24", "fd00::5/120")
+			_, err := f.add(conf, "sandbox-1")
+			if code := cniCodeOf(err); code != tt.wantCode {
+				t.Fatalf("ADD = %v (code %d), want CNI code %d", err, code, tt.wantCode)
+			}
+			mustContainAll(t, err, append([]string{"IPAMClaim vms/vm1.blue"}, tt.want...)...)
+			f.checkReadOnly(t)
+		})
+	}
 }
