@@ -193,7 +193,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 	if cp.lab {
 		api := cp.env.ControlPlane.APIServer
-		api.SecureServing.Address, api.SecureServing.Port = LabAPIServerIP, "443"
+		api.Address, api.Port = LabAPIServerIP, "443"
 		api.Configure().
 			Set("advertise-address", LabAPIServerIP).
 			Set("service-cluster-ip-range", LabServiceCIDR).
@@ -268,7 +268,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		}
 	}
 	if cp.lab {
-		if err := cp.startScheduler(ctx); err != nil {
+		if err := cp.startScheduler(); err != nil {
 			return nil, err
 		}
 	}

@@ -3,7 +3,6 @@
 package framework
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -118,7 +117,7 @@ func nodeGatewayOf(cidr string) string {
 
 // startScheduler runs the real kube-scheduler (Options.Lab): with real
 // nodes, pods are placed by it, not bound by the test.
-func (cp *ControlPlane) startScheduler(ctx context.Context) error {
+func (cp *ControlPlane) startScheduler() error {
 	if err := requireExecutables(cp.Tools.KubeScheduler); err != nil {
 		return err
 	}

@@ -200,13 +200,13 @@ func (cp *ControlPlane) startRealNode(ctx context.Context, i int) (_ *RealNode, 
 	node.init = init
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if strings.TrimSpace(line) != "ready" {
-		return node, fmt.Errorf("the node's init did not start (%v); its log: %s", err, tail(filepath.Join(dir, "init.log"), 20))
+		return node, fmt.Errorf("the node's init did not start (%w); its log: %s", err, tail(filepath.Join(dir, "init.log"), 20))
 	}
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
 	if node.pid, err = childOf(init.Process.Pid); err != nil {
 		return node, err
 	}
-	if err := node.plugNetwork(i); err != nil {
+	if err := node.plugNetwork(); err != nil {
 		return node, err
 	}
 	if err := node.start(ctx, "containerd", "containerd", "--config", filepath.Join(dir, "containerd.toml")); err != nil {
@@ -246,7 +246,7 @@ func childOf(pid int) (int, error) {
 
 // plugNetwork connects the node to the lab's LAN and L2 segment, and
 // routes its pod network.
-func (n *RealNode) plugNetwork(i int) error {
+func (n *RealNode) plugNetwork() error {
 	pid := strconv.Itoa(n.pid)
 	lan, l2 := fmt.Sprintf("vlan-%s", n.Name[5:]), fmt.Sprintf("vl2-%s", n.Name[5:])
 	lab := [][]string{

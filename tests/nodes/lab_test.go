@@ -4,8 +4,6 @@ package nodes
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -154,14 +152,4 @@ func (l *Lab) ReservationsOf(ctx context.Context, t *testing.T, pod *corev1.Pod)
 		}
 	}
 	return out
-}
-
-// networkStatus is Multus' k8s.v1.cni.cncf.io/network-status of a pod.
-func networkStatus(pod *corev1.Pod) ([]nadv1.NetworkStatus, error) {
-	var st []nadv1.NetworkStatus
-	raw := pod.Annotations[nadv1.NetworkStatusAnnot]
-	if raw == "" {
-		return nil, fmt.Errorf("pod %s has no %s", pod.Name, nadv1.NetworkStatusAnnot)
-	}
-	return st, json.Unmarshal([]byte(raw), &st)
 }
