@@ -137,8 +137,8 @@ type Agent struct {
 	// webhook remembers whether ipkeeper's pod webhook is in force.
 	webhook webhookScope
 
-	// ignoredNoted holds, per network, the ignored ipam keys last logged
-	// (noteIgnoredKeys), so they are logged once, not at every ADD.
+	// ignoredNoted holds, per network, the ignored and unknown ipam keys
+	// last logged (noteIgnoredKeys), so they are logged once, not at every ADD.
 	ignoredNoted sync.Map
 }
 

@@ -77,6 +77,9 @@ func whyPod(ctx context.Context, s *session, key types.NamespacedName) (*Report,
 			line += " (" + p + ")"
 		}
 		nets = append(nets, line+nw.ignoredLine())
+		if next := nw.unknownNext(e.NAD()); next != "" {
+			rep.next("%s", next)
+		}
 		switch {
 		case e.ClaimRef != "" && !nw.AllowPersistentIPs:
 			rep.next("set \"allowPersistentIPs\": true at the top level of NetworkAttachmentDefinition %s's spec.config: the pod references IPAMClaim %q but the network does not keep addresses", e.NAD(), e.ClaimRef)
@@ -157,20 +160,33 @@ func cniFailureNext(msg string) string {
 	return "the last CNI error above says what failed; docs/troubleshooting.md (Errors users see) lists the fixes"
 }
 
-// nadNetwork is what why reports of a NAD: its network, and the
-// whereabouts-only ipam keys it still sets (ipamconfig's IgnoredKeys).
+// nadNetwork is what why reports of a NAD: its network, the
+// whereabouts-only ipam keys it still sets (ipamconfig's IgnoredKeys) and
+// the keys nobody reads, with their "did you mean" (UnknownKeys).
 type nadNetwork struct {
 	multus.Network
-	ignored []string
+	ignored, unknown []string
 }
 
-// ignoredLine is the fact why adds for a NAD that sets whereabouts-only
-// keys, "" when it sets none.
+// ignoredLine is the fact why adds for a NAD that sets keys ipkeeper
+// ignores, "" when it sets none.
 func (n nadNetwork) ignoredLine() string {
-	if len(n.ignored) == 0 {
+	line := ""
+	if len(n.unknown) > 0 {
+		line += "; ipam keys ipkeeper does not know (ignored): " + strings.Join(n.unknown, ", ")
+	}
+	if len(n.ignored) > 0 {
+		line += "; whereabouts keys ipkeeper ignores (no effect, can be removed): " + strings.Join(n.ignored, ", ")
+	}
+	return line
+}
+
+// unknownNext is what why says to do of a NAD's unknown keys, "" for none.
+func (n nadNetwork) unknownNext(key types.NamespacedName) string {
+	if len(n.unknown) == 0 {
 		return ""
 	}
-	return "; whereabouts keys ipkeeper ignores (no effect, can be removed): " + strings.Join(n.ignored, ", ")
+	return fmt.Sprintf("NetworkAttachmentDefinition %s sets ipam keys ipkeeper does not know, which it ignores: %s: fix or remove them", key, strings.Join(n.unknown, ", "))
 }
 
 // readNAD reads and parses a NAD. problem describes, for people, a NAD
@@ -189,9 +205,11 @@ func readNAD(ctx context.Context, c client.Reader, key types.NamespacedName) (nw
 		return nw, "fix " + perr.Error(), nil
 	}
 	if conf, found, err := multus.PluginConfig(&nad, ipamconfig.PluginType); err == nil && found {
-		if cfg, err := ipamconfig.Parse(conf); err == nil {
-			nw.ignored = cfg.IgnoredKeys
+		cfg, err := ipamconfig.Parse(conf)
+		if err != nil {
+			return nw, fmt.Sprintf("fix NetworkAttachmentDefinition %s: %v (ipkeeper-agent refuses it, CNI error 7)", key, err), nil
 		}
+		nw.ignored, nw.unknown = cfg.IgnoredKeys, cfg.UnknownKeyList()
 	}
 	if nw.Name == "" {
 		return nw, fmt.Sprintf("NetworkAttachmentDefinition %s has an empty spec.config (Multus reads it from a file on the node); ipkeeper cannot tell what it does", key), nil

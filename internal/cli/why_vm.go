@@ -121,6 +121,9 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 			rep.next("NetworkAttachmentDefinition %s: %s", nadKey, p)
 		}
 		netLines = append(netLines, line+nw.ignoredLine())
+		if next := nw.unknownNext(nadKey); next != "" {
+			rep.next("%s", next)
+		}
 		if !nw.AllowPersistentIPs {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +38,10 @@ const (
 	ReasonInvalidConfig   EventReason = "InvalidConfiguration"
 	ReasonDisagrees       EventReason = "DefinitionDisagrees"
 	ReasonNetworksOverlap EventReason = "NetworksOverlap"
+	// ReasonUnknownKeys (Normal): ipam keys nobody reads, ignored. A
+	// misspelling that would hand out a gateway or an exclude is an
+	// InvalidConfiguration (Warning) instead: ipamconfig.Parse refuses it.
+	ReasonUnknownKeys EventReason = "UnknownKeys"
 )
 
 // indexNADPool maps the NADs whose IPAM is ipkeeper to their pool's name.
@@ -75,6 +80,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	case !found:
 		return reconcile.Result{}, nil // another IPAM's network
+	}
+	if len(cfg.UnknownKeys) > 0 {
+		r.Recorder.Eventf(&nad, corev1.EventTypeNormal, string(ReasonUnknownKeys),
+			"network %q: ipkeeper ignores ipam keys it does not know: %s; fix or remove them", cfg.Name, strings.Join(cfg.UnknownKeyList(), ", "))
 	}
 	key := req.NamespacedName
 	var pool ipkeeperv1alpha1.IPPool

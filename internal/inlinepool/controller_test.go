@@ -139,3 +139,64 @@ func TestReconcile(t *testing.T) {
 		})
 	}
 }
+
+// A NAD's ipam keys ipkeeper does not know are told on the NAD, with the
+// key each is closest to: a Normal UnknownKeys event when ignoring them
+// changes nothing the network hands out (its pool is made), and a Warning
+// InvalidConfiguration with no pool when the key is a misspelling of one
+// that keeps addresses from being handed out (gatway: the gateway would
+// be handed out).
+func TestUnknownKeysAreTold(t *testing.T) {
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, nad string
+		made      bool
+		want      [][]string // each event's parts, in order
+	}{
+		{name: "a misspelt key that guards nothing",
+			nad:  `{"cniVersion":"1.0.0","name":"blue","type":"macvlan","ipam":{"type":"ipkeeper","range":"10.0.0.0/24","sticky_mca":true,"subnet":"x"}}`,
+			made: true,
+			want: [][]string{
+				{"Normal", " UnknownKeys ", `ipam.sticky_mca (did you mean "sticky_mac"?)`, "ipam.subnet", "ignores"},
+				{"Normal", " IPPoolCreated "},
+			}},
+		{name: "a misspelt gateway",
+			nad: `{"cniVersion":"1.0.0","name":"blue","type":"macvlan","ipam":{"type":"ipkeeper","range":"10.90.3.0/24","gatway":"10.90.3.1"}}`,
+			want: [][]string{
+				{"Warning", " InvalidConfiguration ", `ipam.gatway: unknown key; did you mean "gateway"?`, "CNI error 7"},
+			}},
+		{name: "a misspelt gateway next to a named pool",
+			nad: `{"cniVersion":"1.0.0","name":"green","type":"macvlan","ipam":{"type":"ipkeeper","pool":"shared","gatway":"10.90.3.1"}}`,
+			want: [][]string{
+				{"Warning", " InvalidConfiguration ", `did you mean "gateway"?`},
+			}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nad := nadOf("tenant-a", "second", tt.nad)
+			c := fake.NewClientBuilder().WithScheme(s).WithObjects(nad).Build()
+			rec := record.NewFakeRecorder(10)
+			r := &Reconciler{Client: c, APIReader: c, Recorder: rec}
+			if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nad)}); err != nil {
+				t.Fatalf("Reconcile: %v", err)
+			}
+			var pool ipkeeperv1alpha1.IPPool
+			if err := c.Get(context.Background(), client.ObjectKey{Name: "blue"}, &pool); (err == nil) != tt.made {
+				t.Errorf("pool blue made: %v, want %v (%v)", err == nil, tt.made, err)
+			}
+			got := events(rec)
+			if len(got) != len(tt.want) {
+				t.Fatalf("events %q, want %d", got, len(tt.want))
+			}
+			for i, parts := range tt.want {
+				for _, w := range parts {
+					if !strings.Contains(got[i], w) {
+						t.Errorf("event %q lacks %q", got[i], w)
+					}
+				}
+			}
+		})
+	}
+}

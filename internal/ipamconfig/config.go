@@ -62,6 +62,13 @@ type Config struct {
 	// sets ("ipam.log_file", "ipam.kubernetes.kubeconfig" ...), sorted:
 	// left from whereabouts, they do nothing here.
 	IgnoredKeys []string
+	// UnknownKeys are the keys of the ipam section (its ipRanges entries,
+	// routes and dns included) that neither ipkeeper nor whereabouts
+	// reads, sorted, each with the known key it is closest to: ignored,
+	// and told (the agent's log, an Event on the NAD, kubectl ipkeeper
+	// why). A misspelt key that keeps addresses from being handed out is
+	// refused by Parse instead.
+	UnknownKeys []UnknownKey
 }
 
 // PoolName returns the IPPool the network's addresses belong to: ipam.pool,

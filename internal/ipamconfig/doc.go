@@ -27,7 +27,12 @@
 //	ipam.routes           list of {dst, gw, mtu, advmss, priority, table, scope}
 //	ipam.dns              {nameservers, domain, search, options}
 //
-// Unknown keys (etcd_host, kubernetes, log_file, ...) are ignored.
+// whereabouts' own keys (etcd_host, kubernetes, log_file, ...) are ignored
+// and listed (Config.IgnoredKeys). Any other key is unknown: ignored and
+// listed with the known key it is closest to (Config.UnknownKeys, "did
+// you mean"), unless that key is gateway, exclude, range_start or
+// range_end: a misspelling of one of those, ignored, would hand out what
+// it keeps back, so Parse refuses it.
 // ipam.range with its top-level range_start/range_end/exclude becomes the
 // first range, followed by ipam.ipRanges. A top-level exclude without
 // ipam.range applies to every range it overlaps (whereabouts would drop

@@ -27,6 +27,11 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fieldErr("ipam", ": required")
 	}
 	ipam := rc.IPAM
+	keys := ipamObject(data)
+	unknown, err := unknownKeys(keys)
+	if err != nil {
+		return nil, err
+	}
 
 	var ranges []iprange.Range
 	if ipam.Pool != "" {
@@ -46,7 +51,8 @@ func Parse(data []byte) (*Config, error) {
 		StickyMAC:          ipam.StickyMAC,
 		AllowPersistentIPs: rc.AllowPersistentIPs,
 		Ranges:             ranges,
-		IgnoredKeys:        ignoredKeys(data),
+		IgnoredKeys:        ignoredKeys(keys),
+		UnknownKeys:        unknown,
 	}
 	if cfg.Routes, err = parseRoutes(ipam.Routes); err != nil {
 		return nil, err

@@ -10,8 +10,9 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 )
 
-// The raw* types mirror the JSON. Only keys ipkeeper uses are declared, so
-// other whereabouts keys (etcd_host, kubernetes, log_file, ...) are ignored.
+// The raw* types mirror the JSON. Only keys ipkeeper uses are declared;
+// their JSON tags are also the list of known keys (keys.go): any other
+// key is ignored and told (Config.IgnoredKeys, Config.UnknownKeys).
 
 type rawConf struct {
 	Name               string    `json:"name"`
