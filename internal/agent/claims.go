@@ -124,7 +124,7 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 			// network does not hand out (IPsAllocated=False OutsidePool),
 			// so a retry cannot succeed until the claim or the pool is fixed.
 			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
-				"IPAMClaim %s/%s records %s (status.ips[%d]), which network %q never hands out (%v), so ipkeeper-controller will never reserve it: fix the claim's status.ips or the pool; %s",
+				"IPAMClaim %s/%s records %s (status.ips[%d]), which network %q never hands out (%w), so ipkeeper-controller will never reserve it: fix the claim's status.ips or the pool; %s",
 				claim.Namespace, claim.Name, ip, i, network, req.pool.usable(ip), neverReservedWhy(claim)))
 		case errors.Is(err, ErrGone):
 			// Try again later: ipkeeper-controller reserves what a claim
