@@ -8,7 +8,10 @@
 # the network addons operator installs; the coexistence tests run it), and
 # helm, promtool and kubeconform (the chart, alert rule and manifest checks),
 # and the real-node lane's kubelet, kube-scheduler and base images' contents
-# (pause built from Kubernetes' source, Debian's busybox-static).
+# (pause built from Kubernetes' source, Debian's busybox-static), and
+# KubeVirt's node side for it: virt-handler, virt-chroot, virt-launcher and
+# the helpers of its image (component kubevirt-node), and the launcher
+# image's root filesystem from Debian packages (component launcher-rootfs).
 #
 # Nothing prebuilt can be downloaded here, but everything builds from the Go
 # module proxy. Each component is built in a throwaway module that pins its
@@ -36,6 +39,31 @@ KUBEVIRT_VERSION=v1.8.2
 # command checks the downloads against that file; the list applies to that
 # build only.
 KUBEVIRT_NOSUMDB=github.com/rhobs
+# KubeVirt's node side (component kubevirt-node, the real-node lane): the
+# programs of KubeVirt's virt-handler image (virt-handler; virt-chroot, which
+# it execs) and of its virt-launcher image (virt-launcher, virt-launcher-
+# monitor, virt-probe, virt-tail, virt-freezer, libvirt-hook-client, the C
+# container-disk, built gcc -static as KubeVirt does), from the same module
+# as virt-controller. Four need cgo: virt-handler, virt-chroot and
+# virt-freezer only kernel headers and libc (node-labeller's KVM probe,
+# runc's userns helper), virt-launcher links libvirt.org/go/libvirt, built
+# against Debian's libvirt-dev (9.0 on bookworm; the binding compiles newer
+# APIs conditionally, and runs against the rootfs's newer libvirt0). One module is
+# replaced: libguestfs.org/libnbd, a cgo binding the module proxy refuses,
+# which virt-launcher uses only for the backup / changed-block-tracking NBD
+# client; hack/stubs/libnbd (see its README) declares that API and fails
+# every call, so those features fail with an error naming the stub.
+KUBEVIRT_NODE_CGO="virt-handler virt-chroot virt-launcher virt-freezer"
+KUBEVIRT_NODE_PURE="virt-launcher-monitor virt-probe virt-tail virt-launcher/libvirt-hook-client"
+# The virt-launcher image's root filesystem (component launcher-rootfs):
+# Debian's libvirt and QEMU, debootstrapped from the mirror the machine's apt
+# sources name (never a URL of ours). Debian builds libvirt with the
+# monolithic libvirtd only; a shim /usr/sbin/virtqemud
+# (hack/launcher-rootfs/virtqemud) runs it where KubeVirt runs virtqemud. Bump the revision whenever
+# the package list, the shim or the recipe changes: it names the cache.
+LAUNCHER_SUITE=trixie
+LAUNCHER_ROOTFS_REVISION=1
+LAUNCHER_PACKAGES="libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-log libvirt-clients qemu-system-x86 qemu-utils ipxe-qemu seabios iproute2 nftables xorriso procps"
 # kubevirt/ipam-extensions is not served by the module proxy: it builds from
 # a source archive, ipam-extensions-<version>.tar.gz in the directory
 # IPKEEPER_THIRD_PARTY_DIR names (checked against the sha256 below), else
@@ -68,6 +96,21 @@ ROOT="${IPKEEPER_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ipkeeper/tools}"
 log() { printf '[tools] %s\n' "$*" >&2; }
 die() { printf '[tools] ERROR: %s\n' "$*" >&2; exit 1; }
 
+# kubevirt-node's cache directory: KubeVirt's version, and when
+# hack/kubevirt-patches holds patches (applied to a copy of the module's
+# source before that build, see its README), a hash of them, so a changed
+# patch is a new build.
+kubevirt_node_dir() {
+	local patches
+	patches=$(cd "$(dirname "${BASH_SOURCE[0]}")" && find kubevirt-patches -maxdepth 1 -name '*.patch' 2>/dev/null | LC_ALL=C sort)
+	if [[ -z "$patches" ]]; then
+		echo "$ROOT/kubevirt-node-${KUBEVIRT_VERSION}"
+	else
+		# shellcheck disable=SC2086
+		echo "$ROOT/kubevirt-node-${KUBEVIRT_VERSION}-patched-$(cd "$(dirname "${BASH_SOURCE[0]}")" && cat $patches | sha256sum | cut -c1-12)"
+	fi
+}
+
 # --env prints, as shell assignments, where each pinned binary lives, so
 # make and the test framework agree on one set of paths (and versions).
 if [[ "${1:-}" == "--env" ]]; then
@@ -88,6 +131,8 @@ IPKEEPER_GOLANGCI_LINT=$ROOT/golangci-lint-${GOLANGCI_LINT_VERSION}/golangci-lin
 IPKEEPER_WHEREABOUTS_DIR=$ROOT/whereabouts-${WHEREABOUTS_VERSION}
 IPKEEPER_VIRT_CONTROLLER=$ROOT/kubevirt-${KUBEVIRT_VERSION}/virt-controller
 IPKEEPER_KUBEVIRT_CRDS_DIR=$ROOT/kubevirt-${KUBEVIRT_VERSION}/crds
+IPKEEPER_KUBEVIRT_NODE_DIR=$(kubevirt_node_dir)
+IPKEEPER_LAUNCHER_ROOTFS=$ROOT/kubevirt-launcher-rootfs-${LAUNCHER_SUITE}-${LAUNCHER_ROOTFS_REVISION}/rootfs
 IPKEEPER_IPAM_EXTENSIONS=$ROOT/ipam-extensions-${IPAM_EXTENSIONS_VERSION}/manager
 IPKEEPER_IPAM_EXTENSIONS_VERSION=${IPAM_EXTENSIONS_VERSION}
 IPKEEPER_HELM=$ROOT/helm-${HELM_VERSION}/helm
@@ -101,12 +146,27 @@ fi
 
 command -v go >/dev/null || die "go is not on PATH"
 
+# unmet COMPONENT WHY: a prerequisite of the real-node lane's components
+# (root, libvirt-dev) is missing. Asked for by name, or with CI=true, that
+# is an error; in the default list it is a notice and the component is
+# skipped, so that a developer without them still gets the other tools (the
+# lane itself skips outside CI without them).
+DEFAULT_LIST=0
+unmet() {
+	if [[ $DEFAULT_LIST == 1 && "${CI:-}" != true ]]; then
+		log "$1: skipped, $2"
+		return 0
+	fi
+	die "$1: $2"
+}
+
 # done_marker DIR: a component counts as built only when every binary is in
 # place and the marker was written last, so an interrupted build is redone.
 built() { [[ -f "$1/.complete" ]]; }
 
 # build_in_module DIR GOMOD_CONTENT OUTPUT PKG [LDFLAGS]
-# Creates a throwaway module in a temp dir, builds PKG into DIR/OUTPUT.
+# Creates a throwaway module in a temp dir, builds PKG into DIR/OUTPUT,
+# without cgo unless CGO=1 is set (KubeVirt's node side links C libraries).
 # With GOSUM_PIN set (a go.sum file in hack/), the module starts from those
 # lines, so the modules they name are verified against them; NOSUMDB (a
 # GONOSUMDB list) names the modules the checksum database is not asked about,
@@ -125,7 +185,7 @@ build_in_module() {
 		printf '%s\n' "${MAIN_GO:?}" >"$work/main.go"
 	fi
 	log "  go build $pkg -> $dir/$out"
-	(cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local GONOSUMDB="${NOSUMDB:-${GONOSUMDB:-}}" \
+	(cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED="${CGO:-0}" GOTOOLCHAIN=local GONOSUMDB="${NOSUMDB:-${GONOSUMDB:-}}" \
 		go build -trimpath -ldflags "-s -w $ldflags" -o "$dir/$out" "$pkg") ||
 		die "building $pkg failed (module in $work kept for inspection)"
 }
@@ -396,6 +456,147 @@ build_kubevirt() {
 	touch "$dir/.complete"
 }
 
+# KubeVirt's node side (see KUBEVIRT_NODE_CGO above), into one directory:
+# the programs, flat, by name, and launcher-files/, the files of KubeVirt's
+# virt-launcher image that come from the module (its qemu.conf and
+# virtqemud.conf, the qemu hook, node-labeller.sh, nsswitch.conf), laid out
+# as in that image; tests/framework assembles the launcher image from them
+# and the launcher rootfs (the programs go to /usr/bin).
+build_kubevirt_node() {
+	local dir
+	dir=$(kubevirt_node_dir)
+	if built "$dir"; then log "kubevirt node ${KUBEVIRT_VERSION}: cached in $dir"; return; fi
+	command -v gcc >/dev/null || { unmet kubevirt-node "gcc is needed (cgo)"; return; }
+	pkg-config --exists libvirt 2>/dev/null || { unmet kubevirt-node "virt-launcher links libvirt: install libvirt-dev and pkg-config"; return; }
+	[[ -f /usr/include/linux/kvm.h ]] || { unmet kubevirt-node "virt-handler needs the kernel headers: install linux-libc-dev"; return; }
+	log "KubeVirt ${KUBEVIRT_VERSION} node side: building ${KUBEVIRT_NODE_CGO} ${KUBEVIRT_NODE_PURE} container-disk (first build takes several minutes)"
+	local hack gomod pin ld src b f work
+	hack="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+	work=$(mktemp -d)
+	# shellcheck disable=SC2064
+	trap "rm -rf '$work'" RETURN
+	pin="$hack/kubevirt-${KUBEVIRT_VERSION}.go.sum"
+	[[ -f "$pin" ]] || die "no $pin: pin the go.sum lines of the modules in KUBEVIRT_NOSUMDB ($KUBEVIRT_NOSUMDB) for ${KUBEVIRT_VERSION}"
+	[[ -f "$hack/stubs/libnbd/go.mod" ]] || die "no $hack/stubs/libnbd (the libnbd stub)"
+	gomod="$(kubevirt_gomod)
+replace libguestfs.org/libnbd => $hack/stubs/libnbd"
+	src=$(module_path Dir "kubevirt.io/kubevirt@${KUBEVIRT_VERSION}")
+	local patches=()
+	for f in "$hack"/kubevirt-patches/*.patch; do [[ -f "$f" ]] && patches+=("$f"); done
+	if ((${#patches[@]})); then
+		cp -r "$src" "$work/kubevirt" && chmod -R u+w "$work/kubevirt"
+		for f in "${patches[@]}"; do
+			log "  applying ${f#"$hack"/}"
+			(cd "$work/kubevirt" && git apply -p1 "$f") ||
+				die "kubevirt-node: $f does not apply to kubevirt.io/kubevirt@${KUBEVIRT_VERSION}"
+		done
+		gomod+=$'\n'"replace kubevirt.io/kubevirt => $work/kubevirt"
+	fi
+	ld="-X kubevirt.io/client-go/version.gitVersion=${KUBEVIRT_VERSION} -X kubevirt.io/client-go/version.gitTreeState=clean"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	for b in $KUBEVIRT_NODE_CGO; do
+		CGO=1 GOSUM_PIN=$pin NOSUMDB=$KUBEVIRT_NOSUMDB \
+			build_in_module "$dir" "$gomod" "${b##*/}" "kubevirt.io/kubevirt/cmd/$b" "$ld"
+	done
+	for b in $KUBEVIRT_NODE_PURE; do
+		GOSUM_PIN=$pin NOSUMDB=$KUBEVIRT_NOSUMDB \
+			build_in_module "$dir" "$gomod" "${b##*/}" "kubevirt.io/kubevirt/cmd/$b" "$ld"
+	done
+	gcc -O2 -static -o "$dir/container-disk" "$src/cmd/container-disk-v2alpha/main.c" || die "building container-disk failed"
+	for f in etc/libvirt/qemu.conf:cmd/virt-launcher/qemu.conf etc/libvirt/virtqemud.conf:cmd/virt-launcher/virtqemud.conf \
+		etc/libvirt/hooks/qemu:cmd/virt-launcher/qemu etc/nsswitch.conf:cmd/virt-launcher/nsswitch.conf \
+		usr/bin/node-labeller.sh:cmd/virt-launcher/node-labeller/node-labeller.sh; do
+		install -D -m "$([[ $f == *hooks/qemu:* || $f == *.sh:* ]] && echo 0755 || echo 0644)" \
+			"$src/${f#*:}" "$dir/launcher-files/${f%%:*}"
+	done
+	touch "$dir/.complete"
+}
+
+# launcher_mirror prints the first Debian mirror of the machine's apt
+# sources (one-line .list and deb822 .sources files) that serves
+# LAUNCHER_SUITE: the build uses the mirror the machine is configured with,
+# and none is written into the checkout.
+launcher_mirror() {
+	local f uris=() uri
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[[ -f "$f" ]] || continue
+		while read -r uri; do uris+=("$uri"); done < <(
+			sed -n 's/^[[:space:]]*deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]\+\).*/\2/p' "$f")
+	done
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[[ -f "$f" ]] || continue
+		while read -r uri; do uris+=("$uri"); done < <(awk '
+			BEGIN { RS = ""; FS = "\n" }
+			{ deb = 0; enabled = 1; u = ""
+			  for (i = 1; i <= NF; i++) {
+				if ($i ~ /^[Tt]ypes:/ && $i ~ /[[:space:]]deb([[:space:]]|$)/) deb = 1
+				if ($i ~ /^[Ee]nabled:[[:space:]]*[Nn]o/) enabled = 0
+				if ($i ~ /^URIs:/) { u = $i; sub(/^URIs:[[:space:]]*/, "", u) }
+			  }
+			  if (deb && enabled) { n = split(u, a, /[[:space:]]+/); for (j = 1; j <= n; j++) if (a[j] != "") print a[j] } }' "$f")
+	done
+	for uri in "${uris[@]}"; do
+		uri=${uri%/}
+		if curl -fsSL --max-time 20 -o /dev/null "$uri/dists/${LAUNCHER_SUITE}/Release" 2>/dev/null; then
+			echo "$uri"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# The virt-launcher image's root filesystem (see LAUNCHER_PACKAGES above):
+# debootstrap --variant=minbase plus those packages; /var/run the relative
+# link ../run (virt-handler reads /proc/<pid>/root/var/run, which an
+# absolute link would resolve in its own root), the qemu user and group
+# (107, as in KubeVirt's image, named by its qemu.conf), the virtqemud shim;
+# documentation, manual pages, locales and apt's caches removed.
+# packages.txt next to rootfs/ lists what was installed, with versions.
+build_launcher_rootfs() {
+	local dir="$ROOT/kubevirt-launcher-rootfs-${LAUNCHER_SUITE}-${LAUNCHER_ROOTFS_REVISION}"
+	if built "$dir"; then log "launcher rootfs ${LAUNCHER_SUITE}-${LAUNCHER_ROOTFS_REVISION}: cached in $dir"; return; fi
+	[[ $(id -u) -eq 0 ]] || { unmet launcher-rootfs "debootstrap needs root"; return; }
+	command -v debootstrap >/dev/null || { unmet launcher-rootfs "install debootstrap"; return; }
+	local mirror proxy="" rootfs="$dir/rootfs" hack
+	hack="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+	mirror=$(launcher_mirror) ||
+		die "launcher-rootfs: no Debian mirror in /etc/apt/sources.list or /etc/apt/sources.list.d/*.{list,sources} serves dists/${LAUNCHER_SUITE}: add a deb line (or deb822 stanza) for one"
+	eval "$(apt-config shell proxy Acquire::http::Proxy)"
+	log "launcher rootfs: debootstrap --variant=minbase ${LAUNCHER_SUITE} from $mirror, with ${LAUNCHER_PACKAGES}"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	export http_proxy=${proxy:-${http_proxy:-}}
+	debootstrap --variant=minbase "$LAUNCHER_SUITE" "$rootfs" "$mirror" >"$dir/build.log" 2>&1 ||
+		die "launcher-rootfs: debootstrap failed (log: $dir/build.log, and $rootfs/debootstrap/debootstrap.log)"
+	# apt, not debootstrap --include, installs the packages: debootstrap
+	# orders systemd's pre-dependency wrongly. In a mount namespace of its
+	# own, so that the chroot's /proc is gone when it ends; no service starts.
+	printf '#!/bin/sh\nexit 101\n' >"$rootfs/usr/sbin/policy-rc.d" && chmod 0755 "$rootfs/usr/sbin/policy-rc.d"
+	# shellcheck disable=SC2016,SC2086
+	unshare --mount --propagation private -- sh -c 'r=$1 && shift && mount -t proc proc "$r/proc" &&
+		chroot "$r" apt-get -qq update && DEBIAN_FRONTEND=noninteractive chroot "$r" apt-get -qq install -y --no-install-recommends "$@"' \
+		sh "$rootfs" $LAUNCHER_PACKAGES >>"$dir/build.log" 2>&1 ||
+		die "launcher-rootfs: installing ${LAUNCHER_PACKAGES} failed (log: $dir/build.log)"
+	rm -f "$rootfs/usr/sbin/policy-rc.d"
+	[[ -x "$rootfs/usr/sbin/libvirtd" ]] || die "launcher-rootfs: no /usr/sbin/libvirtd in the packages"
+	[[ ! -e "$rootfs/usr/sbin/virtqemud" ]] || die "launcher-rootfs: ${LAUNCHER_SUITE} ships /usr/sbin/virtqemud now: drop the shim"
+	rm -rf "$rootfs/var/run" && ln -s ../run "$rootfs/var/run"
+	grep -q '^qemu:' "$rootfs/etc/group" || echo 'qemu:x:107:' >>"$rootfs/etc/group"
+	grep -q '^qemu:' "$rootfs/etc/passwd" || echo 'qemu:x:107:107:qemu:/home/qemu:/bin/bash' >>"$rootfs/etc/passwd"
+	mkdir -p "$rootfs/home/qemu" "$rootfs/usr/libexec/ipkeeper" && chown 107:107 "$rootfs/home/qemu"
+	ln -sfn /usr/sbin/libvirtd "$rootfs/usr/libexec/ipkeeper/virtqemud"
+	install -m 0755 "$hack/launcher-rootfs/virtqemud" "$rootfs/usr/sbin/virtqemud"
+	# shellcheck disable=SC2016
+	chroot "$rootfs" dpkg-query -W -f '${Package} ${Version}\n' >"$dir/packages.txt"
+	find "$rootfs/usr/share/doc" -mindepth 1 ! -name copyright ! -type d -delete
+	find "$rootfs/var/log" -type f -delete
+	rm -rf "$rootfs"/usr/share/{man,info,locale,lintian,linda} "$rootfs"/var/cache/apt/* "$rootfs"/var/lib/apt/lists/* \
+		"$rootfs/debootstrap"
+	log "launcher rootfs: $(du -sh "$rootfs" | cut -f1) in $rootfs"
+	touch "$dir/.complete"
+}
+
 # ipam-extensions: its source from IPKEEPER_THIRD_PARTY_DIR or GitHub, built
 # in its own module tree with the one replace above. Its install.yaml (RBAC,
 # webhook) is kept next to the binary: the tests run it with that RBAC.
@@ -527,7 +728,7 @@ build_netplan() {
 }
 
 components=("$@")
-[[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes kubernetes-node node-images cni-plugins multus controller-gen kubevirt whereabouts ipam-extensions helm promtool kubeconform netplan)
+[[ ${#components[@]} -gt 0 ]] || DEFAULT_LIST=1 components=(etcd kubernetes kubernetes-node node-images cni-plugins multus controller-gen kubevirt kubevirt-node launcher-rootfs whereabouts ipam-extensions helm promtool kubeconform netplan)
 for c in "${components[@]}"; do
 	case "$c" in
 	etcd) build_etcd ;;
@@ -540,13 +741,15 @@ for c in "${components[@]}"; do
 	golangci-lint) build_golangci_lint ;;
 	whereabouts) build_whereabouts ;;
 	kubevirt) build_kubevirt ;;
+	kubevirt-node) build_kubevirt_node ;;
+	launcher-rootfs) build_launcher_rootfs ;;
 	ipam-extensions) build_ipam_extensions ;;
 	helm) build_helm ;;
 	promtool) build_promtool ;;
 	kubeconform) build_kubeconform ;;
 	netplan) build_netplan ;;
 	kube-schemas) build_kube_schemas ;;
-	*) die "unknown component '$c' (known: etcd kubernetes kubernetes-node node-images cni-plugins multus controller-gen golangci-lint kubevirt whereabouts ipam-extensions helm promtool kubeconform kube-schemas)" ;;
+	*) die "unknown component '$c' (known: etcd kubernetes kubernetes-node node-images cni-plugins multus controller-gen golangci-lint kubevirt kubevirt-node launcher-rootfs whereabouts ipam-extensions helm promtool kubeconform kube-schemas)" ;;
 	esac
 done
 log "all requested tools are in $ROOT"

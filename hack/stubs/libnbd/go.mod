@@ -1,0 +1,3 @@
+module libguestfs.org/libnbd
+
+go 1.21
