@@ -45,7 +45,11 @@ type Holder struct {
 	ContainerID string     `json:"containerID,omitempty"`
 	Created     time.Time  `json:"created"`
 	ReuseAfter  *time.Time `json:"reuseAfter,omitempty"`
-	State       string     `json:"state"`
+	// PoolExists is false for a reservation whose IPPool no longer
+	// exists (deleted before ipkeeper kept pools in use, or its finalizer
+	// removed by hand): nothing hands its address out or cools it down.
+	PoolExists bool   `json:"poolExists"`
+	State      string `json:"state"`
 }
 
 func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) error {
@@ -64,6 +68,14 @@ func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) erro
 	all, err := listReservations(ctx, s.client, "")
 	if err != nil {
 		return err
+	}
+	var pools ipkeeperv1alpha1.IPPoolList
+	if err := s.client.List(ctx, &pools); err != nil {
+		return fmt.Errorf("listing IPPools: %w", err)
+	}
+	poolByName := map[string]*ipkeeperv1alpha1.IPPool{}
+	for i := range pools.Items {
+		poolByName[pools.Items[i].Name] = &pools.Items[i]
 	}
 	now := s.now()
 	var holders []Holder
@@ -103,10 +115,18 @@ func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) erro
 				return err
 			}
 		}
+		pool, ok := poolByName[r.Spec.Pool]
+		h.PoolExists = ok
+		switch {
+		case !ok:
+			h.State += fmt.Sprintf("; IPPool %s no longer exists", r.Spec.Pool)
+		case pool.DeletionTimestamp != nil:
+			h.State += fmt.Sprintf("; IPPool %s is being deleted, and waits for its reservations to go", r.Spec.Pool)
+		}
 		holders = append(holders, h)
 	}
 	if len(holders) == 0 {
-		return o.notHeld(ctx, s, ip, elsewhere)
+		return o.notHeld(s, pools.Items, ip, elsewhere)
 	}
 	switch s.output {
 	case outputJSON, outputYAML:
@@ -129,11 +149,7 @@ func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) erro
 
 // notHeld explains an address nobody holds: free in the pool that covers
 // it, not handed out there (and why), or in no pool at all.
-func (o *whoHasOptions) notHeld(ctx context.Context, s *session, ip netip.Addr, elsewhere int) error {
-	var pools ipkeeperv1alpha1.IPPoolList
-	if err := s.client.List(ctx, &pools); err != nil {
-		return fmt.Errorf("no reservation holds %s; listing IPPools to find one that covers it: %w", ip, err)
-	}
+func (o *whoHasOptions) notHeld(s *session, pools []ipkeeperv1alpha1.IPPool, ip netip.Addr, elsewhere int) error {
 	scope := ""
 	if o.network != "" {
 		scope = fmt.Sprintf(" on network %q", o.network)
@@ -147,8 +163,8 @@ func (o *whoHasOptions) notHeld(ctx context.Context, s *session, ip netip.Addr, 
 	if elsewhere > 0 {
 		return &notFoundError{fmt.Sprintf("no reservation holds %s%s; %d reservation(s) of it exist elsewhere: drop -n, --network or --pool to see them", ip, scope, elsewhere)}
 	}
-	for i := range pools.Items {
-		p := &pools.Items[i]
+	for i := range pools {
+		p := &pools[i]
 		if o.pool != "" && p.Name != o.pool {
 			continue
 		}

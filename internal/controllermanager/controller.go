@@ -79,7 +79,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	// One cache of held addresses, fed once: pool status counts from it,
 	// the claims' allocator picks from it.
 	addrs := reservationindex.NewAddresses()
-	pools := &poolstatus.Reconciler{Client: mgr.GetClient(), Recorder: recorder, Index: addrs}
+	pools := &poolstatus.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Index: addrs}
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the IPPool status controller: %w", err)
 	}

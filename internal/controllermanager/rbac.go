@@ -29,7 +29,10 @@ package controllermanager
 //
 // IPPool status: read pools (and count their reservations, above), write
 // their status, and record threshold Events on them (events, above).
-// +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools,verbs=get;list;watch
+// Keep a pool in use from going: add and remove its finalizer
+// ipkeeper.io/in-use (patch; the policy ipkeeper-controller-pool-finalizer
+// lets that patch change nothing else).
+// +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=ipkeeper.io,resources=ippools/status,verbs=get;update;patch
 //
 // Inline pools: make the IPPool of an inline network from its NADs.

@@ -47,8 +47,12 @@ const conflictRetry = 100 * time.Millisecond
 
 // Reconciler keeps IPPool status, Events and metrics.
 type Reconciler struct {
-	// Client reads pools from the manager's cache and writes their status.
+	// Client reads pools from the manager's cache and writes their status
+	// and their finalizer (protection.go).
 	Client client.Client
+	// APIReader reads from the API server: a deleted pool's last
+	// reservation is confirmed gone live before its finalizer goes.
+	APIReader client.Reader
 	// Recorder records the threshold crossing Events on pools.
 	Recorder record.EventRecorder
 	// Index holds the reservation counts; SetupWithManager feeds it. A
@@ -94,13 +98,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("reading IPPool %s: %w", req.Name, err)
 	}
 	ranges, specErr := ipamconfig.PoolRanges(&pool.Spec)
-	st := desiredStatus(&pool, ranges, specErr, r.Index.Count(pool.Name, ranges))
+	count := r.Index.Count(pool.Name, ranges)
 	r.counted(pool.Name)
-	setMetrics(pool.Name, &st)
-	if equality.Semantic.DeepEqual(pool.Status, st) {
+	done, recheck, err := r.protect(ctx, &pool, count)
+	switch {
+	case apierrors.IsConflict(err):
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	case err != nil:
+		return reconcile.Result{}, err
+	case done:
 		return reconcile.Result{}, nil
 	}
-	if countsOnly(&pool.Status, &st) {
+	st := desiredStatus(&pool, ranges, specErr, count)
+	setMetrics(pool.Name, &st)
+	if equality.Semantic.DeepEqual(pool.Status, st) {
+		return reconcile.Result{RequeueAfter: recheck}, nil
+	}
+	// A deleted pool's status is written at once: what it waits for is
+	// what its administrator watches.
+	if countsOnly(&pool.Status, &st) && pool.DeletionTimestamp == nil {
 		if wait := r.untilUsageWritable(pool.Name); wait > 0 {
 			// Written with the next count after the wait, with whatever
 			// changed meanwhile.
@@ -131,7 +147,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Recorder.Event(updated, typ, c.reason, c.message)
 	}
 	log.FromContext(ctx).V(1).Info("updated IPPool status", "pool", pool.Name, "size", st.Size, "used", st.Used, "outOfRange", st.OutOfRange)
-	return reconcile.Result{}, nil
+	return reconcile.Result{RequeueAfter: recheck}, nil
 }
 
 // untilCountable returns how long pool's next count must wait.

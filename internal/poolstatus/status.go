@@ -74,6 +74,9 @@ func desiredStatus(pool *v1alpha1.IPPool, ranges []iprange.Range, specErr error,
 			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: pool.Generation,
 		})
 	}
+	if pool.DeletionTimestamp != nil {
+		cond(v1alpha1.PoolDeleting, metav1.ConditionTrue, v1alpha1.PoolReasonReservationsLeft, deletingMessage(pool.Name, c))
+	}
 	if specErr != nil {
 		// No range can hand anything out: size 0, every held address out of range.
 		st.Size, st.Free = "0", "0"
@@ -162,9 +165,10 @@ type crossing struct {
 	reason, message string
 }
 
-// crossings compares the Exhausted and NearlyExhausted conditions before
-// and after a status write: entering either is a Warning, leaving it a
-// Normal event. Unknown (invalid spec) is neither entering nor leaving.
+// crossings compares the Exhausted, NearlyExhausted and GatewayInUse
+// conditions before and after a status write: entering one is a Warning,
+// leaving it a Normal event. Unknown (invalid spec) is neither entering
+// nor leaving. Deleting becoming True is a Normal event.
 func crossings(before, after []metav1.Condition) []crossing {
 	var out []crossing
 	for _, typ := range []string{v1alpha1.PoolNearlyExhausted, v1alpha1.PoolExhausted, v1alpha1.PoolGatewayInUse} {
@@ -179,6 +183,12 @@ func crossings(before, after []metav1.Condition) []crossing {
 		case is.Status == metav1.ConditionFalse && wasTrue:
 			out = append(out, crossing{reason: is.Reason, message: is.Message})
 		}
+	}
+	// A deletion that waits is the administrator's own doing: told once,
+	// as a Normal event.
+	if is := meta.FindStatusCondition(after, v1alpha1.PoolDeleting); is != nil && is.Status == metav1.ConditionTrue &&
+		!meta.IsStatusConditionTrue(before, v1alpha1.PoolDeleting) {
+		out = append(out, crossing{reason: is.Reason, message: is.Message})
 	}
 	return out
 }

@@ -99,7 +99,8 @@ to the guest.`)
 	say("A network defined by an IPPool (docs/examples): the NAD names the pool; a pod on node-c")
 	show("apply", "-f", repoFile(t, "docs/examples/ippool-red.yaml"))
 	t.Cleanup(func() {
-		_, _ = c.CP.Kubectl(context.Background(), nil, "delete", "--ignore-not-found", "-f", repoFile(t, "docs/examples/ippool-red.yaml"))
+		// Not waited for: the pool goes once its last address has cooled down.
+		_, _ = c.CP.Kubectl(context.Background(), nil, "delete", "--ignore-not-found", "--wait=false", "-f", repoFile(t, "docs/examples/ippool-red.yaml"))
 	})
 	show("apply", "-n", ns, "-f", repoFile(t, "docs/examples/nad-red.yaml"))
 	red := c.MustRun(t, c.PlainPod(t, ns, "plain-red", "node-c", "red"))

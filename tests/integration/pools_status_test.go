@@ -140,7 +140,13 @@ func TestPoolStatus(t *testing.T) {
 			c.ObservedGeneration == pool.Generation
 	})
 
-	// A deleted pool's series go.
+	// A deleted pool's series go once the pool does: it waits for its
+	// reservations (TestPoolInUseIsKeptUntilItsReservationsAreGone).
+	for _, r := range held {
+		if err := cp.Client.Delete(ctx, r); client.IgnoreNotFound(err) != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := cp.Client.Delete(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

@@ -272,6 +272,67 @@ func TestControllerMayOnlySetClaimConditions(t *testing.T) {
 	expectAllowed(t, "the controller records a claim's first addresses", ctrl.Status().Update(ctx, &f))
 }
 
+// TestControllerMayOnlyProtectPools applies the shipped policies and
+// patches an IPPool as ipkeeper-controller's ServiceAccount: its RBAC lets
+// it patch pools, for its finalizer ipkeeper.io/in-use (which keeps a pool
+// in use from going), and the policy ipkeeper-controller-pool-finalizer
+// lets such a patch add or remove that finalizer and change nothing else:
+// not the spec, labels, annotations or anyone else's finalizer.
+func TestControllerMayOnlyProtectPools(t *testing.T) {
+	ctx := context.Background()
+	applyPolicies(t)
+	ctrl := clientAs(t, "ipkeeper-controller")
+	const other = "example.com/other"
+	pool := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "ctrl-pool-finalizer", Finalizers: []string{other}},
+		Spec: ipkeeperv1alpha1.IPPoolSpec{Ranges: []ipkeeperv1alpha1.PoolRange{{Range: "10.99.12.0/24"}}}}
+	if err := cp.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p := &ipkeeperv1alpha1.IPPool{}
+		if cp.Client.Get(context.Background(), client.ObjectKeyFromObject(pool), p) == nil {
+			p.Finalizers = nil
+			_ = cp.Client.Update(context.Background(), p)
+			_ = cp.Client.Delete(context.Background(), p)
+		}
+	})
+	patch := func(change func(*ipkeeperv1alpha1.IPPool), opts ...client.PatchOption) error {
+		var p ipkeeperv1alpha1.IPPool
+		if err := ctrl.Get(ctx, client.ObjectKeyFromObject(pool), &p); err != nil {
+			t.Fatal(err)
+		}
+		before := p.DeepCopy()
+		change(&p)
+		return ctrl.Patch(ctx, &p, client.MergeFrom(before), opts...)
+	}
+	const why = "may only add or remove its finalizer ipkeeper.io/in-use"
+	spec := func(p *ipkeeperv1alpha1.IPPool) { p.Spec.Ranges[0].Exclude = []string{"10.99.12.1"} }
+	var last error
+	if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		last = patch(spec, client.DryRunAll)
+		return apierrors.IsForbidden(last), nil
+	}); err != nil {
+		t.Fatalf("the controller's pool policy never refused a spec change (last: %v)", last)
+	}
+	expectRefusedBy(t, "the controller changes a pool's spec", last, why)
+	expectRefusedBy(t, "the controller labels a pool", patch(func(p *ipkeeperv1alpha1.IPPool) {
+		p.Labels = map[string]string{ipkeeperv1alpha1.InlineLabel: "true"}
+	}, client.DryRunAll), why)
+	expectRefusedBy(t, "the controller annotates a pool", patch(func(p *ipkeeperv1alpha1.IPPool) {
+		p.Annotations = map[string]string{ipkeeperv1alpha1.InlineNetworkAnnotation: "blue"}
+	}, client.DryRunAll), why)
+	expectRefusedBy(t, "the controller removes another's finalizer", patch(func(p *ipkeeperv1alpha1.IPPool) {
+		p.Finalizers = nil
+	}, client.DryRunAll), why)
+	expectAllowed(t, "the controller adds its finalizer", patch(func(p *ipkeeperv1alpha1.IPPool) {
+		p.Finalizers = append(p.Finalizers, ipkeeperv1alpha1.PoolInUseFinalizer)
+	}))
+	expectAllowed(t, "the controller removes its finalizer", patch(func(p *ipkeeperv1alpha1.IPPool) {
+		p.Finalizers = []string{other}
+	}))
+	expectForbidden(t, "the controller deletes a pool", ctrl.Delete(ctx, pool, client.DryRunAll))
+}
+
 // TestClaimStatusIPsMustBeAddresses: with the shipped policies an
 // IPAMClaim's status.ips takes only addresses and CIDRs, whoever writes
 // it (an administrator here): "garbage" would leave every reader of the

@@ -141,8 +141,9 @@ type IPPoolStatus struct {
 	Networks []string `json:"networks,omitempty"`
 	// Conditions: Ready (the spec is valid and allocations proceed),
 	// Exhausted (some family has no free address), NearlyExhausted
-	// (usage at or above spec.warningThresholdPercent) and GatewayInUse (a
-	// range's gateway is an address a workload holds).
+	// (usage at or above spec.warningThresholdPercent), GatewayInUse (a
+	// range's gateway is an address a workload holds) and Deleting (the
+	// pool was deleted and waits for its reservations to go).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -165,6 +166,10 @@ const (
 	// reservation: an edit moved the gateway onto an address a workload
 	// uses, which then answers as every other workload's gateway.
 	PoolGatewayInUse = "GatewayInUse"
+	// PoolDeleting is True while a deleted pool waits for its last
+	// reservation (released ones cooling down included) to go:
+	// ipkeeper-controller then removes PoolInUseFinalizer.
+	PoolDeleting = "Deleting"
 
 	PoolReasonValid        = "Valid"
 	PoolReasonInvalidSpec  = "InvalidSpec"
@@ -175,7 +180,16 @@ const (
 	PoolReasonBelowWarning = "BelowThreshold"
 	PoolReasonGatewayHeld  = "GatewayHeld"
 	PoolReasonGatewaysFree = "GatewaysFree"
+	// PoolReasonReservationsLeft: the deletion waits for the pool's
+	// reservations (the reason of Deleting=True and of its Event).
+	PoolReasonReservationsLeft = "ReservationsLeft"
 )
+
+// PoolInUseFinalizer is on every IPPool: ipkeeper-controller adds it and
+// removes it from a deleted pool once no reservation of it is left, so a
+// pool in use is never deleted under its holders and its released
+// addresses keep their cooldown.
+const PoolInUseFinalizer = "ipkeeper.io/in-use"
 
 // Labels and annotations of pools.
 const (
