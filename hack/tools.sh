@@ -190,6 +190,19 @@ build_in_module() {
 		die "building $pkg failed (module in $work kept for inspection)"
 }
 
+# apt_download DIR PACKAGE...: the packages' .deb files, from the machine's
+# apt sources, into DIR (nothing is installed); apt's lists are updated
+# once if they are missing or stale, which needs root.
+apt_download() {
+	local dir=$1
+	shift
+	if ! (cd "$dir" && apt-get download -qq "$@" >/dev/null 2>&1); then
+		[[ $(id -u) -eq 0 ]] || die "apt-get download $* failed, and not root to update apt's lists"
+		apt-get update -qq >/dev/null
+		(cd "$dir" && apt-get download -qq "$@") || die "apt-get download $* failed"
+	fi
+}
+
 # module_path FIELD MODULE@VERSION prints a field (GoMod: its go.mod file,
 # Dir: its source tree) of a module downloaded into the module cache.
 module_path() {
@@ -210,37 +223,28 @@ k8s_gomod() {
 	grep '=> ./staging' "$modfile" | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
 }
 
-build_k8s() {
-	local dir="$ROOT/kubernetes-${K8S_VERSION}"
-	if built "$dir"; then log "kubernetes ${K8S_VERSION}: cached in $dir"; return; fi
-	log "kubernetes ${K8S_VERSION}: building kube-apiserver, kube-controller-manager, kubectl (first build takes 5-10 minutes)"
+# build_k8s_binaries DIR BINARY...: binaries of k8s.io/kubernetes's cmd/,
+# all from one throwaway module (so the module and build caches serve
+# every one after the first), stamped with the version.
+build_k8s_binaries() {
+	local dir=$1 gomod minor ld b
+	shift
+	if built "$dir"; then log "kubernetes ${K8S_VERSION} $*: cached in $dir"; return; fi
+	log "kubernetes ${K8S_VERSION}: building $* (the first build takes 5-10 minutes)"
 	mkdir -p "$dir"
-	local gomod minor ld
 	gomod=$(k8s_gomod)
 	minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
 	ld="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
-	for b in kube-apiserver kube-controller-manager kubectl; do
+	for b in "$@"; do
 		build_in_module "$dir" "$gomod" "$b" "k8s.io/kubernetes/cmd/$b" "$ld"
 	done
 	touch "$dir/.complete"
 }
 
-# The real-node lane's kubelet and kube-scheduler: from the same throwaway
-# module as the control plane, so that the module cache serves them.
-build_k8s_node() {
-	local dir="$ROOT/kubernetes-node-${K8S_VERSION}"
-	if built "$dir"; then log "kubernetes node ${K8S_VERSION}: cached in $dir"; return; fi
-	log "kubernetes ${K8S_VERSION}: building kubelet, kube-scheduler"
-	mkdir -p "$dir"
-	local gomod minor ld
-	gomod=$(k8s_gomod)
-	minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-	ld="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
-	for b in kubelet kube-scheduler; do
-		build_in_module "$dir" "$gomod" "$b" "k8s.io/kubernetes/cmd/$b" "$ld"
-	done
-	touch "$dir/.complete"
-}
+build_k8s() { build_k8s_binaries "$ROOT/kubernetes-${K8S_VERSION}" kube-apiserver kube-controller-manager kubectl; }
+
+# The real-node lane's kubelet and kube-scheduler.
+build_k8s_node() { build_k8s_binaries "$ROOT/kubernetes-node-${K8S_VERSION}" kubelet kube-scheduler; }
 
 # The real-node lane's base images' contents, without Docker: the pause
 # program from Kubernetes' own build/pause/linux/pause.c (gcc -static, as
@@ -261,11 +265,7 @@ build_node_images() {
 	mkdir -p "$dir"
 	gcc -Os -Wall -Werror -static -DVERSION="${K8S_VERSION}" -o "$dir/pause" "$src/build/pause/linux/pause.c" ||
 		die "building pause failed"
-	if ! (cd "$work" && apt-get download -qq busybox-static >/dev/null 2>&1); then
-		[[ $(id -u) -eq 0 ]] || die "node images: apt-get download busybox-static failed, and not root to update apt's lists"
-		apt-get update -qq >/dev/null
-		(cd "$work" && apt-get download -qq busybox-static) || die "node images: apt-get download busybox-static failed"
-	fi
+	apt_download "$work" busybox-static
 	dpkg -x "$work"/busybox-static_*.deb "$work/bb"
 	cp "$work/bb/bin/busybox" "$dir/busybox"
 	touch "$dir/.complete"
@@ -707,12 +707,7 @@ build_netplan() {
 	# shellcheck disable=SC2064
 	trap "rm -rf '$work'" RETURN
 	# shellcheck disable=SC2086
-	if ! (cd "$work" && apt-get download -qq $NETPLAN_DEBS >/dev/null 2>&1); then
-		[[ $(id -u) -eq 0 ]] || die "netplan: apt-get download ${NETPLAN_DEBS} failed, and not root to update apt's lists"
-		apt-get update -qq >/dev/null
-		# shellcheck disable=SC2086
-		(cd "$work" && apt-get download -qq $NETPLAN_DEBS) || die "netplan: apt-get download ${NETPLAN_DEBS} failed"
-	fi
+	apt_download "$work" $NETPLAN_DEBS
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	local deb
