@@ -25,7 +25,7 @@ import (
 // they are local builds, not the upstream images.
 const (
 	// PauseImage is each node's sandbox image: Kubernetes' pause.c.
-	PauseImage = "lab.ipkeeper.test/pause:" + "v1.34.2"
+	PauseImage = "lab.ipkeeper.test/pause:v1.34.2"
 	// BusyboxImage runs the lane's test pods: Debian's busybox-static.
 	BusyboxImage = "lab.ipkeeper.test/busybox:1.35"
 	// MultusImage holds Multus' thin plugin and its DaemonSet's
