@@ -74,6 +74,11 @@ func CheckDefinition(cfg *ipamconfig.Config, pool *ipkeeperv1alpha1.IPPool, pool
 // which NAD the pool was made from only if it is theirs; nad names the
 // NAD that disagrees.
 func (d *Disagreement) Explain(namespace, nad string) string {
+	if !PlanVisibleTo(d.Pool, namespace) {
+		return fmt.Sprintf("network %q has one definition, IPPool %q, and the ipam ranges of %s differ from it (%s): "+
+			"replace them with \"pool\": %q if this namespace may use that pool (its administrator says), or give this network another \"name\" (see docs/pools.md)",
+			d.Network, d.Pool.Name, nad, Describe(d.Got), d.Pool.Name)
+	}
 	return fmt.Sprintf("network %q has one definition, IPPool %q (%s%s), and the ipam ranges of %s differ from it (%s): "+
 		"make the NAD's ranges match the pool's, or replace them with \"pool\": %q (see docs/pools.md)",
 		d.Network, d.Pool.Name, Describe(d.Want), DefinedBy(d.Pool, namespace), nad, Describe(d.Got), d.Pool.Name)
@@ -91,9 +96,31 @@ type Overlap struct {
 // Explain renders the overlap for someone in namespace; nad names the
 // network's NAD.
 func (o *Overlap) Explain(namespace, nad string) string {
-	return fmt.Sprintf("network %q (%s): range %s overlaps range %s of IPPool %q (an inline network as old or older%s), so both would hand out the same addresses; "+
+	theirs := "range " + o.Theirs.Subnet().String()
+	if !PlanVisibleTo(o.Other, namespace) {
+		theirs = "a range"
+	}
+	return fmt.Sprintf("network %q (%s): range %s overlaps %s of IPPool %q (an inline network as old or older%s), so both would hand out the same addresses; "+
 		"give the NADs of one L2 network the same \"name\" or set \"pool\" to one IPPool in each, and give separate L2 networks that reuse addresses each its own ipam.network_name (see docs/migrating-from-whereabouts.md)",
-		o.Network, nad, o.Mine.Subnet(), o.Theirs.Subnet(), o.Other.Name, DefinedBy(o.Other, namespace))
+		o.Network, nad, o.Mine.Subnet(), theirs, o.Other.Name, DefinedBy(o.Other, namespace))
+}
+
+// PlanVisibleTo reports whether a pool's address plan (ranges, gateway,
+// excludes) may be told to namespace: a pool that admits every namespace
+// hides nothing from any of them, and one made from a NAD of namespace is
+// its own; a pool that admits only some namespaces keeps its plan from
+// the others, which cannot tell whether it admits them.
+func PlanVisibleTo(pool *ipkeeperv1alpha1.IPPool, namespace string) bool {
+	ns, ok := definedIn(pool)
+	return pool.Spec.NamespaceSelector == nil || (ok && ns == namespace)
+}
+
+// definedIn is the namespace of the NAD a pool was made from; false for a
+// pool made by hand.
+func definedIn(pool *ipkeeperv1alpha1.IPPool) (string, bool) {
+	_, obj, _ := strings.Cut(pool.Annotations[ipkeeperv1alpha1.DefinedByAnnotation], " ") // "NAD ns/name"
+	ns, _, ok := strings.Cut(obj, "/")
+	return ns, ok
 }
 
 // FindOverlap judges an inline network (its ranges, its ipam.network_name,
@@ -139,8 +166,7 @@ func DefinedBy(pool *ipkeeperv1alpha1.IPPool, namespace string) string {
 	if by == "" {
 		return ""
 	}
-	_, obj, _ := strings.Cut(by, " ") // "NAD ns/name"
-	if ns, _, ok := strings.Cut(obj, "/"); ok && ns == namespace {
+	if ns, ok := definedIn(pool); ok && ns == namespace {
 		return ", created from " + by
 	}
 	return ", created from a configuration in another namespace"

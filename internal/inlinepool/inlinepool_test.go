@@ -366,3 +366,48 @@ func TestRangesOfNamesTheField(t *testing.T) {
 		t.Errorf("error = %v, want a FieldError naming spec.ranges[0].range", err)
 	}
 }
+
+// A pool that admits only some namespaces keeps its address plan from the
+// others: a NAD of any namespace that names its network is told that the
+// definitions differ, not what the pool's ranges, gateway and excludes are
+// (issue 53, item 4).
+func TestExplainKeepsARestrictedPoolsPlanFromOtherNamespaces(t *testing.T) {
+	admin := &ipkeeperv1alpha1.IPPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod-db"},
+		Spec: ipkeeperv1alpha1.IPPoolSpec{
+			Ranges:            []ipkeeperv1alpha1.PoolRange{{Range: "10.9.0.0/24", Gateway: "10.9.0.1", Exclude: []string{"10.9.0.5/32"}}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "prod"}},
+		},
+	}
+	secret := []string{"10.9.0.0/24", "10.9.0.1", "10.9.0.5"}
+	cfg := parse(t, `{"name":"prod-db","ipam":{"type":"ipkeeper","range":"10.9.1.0/24"}}`)
+	d := CheckDefinition(cfg, admin, ranges(t, admin))
+	if d == nil {
+		t.Fatal("different ranges agree")
+	}
+	msg := d.Explain("evil", "NAD evil/x")
+	for _, s := range secret {
+		if strings.Contains(msg, s) {
+			t.Errorf("the disagreement told to namespace evil names %s of IPPool prod-db's plan: %q", s, msg)
+		}
+	}
+	for _, w := range []string{`IPPool "prod-db"`, "10.9.1.0/24", "NAD evil/x"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("%q lacks %q", msg, w)
+		}
+	}
+
+	other := inline(t, "other", "", time.Unix(0, 0), "10.0.0.0/24")
+	other.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "other"}}
+	_, refused := FindOverlap("mine", "", []iprange.Range{iprange.MustNew(iprange.Spec{Subnet: netip.MustParsePrefix("10.0.0.0/25")})}, nil,
+		[]ipkeeperv1alpha1.IPPool{*other}, rangesOf)
+	if refused == nil {
+		t.Fatal("overlapping networks not refused")
+	}
+	if foreign := refused.Explain("team-mine", "NAD team-mine/mine"); strings.Contains(foreign, "10.0.0.0/24") || !strings.Contains(foreign, "10.0.0.0/25") {
+		t.Errorf("the overlap told to namespace team-mine names IPPool other's range, or not its own: %q", foreign)
+	}
+	if own := refused.Explain("team-other", "NAD team-other/mine"); !strings.Contains(own, "10.0.0.0/24") {
+		t.Errorf("the overlap told to the pool's own namespace lacks its range: %q", own)
+	}
+}
