@@ -148,13 +148,33 @@ func recordLent(pool *claimalloc.Pool, lent []held) []netip.Prefix {
 	return ips
 }
 
-func holderOf(claim *ipamclaimsv1alpha1.IPAMClaim, net *network) claimalloc.Holder {
+func (r *Reconciler) holderOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network) claimalloc.Holder {
 	return claimalloc.Holder{
 		Owner:     ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
 		Network:   net.cfg.Name,
 		Interface: claim.Spec.Interface,
 		Aliases:   aliasesOf(claim, net),
+		ClaimGone: func(o ipkeeperv1alpha1.ReservationOwner) bool { return r.claimGone(ctx, o) },
 	}
+}
+
+// claimGone reports whether the IPAMClaim o names is gone, read from the
+// API server (the cache may not show a claim made an instant ago): not
+// found, or its name is another claim's now. A claim being deleted is
+// not gone: a launcher may still use it. Unreadable counts as there:
+// taking a live claim's address is what must never happen, and the
+// address is only kept a little longer.
+func (r *Reconciler) claimGone(ctx context.Context, o ipkeeperv1alpha1.ReservationOwner) bool {
+	var c ipamclaimsv1alpha1.IPAMClaim
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, &c)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true
+	case err != nil:
+		log.FromContext(ctx).Error(err, "reading the claim that holds an address kept for this one's VM network; taken as still there", "holder", o.Namespace+"/"+o.Name)
+		return false
+	}
+	return c.UID != o.UID
 }
 
 // aliasesOf returns the other names of the claim's VM network on its CNI
@@ -202,7 +222,7 @@ func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 			ips = append(ips, prefixOf(pool, ip, family))
 			continue
 		}
-		res, err := r.Alloc.Assign(ctx, pool, holderOf(claim, net), family, string(claim.UID))
+		res, err := r.Alloc.Assign(ctx, pool, r.holderOf(ctx, claim, net), family, string(claim.UID))
 		if errors.Is(err, claimalloc.ErrExhausted) {
 			// What was reserved of the other family stays the claim's: the
 			// retry uses it.
@@ -222,16 +242,15 @@ func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 // for it (reservation.KeptFor), the most recently released last: what the
 // same VM's network had before its claim was made anew.
 func (r *Reconciler) retiredForClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool) ([]*ipkeeperv1alpha1.IPReservation, error) {
-	owner := ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
-	aliases := aliasesOf(claim, net)
+	c := r.holderOf(ctx, claim, net).Claimant()
 	var out []*ipkeeperv1alpha1.IPReservation
-	for _, name := range append([]string{claim.Name}, aliases...) {
+	for _, name := range append([]string{claim.Name}, c.Aliases...) {
 		all, err := reservationindex.ByClaimName(ctx, r.Client, claim.Namespace, name)
 		if err != nil {
 			return nil, err
 		}
 		for i := range all {
-			if res := &all[i]; res.Spec.Pool == pool.Name && reservation.KeptFor(res, owner, aliases, pool.Retains) {
+			if res := &all[i]; res.Spec.Pool == pool.Name && reservation.KeptFor(res, c, pool.Retains) {
 				out = append(out, res)
 			}
 		}
@@ -263,7 +282,7 @@ func (r *Reconciler) takeBack(ctx context.Context, claim *ipamclaimsv1alpha1.IPA
 		if _, err := pool.RangeFor(ip); err != nil {
 			continue
 		}
-		if _, err := r.Alloc.Reserve(ctx, pool, holderOf(claim, net), ip); err != nil {
+		if _, err := r.Alloc.Reserve(ctx, pool, r.holderOf(ctx, claim, net), ip); err != nil {
 			if passing(err) {
 				return netip.Addr{}, false, fmt.Errorf("IPAMClaim %s/%s: taking back %s, which its name held: %w", claim.Namespace, claim.Name, ip, err)
 			}
@@ -311,7 +330,7 @@ func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 				ip, i, net.cfg.Name, pool.Name, err)}
 			continue
 		}
-		_, err := r.Alloc.Reserve(ctx, pool, holderOf(claim, net), ip)
+		_, err := r.Alloc.Reserve(ctx, pool, r.holderOf(ctx, claim, net), ip)
 		var taken *reservation.TakenError
 		switch {
 		case errors.As(err, &taken):

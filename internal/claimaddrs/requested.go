@@ -76,7 +76,7 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 			return requestRefused(claimstatus.ReasonRequestedOutsidePool, true, "network %q cannot hand out the requested address: %v", name, err), nil
 		}
 	}
-	h := holderOf(claim, net)
+	h := r.holderOf(ctx, claim, net)
 	// undo releases, on failure, what this attempt made and what earlier
 	// ones left (an answer lost, an attempt cut short): a refused claim
 	// holds nothing, so a request is reserved exactly or not at all. It

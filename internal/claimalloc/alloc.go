@@ -170,6 +170,15 @@ type Holder struct {
 	// (naming.ClaimNames): what a claim of one of them left retained is
 	// the claim's to take back (reservation.KeptFor).
 	Aliases []string
+	// ClaimGone reports whether an IPAMClaim is gone, read live
+	// (reservation.Claimant.Gone): an alias's claim that exists keeps
+	// what it holds.
+	ClaimGone func(ipkeeperv1alpha1.ReservationOwner) bool
+}
+
+// Claimant is what reservation.KeptFor judges the holder by.
+func (h Holder) Claimant() reservation.Claimant {
+	return reservation.Claimant{Owner: h.Owner, Aliases: h.Aliases, Gone: h.ClaimGone}
 }
 
 // Assign reserves a free address of one IP family of the pool (family:
@@ -261,8 +270,8 @@ func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.A
 	creates.Inc()
 	res, _, err := reservation.CreateOrAdopt(ctx, store, reservation.New(params))
 	var taken *reservation.TakenError
-	if errors.As(err, &taken) && taken.Holder != nil && reservation.KeptFor(taken.Holder, h.Owner, h.Aliases, pool.Retains) {
-		res, err = a.takeBack(ctx, store, taken, params, h.Aliases)
+	if errors.As(err, &taken) && taken.Holder != nil && reservation.KeptFor(taken.Holder, h.Claimant(), pool.Retains) {
+		res, err = a.takeBack(ctx, store, taken, params, h.Claimant())
 	}
 	if errors.As(err, &taken) && taken.Holder == nil {
 		// Taken, but its holder could not be read (gone meanwhile): not a
@@ -274,10 +283,10 @@ func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.A
 
 // takeBack gives a claim back the address its claim name held before
 // (reservation.KeptFor), by reservation.TakeBack.
-func (a *Allocator) takeBack(ctx context.Context, store reservation.Store, taken *reservation.TakenError, params reservation.Params, aliases []string) (*ipkeeperv1alpha1.IPReservation, error) {
+func (a *Allocator) takeBack(ctx context.Context, store reservation.Store, taken *reservation.TakenError, params reservation.Params, c reservation.Claimant) (*ipkeeperv1alpha1.IPReservation, error) {
 	old := taken.Holder
 	res, err := reservation.TakeBack(ctx, store, old, params, func(cur *ipkeeperv1alpha1.IPReservation) bool {
-		return reservation.KeptFor(cur, params.Owner, aliases, true)
+		return reservation.KeptFor(cur, c, true)
 	})
 	if err != nil {
 		return nil, err

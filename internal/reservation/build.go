@@ -80,21 +80,58 @@ func New(p Params) *ipkeeperv1alpha1.IPReservation {
 	}
 }
 
-// KeptFor reports whether r is kept back for owner, a claim: r was the
-// reservation of an earlier IPAMClaim of owner's namespace and of owner's
-// name or one of aliases (the other names the same VM network's claim
-// has, naming.ClaimNames: a claim made anew after a live NAD swap gets the
-// other name), which is gone, since the claim has another UID: the same
-// VM's network, its claim made anew (the VM deleted and made again,
-// restored from a snapshot or a backup). In a pool that retains
-// addresses (a reuseCooldown, retained), r is kept for the claim name both
-// while it cools down and before the garbage collector released it;
-// without, only while it cools down (a pool's cooldown set since). The new
-// claim takes it back (claimalloc); nobody else gets it meanwhile.
-func KeptFor(r *ipkeeperv1alpha1.IPReservation, owner ipkeeperv1alpha1.ReservationOwner, aliases []string, retained bool) bool {
-	o := r.Spec.Owner
-	return (r.Spec.Released() || retained) && owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim && o.Kind == ipkeeperv1alpha1.OwnerIPAMClaim &&
-		o.Namespace == owner.Namespace && (o.Name == owner.Name || slices.Contains(aliases, o.Name)) && o.UID != owner.UID
+// Claimant is an IPAMClaim that may get back what an earlier claim of
+// its VM network held (KeptFor).
+type Claimant struct {
+	Owner ipkeeperv1alpha1.ReservationOwner
+	// Aliases are the other names the same VM network's claim has
+	// (naming.ClaimNames): a claim made anew after a live NAD swap gets
+	// the other name.
+	Aliases []string
+	// Gone reports whether the IPAMClaim an owner names (namespace, name,
+	// UID) no longer exists, read from the API server after the
+	// reservation naming it; false when it cannot tell. A claim of one
+	// of Aliases may well exist: the source of a live NAD swap, whose
+	// launcher still runs. Nil: none is known gone.
+	Gone func(ipkeeperv1alpha1.ReservationOwner) bool
+}
+
+// KeptFor reports whether r is kept back for c, a claim: r was the
+// reservation of an earlier IPAMClaim of c's namespace and of c's name or
+// one of its aliases, which has released it or is gone (the same VM's
+// network, its claim made anew: the VM deleted and made again, restored
+// from a snapshot or a backup). In a pool that retains addresses (a
+// reuseCooldown, retained), r is kept for the claim name both while it
+// cools down and before the garbage collector released it; without, only
+// while it cools down (a pool's cooldown set since).
+//
+// A reservation not released is never kept while its claim exists: that
+// claim holds and uses the address. One of c's own name and another UID
+// is gone (a name has one claim at a time); one of an alias must be known
+// gone (c.Gone), as the claims of the two names of one VM network live
+// side by side during a live NAD swap, and in a pool two networks share
+// the source's reservation is one the swapped claim would otherwise take.
+// The new claim takes r back (claimalloc); nobody else gets it meanwhile.
+func KeptFor(r *ipkeeperv1alpha1.IPReservation, c Claimant, retained bool) bool {
+	o, owner := r.Spec.Owner, c.Owner
+	if owner.Kind != ipkeeperv1alpha1.OwnerIPAMClaim || o.Kind != ipkeeperv1alpha1.OwnerIPAMClaim ||
+		o.Namespace != owner.Namespace || o.UID == owner.UID {
+		return false
+	}
+	sameName := o.Name == owner.Name
+	if !sameName && !slices.Contains(c.Aliases, o.Name) {
+		return false
+	}
+	switch {
+	case r.Spec.Released():
+		return true
+	case !retained:
+		return false
+	case sameName:
+		return true
+	default:
+		return c.Gone != nil && c.Gone(o)
+	}
 }
 
 // KeptForMAC reports whether r is kept back for owner, a pod presenting

@@ -112,6 +112,7 @@ func TestKeptFor(t *testing.T) {
 		return r
 	}
 	aliases := []string{"vm1.blue.net-b.0123"}
+	gone := func(o v1alpha1.ReservationOwner) bool { return o.UID == "earlier" }
 	for _, tt := range []struct {
 		name     string
 		r        *v1alpha1.IPReservation
@@ -122,11 +123,37 @@ func TestKeptFor(t *testing.T) {
 		{"an earlier claim of an alias, released", retired(aliases[0], "earlier", true), false, true},
 		{"an earlier claim of another name", retired("vm2.blue", "earlier", true), false, false},
 		{"its own", retired(claim.Name, claim.UID, true), false, false},
-		{"not released yet, in a pool that retains", retired(aliases[0], "earlier", false), true, true},
+		{"not released yet, its claim gone, in a pool that retains", retired(aliases[0], "earlier", false), true, true},
 		{"not released yet, in a pool that does not", retired(claim.Name, "earlier", false), false, false},
+		{"not released yet, an earlier claim of its name, in a pool that retains", retired(claim.Name, "earlier-too", false), true, true},
+		{"a live claim of an alias, released (a superseded address)", retired(aliases[0], "live", true), true, true},
 	} {
-		if got := KeptFor(tt.r, claim, aliases, tt.retained); got != tt.want {
+		if got := KeptFor(tt.r, Claimant{Owner: claim, Aliases: aliases, Gone: gone}, tt.retained); got != tt.want {
 			t.Errorf("%s: KeptFor = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestKeptForNeverTakesALiveClaimsAddress: an unreleased reservation of
+// a claim that exists is that claim's, in use, and is kept for no other:
+// in a pool two networks share, with a cooldown, the source claim of a
+// live NAD swap holds the running VM's address under the plain name,
+// which is an alias of the swapped claim.
+func TestKeptForNeverTakesALiveClaimsAddress(t *testing.T) {
+	swapped := v1alpha1.ReservationOwner{Kind: v1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: "vm1.blue.net-b.0123", UID: "swapped-uid"}
+	source := &v1alpha1.IPReservation{Spec: v1alpha1.IPReservationSpec{Owner: claim}} // vm1.blue, running
+	for _, tt := range []struct {
+		name string
+		gone func(v1alpha1.ReservationOwner) bool
+	}{
+		{"not known gone", nil},
+		{"read: still there", func(v1alpha1.ReservationOwner) bool { return false }},
+	} {
+		for _, retained := range []bool{true, false} {
+			c := Claimant{Owner: swapped, Aliases: []string{claim.Name}, Gone: tt.gone}
+			if KeptFor(source, c, retained) {
+				t.Errorf("%s, pool retains %v: the running source claim's reservation is kept for the swapped claim", tt.name, retained)
+			}
 		}
 	}
 }

@@ -5,6 +5,8 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
@@ -40,14 +42,24 @@ type swapEnv struct {
 	ifName string
 }
 
-func startSwapEnv(t *testing.T) *swapEnv {
+// startSwapEnv makes the NADs blue-a, blue-a2 (the same network), blue-b
+// and red, and those more returns (name -> config) for the namespace's
+// suffix, before any launcher runs.
+func startSwapEnv(t *testing.T, more ...func(suffix string) map[string]string) *swapEnv {
 	t.Helper()
 	ctx := context.Background()
 	e := &swapEnv{kvEnv: startKubeVirtEnv(t), confs: map[string]json.RawMessage{}, ifName: kubevirt.PodInterfaceName("blue")}
 	suffix := e.ns[len(e.ns)-5:]
 	for nad, network := range map[string]string{"blue-a": "swap-a-" + suffix, "blue-a2": "swap-a-" + suffix, "blue-b": "swap-b-" + suffix, "red": "swap-red-" + suffix} {
 		e.confs[nad] = json.RawMessage(bridgeNAD(network, true))
-		e.nad(t, nad, string(e.confs[nad]))
+	}
+	for _, m := range more {
+		for nad, conf := range m(suffix) {
+			e.confs[nad] = json.RawMessage(conf)
+		}
+	}
+	for nad, conf := range e.confs {
+		e.nad(t, nad, string(conf))
 	}
 	agents := map[string]*framework.Agent{}
 	for _, n := range []string{"node-swap-a-" + suffix, "node-swap-b-" + suffix} {
@@ -80,8 +92,14 @@ func (e *swapEnv) nodes() (string, string) {
 // start runs vm1 on NAD blue-a and returns its VMI and its address there.
 func (e *swapEnv) start(t *testing.T) (*kubevirtv1.VirtualMachine, *kubevirtv1.VirtualMachineInstance, string) {
 	t.Helper()
+	return e.startOn(t, "blue-a")
+}
+
+// startOn runs vm1 with its network blue on NAD nad.
+func (e *swapEnv) startOn(t *testing.T, nad string) (*kubevirtv1.VirtualMachine, *kubevirtv1.VirtualMachineInstance, string) {
+	t.Helper()
 	ctx := context.Background()
-	vm, err := e.kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue-a"})
+	vm, err := e.kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: nad})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,4 +419,98 @@ func TestNADSwappedVMKeepsItsRetainedAddresses(t *testing.T) {
 	if rs := reservationsOf(t, netB); len(rs) != 1 || rs[0].Spec.Owner.Name != "vm1.blue" || rs[0].Spec.Released() {
 		t.Fatalf("network %s reservations %+v, want one, held by vm1.blue", netB, rs)
 	}
+}
+
+// TestNADSwapInASharedPoolKeepsTheSourcesAddress: two NADs of two CNI
+// networks name one IPPool with a reuse cooldown, and the running VM is
+// swapped live from one to the other. The swapped claim gets an address
+// of its own (docs/kubevirt.md: the source keeps the old claim and its
+// addresses); the source claim's reservation stays the very object it
+// was, not released, while the source launcher runs: through a failed
+// migration and the swap rolled back, its address is never free while
+// the VM uses it. (The swapped claim's names include the source's plain
+// one: an unreleased reservation of a live claim is never kept for
+// another, reservation.KeptFor.)
+func TestNADSwapInASharedPoolKeepsTheSourcesAddress(t *testing.T) {
+	ctx := context.Background()
+	var pool, netA, netB string
+	e := startSwapEnv(t, func(suffix string) map[string]string {
+		pool = retainingPool(t, "swap-shared-"+suffix, "10.106.0.0/28")
+		netA, netB = "swap-sa-"+suffix, "swap-sb-"+suffix
+		conf := func(network string) string {
+			return fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","bridge":"br-%s","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","pool":%q}}`, network, network, pool)
+		}
+		return map[string]string{"shared-a": conf(netA), "shared-b": conf(netB)}
+	})
+	vm, vmi, ipA := e.startOn(t, "shared-a")
+	source := e.waitClaim(t, "vm1.blue")
+	held := sharedReservation(t, pool, ipA)
+	if held == nil {
+		t.Fatalf("%s of IPPool %s has no reservation", ipA, pool)
+	}
+	if held.Spec.Owner.UID != source.UID {
+		t.Fatalf("%s of IPPool %s is held by %s %s (UID %s), want the VM's claim vm1.blue (UID %s)", ipA, pool, held.Spec.Owner.Kind, held.Spec.Owner.Name, held.Spec.Owner.UID, source.UID)
+	}
+	// sourceKeeps checks that the source claim still holds ipA: the same
+	// reservation, not released, and its status.
+	sourceKeeps := func(when string) {
+		t.Helper()
+		r := sharedReservation(t, pool, ipA)
+		switch {
+		case r == nil:
+			t.Fatalf("%s: %s of IPPool %s has no reservation while the source launcher runs on it", when, ipA, pool)
+		case r.UID != held.UID || r.Spec.Owner.UID != source.UID || r.Spec.Released():
+			t.Fatalf("%s: %s of IPPool %s is reservation %s (UID %s) of %s %s (UID %s), released %v; want the source claim vm1.blue's %s (UID %s), held",
+				when, ipA, pool, r.Name, r.UID, r.Spec.Owner.Kind, r.Spec.Owner.Name, r.Spec.Owner.UID, r.Spec.Released(), held.Name, held.UID)
+		}
+		if got := e.claimIPs(t, "vm1.blue"); got[0] != ipA {
+			t.Fatalf("%s: the source claim records %v, want %s", when, got, ipA)
+		}
+	}
+
+	if _, err := e.kv.SwapNAD(ctx, vm, "blue", "shared-b"); err != nil {
+		t.Fatal(err)
+	}
+	swapped := naming.SwappedClaim("vm1", "blue", netB)
+	e.waitClaim(t, swapped)
+	ipS := e.claimIPs(t, swapped)
+	t.Logf("IPPool %s: the source claim's address on %s %s; the swapped claim's on %s %v", pool, netA, ipA, netB, ipS)
+	if ipS[0] == ipA {
+		t.Errorf("the swapped claim %s records %s, the running source's address", swapped, ipA)
+	}
+	sourceKeeps("after the swap")
+	e.checkNever(t)
+
+	e.migrate(t, vmi, framework.FailMigration())
+	sourceKeeps("after the failed migration")
+	// The user gives up, as docs/kubevirt.md says: the spec goes back.
+	if _, err := e.kv.SwapNADBack(ctx, vm, "blue", "shared-a"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the swapped claim of the abandoned network to go", func(ctx context.Context) (bool, error) {
+		_, err := e.claim(ctx, swapped)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	sourceKeeps("after the swap was rolled back")
+	e.checkNever(t)
+}
+
+// sharedReservation returns the reservation in pool of the address of
+// ip (a claim's status.ips entry), or nil.
+func sharedReservation(t *testing.T, pool, ip string) *ipkeeperv1alpha1.IPReservation {
+	t.Helper()
+	prefix, err := netip.ParsePrefix(ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list ipkeeperv1alpha1.IPReservationList
+	if err := cp.Client.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		if r := &list.Items[i]; r.Spec.Pool == pool && r.Spec.IP == prefix.Addr().String() {
+			return r
+		}
+	}
+	return nil
 }
