@@ -89,6 +89,7 @@ func newClaimFixtureOn(t *testing.T, conf string) *claimFixture {
 	f.pod.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: "vm1", UID: "vmi-uid-1", Controller: ptr.To(true),
 	}}
+	f.pod.Labels = map[string]string{"kubevirt.io/created-by": "vmi-uid-1"}
 	f.a.pods = &podLookup{cached: podsOf{f.pod}, live: podsOf{f.pod}, node: "node-a", metrics: f.a.metrics}
 	cfg := mustParse(t, conf)
 	if !f.a.poolStore.(*fakePoolStore).makeInline(t, cfg, testNAD(cfg)) {
@@ -320,6 +321,44 @@ func TestClaimBackedAddReturnsTheRecordedAddressesAndWritesNothing(t *testing.T)
 				f.fill("10.0.0.5/24", "fd00::5/120")
 			},
 			wantErr: []string{"IPAMClaim vms/vm1.blue", "VirtualMachine vm2", "launches VirtualMachineInstance vm1"},
+		},
+		{
+			// An edit of the pod only KubeVirt's controller may make (the
+			// launcher-identity policy): without its controller reference,
+			// a pod's kubevirt.io/domain annotation names no VMI.
+			name: "a launcher without its controller reference, its domain annotation naming the claim's VM",
+			setup: func(f *claimFixture) {
+				f.pod.OwnerReferences = nil
+				metav1.SetMetaDataAnnotation(&f.pod.ObjectMeta, "kubevirt.io/domain", "vm2")
+				c, _ := f.claims.Get(context.Background(), "vms", "vm1.blue")
+				c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "vm2", UID: "vm-uid-2", Controller: ptr.To(true)}}
+				f.claims.put(c)
+				f.fill("10.0.0.5/24", "fd00::5/120")
+			},
+			wantErr: []string{"IPAMClaim vms/vm1.blue", "VirtualMachine vm2", "no controller reference to a VirtualMachineInstance"},
+		},
+		{
+			name: "a launcher whose controller reference was renamed to the claim's VM, its uid kept",
+			setup: func(f *claimFixture) {
+				f.pod.OwnerReferences[0].Name = "vm2"
+				f.pod.Labels["kubevirt.io/created-by"] = "vmi-uid-other"
+				c, _ := f.claims.Get(context.Background(), "vms", "vm1.blue")
+				c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "vm2", UID: "vm-uid-2", Controller: ptr.To(true)}}
+				f.claims.put(c)
+				f.fill("10.0.0.5/24", "fd00::5/120")
+			},
+			wantErr: []string{"IPAMClaim vms/vm1.blue", "VirtualMachine vm2", "disagrees with its kubevirt.io/created-by label"},
+		},
+		{
+			name: "a launcher whose reference to its VMI is no controller reference",
+			setup: func(f *claimFixture) {
+				f.pod.OwnerReferences[0].Controller = nil
+				c, _ := f.claims.Get(context.Background(), "vms", "vm1.blue")
+				c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "vm1", UID: "vm-uid-1", Controller: ptr.To(true)}}
+				f.claims.put(c)
+				f.fill("10.0.0.5/24", "fd00::5/120")
+			},
+			wantErr: []string{"IPAMClaim vms/vm1.blue", "is not a kubevirt.io/v1 controller reference"},
 		},
 	}
 	for _, tt := range tests {

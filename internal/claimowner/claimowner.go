@@ -155,7 +155,7 @@ func (o Owner) Runs(l Launcher) bool {
 func (o Owner) RunsVMI(vmiName string, vmiUID types.UID) bool {
 	switch o.Kind {
 	case KindVMI:
-		return vmiUID != "" && vmiUID == o.UID
+		return vmiUID != "" && vmiUID == o.UID && vmiName == o.Name
 	case KindVM:
 		return vmiName != "" && vmiName == o.Name
 	}
@@ -193,6 +193,41 @@ func PodVMI(pod metav1.Object) (name string, uid types.UID, ok bool) {
 	uid = types.UID(pod.GetLabels()[kubevirtv1.CreatedByLabel])
 	name = pod.GetAnnotations()[kubevirtv1.DomainAnnotation]
 	return name, uid, uid != "" && name != ""
+}
+
+// LauncherVMI returns the VMI a pod launches, by what only KubeVirt's
+// controller writes on it and the launcher-identity admission policy keeps
+// everyone else from writing or changing: its controller reference to a
+// VirtualMachineInstance (controller true, KubeVirt's API version) and the
+// kubevirt.io/created-by label, which must carry that reference's UID. It
+// is the identity a pod must have to use a VM's or VMI's claim (RunsVMI):
+// a pod whose reference was removed (the garbage collector's orphaning of
+// its VMI; an edit), or whose label and reference disagree, launches
+// nothing as far as claims go, whatever its kubevirt.io/domain annotation
+// says. problem says what is missing or inconsistent, "" when ok.
+func LauncherVMI(pod metav1.Object) (name string, uid types.UID, problem string) {
+	var ref *metav1.OwnerReference
+	for i, r := range pod.GetOwnerReferences() {
+		if r.Kind == KindVMI && strings.HasPrefix(r.APIVersion, kubevirtv1.SchemeGroupVersion.Group+"/") {
+			if ref != nil {
+				return "", "", "it has more than one reference to a VirtualMachineInstance"
+			}
+			ref = &pod.GetOwnerReferences()[i]
+		}
+	}
+	createdBy := types.UID(pod.GetLabels()[kubevirtv1.CreatedByLabel])
+	switch {
+	case ref == nil:
+		return "", "", "this pod is no virt-launcher pod (no controller reference to a VirtualMachineInstance)"
+	case ref.Controller == nil || !*ref.Controller || ref.APIVersion != apiVersion:
+		return "", "", fmt.Sprintf("its reference to VirtualMachineInstance %s is not a %s controller reference", ref.Name, apiVersion)
+	case ref.Name == "" || ref.UID == "":
+		return "", "", "its controller reference to a VirtualMachineInstance lacks a name or uid"
+	case createdBy != ref.UID:
+		return "", "", fmt.Sprintf("its controller reference to VirtualMachineInstance %s (uid %s) disagrees with its %s label (%q)",
+			ref.Name, ref.UID, kubevirtv1.CreatedByLabel, createdBy)
+	}
+	return ref.Name, ref.UID, ""
 }
 
 // NotRunBy explains that a pod may not use a claim of owner; it names the

@@ -3,6 +3,7 @@
 package claimowner
 
 import (
+	"strings"
 	"testing"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
@@ -140,6 +141,43 @@ func TestPodVMI(t *testing.T) {
 		_, uid, ok := PodVMI(&tt.pod)
 		if ok != tt.ok || string(uid) != tt.wantUID {
 			t.Errorf("%s: PodVMI() = %q, %v; want %q, %v", tt.name, uid, ok, tt.wantUID, tt.ok)
+		}
+	}
+}
+
+func TestLauncherVMI(t *testing.T) {
+	ref := func(change func(*metav1.OwnerReference)) []metav1.OwnerReference {
+		r := metav1.OwnerReference{APIVersion: "kubevirt.io/v1", Kind: KindVMI, Name: "vm1", UID: "vmi-uid", Controller: ptr.To(true)}
+		if change != nil {
+			change(&r)
+		}
+		return []metav1.OwnerReference{r}
+	}
+	createdBy := map[string]string{kubevirtv1.CreatedByLabel: "vmi-uid"}
+	tests := []struct {
+		name    string
+		meta    metav1.ObjectMeta
+		want    string // the VMI's name; "" when problem
+		problem string
+	}{
+		{"what virt-controller writes", metav1.ObjectMeta{OwnerReferences: ref(nil), Labels: createdBy}, "vm1", ""},
+		{"the label and the domain annotation alone", metav1.ObjectMeta{Labels: createdBy, Annotations: map[string]string{kubevirtv1.DomainAnnotation: "vm1"}},
+			"", "no controller reference"},
+		{"no created-by label", metav1.ObjectMeta{OwnerReferences: ref(nil)}, "", "disagrees with its kubevirt.io/created-by label"},
+		{"created-by of another VMI", metav1.ObjectMeta{OwnerReferences: ref(nil), Labels: map[string]string{kubevirtv1.CreatedByLabel: "other"}},
+			"", "disagrees"},
+		{"not a controller reference", metav1.ObjectMeta{OwnerReferences: ref(func(r *metav1.OwnerReference) { r.Controller = nil }), Labels: createdBy},
+			"", "not a kubevirt.io/v1 controller reference"},
+		{"another API version", metav1.ObjectMeta{OwnerReferences: ref(func(r *metav1.OwnerReference) { r.APIVersion = "kubevirt.io/v2" }), Labels: createdBy},
+			"", "not a kubevirt.io/v1 controller reference"},
+		{"two references to VMIs", metav1.ObjectMeta{OwnerReferences: append(ref(nil), ref(func(r *metav1.OwnerReference) {
+			r.Name, r.Controller = "vm2", nil
+		})...), Labels: createdBy}, "", "more than one"},
+	}
+	for _, tt := range tests {
+		name, _, problem := LauncherVMI(&corev1.Pod{ObjectMeta: tt.meta})
+		if name != tt.want || (tt.problem == "") != (problem == "") || !strings.Contains(problem, tt.problem) {
+			t.Errorf("%s: LauncherVMI() = %q, problem %q; want %q, problem containing %q", tt.name, name, problem, tt.want, tt.problem)
 		}
 	}
 }

@@ -157,13 +157,15 @@ func TestStandaloneVMIClaimOnlyForItsLauncher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A pod of VMI "other" (controlled by it, as its launcher is) whose
-	// annotation names solo's claim. It lacks the launcher label, so the
-	// webhook, which refuses such a launcher pod, does not see it.
+	// A pod of VMI "other" (controlled by it and labelled
+	// kubevirt.io/created-by, as its launcher is) whose annotation names
+	// solo's claim. It lacks the launcher label, so the webhook, which
+	// refuses such a launcher pod, does not see it.
 	annot, _ := json.Marshal([]map[string]any{{"name": "blue", "namespace": e.ns, "interface": ifName, "ipam-claim-reference": "solo.blue"}})
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: e.ns, Name: "other-helper",
+			Labels:          map[string]string{kubevirtv1.CreatedByLabel: string(other.UID)},
 			Annotations:     map[string]string{multus.Annotation: string(annot)},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(other, kubevirtv1.VirtualMachineInstanceGroupVersionKind)},
 		},
