@@ -137,7 +137,7 @@ LAB_ARCH := $(shell go env GOARCH)
 LAB_IMAGE_DIR := $(BIN_DIR)/lab-image
 .PHONY: test-nodes
 test-nodes: ## The real-node lane as root: real kubelets, containerd, Multus and ipkeeper installed as it ships.
-	bash hack/tools.sh etcd kubernetes kubernetes-node node-images cni-plugins multus
+	bash hack/tools.sh etcd kubernetes kubernetes-node node-images guest-kernel cni-plugins multus kubevirt kubevirt-node launcher-rootfs
 	$(MAKE) --no-print-directory image IMAGE=lab.ipkeeper.test/ipkeeper:dev IMAGE_PLATFORMS=linux/$(LAB_ARCH) IMAGE_DIR='$(LAB_IMAGE_DIR)'
 	IPKEEPER_LAB_IMAGE='$(LAB_IMAGE_DIR)/ipkeeper-linux-$(LAB_ARCH).docker.tar' go test $(SUITE_TEST_FLAGS) -timeout 15m -v ./tests/nodes/
 

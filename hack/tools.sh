@@ -123,6 +123,7 @@ IPKEEPER_KUBECTL=$ROOT/kubernetes-${K8S_VERSION}/kubectl
 IPKEEPER_KUBELET=$ROOT/kubernetes-node-${K8S_VERSION}/kubelet
 IPKEEPER_KUBE_SCHEDULER=$ROOT/kubernetes-node-${K8S_VERSION}/kube-scheduler
 IPKEEPER_NODE_IMAGES_DIR=$ROOT/node-images-${K8S_VERSION}
+IPKEEPER_GUEST_KERNEL_DIR=$ROOT/guest-kernel
 IPKEEPER_MULTUS_THIN_ENTRYPOINT=$ROOT/multus-${MULTUS_VERSION}/thin_entrypoint
 IPKEEPER_CNI_PLUGINS_DIR=$ROOT/cni-plugins-${CNI_PLUGINS_VERSION}
 IPKEEPER_MULTUS=$ROOT/multus-${MULTUS_VERSION}/multus
@@ -268,6 +269,40 @@ build_node_images() {
 	apt_download "$work" busybox-static
 	dpkg -x "$work"/busybox-static_*.deb "$work/bb"
 	cp "$work/bb/bin/busybox" "$dir/busybox"
+	touch "$dir/.complete"
+}
+
+# The real-node lane's guest kernel: Debian's cloud kernel (the
+# distribution's current one: Debian serves only that), its vmlinuz and the
+# virtio modules a guest needs for its NICs, unpacked from the package,
+# never installed. tests/framework builds the guest's initramfs around them.
+# The modules are loaded in this order: each after those it depends on.
+GUEST_KERNEL_PACKAGE=linux-image-cloud-amd64
+GUEST_KERNEL_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net"
+build_guest_kernel() {
+	local dir="$ROOT/guest-kernel"
+	if built "$dir"; then log "guest kernel: cached in $dir"; return; fi
+	command -v apt-get >/dev/null || die "guest kernel: apt-get is needed to download ${GUEST_KERNEL_PACKAGE}"
+	log "guest kernel: Debian's ${GUEST_KERNEL_PACKAGE}"
+	local work pkg m ko
+	work=$(mktemp -d)
+	# shellcheck disable=SC2064
+	trap "rm -rf '$work'" RETURN
+	apt_download "$work" "$GUEST_KERNEL_PACKAGE"
+	pkg=$(dpkg-deb -f "$work"/"${GUEST_KERNEL_PACKAGE}"_*.deb Depends | tr ',' '\n' | grep -o 'linux-image-[^ ]*' | head -1)
+	[[ -n "$pkg" ]] || die "guest kernel: ${GUEST_KERNEL_PACKAGE} depends on no linux-image package"
+	apt_download "$work" "$pkg"
+	rm -rf "$dir"
+	mkdir -p "$dir/modules" "$work/x"
+	dpkg -x "$work/${pkg}"_*.deb "$work/x"
+	cp "$work"/x/boot/vmlinuz-* "$dir/vmlinuz"
+	for m in $GUEST_KERNEL_MODULES; do
+		ko=$(find "$work/x/lib/modules" -name "$m.ko" | head -1)
+		[[ -n "$ko" ]] || die "guest kernel: $pkg has no module $m.ko"
+		cp "$ko" "$dir/modules/"
+	done
+	echo "$GUEST_KERNEL_MODULES" >"$dir/modules/order"
+	echo "$pkg" >"$dir/package"
 	touch "$dir/.complete"
 }
 
@@ -437,6 +472,91 @@ func main() {
 	}
 }'
 
+# What virt-operator would install for virt-handler, rendered by its own
+# code (components, rbac) so that the lane runs virt-handler as KubeVirt
+# deploys it: the DaemonSet, its ServiceAccount and roles, the CA and
+# virt-handler's certificates (made when the program runs, valid for a day)
+# the CA bundle ConfigMap and KubeVirt's PriorityClass. Usage:
+# node-manifests NAMESPACE REGISTRY TAG [emulation] (emulation: the node
+# labeller prefers QEMU's emulation to KVM).
+KUBEVIRT_NODEGEN_GO='package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	k8sv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	v1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/kubevirt/pkg/virt-operator/resource/generate/components"
+	"kubevirt.io/kubevirt/pkg/virt-operator/resource/generate/rbac"
+	"kubevirt.io/kubevirt/pkg/virt-operator/util"
+)
+
+func main() {
+	if len(os.Args) != 4 && (len(os.Args) != 5 || os.Args[4] != "emulation") {
+		fmt.Fprintln(os.Stderr, "usage: node-manifests NAMESPACE REGISTRY TAG [emulation]")
+		os.Exit(2)
+	}
+	ns, registry, tag := os.Args[1], os.Args[2], os.Args[3]
+	kv := &v1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kubevirt"},
+		Spec: v1.KubeVirtSpec{ImageRegistry: registry, ImageTag: tag}}
+	config := util.GetTargetConfigFromKV(kv)
+	ds := components.NewHandlerDaemonSet(config, "", "", "")
+	if len(os.Args) == 5 {
+		for i := range ds.Spec.Template.Spec.InitContainers[0].Env {
+			if e := &ds.Spec.Template.Spec.InitContainers[0].Env[i]; e.Name == "PREFERRED_VIRTTYPE" {
+				e.Value = "qemu"
+			}
+		}
+	}
+	objs := []any{components.NewKubeVirtPriorityClassCR(), ds}
+	for _, o := range rbac.GetAllHandler(ns) {
+		objs = append(objs, o)
+	}
+	day := &metav1.Duration{Duration: 24 * time.Hour}
+	ca := components.NewCACertSecrets(ns)[0]
+	if err := components.PopulateSecretWithCertificate(ca, nil, day); err != nil {
+		fail(err)
+	}
+	caCert, err := components.LoadCertificates(ca)
+	if err != nil {
+		fail(err)
+	}
+	objs = append(objs, ca)
+	for _, s := range components.NewCertSecrets(ns, ns) {
+		if s.Name != components.VirtHandlerCertSecretName && s.Name != components.VirtHandlerServerCertSecretName &&
+			s.Name != components.VirtHandlerMigrationClientCertSecretName && s.Name != components.VirtHandlerVsockClientCertSecretName {
+			continue
+		}
+		if err := components.PopulateSecretWithCertificate(s, caCert, day); err != nil {
+			fail(err)
+		}
+		objs = append(objs, s)
+	}
+	for _, cm := range components.NewCAConfigMaps(ns) {
+		if cm.Name == components.KubeVirtCASecretName {
+			cm.Data = map[string]string{components.CABundleKey: string(ca.Data[k8sv1.TLSCertKey])}
+			objs = append(objs, cm)
+		}
+	}
+	for _, o := range objs {
+		out, err := yaml.Marshal(o)
+		if err != nil {
+			fail(err)
+		}
+		fmt.Printf("---\n%s", out)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "node-manifests:", err)
+	os.Exit(1)
+}'
+
 build_kubevirt() {
 	local dir="$ROOT/kubevirt-${KUBEVIRT_VERSION}"
 	if built "$dir"; then log "kubevirt ${KUBEVIRT_VERSION}: cached in $dir"; return; fi
@@ -504,6 +624,8 @@ replace libguestfs.org/libnbd => $hack/stubs/libnbd"
 			build_in_module "$dir" "$gomod" "${b##*/}" "kubevirt.io/kubevirt/cmd/$b" "$ld"
 	done
 	gcc -O2 -static -o "$dir/container-disk" "$src/cmd/container-disk-v2alpha/main.c" || die "building container-disk failed"
+	GOSUM_PIN=$pin NOSUMDB=$KUBEVIRT_NOSUMDB MAIN_GO=$KUBEVIRT_NODEGEN_GO \
+		build_in_module "$dir" "$gomod" node-manifests "./"
 	for f in etc/libvirt/qemu.conf:cmd/virt-launcher/qemu.conf etc/libvirt/virtqemud.conf:cmd/virt-launcher/virtqemud.conf \
 		etc/libvirt/hooks/qemu:cmd/virt-launcher/qemu etc/nsswitch.conf:cmd/virt-launcher/nsswitch.conf \
 		usr/bin/node-labeller.sh:cmd/virt-launcher/node-labeller/node-labeller.sh; do
@@ -723,16 +845,14 @@ build_netplan() {
 }
 
 components=("$@")
-# kubevirt-node and launcher-rootfs are built only when asked for by name:
-# no test runs them yet (the real-node lane's KubeVirt part is to come), and
-# they would add about ten minutes to a build from nothing.
-[[ ${#components[@]} -gt 0 ]] || DEFAULT_LIST=1 components=(etcd kubernetes kubernetes-node node-images cni-plugins multus controller-gen kubevirt whereabouts ipam-extensions helm promtool kubeconform netplan)
+[[ ${#components[@]} -gt 0 ]] || DEFAULT_LIST=1 components=(etcd kubernetes kubernetes-node node-images guest-kernel cni-plugins multus controller-gen kubevirt kubevirt-node launcher-rootfs whereabouts ipam-extensions helm promtool kubeconform netplan)
 for c in "${components[@]}"; do
 	case "$c" in
 	etcd) build_etcd ;;
 	kubernetes) build_k8s ;;
 	kubernetes-node) build_k8s_node ;;
 	node-images) build_node_images ;;
+	guest-kernel) build_guest_kernel ;;
 	cni-plugins) build_cni_plugins ;;
 	multus) build_multus ;;
 	controller-gen) build_controller_gen ;;
@@ -747,7 +867,7 @@ for c in "${components[@]}"; do
 	kubeconform) build_kubeconform ;;
 	netplan) build_netplan ;;
 	kube-schemas) build_kube_schemas ;;
-	*) die "unknown component '$c' (known: etcd kubernetes kubernetes-node node-images cni-plugins multus controller-gen golangci-lint kubevirt kubevirt-node launcher-rootfs whereabouts ipam-extensions helm promtool kubeconform kube-schemas)" ;;
+	*) die "unknown component '$c' (known: etcd kubernetes kubernetes-node node-images guest-kernel cni-plugins multus controller-gen golangci-lint kubevirt kubevirt-node launcher-rootfs whereabouts ipam-extensions helm promtool kubeconform kube-schemas)" ;;
 	esac
 done
 log "all requested tools are in $ROOT"

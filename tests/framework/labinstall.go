@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -134,4 +135,69 @@ func (cp *ControlPlane) waitDaemonSet(ctx context.Context, t testing.TB, ns, nam
 		out, _ := cp.Kubectl(ctx, nil, "get", "pods", "-A", "-o", "wide")
 		t.Fatalf("DaemonSet %s/%s not ready on %d nodes after %s: %v\n%s", ns, name, want, labInstallTimeout, err, out)
 	}
+}
+
+// kvmWorks reports whether this machine has hardware KVM: /dev/kvm opens
+// and the CPU has virtualization extensions (vmx or svm). A /dev/kvm
+// without them (a PVM host, as CI's) answers KVM's API but boots no stock
+// guest kernel, and QEMU's -cpu host aborts there: KubeVirt must emulate.
+// IPKEEPER_LAB_EMULATION=1 emulates anyway.
+func kvmWorks() bool {
+	if os.Getenv("IPKEEPER_LAB_EMULATION") == "1" {
+		return false
+	}
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	_ = f.Close()
+	cpuinfo, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(cpuinfo), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			for _, f := range strings.Fields(v) {
+				if f == "vmx" || f == "svm" {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	return false
+}
+
+// InstallKubeVirtNode imports KubeVirt's launcher and handler image into
+// every node and applies what virt-operator would install for
+// virt-handler, rendered by virt-operator's own code (hack/tools.sh
+// kubevirt-node's node-manifests): its DaemonSet, RBAC, certificates and
+// CA bundle; then waits until virt-handler runs on every node.
+func (cp *ControlPlane) InstallKubeVirtNode(ctx context.Context, t testing.TB, nodes []*RealNode) {
+	t.Helper()
+	dir := t.TempDir()
+	archive, guest := filepath.Join(dir, "kubevirt.tar"), filepath.Join(dir, "guest.tar")
+	if err := writeKubeVirtImage(cp.Tools, archive); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeGuestImage(cp.Tools, guest); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if err := n.ImportImages(ctx, archive, guest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{KubeVirtNamespace, KubeVirtImageRegistry, KubeVirtImageTag}
+	if !kvmWorks() {
+		args = append(args, "emulation")
+	}
+	manifests, err := exec.CommandContext(ctx, filepath.Join(cp.Tools.KubeVirtNodeDir, "node-manifests"), args...).Output()
+	if err != nil {
+		t.Fatalf("rendering virt-handler's objects: %v", err)
+	}
+	if out, err := cp.Kubectl(ctx, manifests, "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
+		t.Fatalf("applying virt-handler's objects: %v\n%s", err, out)
+	}
+	cp.waitDaemonSet(ctx, t, KubeVirtNamespace, "virt-handler", len(nodes))
 }

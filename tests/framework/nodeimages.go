@@ -9,8 +9,10 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"runtime"
 	"sort"
+	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -36,15 +38,63 @@ const (
 // imageFile is one file of an image layer: content from a host file, or
 // a symbolic link.
 type imageFile struct {
-	from    string // host file to copy
-	link    string // symlink target
-	mode    int64
-	content []byte
+	from     string // host file to copy
+	link     string // symlink target
+	dir      bool
+	mode     int64
+	uid, gid int
+	content  []byte
+}
+
+// treeFiles adds the regular files, directories and symbolic links under
+// the host directory root to files, at prefix in the image, with their
+// modes and owners; devices, sockets and pipes are left out (the runtime
+// makes /dev). A later call's files replace an earlier one's.
+func treeFiles(files map[string]imageFile, root, prefix string) error {
+	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		info, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		st, _ := info.Sys().(*syscall.Stat_t)
+		f := imageFile{mode: int64(info.Mode().Perm() | info.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky))}
+		if st != nil {
+			f.uid, f.gid = int(st.Uid), int(st.Gid)
+		}
+		switch {
+		case info.Mode()&os.ModeSymlink != 0:
+			if f.link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case info.IsDir():
+			f.dir = true
+		case info.Mode().IsRegular():
+			f.from = p
+		default:
+			return nil
+		}
+		files[path.Join(prefix, filepath.ToSlash(rel))] = f
+		return nil
+	})
 }
 
 // writeImageArchive writes a one-layer image named ref with files (path in
 // the image -> file) and entrypoint to archive.
 func writeImageArchive(archive, ref string, files map[string]imageFile, entrypoint []string) error {
+	return writeImageArchiveTags(archive, []string{ref}, files, entrypoint)
+}
+
+// writeImageArchiveTags is writeImageArchive for one image under several
+// names.
+func writeImageArchiveTags(archive string, refs []string, files map[string]imageFile, entrypoint []string) error {
+	ref := refs[0]
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	paths := make([]string, 0, len(files))
@@ -60,7 +110,9 @@ func writeImageArchive(archive, ref string, files map[string]imageFile, entrypoi
 	}
 	dirList := make([]string, 0, len(dirs))
 	for d := range dirs {
-		dirList = append(dirList, d)
+		if _, listed := files[d]; !listed {
+			dirList = append(dirList, d)
+		}
 	}
 	sort.Strings(dirList)
 	for _, d := range dirList {
@@ -70,8 +122,14 @@ func writeImageArchive(archive, ref string, files map[string]imageFile, entrypoi
 	}
 	for _, p := range paths {
 		f := files[p]
+		if f.dir {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: p[1:] + "/", Mode: f.mode, Uid: f.uid, Gid: f.gid}); err != nil {
+				return err
+			}
+			continue
+		}
 		if f.link != "" {
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: p[1:], Linkname: f.link, Mode: 0o777}); err != nil {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: p[1:], Linkname: f.link, Mode: 0o777, Uid: f.uid, Gid: f.gid}); err != nil {
 				return err
 			}
 			continue
@@ -83,7 +141,7 @@ func writeImageArchive(archive, ref string, files map[string]imageFile, entrypoi
 				return fmt.Errorf("image %s: %w", ref, err)
 			}
 		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: p[1:], Mode: f.mode, Size: int64(len(data))}); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: p[1:], Mode: f.mode, Uid: f.uid, Gid: f.gid, Size: int64(len(data))}); err != nil {
 			return err
 		}
 		if _, err := tw.Write(data); err != nil {
@@ -112,11 +170,46 @@ func writeImageArchive(archive, ref string, files map[string]imageFile, entrypoi
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return err
 	}
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		return err
+	tags := map[name.Reference]v1.Image{}
+	for _, r := range refs {
+		tag, err := name.NewTag(r)
+		if err != nil {
+			return err
+		}
+		tags[tag] = img
 	}
-	return tarball.WriteToFile(archive, tag, img)
+	return tarball.MultiRefWriteToFile(archive, tags)
+}
+
+// KubeVirt's node images: virt-launcher's as KubeVirt lays it out (the
+// launcher rootfs from Debian packages, KubeVirt's files from the module
+// over it, its programs in /usr/bin), which also serves as virt-handler's
+// (virt-handler and virt-chroot in /usr/bin): one image, two names.
+const (
+	KubeVirtImageRegistry = "lab.ipkeeper.test"
+	KubeVirtImageTag      = "v1.8.2"
+	LauncherImage         = KubeVirtImageRegistry + "/virt-launcher:" + KubeVirtImageTag
+	HandlerImage          = KubeVirtImageRegistry + "/virt-handler:" + KubeVirtImageTag
+)
+
+// kubeVirtPrograms are the programs of KubeVirt's launcher and handler
+// images that hack/tools.sh kubevirt-node builds.
+var kubeVirtPrograms = []string{"virt-launcher", "virt-launcher-monitor", "virt-probe", "virt-tail", "virt-freezer",
+	"libvirt-hook-client", "container-disk", "virt-handler", "virt-chroot"}
+
+// writeKubeVirtImage writes the launcher and handler image's archive.
+func writeKubeVirtImage(tools *Tools, archive string) error {
+	files := map[string]imageFile{}
+	if err := treeFiles(files, tools.LauncherRootfs, "/"); err != nil {
+		return fmt.Errorf("the launcher rootfs (hack/tools.sh launcher-rootfs): %w", err)
+	}
+	if err := treeFiles(files, filepath.Join(tools.KubeVirtNodeDir, "launcher-files"), "/"); err != nil {
+		return fmt.Errorf("KubeVirt's launcher files (hack/tools.sh kubevirt-node): %w", err)
+	}
+	for _, p := range kubeVirtPrograms {
+		files["/usr/bin/"+p] = imageFile{from: filepath.Join(tools.KubeVirtNodeDir, p), mode: 0o755}
+	}
+	return writeImageArchiveTags(archive, []string{LauncherImage, HandlerImage}, files, []string{"/usr/bin/virt-launcher"})
 }
 
 // busyboxApplets are the commands the lane's pods run.

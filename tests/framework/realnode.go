@@ -36,6 +36,8 @@ import (
 var nodeBinds = []string{
 	"/var/lib/kubelet", "/var/lib/containerd", "/var/lib/cni", "/etc/cni", "/opt/cni",
 	"/var/log/pods", "/var/log/containers",
+	// virt-handler's node labeller writes the host's capabilities here.
+	"/var/lib/kubevirt-node-labeller",
 }
 
 const (

@@ -34,6 +34,11 @@ type Tools struct {
 	// (pause, busybox); MultusThinEntrypoint is Multus' DaemonSet
 	// entrypoint, next to its install_multus and its DaemonSet manifest.
 	Kubelet, KubeScheduler, NodeImagesDir, MultusThinEntrypoint string
+	// KubeVirtNodeDir holds KubeVirt's node programs, launcher files and
+	// node-manifests; LauncherRootfs the launcher image's root filesystem.
+	KubeVirtNodeDir, LauncherRootfs string
+	// GuestKernelDir holds the guest's kernel and virtio modules.
+	GuestKernelDir string
 }
 
 // RepoRoot returns the root of the ipkeeper checkout (the directory holding go.mod).
@@ -57,7 +62,8 @@ func FindTools() (*Tools, error) {
 	vars := map[string]string{}
 	keys := []string{"IPKEEPER_ETCD", "IPKEEPER_KUBE_APISERVER", "IPKEEPER_KUBE_CONTROLLER_MANAGER",
 		"IPKEEPER_KUBECTL", "IPKEEPER_CNI_PLUGINS_DIR", "IPKEEPER_MULTUS", "IPKEEPER_VIRT_CONTROLLER", "IPKEEPER_KUBEVIRT_CRDS_DIR", "IPKEEPER_IPAM_EXTENSIONS", "IPKEEPER_HELM",
-		"IPKEEPER_KUBELET", "IPKEEPER_KUBE_SCHEDULER", "IPKEEPER_NODE_IMAGES_DIR", "IPKEEPER_MULTUS_THIN_ENTRYPOINT"}
+		"IPKEEPER_KUBELET", "IPKEEPER_KUBE_SCHEDULER", "IPKEEPER_NODE_IMAGES_DIR", "IPKEEPER_MULTUS_THIN_ENTRYPOINT",
+		"IPKEEPER_KUBEVIRT_NODE_DIR", "IPKEEPER_LAUNCHER_ROOTFS", "IPKEEPER_GUEST_KERNEL_DIR"}
 	for _, k := range keys {
 		if v := os.Getenv(k); v != "" {
 			vars[k] = v
@@ -96,6 +102,9 @@ func FindTools() (*Tools, error) {
 		KubeScheduler:         vars["IPKEEPER_KUBE_SCHEDULER"],
 		NodeImagesDir:         vars["IPKEEPER_NODE_IMAGES_DIR"],
 		MultusThinEntrypoint:  vars["IPKEEPER_MULTUS_THIN_ENTRYPOINT"],
+		KubeVirtNodeDir:       vars["IPKEEPER_KUBEVIRT_NODE_DIR"],
+		LauncherRootfs:        vars["IPKEEPER_LAUNCHER_ROOTFS"],
+		GuestKernelDir:        vars["IPKEEPER_GUEST_KERNEL_DIR"],
 	}
 	return t, nil
 }

@@ -68,9 +68,13 @@ func (cp *ControlPlane) StartVirtController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	launcher := "virt-launcher"
+	if cp.lab {
+		launcher = LauncherImage
+	}
 	cmd := exec.Command(cp.Tools.VirtController,
 		"--kubeconfig", cp.virtControllerKubeconfig,
-		"--launcher-image", "virt-launcher",
+		"--launcher-image", launcher,
 		// --port 0: not the default 8182, which parallel control planes share.
 		"--listen", "127.0.0.1", "--port", "0",
 	)
@@ -139,6 +143,11 @@ func (cp *ControlPlane) ensureKubeVirtCR(ctx context.Context) error {
 		Spec: kubevirtv1.KubeVirtSpec{Configuration: kubevirtv1.KubeVirtConfiguration{
 			DeveloperConfiguration: &kubevirtv1.DeveloperConfiguration{FeatureGates: []string{}},
 		}},
+	}
+	if cp.lab {
+		// Real guests: QEMU's emulation where this machine has no working
+		// KVM (kvmWorks).
+		kv.Spec.Configuration.DeveloperConfiguration.UseEmulation = !kvmWorks()
 	}
 	if err := cp.Client.Create(ctx, kv); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating the KubeVirt CR: %w", err)

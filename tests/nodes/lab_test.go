@@ -38,7 +38,7 @@ func TestRealNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	start := time.Now()
-	cp, err := framework.Start(ctx, framework.Options{Lab: true, WithoutKubeVirtCRDs: true})
+	cp, err := framework.Start(ctx, framework.Options{Lab: true, VirtController: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,12 +52,18 @@ func TestRealNodes(t *testing.T) {
 	})
 	lab = &Lab{cp: cp}
 	lab.nodes = cp.StartRealNodes(ctx, t, 2)
-	t.Logf("real nodes %s and %s Ready after %s (simulated: nothing of a node; KubeVirt's node side is not in this lane yet)",
+	t.Logf("real nodes %s and %s Ready after %s (simulated: nothing of a node)",
 		lab.nodes[0].Name, lab.nodes[1].Name, time.Since(start).Round(time.Second))
 	cp.InstallMultus(ctx, t, lab.nodes)
 	cp.InstallIpkeeper(ctx, t, lab.nodes)
 	t.Logf("Multus and ipkeeper running on both nodes after %s", time.Since(start).Round(time.Second))
+	cp.InstallKubeVirtNode(ctx, t, lab.nodes)
+	if err := framework.SetPersistentIPsGate(ctx, cp.Client, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("KubeVirt's virt-handler running on both nodes after %s", time.Since(start).Round(time.Second))
 	t.Run("PodOnIpkeeperNetwork", testPodOnIpkeeperNetwork)
+	t.Run("VMOnIpkeeperNetwork", testVMOnIpkeeperNetwork)
 }
 
 // Namespace creates a namespace for one scenario, deleted when it ends.

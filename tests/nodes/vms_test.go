@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package nodes
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// labVMTimeout bounds a VM's start until its guest reports an address:
+// the guest boots under emulation where the machine has no working KVM.
+const labVMTimeout = 4 * time.Minute
+
+// testVMOnIpkeeperNetwork: a VM with bridge binding on an ipkeeper network
+// with allowPersistentIPs, run by KubeVirt's own virt-controller,
+// virt-handler and virt-launcher on a real node. Its guest (a real kernel)
+// asks virt-launcher's DHCP server for an address and reports what its NIC
+// holds on the serial console: the claim's address, with the VMI's MAC. A
+// pod on the other node reaches the guest on it.
+func testVMOnIpkeeperNetwork(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	ns := lab.Namespace(ctx, t, "vms")
+	lab.NAD(ctx, t, ns, "blue", `{
+  "cniVersion": "1.0.0", "name": "lab-vm-blue", "type": "bridge", "bridge": "`+framework.NodeSecondaryBridge+`",
+  "allowPersistentIPs": true, "ipam": {"type": "ipkeeper", "range": "10.211.0.0/24"}
+}`)
+	vm := lab.VM(ctx, t, ns, "vm1", lab.nodes[0].Name, "blue")
+	vmi, report := lab.WaitGuest(ctx, t, vm)
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	if err := lab.cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm1.blue"}, &claim); err != nil {
+		t.Fatalf("the VM's claim: %v", err)
+	}
+	mac := ""
+	for _, i := range vmi.Status.Interfaces {
+		if i.Name == "blue" {
+			mac = i.MAC
+		}
+	}
+	t.Logf("claim vm1.blue %v; VMI on %s, MAC %s; the guest says: %s", claim.Status.IPs, vmi.Status.NodeName, mac, report.line)
+	if len(claim.Status.IPs) != 1 || report.inet != claim.Status.IPs[0] || !strings.EqualFold(report.mac, mac) || mac == "" {
+		t.Fatalf("the guest holds %s with MAC %s; its claim records %v and its VMI the MAC %q", report.inet, report.mac, claim.Status.IPs, mac)
+	}
+	addr, _, _ := strings.Cut(report.inet, "/")
+	peer := lab.Pod(ctx, t, ns, "peer", lab.nodes[1].Name, "blue")
+	if out, err := lab.ExecIn(ctx, peer, "ping", "-c", "3", "-W", "3", addr); err != nil {
+		t.Fatalf("a pod on %s cannot reach the guest at %s: %v\n%s", lab.nodes[1].Name, addr, err, out)
+	}
+}
+
+// guestReport is the guest's latest report line (framework.GuestReportPrefix).
+type guestReport struct {
+	line, iface, mac, inet string
+}
+
+// VM creates a running VM on node with bridge-bound interfaces on the
+// NADs (the network named as the NAD) and no pod network; its guest is
+// framework.GuestImage, booted by KubeVirt's kernel boot.
+func (l *Lab) VM(ctx context.Context, t *testing.T, ns, name, node string, nads ...string) *kubevirtv1.VirtualMachine {
+	t.Helper()
+	var networks []framework.VMNetwork
+	for _, n := range nads {
+		networks = append(networks, framework.VMNetwork{Name: n, NAD: n})
+	}
+	vm := framework.NewVM(ns, name, networks...)
+	spec := &vm.Spec.Template.Spec
+	spec.Networks, spec.Domain.Devices.Interfaces = spec.Networks[1:], spec.Domain.Devices.Interfaces[1:] // no pod network
+	spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	spec.Domain.Firmware.KernelBoot = &kubevirtv1.KernelBoot{KernelArgs: "console=ttyS0 panic=-1",
+		Container: &kubevirtv1.KernelBootContainer{Image: framework.GuestImage, KernelPath: framework.GuestKernelPath,
+			InitrdPath: framework.GuestInitrdPath, ImagePullPolicy: corev1.PullNever}}
+	always := kubevirtv1.RunStrategyAlways
+	vm.Spec.RunStrategy = &always
+	if err := l.cp.Client.Create(ctx, vm); err != nil {
+		t.Fatalf("creating VM %s/%s: %v", ns, name, err)
+	}
+	return vm
+}
+
+// WaitGuest waits until the VM's VMI runs and its guest reports an IPv4
+// address, and returns the VMI and the report.
+func (l *Lab) WaitGuest(ctx context.Context, t *testing.T, vm *kubevirtv1.VirtualMachine) (*kubevirtv1.VirtualMachineInstance, guestReport) {
+	t.Helper()
+	var vmi kubevirtv1.VirtualMachineInstance
+	var report guestReport
+	var console string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, labVMTimeout, true, func(ctx context.Context) (bool, error) {
+		if err := l.cp.Client.Get(ctx, client.ObjectKeyFromObject(vm), &vmi); err != nil || vmi.Status.Phase != kubevirtv1.Running {
+			return false, nil
+		}
+		pods, err := l.cp.Kubectl(ctx, nil, "get", "pods", "-n", vm.Namespace, "-l", kubevirtv1.CreatedByLabel+"="+string(vmi.UID),
+			"--field-selector", "status.phase=Running", "-o", "name")
+		if err != nil || len(strings.Fields(string(pods))) == 0 {
+			return false, nil
+		}
+		out, err := l.cp.Kubectl(ctx, nil, "logs", "-n", vm.Namespace, strings.Fields(string(pods))[0], "-c", "guest-console-log")
+		if err != nil {
+			return false, nil
+		}
+		console = string(out)
+		report = lastGuestReport(console)
+		return strings.Contains(report.inet, "."), nil
+	})
+	if err != nil {
+		out, _ := l.cp.Kubectl(ctx, nil, "get", "vmi,pods,ipamclaims,ipreservations", "-n", vm.Namespace, "-o", "wide")
+		t.Fatalf("VM %s: no guest report with an address after %s (VMI phase %s):\n%s\nconsole (tail):\n%s", vm.Name, labVMTimeout, vmi.Status.Phase, out, tailLines(console, 30))
+	}
+	return &vmi, report
+}
+
+// lastGuestReport parses the last report line of the guest's console.
+func lastGuestReport(console string) guestReport {
+	var r guestReport
+	for _, line := range strings.Split(console, "\n") {
+		i := strings.Index(line, framework.GuestReportPrefix+" ")
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(line[i:])
+		if len(f) < 4 {
+			continue
+		}
+		r = guestReport{line: strings.TrimSpace(line[i:]), iface: f[1], mac: strings.TrimPrefix(f[2], "mac="), inet: strings.TrimPrefix(f[3], "inet=")}
+	}
+	return r
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
