@@ -339,7 +339,12 @@ func TestClaimFailuresSetConditions(t *testing.T) {
 	}
 	pod3 := createLaunchers(t, ns, a.Node, "outside", outside.Name, 1)[0]
 	_, err = a.Add(ctx, pod3, launcherIf, conf)
-	mustContain(t, err, "10.99.0.5", "no reservation")
+	// Final: ipkeeper-controller never reserves an address outside the
+	// ranges, so the ADD is a configuration error, not "try again".
+	mustContain(t, err, "10.99.0.5", "never hands out")
+	if cniCode(err) != 7 {
+		t.Errorf("outside: CNI code %d, want 7", cniCode(err))
+	}
 	if got := getClaim(t, ns, outside.Name).Status.IPs; len(got) != 1 || got[0] != "10.99.0.5/24" {
 		t.Fatalf("claim status changed to %v", got)
 	}
