@@ -56,6 +56,53 @@ func testVMOnIpkeeperNetwork(t *testing.T) {
 	if out, err := lab.ExecIn(ctx, peer, "ping", "-c", "3", "-W", "3", addr); err != nil {
 		t.Fatalf("a pod on %s cannot reach the guest at %s: %v\n%s", lab.nodes[1].Name, addr, err, out)
 	}
+
+	// Stop, then start on the other node: the guest there holds the same
+	// address and MAC.
+	before := report
+	lab.RestartVMOn(ctx, t, vm, lab.nodes[1].Name)
+	vmi, report = lab.WaitGuest(ctx, t, vm)
+	t.Logf("after a stop and a start on %s, the guest says: %s", vmi.Status.NodeName, report.line)
+	if vmi.Status.NodeName != lab.nodes[1].Name || report.inet != before.inet || !strings.EqualFold(report.mac, before.mac) {
+		t.Fatalf("after a stop and a start: the guest on %s holds %s with MAC %s; before, on %s, %s with MAC %s",
+			vmi.Status.NodeName, report.inet, report.mac, lab.nodes[0].Name, before.inet, before.mac)
+	}
+}
+
+// RestartVMOn stops the VM, waits until its VMI and launchers are gone
+// (their DEL done by the kubelet), and starts it again pinned to node.
+func (l *Lab) RestartVMOn(ctx context.Context, t *testing.T, vm *kubevirtv1.VirtualMachine, node string) {
+	t.Helper()
+	halted, always := kubevirtv1.RunStrategyHalted, kubevirtv1.RunStrategyAlways
+	set := func(rs *kubevirtv1.VirtualMachineRunStrategy, selector map[string]string) {
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			if err := l.cp.Client.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
+				return false, nil
+			}
+			vm.Spec.RunStrategy = rs
+			if selector != nil {
+				vm.Spec.Template.Spec.NodeSelector = selector
+			}
+			return l.cp.Client.Update(ctx, vm) == nil, nil
+		}); err != nil {
+			t.Fatalf("updating VM %s: %v", vm.Name, err)
+		}
+	}
+	set(&halted, nil)
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var vmi kubevirtv1.VirtualMachineInstance
+		if err := l.cp.Client.Get(ctx, client.ObjectKeyFromObject(vm), &vmi); err == nil {
+			return false, nil
+		}
+		var pods corev1.PodList
+		if err := l.cp.Client.List(ctx, &pods, client.InNamespace(vm.Namespace), client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"}); err != nil {
+			return false, nil
+		}
+		return len(pods.Items) == 0, nil
+	}); err != nil {
+		t.Fatalf("VM %s did not stop: its VMI or launcher pods remain", vm.Name)
+	}
+	set(&always, map[string]string{corev1.LabelHostname: node})
 }
 
 // guestReport is the guest's latest report line (framework.GuestReportPrefix).
