@@ -35,6 +35,7 @@ const (
 	reasonPod       reason = "pod"       // the pod could not be read or is not this request's
 	reasonClaim     reason = "claim"     // the IPAMClaim could not be read or changed under the ADD
 	reasonExhausted reason = "exhausted" // no free address in a range
+	reasonQuota     reason = "quota"     // the namespace holds the pool's spec.maxAddressesPerNamespace
 	reasonConflict  reason = "conflict"  // the address asked for is someone else's
 	reasonInternal  reason = "internal"  // the API server or anything else
 )

@@ -182,6 +182,19 @@ func (s *fakeStore) TakenIn(_ context.Context, pool string) (map[netip.Addr]bool
 	return out, nil
 }
 
+func (s *fakeStore) HeldIn(_ context.Context, pool, namespace string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls["list"]++
+	n := 0
+	for _, o := range s.objs {
+		if o.Spec.Pool == pool && o.Spec.Owner.Namespace == namespace {
+			n++
+		}
+	}
+	return n, nil
+}
+
 func (s *fakeStore) WithMAC(_ context.Context, pool string, mac net.HardwareAddr) ([]ipkeeperv1alpha1.IPReservation, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -18,6 +18,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/poolquota"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -211,16 +212,41 @@ func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, 
 	case err == nil:
 		e, _ = index.EntryOf(cur)
 		a.reservations.Wrote(e)
-		if !adopted {
-			a.metrics.allocations.Inc()
+		if adopted {
+			return e, false, nil
 		}
-		return e, !adopted, nil
+		if err := a.withinQuota(ctx, req, e); err != nil {
+			return entry{}, false, err
+		}
+		a.metrics.allocations.Inc()
+		return e, true, nil
 	case errors.Is(err, ErrTaken):
 		return entry{}, false, err
 	default:
 		a.uncertain.add(h.key(pool), obj.Name, sandboxKey{pool, req.ContainerID, req.IfName})
 		return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
 	}
+}
+
+// withinQuota confirms a reservation just created against the pool's
+// per-namespace quota (poolquota.Confirm, a live count that includes it):
+// one over it, or one the count could not confirm, is deleted at once (it
+// was never handed out) and the ADD refused. An adopted reservation was
+// counted when it was created.
+func (a *Agent) withinQuota(ctx context.Context, req *request, e entry) error {
+	limit := poolquota.Limit(req.pool.obj)
+	if limit == 0 {
+		return nil
+	}
+	err := poolquota.Confirm(ctx, a.store.HeldIn, req.pool.name, limit, e.Owner.Namespace)
+	if err == nil {
+		return nil
+	}
+	_ = a.discard(context.WithoutCancel(ctx), []entry{e}, "quota") // logged by discard
+	if errors.Is(err, poolquota.ErrExceeded) {
+		return fail(reasonQuota, codeInternal, fmt.Errorf("network %q: %w", req.cfg.Name, err))
+	}
+	return fail(reasonInternal, codeTryAgainLater, err)
 }
 
 // params describes the reservation of ip for a pod attachment of this

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/macaddr"
+	"github.com/ipkeeper/ipkeeper/internal/poolquota"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -38,6 +39,9 @@ type Store interface {
 	Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error
 	// TakenIn lists, live, the addresses reserved in a pool.
 	TakenIn(ctx context.Context, pool string) (map[netip.Addr]bool, error)
+	// HeldIn counts, live, the reservations of a pool whose owner is of a
+	// namespace (poolquota.Counter).
+	HeldIn(ctx context.Context, pool, namespace string) (int, error)
 	// WithMAC lists, live, the reservations of a pool labelled with a
 	// MAC (macaddr.Label): what a sticky_mac network's pod may get back.
 	WithMAC(ctx context.Context, pool string, mac net.HardwareAddr) ([]ipkeeperv1alpha1.IPReservation, error)
@@ -89,6 +93,12 @@ func (s *apiStore) TakenIn(ctx context.Context, pool string) (map[netip.Addr]boo
 			return taken, nil
 		}
 	}
+}
+
+// HeldIn counts the namespace's reservations of the pool (poolquota.Live).
+func (s *apiStore) HeldIn(ctx context.Context, pool, namespace string) (int, error) {
+	s.metrics.apiReads.WithLabelValues("list").Inc()
+	return poolquota.Live(s.c)(ctx, pool, namespace)
 }
 
 // WithMAC lists the reservations of the pool (by spec.pool) with the MAC's

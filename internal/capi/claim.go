@@ -33,6 +33,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/poolquota"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
@@ -138,6 +139,11 @@ func (r *AddressClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPA
 		res, err = r.Alloc.Assign(ctx, parsed, holder(claim, poolName), claimRanges(ranges), string(claim.UID))
 		if errors.Is(err, claimalloc.ErrExhausted) {
 			return r.notReady(ctx, claim, ipamv1.IPAddressClaimReadyPoolExhaustedReason, fmt.Sprintf("IPPool %s has no free %s address", poolName, family(ranges[0].Is4())))
+		}
+		if errors.Is(err, poolquota.ErrExceeded) {
+			// Cluster API's contract has no reason of its own for it: the
+			// pool is exhausted for this namespace, the message says why.
+			return r.notReady(ctx, claim, ipamv1.IPAddressClaimReadyPoolExhaustedReason, err.Error())
 		}
 		if err != nil {
 			return r.failed(ctx, claim, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/poolquota"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -228,6 +229,9 @@ func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 			// retry uses it.
 			return outcome{failure: &failure{reason: claimstatus.ReasonExhausted, message: fmt.Sprintf("network %q (IPPool %q) is exhausted: %v", net.cfg.Name, pool.Name, err)}, retry: true}, nil
 		}
+		if f := quotaFailure(err); f != nil {
+			return outcome{failure: f, retry: true}, nil // as for exhaustion
+		}
 		if err != nil {
 			return outcome{}, fmt.Errorf("IPAMClaim %s/%s: %w", claim.Namespace, claim.Name, err)
 		}
@@ -294,13 +298,23 @@ func (r *Reconciler) takeBack(ctx context.Context, claim *ipamclaimsv1alpha1.IPA
 	return netip.Addr{}, false, nil
 }
 
+// quotaFailure is the failure of a claim whose namespace holds its pool's
+// per-namespace quota (poolquota), nil for any other error. It is retried
+// as exhaustion is: the namespace may free addresses, the quota grow.
+func quotaFailure(err error) *failure {
+	if !errors.Is(err, poolquota.ErrExceeded) {
+		return nil
+	}
+	return &failure{reason: claimstatus.ReasonQuotaExceeded, message: err.Error()}
+}
+
 // passing reports whether a write failed for a reason that may be gone on
 // a retry: not the address taken by another, nor a refusal of the
 // request itself.
 func passing(err error) bool {
 	var taken *reservation.TakenError
 	switch {
-	case errors.As(err, &taken), errors.Is(err, reservation.ErrTaken), errors.Is(err, reservation.ErrChanged),
+	case errors.As(err, &taken), errors.Is(err, reservation.ErrTaken), errors.Is(err, reservation.ErrChanged), errors.Is(err, poolquota.ErrExceeded),
 		apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsBadRequest(err):
 		return false
 	}
@@ -337,6 +351,8 @@ func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 			out.failure = &failure{reason: claimstatus.ReasonConflict, message: fmt.Sprintf("the claim records %s (status.ips[%d]), which on network %q %s",
 				ip, i, net.cfg.Name, reservation.DescribeHolder(taken.Name, taken.Holder, claim.Namespace))}
 			out.retry = true
+		case quotaFailure(err) != nil:
+			out.failure, out.retry = quotaFailure(err), true
 		case err != nil:
 			return outcome{}, fmt.Errorf("IPAMClaim %s/%s: reserving recorded %s: %w", claim.Namespace, claim.Name, ip, err)
 		}

@@ -126,6 +126,10 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 				}
 				return requestRefused(claimstatus.ReasonRequestedTaken, true, "%s", held), nil
 			}
+			if f := quotaFailure(err); f != nil {
+				undo()
+				return outcome{failure: f, retry: true}, nil
+			}
 			if err != nil {
 				undo()
 				return outcome{}, fmt.Errorf("IPAMClaim %s/%s: reserving requested %s: %w", claim.Namespace, claim.Name, ip, err)
@@ -156,6 +160,10 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 			undo()
 			return requestRefused(claimstatus.ReasonRequestedExhausted, true, "%s is free, but network %q has no free address of the other IP family (%s), which the claim did not request",
 				joinAddrs(addrs), name, rangeList(family)), nil
+		}
+		if f := quotaFailure(err); f != nil {
+			undo()
+			return outcome{failure: f, retry: true}, nil
 		}
 		if err != nil {
 			undo()

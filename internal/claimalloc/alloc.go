@@ -18,6 +18,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/poolquota"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -102,6 +103,9 @@ type Pool struct {
 	// Retains says the pool has a reuse cooldown: a claim made anew gets
 	// back what its name held (reservation.KeptFor).
 	Retains bool
+	// Quota is the pool's spec.maxAddressesPerNamespace (poolquota.Limit);
+	// 0: none.
+	Quota int
 }
 
 // PoolOf parses an IPPool for allocation; errors name the field.
@@ -110,7 +114,7 @@ func PoolOf(p *ipkeeperv1alpha1.IPPool) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pool{Name: p.Name, Key: p.LockKey(), Ranges: ranges, Retains: reservation.Cooldown(p) > 0}, nil
+	return &Pool{Name: p.Name, Key: p.LockKey(), Ranges: ranges, Retains: reservation.Cooldown(p) > 0, Quota: poolquota.Limit(p)}, nil
 }
 
 // Families groups the pool's ranges by IP family, in order of first
@@ -184,9 +188,17 @@ func (h Holder) Claimant() reservation.Claimant {
 // Assign reserves a free address of one IP family of the pool (family:
 // its ranges, in spec order) for the holder; seed (the claim's UID) picks
 // the first candidate, so a retry tries the same address first. It
-// returns ErrExhausted (wrapped) when every range of the family is full.
+// returns ErrExhausted (wrapped) when every range of the family is full,
+// and a *poolquota.ExceededError when the holder's namespace holds the
+// pool's per-namespace quota.
 func (a *Allocator) Assign(ctx context.Context, pool *Pool, h Holder, family []iprange.Range, seed string) (*ipkeeperv1alpha1.IPReservation, error) {
-	var err error
+	// The cache's count first: no create (and delete) for an address the
+	// quota refuses anyway. The live count after the create decides.
+	ns := h.Owner.Namespace
+	err := poolquota.Check(pool.Name, pool.Quota, ns, a.addrs.HeldBy(pool.Name, ns)+1)
+	if err != nil {
+		return nil, err
+	}
 	for _, r := range family {
 		var res *ipkeeperv1alpha1.IPReservation
 		if res, err = a.assignInRange(ctx, pool, h, r, seed); !errors.Is(err, ErrExhausted) {
@@ -247,7 +259,8 @@ func (a *Allocator) pick(ctx context.Context, pool *Pool, r iprange.Range, seed 
 // A reservation of ip the holder already has is returned as it is; one of
 // anyone else's is a *reservation.TakenError naming it
 // (reservation.DescribeHolder says whose in words fit for the holder's
-// namespace).
+// namespace). A new reservation beyond the pool's per-namespace quota is
+// refused with a *poolquota.ExceededError.
 func (a *Allocator) Reserve(ctx context.Context, pool *Pool, h Holder, ip netip.Addr) (*ipkeeperv1alpha1.IPReservation, error) {
 	return a.create(ctx, pool, h, ip, a.taker.Set.Owns(pool.Name, ip))
 }
@@ -255,7 +268,9 @@ func (a *Allocator) Reserve(ctx context.Context, pool *Pool, h Holder, ip netip.
 // create creates the reservation of ip for the holder (labelled as in a
 // block of IPAMClaims when inBlock), adopting one that is already the
 // holder's (a create whose answer was lost). Someone else's is a
-// *reservation.TakenError.
+// *reservation.TakenError. A new reservation is confirmed within the
+// pool's per-namespace quota (withinQuota); taking back what the claim's
+// name kept, or adopting, holds nothing more.
 func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.Addr, inBlock bool) (*ipkeeperv1alpha1.IPReservation, error) {
 	if err := ipkeeperv1alpha1.ValidateIP(ip); err != nil {
 		return nil, fmt.Errorf("address %s of IPPool %s: %w", ip, pool.Name, err)
@@ -268,7 +283,10 @@ func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.A
 	store := reservation.KubeStore{Client: a.client, Live: a.live}
 	a.remember(pool.Name, ip)
 	creates.Inc()
-	res, _, err := reservation.CreateOrAdopt(ctx, store, reservation.New(params))
+	res, adopted, err := reservation.CreateOrAdopt(ctx, store, reservation.New(params))
+	if err == nil && !adopted {
+		return a.withinQuota(ctx, store, pool, res)
+	}
 	var taken *reservation.TakenError
 	if errors.As(err, &taken) && taken.Holder != nil && reservation.KeptFor(taken.Holder, h.Claimant(), pool.Retains) {
 		res, err = a.takeBack(ctx, store, taken, params, h.Claimant())
@@ -279,6 +297,21 @@ func (a *Allocator) create(ctx context.Context, pool *Pool, h Holder, ip netip.A
 		return nil, fmt.Errorf("reading IPReservation %s: %w", taken.Name, taken.Err)
 	}
 	return res, err
+}
+
+// withinQuota confirms res, just created, against the pool's quota
+// (poolquota.Confirm, counted live): one over it, or one the count could
+// not confirm, is deleted at once (never handed out) and the error
+// returned.
+func (a *Allocator) withinQuota(ctx context.Context, store reservation.Store, pool *Pool, res *ipkeeperv1alpha1.IPReservation) (*ipkeeperv1alpha1.IPReservation, error) {
+	err := poolquota.Confirm(ctx, poolquota.Live(a.live), pool.Name, pool.Quota, res.Spec.Owner.Namespace)
+	if err == nil {
+		return res, nil
+	}
+	if derr := reservation.Discard(context.WithoutCancel(ctx), store, res.Name, res.UID, res.ResourceVersion); derr != nil && !errors.Is(derr, reservation.ErrGone) {
+		a.log.Error(derr, "deleting a reservation the namespace's quota refused; the garbage collector deletes it once its claim is gone", "reservation", res.Name)
+	}
+	return nil, err
 }
 
 // takeBack gives a claim back the address its claim name held before

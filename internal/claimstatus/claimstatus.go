@@ -57,6 +57,10 @@ const (
 	// ReasonNotAdmitted: the pool's spec.namespaceSelector does not
 	// select the claim's namespace.
 	ReasonNotAdmitted = "NamespaceNotAdmitted"
+	// ReasonQuotaExceeded: the claim's namespace holds as many addresses
+	// of the pool as its spec.maxAddressesPerNamespace allows, released
+	// and retained ones included.
+	ReasonQuotaExceeded = "QuotaExceeded"
 )
 
 // ConditionInPool says whether the claim's addresses are ones their pool

@@ -19,24 +19,28 @@ import (
 var poolsCommand = command{
 	name:     "pools",
 	synopsis: "[POOL...] [-o wide|json|yaml]",
-	summary:  "Show each IPPool's usage (size, used, free, out of range, cooling down) from its status.",
+	summary:  "Show each IPPool's usage (size, used, free, out of range, cooling down) and per-namespace quota from its status.",
 	formats:  []string{outputWide, outputJSON, outputYAML},
 	setup:    func(*pflag.FlagSet) runFunc { return runPools },
 }
 
 // PoolUsage is one pool's row.
 type PoolUsage struct {
-	Name        string                         `json:"name"`
-	Size        string                         `json:"size"`
-	Used        int64                          `json:"used"`
-	Free        string                         `json:"free"`
-	OutOfRange  int64                          `json:"outOfRange"`
-	CoolingDown int64                          `json:"coolingDown"`
-	Ready       string                         `json:"ready"`
-	Networks    []string                       `json:"networks,omitempty"`
-	Families    []ipkeeperv1alpha1.FamilyUsage `json:"families,omitempty"`
-	Ranges      []ipkeeperv1alpha1.RangeUsage  `json:"ranges,omitempty"`
-	Conditions  []string                       `json:"conditions,omitempty"`
+	Name        string `json:"name"`
+	Size        string `json:"size"`
+	Used        int64  `json:"used"`
+	Free        string `json:"free"`
+	OutOfRange  int64  `json:"outOfRange"`
+	CoolingDown int64  `json:"coolingDown"`
+	Ready       string `json:"ready"`
+	// MaxAddressesPerNamespace is the pool's per-namespace quota; unset: none.
+	MaxAddressesPerNamespace *int32 `json:"maxAddressesPerNamespace,omitempty"`
+	// Namespaces are the namespaces nearest to it (status.namespaces).
+	Namespaces []ipkeeperv1alpha1.NamespaceUsage `json:"namespaces,omitempty"`
+	Networks   []string                          `json:"networks,omitempty"`
+	Families   []ipkeeperv1alpha1.FamilyUsage    `json:"families,omitempty"`
+	Ranges     []ipkeeperv1alpha1.RangeUsage     `json:"ranges,omitempty"`
+	Conditions []string                          `json:"conditions,omitempty"`
 }
 
 func runPools(ctx context.Context, s *session, args []string) error {
@@ -71,22 +75,29 @@ func runPools(ctx context.Context, s *session, args []string) error {
 		fmt.Fprintln(s.errOut, "No IPPools found.")
 		return nil
 	}
-	header := []string{"NAME", "SIZE", "USED", "FREE", "OUT-OF-RANGE", "COOLING", "READY", "NETWORKS"}
+	header := []string{"NAME", "SIZE", "USED", "FREE", "OUT-OF-RANGE", "COOLING", "READY", "QUOTA", "NETWORKS"}
 	if s.output == outputWide {
-		header = append(header, "FAMILIES", "RANGES", "CONDITIONS")
+		header = append(header, "FAMILIES", "RANGES", "NAMESPACES", "CONDITIONS")
 	}
 	t := newTable(s.out, header...)
 	for _, r := range rows {
-		row := []string{r.Name, r.Size, fmt.Sprint(r.Used), r.Free, fmt.Sprint(r.OutOfRange), fmt.Sprint(r.CoolingDown), r.Ready, strings.Join(r.Networks, ",")}
+		quota := "<none>"
+		if r.MaxAddressesPerNamespace != nil {
+			quota = fmt.Sprintf("%d/namespace", *r.MaxAddressesPerNamespace)
+		}
+		row := []string{r.Name, r.Size, fmt.Sprint(r.Used), r.Free, fmt.Sprint(r.OutOfRange), fmt.Sprint(r.CoolingDown), r.Ready, quota, strings.Join(r.Networks, ",")}
 		if s.output == outputWide {
-			var fams, ranges []string
+			var fams, ranges, namespaces []string
 			for _, f := range r.Families {
 				fams = append(fams, fmt.Sprintf("%s %d/%s", f.Family, f.Used, f.Size))
 			}
 			for _, rg := range r.Ranges {
 				ranges = append(ranges, fmt.Sprintf("%s %d/%s", rg.Range, rg.Used, rg.Size))
 			}
-			row = append(row, strings.Join(fams, ","), strings.Join(ranges, ","), strings.Join(r.Conditions, ","))
+			for _, n := range r.Namespaces {
+				namespaces = append(namespaces, fmt.Sprintf("%s %d/%d", n.Namespace, n.Used, *r.MaxAddressesPerNamespace))
+			}
+			row = append(row, strings.Join(fams, ","), strings.Join(ranges, ","), strings.Join(namespaces, ","), strings.Join(r.Conditions, ","))
 		}
 		t.row(row...)
 	}
@@ -98,6 +109,10 @@ func poolUsage(p *ipkeeperv1alpha1.IPPool) PoolUsage {
 	u := PoolUsage{
 		Name: p.Name, Size: st.Size, Used: st.Used, Free: st.Free, OutOfRange: st.OutOfRange, CoolingDown: st.CoolingDown,
 		Networks: st.Networks, Families: st.Families, Ranges: st.Ranges, Ready: "Unknown",
+		MaxAddressesPerNamespace: p.Spec.MaxAddressesPerNamespace,
+	}
+	if u.MaxAddressesPerNamespace != nil {
+		u.Namespaces = st.Namespaces // written only under a quota; stale ones from before its removal are not shown
 	}
 	if c := meta.FindStatusCondition(st.Conditions, ipkeeperv1alpha1.PoolReady); c != nil {
 		u.Ready = string(c.Status)

@@ -212,6 +212,9 @@ func claimNext(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, held []ipkeeper
 			rep.next("the IPPool of network %q cannot be read (%s): fix the IPPool", claim.Spec.Network, c.Message)
 		case claimstatus.ReasonNotAdmitted:
 			rep.next("the IPPool of network %q does not admit namespace %s (%s): label the namespace, or change the pool's spec.namespaceSelector", claim.Spec.Network, claim.Namespace, c.Message)
+		case claimstatus.ReasonQuotaExceeded:
+			rep.next("namespace %s holds as many addresses of the pool of network %q as its spec.maxAddressesPerNamespace allows (%s): free some (deleted VMs' retained addresses count until their retention ends; kubectl get ipreservations -o wide lists them), or ask for a larger quota; see kubectl ipkeeper pools -o wide",
+				claim.Namespace, claim.Spec.Network, c.Message)
 		default:
 			rep.next("ipkeeper-controller could not give IPAMClaim %s its addresses (%s): the condition says why; it retries, and at once when the pool, the NAD or the claim changes", name, c.Reason)
 		}

@@ -57,7 +57,7 @@ func BenchmarkRecount50k(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		ranges, err := ipamconfig.PoolRanges(&pool.Spec)
-		st := desiredStatus(pool, ranges, err, x.Count(pool.Name, ranges))
+		st := desiredStatus(pool, ranges, err, x.Count(pool.Name, ranges, 0))
 		if st.Used+st.OutOfRange != benchReservations {
 			b.Fatalf("counted %d used + %d out of range, want %d", st.Used, st.OutOfRange, benchReservations)
 		}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/poolquota"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -98,7 +99,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("reading IPPool %s: %w", req.Name, err)
 	}
 	ranges, specErr := ipamconfig.PoolRanges(&pool.Spec)
-	count := r.Index.Count(pool.Name, ranges)
+	count := r.Index.Count(pool.Name, ranges, poolquota.ReportFrom(poolquota.Limit(&pool)))
 	r.counted(pool.Name)
 	done, recheck, err := r.protect(ctx, &pool, count)
 	switch {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
+	"github.com/ipkeeper/ipkeeper/internal/poolquota"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -64,6 +65,7 @@ func desiredStatus(pool *v1alpha1.IPPool, ranges []iprange.Range, specErr error,
 		OutOfRange:         c.OutOfRange,
 		CoolingDown:        c.CoolingDown,
 		Networks:           c.Networks,
+		Namespaces:         poolquota.Report(c.Namespaces),
 		Conditions:         append([]metav1.Condition(nil), pool.Status.Conditions...),
 	}
 	if len(st.Networks) == 0 {

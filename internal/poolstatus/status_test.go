@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/poolquota"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -50,7 +51,7 @@ func statusOf(t *testing.T, pool *v1alpha1.IPPool, rs ...*v1alpha1.IPReservation
 		x.Set(r)
 	}
 	ranges, err := ipamconfig.PoolRanges(&pool.Spec)
-	return desiredStatus(pool, ranges, err, x.Count(pool.Name, ranges))
+	return desiredStatus(pool, ranges, err, x.Count(pool.Name, ranges, poolquota.ReportFrom(poolquota.Limit(pool))))
 }
 
 func pu(size string, used int64, free string) v1alpha1.PoolUsage {
@@ -357,5 +358,32 @@ func TestGatewayInUse(t *testing.T) {
 	}
 	if !warned {
 		t.Errorf("no Warning event when the gateway became held")
+	}
+}
+
+// TestNamespacesNearTheirQuota: a pool with spec.maxAddressesPerNamespace
+// lists in status.namespaces the namespaces holding at least 80% of it,
+// released (cooling or retained) reservations included, the fullest
+// first; a pool without a quota lists none.
+func TestNamespacesNearTheirQuota(t *testing.T) {
+	in := func(ns string, r *v1alpha1.IPReservation) *v1alpha1.IPReservation {
+		r.Spec.Owner = v1alpha1.ReservationOwner{Kind: v1alpha1.OwnerPod, Namespace: ns, Name: "p", UID: "u"}
+		return r
+	}
+	rs := []*v1alpha1.IPReservation{
+		in("full", res("q", "n", "10.0.0.1")), in("full", cooling(res("q", "n", "10.0.0.2"))),
+		in("full", res("q", "n", "10.0.0.3")), in("full", res("q", "n", "10.0.0.4")), in("full", res("q", "n", "10.0.0.5")),
+		in("near", res("q", "n", "10.0.0.6")), in("near", res("q", "n", "10.0.0.7")),
+		in("near", res("q", "n", "10.0.0.8")), in("near", res("q", "n", "10.0.0.9")),
+		in("low", res("q", "n", "10.0.0.10")),
+	}
+	pool := poolOf("q", v1alpha1.PoolRange{Range: "10.0.0.0/24"})
+	if got := statusOf(t, pool, rs...).Namespaces; got != nil {
+		t.Fatalf("status.namespaces of a pool without a quota = %v, want none", got)
+	}
+	pool.Spec.MaxAddressesPerNamespace = ptr.To[int32](5)
+	want := []v1alpha1.NamespaceUsage{{Namespace: "full", Used: 5}, {Namespace: "near", Used: 4}}
+	if got := statusOf(t, pool, rs...).Namespaces; !slices.Equal(got, want) {
+		t.Fatalf("status.namespaces with spec.maxAddressesPerNamespace 5 = %v, want %v", got, want)
 	}
 }

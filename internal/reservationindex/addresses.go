@@ -15,9 +15,10 @@ import (
 // entry is what the Addresses keeps of one reservation: only what counting
 // needs. network is "" for a reservation of no CNI network.
 type entry struct {
-	pool, network string
-	ip            netip.Addr
-	cooling       bool
+	// namespace is the owner's: what the pool's per-namespace quota counts.
+	pool, network, namespace string
+	ip                       netip.Addr
+	cooling                  bool
 }
 
 // holders counts the reservations of one pool that hold one address.
@@ -29,8 +30,9 @@ type holders struct {
 
 // poolSet is the part of the Addresses for one pool.
 type poolSet struct {
-	addrs    map[netip.Addr]holders
-	networks map[string]int // network -> reservations of it in the pool
+	addrs      map[netip.Addr]holders
+	networks   map[string]int // network -> reservations of it in the pool
+	namespaces map[string]int // owner namespace -> reservations of it in the pool
 }
 
 // Addresses holds, per pool, the distinct addresses its reservations hold
@@ -57,10 +59,11 @@ func entryOf(r *v1alpha1.IPReservation) entry {
 	// zero Addr, which no range can hand out: it counts as out of range.
 	ip, _ := netip.ParseAddr(r.Spec.IP)
 	e := entry{
-		pool:    r.Spec.Pool,
-		network: r.Spec.Network,
-		ip:      ip,
-		cooling: r.Spec.Released(),
+		pool:      r.Spec.Pool,
+		network:   r.Spec.Network,
+		namespace: r.Spec.Owner.Namespace,
+		ip:        ip,
+		cooling:   r.Spec.Released(),
 	}
 	if r.Spec.Owner.Kind == v1alpha1.OwnerIPAddressClaim {
 		// Cluster API reservations carry the pool's name as their network:
@@ -95,7 +98,7 @@ func (x *Addresses) Set(r *v1alpha1.IPReservation) (pool, old string, changed bo
 	x.byName[r.Name] = e
 	ps := x.pools[e.pool]
 	if ps == nil {
-		ps = &poolSet{addrs: map[netip.Addr]holders{}, networks: map[string]int{}}
+		ps = &poolSet{addrs: map[netip.Addr]holders{}, networks: map[string]int{}, namespaces: map[string]int{}}
 		x.pools[e.pool] = ps
 	}
 	h := ps.addrs[e.ip]
@@ -107,6 +110,7 @@ func (x *Addresses) Set(r *v1alpha1.IPReservation) (pool, old string, changed bo
 	if e.network != "" {
 		ps.networks[e.network]++
 	}
+	ps.namespaces[e.namespace]++
 	return e.pool, old, true
 }
 
@@ -141,6 +145,9 @@ func (x *Addresses) remove(e entry) {
 			delete(ps.networks, e.network)
 		}
 	}
+	if ps.namespaces[e.namespace]--; ps.namespaces[e.namespace] == 0 {
+		delete(ps.namespaces, e.namespace)
+	}
 	if len(ps.addrs) == 0 {
 		delete(x.pools, e.pool)
 	}
@@ -167,6 +174,18 @@ func (x *Addresses) Held(pool string, ip netip.Addr) bool {
 	}
 	_, ok := ps.addrs[ip]
 	return ok
+}
+
+// HeldBy returns how many reservations of pool the owners of namespace
+// hold, released ones included: what the pool's per-namespace quota
+// counts (poolquota), from the cache, without a list.
+func (x *Addresses) HeldBy(pool, namespace string) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if ps := x.pools[pool]; ps != nil {
+		return ps.namespaces[namespace]
+	}
+	return 0
 }
 
 // HeldIn reports whether a reservation of pool holds an address of block
@@ -213,11 +232,16 @@ type Count struct {
 	// HeldGateways are the ranges' gateways a reservation holds, in range
 	// order: a pool edit moved a gateway onto an address in use.
 	HeldGateways []netip.Addr
+	// Namespaces is how many reservations each owner namespace holds
+	// (released ones included), for the namespaces holding at least
+	// minPerNamespace (Count's argument; none when it is 0).
+	Namespaces map[string]int64
 }
 
 // Count counts pool's held addresses against ranges (nil when the spec is
-// invalid: then every held address is out of range).
-func (x *Addresses) Count(pool string, ranges []iprange.Range) Count {
+// invalid: then every held address is out of range), and the namespaces
+// holding at least minPerNamespace reservations (0: none counted).
+func (x *Addresses) Count(pool string, ranges []iprange.Range, minPerNamespace int) Count {
 	c := Count{Used: make([]int64, len(ranges))}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -247,6 +271,16 @@ func (x *Addresses) Count(pool string, ranges []iprange.Range) Count {
 		c.Networks = append(c.Networks, n)
 	}
 	slices.Sort(c.Networks)
+	if minPerNamespace > 0 {
+		for ns, n := range ps.namespaces {
+			if n >= minPerNamespace {
+				if c.Namespaces == nil {
+					c.Namespaces = map[string]int64{}
+				}
+				c.Namespaces[ns] = int64(n)
+			}
+		}
+	}
 	return c
 }
 

@@ -55,17 +55,17 @@ func TestIndexFollowsUpdatesAndDeletes(t *testing.T) {
 		t.Fatalf("moving pool: Set = %q, %q, %v; want shared, blue, true", pool, old, changed)
 	}
 	ranges, _ := ipamconfig.PoolRanges(&poolOf("x", v1alpha1.PoolRange{Range: "10.0.0.0/24"}).Spec)
-	if c := x.Count("blue", ranges); c.Used[0] != 0 || len(c.Networks) != 0 {
+	if c := x.Count("blue", ranges, 0); c.Used[0] != 0 || len(c.Networks) != 0 {
 		t.Errorf("old pool still counts the moved reservation: %+v", c)
 	}
-	if c := x.Count("shared", ranges); c.Used[0] != 1 {
+	if c := x.Count("shared", ranges, 0); c.Used[0] != 1 {
 		t.Errorf("new pool does not count it: %+v", c)
 	}
 	released := cooling(moved.DeepCopy())
 	if _, _, changed := x.Set(released); !changed {
 		t.Errorf("a release (reuseAfter set) reported no change")
 	}
-	if c := x.Count("shared", ranges); c.Used[0] != 1 || c.CoolingDown != 1 {
+	if c := x.Count("shared", ranges, 0); c.Used[0] != 1 || c.CoolingDown != 1 {
 		t.Errorf("released reservation: %+v, want used 1, cooling 1", c)
 	}
 	if pool, changed := x.Delete(r.Name); pool != "shared" || !changed {
@@ -74,7 +74,7 @@ func TestIndexFollowsUpdatesAndDeletes(t *testing.T) {
 	if _, changed := x.Delete(r.Name); changed {
 		t.Errorf("deleting twice reported a change")
 	}
-	if c := x.Count("shared", ranges); c.Used[0] != 0 || c.CoolingDown != 0 || len(c.Networks) != 0 {
+	if c := x.Count("shared", ranges, 0); c.Used[0] != 0 || c.CoolingDown != 0 || len(c.Networks) != 0 {
 		t.Errorf("deleted reservation still counted: %+v", c)
 	}
 	if len(x.pools) != 0 || len(x.byName) != 0 {
@@ -91,11 +91,11 @@ func TestIndexClaimReservationsHaveNoNetwork(t *testing.T) {
 	x.Set(pod)
 	x.Set(claim)
 	ranges, _ := ipamconfig.PoolRanges(&poolOf("p", v1alpha1.PoolRange{Range: "10.0.0.0/24"}).Spec)
-	if c := x.Count("p", ranges); c.Used[0] != 2 || !slices.Equal(c.Networks, []string{"a"}) {
+	if c := x.Count("p", ranges, 0); c.Used[0] != 2 || !slices.Equal(c.Networks, []string{"a"}) {
 		t.Errorf("count = %+v, want used 2, networks [a]", c)
 	}
 	x.Delete(claim.Name)
-	if c := x.Count("p", ranges); c.Used[0] != 1 || !slices.Equal(c.Networks, []string{"a"}) {
+	if c := x.Count("p", ranges, 0); c.Used[0] != 1 || !slices.Equal(c.Networks, []string{"a"}) {
 		t.Errorf("after deleting the claim's: %+v, want used 1, networks [a]", c)
 	}
 	x.Delete(pod.Name)

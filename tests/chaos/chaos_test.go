@@ -162,6 +162,7 @@ func TestChaos(t *testing.T) {
 		r.harnessError(fmt.Errorf("reading the cluster for I14: %w", err))
 	} else {
 		r.checkPoolUsage(ls)
+		r.checkQuotaUsage(ls)
 	}
 	t.Logf("chaos: quiescence and final checks took %s", time.Since(quiet).Round(time.Second))
 	for _, p := range c.panics() {
@@ -300,11 +301,11 @@ func (r *runner) summary(seed uint64, ran time.Duration) string {
 		proxy = append(proxy, fmt.Sprintf("%s=%d", f, pf[f.String()]))
 	}
 	return fmt.Sprintf("chaos summary: seed=%d ran=%s ops=%d [%s] cni=[%s] faults=[%s %s watches-cut=%d real-410s=%d proxied-requests=%d crash-restarts=%d] "+
-		"exhausted-adds=%d lost-dels=%d claims=[deleted=%d claim-ok=%d claim-unfilled=%d (request-refused=%d, in the held storm=%d) refused-after-edit=%d requests-free=%d requests-taken=%d edits=%d edits-skipped=%d vm-claim-made-again-during-add=%d] "+
+		"exhausted-adds=%d quota-refused-adds=%d lost-dels=%d claims=[deleted=%d claim-ok=%d claim-unfilled=%d (request-refused=%d, in the held storm=%d) refused-after-edit=%d requests-free=%d requests-taken=%d edits=%d edits-skipped=%d vm-claim-made-again-during-add=%d] "+
 		"requested=[%s] allowed=[%s] vms=[%s] vm-failed=[%s] macs=[%s] sticky=[%s] guest-config=[%s] virt-controller-restarts=%d claims-maker=[%s] features=[%s %s pool-edit-failed=%d bad-nad-other=%d capi-ready=%d capi-unready=%d capi-deleted=%d nodes-deleted=%d node-blocks-outlived-node=%d storm-controller-kills=%d gc-after-agent-restart=%d] checks=[%s] violations=%d [%s]",
 		seed, ran.Round(time.Second), ops, r.counts.with("op:"), r.counts.with("cni:"), r.counts.with("fault:"), strings.Join(proxy, " "),
 		r.c.proxy.cuts.Load(), r.c.proxy.gone410.Load(), r.c.proxy.requests.Load(), r.c.crashes.Load(),
-		r.counts.get("exhausted"), r.counts.get("lost-del"),
+		r.counts.get("exhausted"), r.counts.get("quota-refused"), r.counts.get("lost-del"),
 		r.counts.get("claims-deleted"), r.counts.get("claim-ok"), r.counts.get("claim-unfilled"), r.counts.get("claim-unfilled-refused"), r.counts.get("held-storm-unfilled"), r.counts.get("claim-refused-after-edit"),
 		r.counts.get("claim-requests-free"), r.counts.get("claim-requests-taken"), r.counts.get("claim-edits"), r.counts.get("claim-edit-skipped"), r.counts.get("vm-claim-made-again-during-add"),
 		r.counts.with("requested:"), r.counts.with("allowed:"),
@@ -387,6 +388,8 @@ func (r *runner) assertCoverage(t *outcome) {
 		"VM guest using its claim's addresses (I12)":                       r.counts.get("guest-addresses:"+guestnet.ReasonGuestUsesItsAddresses) + r.counts.get(guestSeenKey),
 		"pod given back the address its MAC held (I13)":                    r.counts.get("sticky:kept"),
 		"pool status checked against its reservations (I14)":               r.counts.get("check:I14"),
+		"ADD refused by the small pool's quota (I15)":                      r.counts.get("quota-refused"),
+		"allocation checked against its quota (I15)":                       r.counts.get("check:I15"),
 	} {
 		if n == 0 {
 			t.errorf("no %s", what)

@@ -440,10 +440,14 @@ func (c *cluster) stop() {
 	}
 }
 
-// The shared pool of the small networks.
+// The shared pool of the small networks. Its quota, set from its
+// creation on, so that no agent ever saw the pool without it, is below
+// its size: the small networks' pods and the Cluster API claims, all of
+// the run's namespace, hit it, released addresses cooling down included.
 const (
 	smallPool     = "chaos-small"
 	smallCooldown = 2 * time.Second
+	smallQuota    = 11
 )
 
 // The pool of the sticky_mac network: released addresses cool down long

@@ -37,7 +37,8 @@
 //     pool, one whose name is not an object name (its pool is named by a
 //     hash, its reservations by the network name: the pool's lock key),
 //     two networks drawing from one named IPPool (a /28 hammered past
-//     capacity, with a 2 s reuse cooldown), and a dual-stack network with
+//     capacity, with a 2 s reuse cooldown and a per-namespace quota below
+//     its size, which the run's namespace reaches), and a dual-stack network with
 //     persistent IPs whose pool also serves pods without a claim;
 //   - pool edits of the named pool while its addresses are held: a range
 //     added and removed, the gateway moved onto a (often held) address,
@@ -86,7 +87,7 @@
 // request, delays, 429s, 500s and 410s to watch requests. The controller
 // filling claims gets them all.
 //
-// Invariants (invariants.go, claimchecks.go, objects.go, poolchecks.go) I1-I14 are
+// Invariants (invariants.go, claimchecks.go, objects.go, poolchecks.go) I1-I15 are
 // listed in invariants.go; I9 and I10 are the long run's. I1-I8 are checked
 // continuously, from the harness's record of attachments (model.go) and
 // live reads, and again at quiescence. I1 covers the pool, not the

@@ -123,9 +123,15 @@ import (
 //	   observed the pool's generation, its used and out-of-range counts
 //	   add up to the distinct addresses its reservations hold, and no more
 //	   cool down than are used (ipkeeper-controller writes a change of
-//	   counts alone up to 10 s late; poolchecks.go).
+//	   counts alone up to 10 s late; poolchecks.go);
+//	I15 per-namespace quotas: after every successful allocation in the
+//	   shared pool (spec.maxAddressesPerNamespace smallQuota, set from its
+//	   creation), the run's namespace's live attachments there hold no
+//	   more addresses than the quota; at quiescence no namespace holds
+//	   more reservations of a pool than its quota, released ones included
+//	   (poolchecks.go).
 //
-// I1 and I13 are checked on every successful ADD against the harness's record; I2,
+// I1, I13 and I15 are checked on every successful ADD against the harness's record; I2,
 // I4 and I6 continuously from live reads, judging only holders no
 // operation of the harness is changing; everything again at quiescence.
 

@@ -387,6 +387,7 @@ func (r *runner) addSucceeded(a *attachment, ips []netip.Addr, static string) {
 	}
 	r.counts.inc("check:I1")
 	clash, macClash, early := r.model.succeeded(a, ips)
+	r.checkQuota(a)
 	for _, o := range clash {
 		keys := []string{a.podName, o.podName, a.containerID, o.containerID}
 		for _, ip := range ips {

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
@@ -32,7 +33,9 @@ type poolShape struct {
 var poolAspects = []string{"resize", "gateway", "exclude", "namespace-grant"}
 
 // smallSpec is the shared pool's spec in a shape: a /28 (13 addresses
-// besides the gateway) with a 2 s reuse cooldown; grown by a /29 the
+// besides the gateway) with a 2 s reuse cooldown and a per-namespace
+// quota of smallQuota, which the run's one namespace reaches before the
+// pool is full unless an exclude shrank it (I15); grown by a /29 the
 // pool-edit operation adds and removes while addresses there are held;
 // its gateway and an exclude moved onto addresses that may be held; and
 // the namespaces it admits narrowed to the run's, or to none.
@@ -44,7 +47,8 @@ func smallSpec(s poolShape) ipkv1alpha1.IPPoolSpec {
 	if s.excluded {
 		first.Exclude = []string{"10.61.0.8/30"}
 	}
-	spec := ipkv1alpha1.IPPoolSpec{Ranges: []ipkv1alpha1.PoolRange{first}, ReuseCooldown: &ipkv1alpha1.Duration{Duration: smallCooldown}}
+	spec := ipkv1alpha1.IPPoolSpec{Ranges: []ipkv1alpha1.PoolRange{first}, ReuseCooldown: &ipkv1alpha1.Duration{Duration: smallCooldown},
+		MaxAddressesPerNamespace: ptr.To[int32](smallQuota)}
 	if s.grown {
 		spec.Ranges = append(spec.Ranges, ipkv1alpha1.PoolRange{Range: "10.61.1.0/29", Gateway: "10.61.1.1"})
 	}

@@ -148,6 +148,9 @@ func (r *runner) classify(ctx context.Context, cmd string, n *node, upBefore boo
 		if strings.Contains(err.Error(), "exhausted") {
 			r.counts.inc("exhausted")
 		}
+		if strings.Contains(err.Error(), "spec.maxAddressesPerNamespace") {
+			r.counts.inc("quota-refused") // the small pool's quota (I15)
+		}
 		return
 	}
 	upAfter, epochAfter := n.state()

@@ -65,16 +65,16 @@ func TestCLIPools(t *testing.T) {
 	runCLICases(t, []cliCase{
 		{name: "table", args: []string{"pools", blue, red, fresh}, code: cli.ExitOK,
 			checkExtra: hasRows(
-				row("NAME", "SIZE", "USED", "FREE", "OUT-OF-RANGE", "COOLING", "READY", "NETWORKS"),
-				row(blue, "254", "3", "251", "1", "2", "True", "blue,blue-too"),
-				row(red, "2", "2", "0", "0", "0", "True", "red"),
-				row(fresh, "<none>", "0", "<none>", "0", "0", "Unknown", "<none>"),
+				row("NAME", "SIZE", "USED", "FREE", "OUT-OF-RANGE", "COOLING", "READY", "QUOTA", "NETWORKS"),
+				row(blue, "254", "3", "251", "1", "2", "True", "<none>", "blue,blue-too"),
+				row(red, "2", "2", "0", "0", "0", "True", "<none>", "red"),
+				row(fresh, "<none>", "0", "<none>", "0", "0", "Unknown", "<none>", "<none>"),
 			)},
 		{name: "all pools", args: []string{"pools"}, code: cli.ExitOK, stdout: []string{blue, red, fresh}},
 		{name: "wide", args: []string{"pools", red, "-o", "wide"}, code: cli.ExitOK,
 			checkExtra: hasRows(
-				row("NAME", "SIZE", "USED", "FREE", "OUT-OF-RANGE", "COOLING", "READY", "NETWORKS", "FAMILIES", "RANGES", "CONDITIONS"),
-				row(red, "2", "2", "0", "0", "0", "True", "red", "IPv4", "2/2", "10.199.3.0/30", "2/2", "Exhausted"),
+				row("NAME", "SIZE", "USED", "FREE", "OUT-OF-RANGE", "COOLING", "READY", "QUOTA", "NETWORKS", "FAMILIES", "RANGES", "NAMESPACES", "CONDITIONS"),
+				row(red, "2", "2", "0", "0", "0", "True", "<none>", "red", "IPv4", "2/2", "10.199.3.0/30", "2/2", "<none>", "Exhausted"),
 			)},
 		{name: "json", args: []string{"pools", blue, "-o", "json"}, code: cli.ExitOK,
 			checkExtra: func(t *testing.T, r cliResult) {

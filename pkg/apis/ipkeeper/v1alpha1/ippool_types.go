@@ -80,6 +80,18 @@ type IPPoolSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	WarningThresholdPercent *int32 `json:"warningThresholdPercent,omitempty"`
+	// MaxAddressesPerNamespace bounds how many addresses of the pool the
+	// workloads of one namespace hold together (over every IP family: a
+	// dual-stack attachment holds two): its pods', its VMs' claims' and
+	// its Cluster API claims', released addresses that cool down or are
+	// retained for a deleted VM included (they are the namespace's until
+	// they are free). An allocation that would go beyond it is refused
+	// with QuotaExceeded. Unset: no bound. Lowering it below what a
+	// namespace holds takes nothing away; the namespace gets no new
+	// address until it holds fewer.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxAddressesPerNamespace *int32 `json:"maxAddressesPerNamespace,omitempty"`
 }
 
 // DefaultWarningThresholdPercent is spec.warningThresholdPercent's default.
@@ -135,6 +147,15 @@ type IPPoolStatus struct {
 	// +listType=map
 	// +listMapKey=family
 	Families []FamilyUsage `json:"families,omitempty"`
+	// Namespaces is what the namespaces nearest to
+	// spec.maxAddressesPerNamespace hold: those holding at least
+	// NamespaceUsageReportPercent of it, at most NamespaceUsageReportMax of
+	// them, the fullest first. Empty without a quota.
+	// +optional
+	// +listType=map
+	// +listMapKey=namespace
+	// +kubebuilder:validation:MaxItems=10
+	Namespaces []NamespaceUsage `json:"namespaces,omitempty"`
 	// Networks are the CNI network names seen using the pool.
 	// +optional
 	// +listType=set
@@ -149,6 +170,25 @@ type IPPoolStatus struct {
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// NamespaceUsage is how many of the pool's addresses one namespace's
+// workloads hold (released ones waiting out a cooldown or a retention
+// included), against spec.maxAddressesPerNamespace.
+type NamespaceUsage struct {
+	// Namespace is the holders' namespace.
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// Used is how many addresses of the pool it holds.
+	Used int64 `json:"used"`
+}
+
+// Which namespaces status.namespaces lists: those holding at least this
+// percentage of the pool's quota, at most this many, so that the status
+// stays small however many namespaces draw from the pool.
+const (
+	NamespaceUsageReportPercent = 80
+	NamespaceUsageReportMax     = 10
+)
 
 // FamilyUsage is the usage of one IP family.
 type FamilyUsage struct {

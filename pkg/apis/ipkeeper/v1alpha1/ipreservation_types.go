@@ -147,6 +147,7 @@ func (s *IPReservationSpec) Released() bool { return s.ReuseAfter != nil }
 // +kubebuilder:selectablefield:JSONPath=`.spec.network`
 // +kubebuilder:selectablefield:JSONPath=`.spec.node`
 // +kubebuilder:selectablefield:JSONPath=`.spec.pool`
+// +kubebuilder:selectablefield:JSONPath=`.spec.owner.namespace`
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.pool`
 // +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.network`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.spec.ip`
