@@ -907,6 +907,93 @@ func TestNetworkOf(t *testing.T) {
 	}
 }
 
+// A claim that does not record its NAD (ipam-extensions' claims) but that
+// a VM or VMI owns gets its network from what its owner uses: the NAD its
+// multus.networkName names (in the owner's namespace unless it names one),
+// else its launchers' element; never a NAD of another namespace that only
+// shares the network name (issue 53, item 2: a NAD in namespace evil
+// naming another pool left the claim unfilled, "served by more than one
+// pool").
+func TestNetworkOfAnOwnedClaim(t *testing.T) {
+	const (
+		pooled = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","pool":"shared"}}`
+		evil   = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","pool":"evil-pool"}}`
+		other  = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","pool":"other"}}`
+		red    = `{"cniVersion":"1.0.0","name":"red","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}`
+	)
+	vmRef := metav1.OwnerReference{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine", Name: "vm1", UID: "uid-vm1", Controller: ptrTo(true)}
+	vm := func(networks ...kubevirtv1.Network) *kubevirtv1.VirtualMachine {
+		return &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1", UID: "uid-vm1"},
+			Spec: kubevirtv1.VirtualMachineSpec{Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{Networks: networks}}}}
+	}
+	multusNet := func(name, nadRef string) kubevirtv1.Network {
+		return kubevirtv1.Network{Name: name, NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: nadRef}}}
+	}
+	launcher := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "virt-launcher-vm1-abcde",
+		Annotations:     map[string]string{multus.Annotation: `[{"name":"blue","namespace":"default","` + multus.ClaimRefKey + `":"vm1.blue"}]`},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachineInstance", Name: "vm1", UID: "uid-vmi1", Controller: ptrTo(true)}}}}
+	impostor := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "impostor",
+		Annotations: map[string]string{multus.Annotation: `[{"name":"blue","namespace":"evil","` + multus.ClaimRefKey + `":"vm1.blue"}]`}}}
+	for _, tt := range []struct {
+		name     string
+		objs     []client.Object
+		owned    bool // false: a claim no VM owns
+		wantNAD  string
+		wantPool string
+		errHas   string
+	}{
+		{name: "the VM's NAD in another namespace, not the evil one", owned: true,
+			objs:    []client.Object{vm(multusNet("blue", "default/blue")), nad("default", "blue", pooled), nad("evil", "blue", evil)},
+			wantNAD: "default/blue", wantPool: "shared"},
+		{name: "the VM's NAD in its namespace by default", owned: true,
+			objs:    []client.Object{vm(multusNet("blue", "blue")), nad(ns, "blue", pooled), nad("evil", "blue", evil)},
+			wantNAD: ns + "/blue", wantPool: "shared"},
+		{name: "the network named like the claim, of two on one CNI network", owned: true,
+			objs:    []client.Object{vm(multusNet("other", "default/other"), multusNet("blue", "default/blue")), nad("default", "blue", pooled), nad("default", "other", other)},
+			wantNAD: "default/blue", wantPool: "shared"},
+		{name: "another network of the VM does not count", owned: true,
+			objs: []client.Object{vm(multusNet("blue", "default/red")), nad("default", "red", red), nad("evil", "blue", evil)}},
+		{name: "the VM gone: its launcher's element", owned: true,
+			objs:    []client.Object{launcher, impostor, nad("default", "blue", pooled), nad("evil", "blue", evil)},
+			wantNAD: "default/blue", wantPool: "shared"},
+		{name: "the VM gone, no launcher: not served, whatever other namespaces say", owned: true,
+			objs: []client.Object{impostor, nad("default", "blue", pooled), nad("evil", "blue", evil)}},
+		{name: "two NADs of the VM's of the claim's network, neither its by name, disagree", owned: true,
+			objs:   []client.Object{vm(multusNet("a", "default/blue"), multusNet("b", "default/other")), nad("default", "blue", pooled), nad("default", "other", other)},
+			errHas: `IPPool "other" (NetworkAttachmentDefinition default/other)`},
+		{name: "a claim no VM owns: its pods' element", objs: []client.Object{impostor, nad("default", "blue", pooled), nad("evil", "blue", evil)},
+			wantNAD: "evil/blue", wantPool: "evil-pool"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := claim("vm1.blue")
+			cl.Annotations = map[string]string{}
+			if tt.owned {
+				cl.OwnerReferences = []metav1.OwnerReference{vmRef}
+			}
+			f := newFixture(t, tt.objs...)
+			net, err := f.r.networkOf(context.Background(), cl)
+			if tt.errHas != "" {
+				if ce := asConfigError(err); ce == nil || ce.failure.reason != claimstatus.ReasonNADInvalid || !strings.Contains(err.Error(), tt.errHas) {
+					t.Fatalf("networkOf error = %v, want a %s condition with %q", err, claimstatus.ReasonNADInvalid, tt.errHas)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantNAD == "" {
+				if net != nil {
+					t.Fatalf("network from NAD %s (pool %s), want none", net.nad, net.cfg.PoolName())
+				}
+				return
+			}
+			if net == nil || net.nad.String() != tt.wantNAD || net.cfg.PoolName() != tt.wantPool {
+				t.Fatalf("network = %+v, want NAD %s, pool %s", net, tt.wantNAD, tt.wantPool)
+			}
+		})
+	}
+}
+
 // staleCache makes the reconciler's live reads see a world without the
 // reservations named: the cache still shows them (a rollback or a release
 // the watch has not delivered yet).

@@ -138,9 +138,10 @@ const LogicalNetworkAnnotation = "ipkeeper.io/logical-network"
 // NADAnnotation, on an IPAMClaim, names ("namespace/name") the
 // NetworkAttachmentDefinition its network is attached through: the claim's
 // addresses come from that NAD's pool. ipkeeper-controller sets it on the
-// claims it makes for VMs; without it, the NADs of the claim's
-// spec.network whose IPAM is ipkeeper say where (those of the claim's
-// namespace first).
+// claims it makes for VMs; without it, the NAD its owner VM or VMI (else
+// its launchers) uses for the claim's spec.network says where, and only
+// for a claim nothing owns or uses, the NADs of its spec.network whose
+// IPAM is ipkeeper (those of the claim's namespace first).
 const NADAnnotation = "ipkeeper.io/network-attachment-definition"
 
 // ParseIP reads an entry of a claim's status.ips: "10.0.0.5/24" (what
