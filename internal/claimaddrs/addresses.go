@@ -22,6 +22,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
+	"github.com/ipkeeper/ipkeeper/internal/podrefs"
 	"github.com/ipkeeper/ipkeeper/internal/poolquota"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
@@ -40,6 +41,12 @@ type outcome struct {
 	requested *metav1.Condition
 	// retry: the outcome may change without the claim changing.
 	retry bool
+	// held are addresses the claim holds but no longer records (status.ips
+	// edited), kept while heldFor, a pod that uses the claim, runs;
+	// settled: keep decided about them (nothing held when held is empty).
+	held    []netip.Addr
+	heldFor string
+	settled bool
 }
 
 // held is a reservation the claim holds in its pool.
@@ -324,7 +331,9 @@ func passing(err error) bool {
 // keep makes sure a claim holds what it records (mine: what it holds or
 // is lent): each recorded address is reserved for it (an address written by an administrator, or a
 // reservation deleted by hand, is reserved again if free), and what it
-// holds but no longer records is released.
+// holds but no longer records is released, once no pod that uses the
+// claim runs: the guest of a running VM whose status.ips was edited still
+// uses its address, so that address stays the claim's until the VM stops.
 func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held) (outcome, error) {
 	var out outcome
 	entries, err := claimstatus.Entries(claim)
@@ -368,14 +377,56 @@ func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 		}
 	}
 	if out.failure == nil {
-		if err := r.releaseSuperseded(ctx, claim, pool, superseded); err != nil {
+		pod := ""
+		if len(superseded) > 0 {
+			if pod, err = r.runningPod(ctx, claim); err != nil {
+				return outcome{}, err
+			}
+		}
+		if pod != "" {
+			for _, h := range superseded {
+				out.held = append(out.held, h.ip)
+			}
+			slices.SortFunc(out.held, netip.Addr.Compare)
+			out.heldFor = pod
+		} else if err := r.releaseSuperseded(ctx, claim, pool, superseded); err != nil {
 			return outcome{}, err
 		}
+		out.settled = true
 	}
 	if _, ok := claim.Annotations[claimstatus.RequestedAnnotation]; ok {
 		out.requested = judgeRecorded(claim)
 	}
 	return out, nil
+}
+
+// runningPod names a pod that uses the claim and may still run: one whose
+// networks annotation references it (of a claim a VM or VMI owns, one of
+// its owner's launchers), being deleted or not. The cache is read first;
+// when it shows none, a live list of the namespace's pods confirms it: an
+// address a guest may use is released only once no such pod is left.
+func (r *Reconciler) runningPod(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) (string, error) {
+	owner, owned := claimowner.Of(claim)
+	uses := func(p *metav1.PartialObjectMetadata) bool { return !owned || owner.RunsPod(p) }
+	pods, err := podrefs.Referencing(ctx, r.Client, claim.Namespace, claim.Name)
+	if err != nil {
+		return "", err
+	}
+	for i := range pods {
+		if uses(&pods[i]) {
+			return pods[i].Name, nil
+		}
+	}
+	live := podrefs.MetadataList()
+	if err := r.APIReader.List(ctx, live, client.InNamespace(claim.Namespace)); err != nil {
+		return "", fmt.Errorf("listing the pods of namespace %s that may use IPAMClaim %s: %w", claim.Namespace, claim.Name, err)
+	}
+	for i := range live.Items {
+		if p := &live.Items[i]; slices.Contains(podrefs.Claims(p), claim.Name) && uses(p) {
+			return p.Name, nil
+		}
+	}
+	return "", nil
 }
 
 // releaseSuperseded releases reservations the claim holds but does not

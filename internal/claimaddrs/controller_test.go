@@ -515,6 +515,63 @@ func TestReconcileKeepsWhatTheClaimRecords(t *testing.T) {
 	}
 }
 
+// status.ips edited while the claim's VM runs (issue 53, item 9): the
+// address it no longer records, which the running guest still uses, stays
+// reserved for the claim, with AddressesHeld and a Warning Event on the
+// claim and the VM, until no launcher of the claim runs; then it is
+// released, with a Normal Event, and the condition goes. A pod that only
+// names the claim (no launcher of its VM) does not hold it.
+func TestReconcileHoldsAnEditedAddressWhileTheVMRuns(t *testing.T) {
+	const conf = `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}`
+	annot := map[string]string{multus.Annotation: `[{"name":"blue","` + multus.ClaimRefKey + `":"vm1.blue"}]`}
+	launcher := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "virt-launcher-vm1-abcde", Annotations: annot,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachineInstance", Name: "vm1", UID: "uid-vmi1", Controller: ptrTo(true)}}}}
+	impostor := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "impostor", Annotations: annot}}
+	n := nad(ns, "blue", conf)
+	cl := claim("vm1.blue")
+	cl.OwnerReferences = []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine", Name: "vm1", UID: "uid-vm1", Controller: ptrTo(true)}}
+	cl.Status.IPs = []string{"10.0.0.77/24"} // edited from 10.0.0.9
+	f := newFixture(t, n, poolOfNAD(t, n), cl, heldRes("10.0.0.9", claimOwner(cl)), launcher, impostor)
+
+	f.reconcile(t, "vm1.blue")
+	c := f.claim(t, "vm1.blue")
+	if got := f.held(t, c); !slices.Equal(got, []string{"10.0.0.77", "10.0.0.9"}) {
+		t.Fatalf("while the VM runs the claim holds %v, want the recorded 10.0.0.77 and the guest's 10.0.0.9", got)
+	}
+	held := condition(t, c, claimstatus.ConditionHeld)
+	if held.Status != metav1.ConditionTrue || held.Reason != claimstatus.ReasonPodRunning ||
+		!strings.Contains(held.Message, "status.ips does not record 10.0.0.9, but pod virt-launcher-vm1-abcde") {
+		t.Errorf("AddressesHeld = %+v", held)
+	}
+	ev := f.events()
+	for _, want := range []string{"Warning " + string(ReasonAddressesHeld) + " status.ips does not record 10.0.0.9",
+		"Warning " + string(ReasonAddressesHeld) + " IPAMClaim vm1.blue: status.ips does not record 10.0.0.9"} {
+		if !slices.ContainsFunc(ev, func(e string) bool { return strings.HasPrefix(e, want) }) {
+			t.Errorf("events %q lack %q", ev, want)
+		}
+	}
+	f.reconcile(t, "vm1.blue")
+	if ev := f.events(); len(ev) != 0 {
+		t.Errorf("a second look told again: %q", ev)
+	}
+
+	// The VM stopped: its launcher is gone; the impostor does not count.
+	if err := f.c.Delete(context.Background(), launcher); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t, "vm1.blue")
+	c = f.claim(t, "vm1.blue")
+	if got := f.held(t, c); !slices.Equal(got, []string{"10.0.0.77"}) {
+		t.Errorf("after the VM stopped the claim holds %v, want only the recorded 10.0.0.77", got)
+	}
+	if cond := meta.FindStatusCondition(c.Status.Conditions, claimstatus.ConditionHeld); cond != nil {
+		t.Errorf("AddressesHeld still there: %+v", cond)
+	}
+	if ev := f.events(); !slices.ContainsFunc(ev, func(e string) bool { return strings.HasPrefix(e, "Normal "+string(ReasonHeldAddressesFreed)) }) {
+		t.Errorf("events %q lack %s", ev, ReasonHeldAddressesFreed)
+	}
+}
+
 // Without its pool, an inline network's claim waits, saying why.
 func TestReconcilePoolMissing(t *testing.T) {
 	f := newFixture(t, nad(ns, "blue", dualConf), claim("vm1.blue"))

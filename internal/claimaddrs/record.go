@@ -4,6 +4,7 @@ package claimaddrs
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -34,6 +35,11 @@ const (
 	// for the claim, or not, with the RequestedAddresses condition's reason.
 	ReasonRequestedReserved    EventReason = "RequestedAddressesReserved"
 	ReasonRequestedNotHonoured EventReason = "RequestedAddressesNotHonoured"
+	// On the claim and its VM: addresses status.ips no longer records (an
+	// administrator's edit) kept while a pod of the claim runs
+	// (AddressesHeld), and released once none does.
+	ReasonAddressesHeld      EventReason = "AddressesHeldWhileRunning"
+	ReasonHeldAddressesFreed EventReason = "HeldAddressesReleased"
 )
 
 // record writes what a look at the claim found into its status (one
@@ -59,6 +65,13 @@ func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	wasAllocated := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionIPsAllocated)
 	if out.failure != nil || len(st.IPs) > 0 {
 		changed = meta.SetStatusCondition(&st.Conditions, allocated) || changed
+	}
+	wasHeld := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionHeld)
+	switch {
+	case out.settled && len(out.held) > 0:
+		changed = meta.SetStatusCondition(&st.Conditions, heldCondition(st, out, claim.Generation)) || changed
+	case out.settled:
+		changed = meta.RemoveStatusCondition(&st.Conditions, claimstatus.ConditionHeld) || changed
 	}
 	wasRequested := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionRequested)
 	switch {
@@ -89,7 +102,42 @@ func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		log.FromContext(ctx).Info("recorded the claim's addresses", "claim", claim.Namespace+"/"+claim.Name, "ips", st.IPs)
 	}
 	r.tell(claim, updated, wasAllocated, wasRequested, out.failure != nil && out.failure.waiting)
+	r.tellHeld(claim, updated, wasHeld)
 	return nil
+}
+
+// heldCondition is the AddressesHeld condition of a claim keeping
+// addresses its status.ips no longer records while a pod of it runs.
+func heldCondition(st *ipamclaimsv1alpha1.IPAMClaimStatus, out outcome, generation int64) metav1.Condition {
+	ips := make([]string, len(out.held))
+	for i, ip := range out.held {
+		ips[i] = ip.String()
+	}
+	return metav1.Condition{Type: claimstatus.ConditionHeld, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonPodRunning, ObservedGeneration: generation,
+		Message: fmt.Sprintf("status.ips does not record %s, but pod %s, which uses the claim, still runs and its guest may still use it: "+
+			"ipkeeper-controller keeps it reserved for the claim until no pod of the claim runs, then releases it; the claim's next launcher gets status.ips (%s). "+
+			"Stop the VM to apply the edit, or write the address back into status.ips to keep it",
+			strings.Join(ips, ", "), out.heldFor, strings.Join(st.IPs, ", "))}
+}
+
+// tellHeld records the Events of the AddressesHeld condition: a Warning
+// on the claim and its VM when addresses are held (or what is held
+// changes), a Normal one when they are released.
+func (r *Reconciler) tellHeld(claim, updated *ipamclaimsv1alpha1.IPAMClaim, was *metav1.Condition) {
+	now := meta.FindStatusCondition(updated.Status.Conditions, claimstatus.ConditionHeld)
+	owner := ownerObject(claim)
+	event := func(typ string, reason EventReason, message string) {
+		r.Recorder.Event(updated, typ, string(reason), message)
+		if owner != nil {
+			r.Recorder.Eventf(owner, typ, string(reason), "IPAMClaim %s: %s", claim.Name, message)
+		}
+	}
+	switch {
+	case now != nil && (was == nil || was.Message != now.Message):
+		event(corev1.EventTypeWarning, ReasonAddressesHeld, now.Message)
+	case now == nil && was != nil:
+		event(corev1.EventTypeNormal, ReasonHeldAddressesFreed, "released the addresses status.ips does not record, held while a pod of the claim ran: none runs any more")
+	}
 }
 
 // tell records Events for condition changes: IPsAllocated on the claim

@@ -74,6 +74,15 @@ const (
 	ReasonOutOfPool = "OutOfPool"
 )
 
+// ConditionHeld says the claim still holds addresses its status.ips no
+// longer records (an administrator edited it) because a pod that uses the
+// claim still runs, whose guest may use them: True while they are held,
+// removed once they are released (no pod of the claim runs any more).
+const ConditionHeld = "AddressesHeld"
+
+// ReasonPodRunning is ConditionHeld's reason.
+const ReasonPodRunning = "PodRunning"
+
 // InPool returns the ConditionInPool of a claim whose addresses in pools
 // are outside them as listed (each "IP (why)"); none listed means True.
 func InPool(pools []string, outside []string, generation int64) metav1.Condition {

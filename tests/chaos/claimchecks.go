@@ -135,7 +135,15 @@ func settled(ls *liveState, v claimView, facts claimFacts) bool {
 	case len(v.status) == 0, macLabelProblem(v.claim) != "":
 		return false
 	}
-	return state == "" || state == stateEditConflict
+	// An address it holds beyond what it records stays while a pod of the
+	// claim runs (AddressesHeld): its guest may use it.
+	return state == "" || state == stateEditConflict || (state == stateHoldsUnrecorded && heldWhileRunning(v.claim))
+}
+
+// heldWhileRunning reports whether ipkeeper-controller says the claim keeps
+// addresses it no longer records because a pod of it runs.
+func heldWhileRunning(claim *ipamclaimsv1alpha1.IPAMClaim) bool {
+	return meta.IsStatusConditionTrue(claim.Status.Conditions, claimstatus.ConditionHeld)
 }
 
 // macLabelProblem says how a live claim's MAC label (macaddr.Label,

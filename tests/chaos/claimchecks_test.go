@@ -47,6 +47,8 @@ func TestClaimAddressStates(t *testing.T) {
 			state: stateRequestRefused, settled: true},
 		{name: "request refused, address free now", conditions: refusedTaken, requested: `["10.62.0.21"]`, state: stateRequestRefused},
 		{name: "holds more than it records", status: []string{"10.62.0.20/24"}, mine: []netip.Addr{a4, c4}, state: stateHoldsUnrecorded},
+		{name: "holds more than it records while a pod of it runs", status: []string{"10.62.0.20/24"}, mine: []netip.Addr{a4, c4}, state: stateHoldsUnrecorded,
+			conditions: []metav1.Condition{{Type: claimstatus.ConditionHeld, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonPodRunning}}, settled: true},
 		{name: "records an address it does not hold", status: []string{"10.62.0.20/24", "fd62::20/120"}, mine: []netip.Addr{a6}, problem: true},
 		{name: "records an address another holds", status: []string{"10.62.0.20/24"}, others: []netip.Addr{a4}, problem: true},
 		{name: "edited, new one not reserved yet", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a4, a6}, edit: edit, state: stateEditOldHeld},
