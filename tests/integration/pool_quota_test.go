@@ -95,6 +95,10 @@ func TestNamespaceQuotaCountsRetainedAddresses(t *testing.T) {
 
 	// The next VM's claim is refused: the retained addresses count.
 	createVM("vm-next")
+	waitFor(t, "the next VM's claim to be made", func(ctx context.Context) (bool, error) {
+		_, err := e.claim(ctx, "vm-next.blue")
+		return err == nil, client.IgnoreNotFound(err)
+	})
 	c := waitCondition(t, e.ns, "vm-next.blue", claimstatus.ReasonQuotaExceeded)
 	for _, want := range []string{fmt.Sprintf("IPPool %q", name), fmt.Sprintf("namespace %q", e.ns), "spec.maxAddressesPerNamespace", fmt.Sprint(quota)} {
 		if !strings.Contains(c.Message, want) {
