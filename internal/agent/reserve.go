@@ -242,7 +242,7 @@ func (a *Agent) withinQuota(ctx context.Context, req *request, e entry) error {
 	if err == nil {
 		return nil
 	}
-	_ = a.discard(context.WithoutCancel(ctx), []entry{e}, "quota") // logged by discard
+	_ = a.discard(context.WithoutCancel(ctx), []entry{e}, "rollback") // logged by discard; never handed out
 	if errors.Is(err, poolquota.ErrExceeded) {
 		return fail(reasonQuota, codeInternal, fmt.Errorf("network %q: %w", req.cfg.Name, err))
 	}
