@@ -141,8 +141,9 @@ func (r *Reconciler) tellHeld(claim, updated *ipamclaimsv1alpha1.IPAMClaim, was 
 }
 
 // tell records Events for condition changes: IPsAllocated on the claim
-// (failures, and the recovery from one), RequestedAddresses on the
-// claim's VM, where whoever asked looks. A failure that passes by itself
+// (failures, and the recovery from one) and its failures that need
+// someone on the claim's VM too, RequestedAddresses on the claim's VM,
+// where whoever asked looks. A failure that passes by itself
 // (waiting) is told as Normal: whoever alerts on Warnings has nothing to do.
 func (r *Reconciler) tell(claim, updated *ipamclaimsv1alpha1.IPAMClaim, wasAllocated, wasRequested *metav1.Condition, waiting bool) {
 	failed := corev1.EventTypeWarning
@@ -166,6 +167,11 @@ func (r *Reconciler) tell(claim, updated *ipamclaimsv1alpha1.IPAMClaim, wasAlloc
 			}
 		} else {
 			r.Recorder.Eventf(updated, failed, string(ReasonIPsNotAllocated), "%s: %s", c.Reason, c.Message)
+			// A VM's owner looks at the VM, whose launcher waits for
+			// the claim: a failure that needs someone is told there too.
+			if owner := ownerObject(claim); owner != nil && !waiting {
+				r.Recorder.Eventf(owner, failed, string(ReasonIPsNotAllocated), "IPAMClaim %s: %s: %s", claim.Name, c.Reason, c.Message)
+			}
 		}
 	}
 	c := changedCond(wasRequested, claimstatus.ConditionRequested)
