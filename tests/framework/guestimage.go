@@ -18,7 +18,7 @@ import (
 // container image (spec.domain.firmware.kernelBoot). Its init asks DHCP
 // for an address on each NIC, as a guest of a bridge binding does from
 // virt-launcher's DHCP server, and reports what it holds on the serial
-// console every few seconds:
+// console every few seconds (and answers on TCP 7 and streams on TCP 9):
 //
 //	IPKEEPER-GUEST <iface> mac=<mac> inet=<address/len>
 //
@@ -31,6 +31,9 @@ const (
 	GuestInitrdPath = "/boot/initrd.img"
 	// GuestReportPrefix starts each of the guest's report lines.
 	GuestReportPrefix = "IPKEEPER-GUEST"
+	// GuestStreamPort is where the guest streams a counter, ten lines a
+	// second, to the first peer that connects.
+	GuestStreamPort = 9
 )
 
 const guestInit = `#!/bin/sh
@@ -49,6 +52,9 @@ done
 # Answer on TCP 7 with the guest's view of its addresses (a stream peer for
 # reachability checks).
 (while true; do ip -o addr | nc -l -p 7 >/dev/null 2>&1; done) &
+# Stream a counter, ten lines a second, to whoever connects on TCP 9 (GuestStreamPort): a
+# connection that must outlive a live migration.
+(while true; do (i=0; while echo "$i"; do i=$((i+1)); usleep 100000; done) | nc -l -p 9 >/dev/null 2>&1; done) &
 while true; do
 	for i in $ifaces; do
 		echo "` + GuestReportPrefix + ` $i mac=$(cat /sys/class/net/$i/address) inet=$(ip -4 -o addr show dev $i | awk '{print $4}' | head -1)" >/dev/console

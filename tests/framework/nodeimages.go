@@ -44,7 +44,16 @@ type imageFile struct {
 	mode     int64
 	uid, gid int
 	content  []byte
+	// capability is the file capability (security.capability) the
+	// runtime sets when it unpacks the layer.
+	capability []byte
 }
+
+// netBindService is the file capability cap_net_bind_service=ep
+// (struct vfs_cap_data, revision 2: magic with the effective flag, then
+// the permitted and inheritable sets, low word first).
+// CAP_NET_BIND_SERVICE is bit 10: 0x400.
+var netBindService = []byte{0x01, 0, 0, 0x02, 0x00, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 // treeFiles adds the regular files, directories and symbolic links under
 // the host directory root to files, at prefix in the image, with their
@@ -141,7 +150,12 @@ func writeImageArchiveTags(archive string, refs []string, files map[string]image
 				return fmt.Errorf("image %s: %w", ref, err)
 			}
 		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: p[1:], Mode: f.mode, Uid: f.uid, Gid: f.gid, Size: int64(len(data))}); err != nil {
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: p[1:], Mode: f.mode, Uid: f.uid, Gid: f.gid, Size: int64(len(data))}
+		if f.capability != nil {
+			h.Format = tar.FormatPAX
+			h.PAXRecords = map[string]string{"SCHILY.xattr.security.capability": string(f.capability)}
+		}
+		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
 		if _, err := tw.Write(data); err != nil {
@@ -208,6 +222,18 @@ func writeKubeVirtImage(tools *Tools, archive string) error {
 	}
 	for _, p := range kubeVirtPrograms {
 		files["/usr/bin/"+p] = imageFile{from: filepath.Join(tools.KubeVirtNodeDir, p), mode: 0o755}
+	}
+	// As KubeVirt's image: a non-root launcher (every migration target's,
+	// whatever the source's) starts virt-launcher and virtqemud with the
+	// ambient capability NET_BIND_SERVICE (its DHCP server's port), which
+	// only a permitted capability can raise; QEMU gets it the same way.
+	for _, p := range []string{"/usr/bin/virt-launcher-monitor", "/usr/bin/qemu-system-x86_64"} {
+		f, ok := files[p]
+		if !ok {
+			return fmt.Errorf("the launcher image has no %s", p)
+		}
+		f.capability = netBindService
+		files[p] = f
 	}
 	return writeImageArchiveTags(archive, []string{LauncherImage, HandlerImage}, files, []string{"/usr/bin/virt-launcher"})
 }

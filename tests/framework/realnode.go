@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -316,12 +317,47 @@ func (n *RealNode) start(_ context.Context, name string, args ...string) error {
 }
 
 // ImportImages loads image archives into the node's containerd, where the
-// kubelet finds them.
+// kubelet finds them, by name and by digest (repository@sha256:<manifest>),
+// as a pull from a registry leaves them: the kubelet reports a container's
+// imageID in that form, and KubeVirt names the kernel boot and container
+// disk images of a migration's target launcher by it. (ctr's --digests
+// names them import-<date>@..., which no pod names.)
 func (n *RealNode) ImportImages(ctx context.Context, archives ...string) error {
+	ctr := []string{"ctr", "--address", nodeContainerdSocket, "-n", "k8s.io", "images"}
 	for _, a := range archives {
-		if _, err := n.Exec(ctx, "ctr", "--address", nodeContainerdSocket, "-n", "k8s.io", "images", "import", a); err != nil {
+		if _, err := n.Exec(ctx, append(ctr, "import", a)...); err != nil {
 			return fmt.Errorf("importing %s: %w", a, err)
 		}
+	}
+	out, err := n.Exec(ctx, append(ctr, "ls")...)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	var tags [][2]string // name, digest
+	for _, line := range strings.Split(string(out), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		have[f[0]] = true
+		if !strings.Contains(f[0], "@") && strings.HasPrefix(f[2], "sha256:") {
+			tags = append(tags, [2]string{f[0], f[2]})
+		}
+	}
+	for _, tag := range tags {
+		ref, err := name.ParseReference(tag[0])
+		if err != nil {
+			continue
+		}
+		byDigest := ref.Context().Name() + "@" + tag[1]
+		if have[byDigest] {
+			continue
+		}
+		if _, err := n.Exec(ctx, append(ctr, "tag", tag[0], byDigest)...); err != nil {
+			return fmt.Errorf("naming %s by its digest: %w", tag[0], err)
+		}
+		have[byDigest] = true
 	}
 	return nil
 }
@@ -586,9 +622,11 @@ func (n *RealNode) SandboxOf(ctx context.Context, t testing.TB, pod *corev1.Pod)
 	return ""
 }
 
-// KillSandbox kills a sandbox's pause process, as a crash would: the
-// kubelet sees the sandbox die and makes a new one.
-func (n *RealNode) KillSandbox(ctx context.Context, t testing.TB, id string) {
+// Kill kills the process of a sandbox (its pause process) or a container
+// by its containerd ID with SIGKILL, as a crash would: the kubelet sees
+// it die (and makes a new sandbox, or restarts the container as the pod's
+// restart policy says).
+func (n *RealNode) Kill(ctx context.Context, t testing.TB, id string) {
 	t.Helper()
 	if _, err := n.Exec(ctx, "ctr", "--address", nodeContainerdSocket, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id); err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func testPodOnIpkeeperNetwork(t *testing.T) {
 	// The kubelet recreates a dead sandbox: DEL of the old one, ADD of the
 	// new one. One address is held at the end, and it is on the pod.
 	oldSandbox := lab.nodes[0].SandboxOf(ctx, t, pa)
-	lab.nodes[0].KillSandbox(ctx, t, oldSandbox)
+	lab.nodes[0].Kill(ctx, t, oldSandbox)
 	var res []ipkv1.IPReservation
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		if s := lab.nodes[0].SandboxOf(ctx, t, pa); s == "" || s == oldSandbox {

@@ -11,6 +11,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -100,7 +101,8 @@ func (l *Lab) RestartVMOn(ctx context.Context, t *testing.T, vm *kubevirtv1.Virt
 		}
 		return len(pods.Items) == 0, nil
 	}); err != nil {
-		t.Fatalf("VM %s did not stop: its VMI or launcher pods remain", vm.Name)
+		out, _ := l.cp.Kubectl(ctx, nil, "get", "vmi,pods", "-n", vm.Namespace, "-o", "wide")
+		t.Fatalf("VM %s did not stop after 2m: its VMI or launcher pods remain:\n%s", vm.Name, out)
 	}
 	set(&always, map[string]string{corev1.LabelHostname: node})
 }
@@ -110,19 +112,30 @@ type guestReport struct {
 	line, iface, mac, inet string
 }
 
-// VM creates a running VM on node with bridge-bound interfaces on the
+// VM creates a running VM on node (any node for "") with bridge-bound interfaces on the
 // NADs (the network named as the NAD) and no pod network; its guest is
 // framework.GuestImage, booted by KubeVirt's kernel boot.
 func (l *Lab) VM(ctx context.Context, t *testing.T, ns, name, node string, nads ...string) *kubevirtv1.VirtualMachine {
+	t.Helper()
+	return l.vm(ctx, t, ns, name, node, nil, nads...)
+}
+
+func (l *Lab) vm(ctx context.Context, t *testing.T, ns, name, node string, annotations map[string]string, nads ...string) *kubevirtv1.VirtualMachine {
 	t.Helper()
 	var networks []framework.VMNetwork
 	for _, n := range nads {
 		networks = append(networks, framework.VMNetwork{Name: n, NAD: n})
 	}
 	vm := framework.NewVM(ns, name, networks...)
+	vm.Spec.Template.ObjectMeta.Annotations = annotations
 	spec := &vm.Spec.Template.Spec
 	spec.Networks, spec.Domain.Devices.Interfaces = spec.Networks[1:], spec.Domain.Devices.Interfaces[1:] // no pod network
-	spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	if node != "" {
+		spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	}
+	// Stopped at once, as a power-off: the guest's init handles no ACPI
+	// shutdown, so a grace period would only be waited out.
+	spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
 	spec.Domain.Firmware.KernelBoot = &kubevirtv1.KernelBoot{KernelArgs: "console=ttyS0 panic=-1",
 		Container: &kubevirtv1.KernelBootContainer{Image: framework.GuestImage, KernelPath: framework.GuestKernelPath,
 			InitrdPath: framework.GuestInitrdPath, ImagePullPolicy: corev1.PullNever}}
@@ -138,19 +151,26 @@ func (l *Lab) VM(ctx context.Context, t *testing.T, ns, name, node string, nads 
 // address, and returns the VMI and the report.
 func (l *Lab) WaitGuest(ctx context.Context, t *testing.T, vm *kubevirtv1.VirtualMachine) (*kubevirtv1.VirtualMachineInstance, guestReport) {
 	t.Helper()
+	return l.WaitGuestOn(ctx, t, vm, "")
+}
+
+// WaitGuestOn is WaitGuest for a VMI that runs on node ("": any), read
+// from the console of its launcher there.
+func (l *Lab) WaitGuestOn(ctx context.Context, t *testing.T, vm *kubevirtv1.VirtualMachine, node string) (*kubevirtv1.VirtualMachineInstance, guestReport) {
+	t.Helper()
 	var vmi kubevirtv1.VirtualMachineInstance
 	var report guestReport
 	var console string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, labVMTimeout, true, func(ctx context.Context) (bool, error) {
-		if err := l.cp.Client.Get(ctx, client.ObjectKeyFromObject(vm), &vmi); err != nil || vmi.Status.Phase != kubevirtv1.Running {
+		if err := l.cp.Client.Get(ctx, client.ObjectKeyFromObject(vm), &vmi); err != nil || vmi.Status.Phase != kubevirtv1.Running ||
+			(node != "" && vmi.Status.NodeName != node) {
 			return false, nil
 		}
-		pods, err := l.cp.Kubectl(ctx, nil, "get", "pods", "-n", vm.Namespace, "-l", kubevirtv1.CreatedByLabel+"="+string(vmi.UID),
-			"--field-selector", "status.phase=Running", "-o", "name")
-		if err != nil || len(strings.Fields(string(pods))) == 0 {
+		pod := l.launcherOn(ctx, &vmi, vmi.Status.NodeName)
+		if pod == "" {
 			return false, nil
 		}
-		out, err := l.cp.Kubectl(ctx, nil, "logs", "-n", vm.Namespace, strings.Fields(string(pods))[0], "-c", "guest-console-log")
+		out, err := l.cp.Kubectl(ctx, nil, "logs", "-n", vm.Namespace, pod, "-c", "guest-console-log")
 		if err != nil {
 			return false, nil
 		}
@@ -160,7 +180,8 @@ func (l *Lab) WaitGuest(ctx context.Context, t *testing.T, vm *kubevirtv1.Virtua
 	})
 	if err != nil {
 		out, _ := l.cp.Kubectl(ctx, nil, "get", "vmi,pods,ipamclaims,ipreservations", "-n", vm.Namespace, "-o", "wide")
-		t.Fatalf("VM %s: no guest report with an address after %s (VMI phase %s):\n%s\nconsole (tail):\n%s", vm.Name, labVMTimeout, vmi.Status.Phase, out, tailLines(console, 30))
+		t.Fatalf("VM %s: no guest report with an address after %s (VMI phase %s on %q, want %q):\n%s\nconsole (tail):\n%s",
+			vm.Name, labVMTimeout, vmi.Status.Phase, vmi.Status.NodeName, node, out, tailLines(console, 30))
 	}
 	return &vmi, report
 }
