@@ -120,6 +120,7 @@ func (cp *ControlPlane) StartRealNodes(ctx context.Context, t testing.TB, n int)
 			t.Fatalf("the real-node lane needs %s (Debian's containerd, runc and util-linux; .ci/run installs them): %v", bin, err)
 		}
 	}
+	lockRealNodes(ctx, t)
 	imagesDir := t.TempDir()
 	images, err := writeNodeImages(cp.Tools, imagesDir)
 	if err != nil {
@@ -360,6 +361,44 @@ func (n *RealNode) ImportImages(ctx context.Context, archives ...string) error {
 		have[byDigest] = true
 	}
 	return nil
+}
+
+// realNodesLock is held by the test process whose real nodes run:
+// one lab's at a time on a machine. A node bind-mounts its own directories
+// over host paths such as /var/lib/kubelet, made on the host when missing
+// and removed when it stops; a second lab's nodes would lose their mounts
+// to that removal and write into the host's directories.
+const realNodesLock = "/run/lock/ipkeeper-real-nodes.lock"
+
+// lockRealNodes waits for realNodesLock (flock, so a killed process
+// releases it) and holds it until the test's cleanups, registered first,
+// run last: after the nodes stopped.
+func lockRealNodes(ctx context.Context, t testing.TB) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(realNodesLock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(realNodesLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			_ = f.Close()
+			t.Fatalf("locking %s: %v", realNodesLock, err)
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			t.Fatalf("another test process's real nodes still run (%s held): %v", realNodesLock, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+	t.Cleanup(func() { _ = f.Close() })
 }
 
 func (n *RealNode) waitReady(ctx context.Context) error {
