@@ -135,9 +135,15 @@ func settled(ls *liveState, v claimView, facts claimFacts) bool {
 	case len(v.status) == 0, macLabelProblem(v.claim) != "":
 		return false
 	}
-	// An address it holds beyond what it records stays while a pod of the
-	// claim runs (AddressesHeld): its guest may use it.
-	return state == "" || state == stateEditConflict || (state == stateHoldsUnrecorded && heldWhileRunning(v.claim))
+	return state == "" || state == stateEditConflict || keptWhileRunning(v.claim, state)
+}
+
+// keptWhileRunning: an address a claim holds beyond what it records (left
+// by an edit of status.ips, or unrecorded) stays while a pod of the claim
+// exists, as ipkeeper-controller says with AddressesHeld: its guest may
+// use it. It is released once no pod of the claim is left.
+func keptWhileRunning(claim *ipamclaimsv1alpha1.IPAMClaim, state string) bool {
+	return (state == stateHoldsUnrecorded || state == stateEditOldHeld) && heldWhileRunning(claim)
 }
 
 // heldWhileRunning reports whether ipkeeper-controller says the claim keeps
@@ -224,7 +230,7 @@ func (r *runner) checkClaim(ls *liveState, claim *ipamclaimsv1alpha1.IPAMClaim, 
 			problems = append(problems, fmt.Sprintf("pod %s got %v", a.podName, ips))
 		}
 	}
-	if final && (state == stateHoldsUnrecorded || state == stateEditOldHeld) {
+	if final && (state == stateHoldsUnrecorded || state == stateEditOldHeld) && !keptWhileRunning(claim, state) {
 		problems = append(problems, fmt.Sprintf("at quiescence it is still in state %s: status.ips %v, its reservations hold %v", state, v.status, v.held))
 	}
 	if final {

@@ -53,6 +53,8 @@ func TestClaimAddressStates(t *testing.T) {
 		{name: "records an address another holds", status: []string{"10.62.0.20/24"}, others: []netip.Addr{a4}, problem: true},
 		{name: "edited, new one not reserved yet", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a4, a6}, edit: edit, state: stateEditOldHeld},
 		{name: "edited, both held", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a4, b4, a6}, edit: edit, state: stateEditOldHeld},
+		{name: "edited, both held while a pod of it runs", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a4, b4, a6}, edit: edit, state: stateEditOldHeld,
+			conditions: []metav1.Condition{{Type: claimstatus.ConditionHeld, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonPodRunning}}, settled: true},
 		{name: "edited, done", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{b4, a6}, edit: edit, settled: true},
 		{name: "edited, new one someone else's", status: []string{"10.62.0.21/24", "fd62::20/120"}, mine: []netip.Addr{a4, a6}, others: []netip.Addr{b4}, edit: edit,
 			state: stateEditConflict, settled: true},
