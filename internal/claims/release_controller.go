@@ -478,7 +478,18 @@ func (r *ClaimReleaser) SetupWithManager(mgr ctrl.Manager) error {
 		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(mayBeOurs))).
 		Watches(&kubevirtv1.VirtualMachine{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(byOwnerName)).
-		WatchesMetadata(podrefs.Metadata(), handler.EnqueueRequestsFromMapFunc(podrefs.ClaimRequests))
+		WatchesMetadata(podrefs.Metadata(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, pod client.Object) []reconcile.Request {
+			reqs := podrefs.ClaimRequests(ctx, pod)
+			// A launcher keeps its owner's claims while it holds their
+			// addresses, referencing them or not (one created while the
+			// webhook was down has no reference, users): its end must bring
+			// them back too, or a deleted VM's claim waits for the resync.
+			if name := pod.GetLabels()[kubevirt.VMINameLabel]; name != "" {
+				owner := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: pod.GetNamespace(), Name: name}}
+				reqs = append(reqs, byOwnerName(ctx, owner)...)
+			}
+			return reqs
+		}))
 	if r.Maker != nil {
 		// Claims another controller made become ours when it goes.
 		b = b.WatchesRawSource(source.Channel(r.Maker.Listen(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
