@@ -24,10 +24,10 @@ const (
 	defaultSeed     = 1
 	defaultDuration = 60 * time.Second
 	workers         = 12
-	// The short run must reach these, and see a VM's live NAD swap
-	// succeed, or it proves little; on a slow machine (or after a long
-	// API server restart) it runs up to maxShortExtension longer to get
-	// there.
+	// The short run must reach these, and see VMs' live NAD swaps within
+	// blue's shared pool (one done, one failed and swapped back), or it
+	// proves little; on a slow machine (or after a long API server
+	// restart) it runs up to maxShortExtension longer to get there.
 	minShortOps       = 1500
 	maxShortExtension = 60 * time.Second
 	// settleTimeout bounds the wait at quiescence for the garbage
@@ -127,7 +127,7 @@ func TestChaos(t *testing.T) {
 	sched := newScheduler(seed)
 	for dispatched := 0; ; dispatched++ {
 		ran := time.Since(start)
-		if ran >= duration && (!short || (dispatched >= minShortOps && r.swapped()) || ran >= duration+maxShortExtension) {
+		if ran >= duration && (!short || (dispatched >= minShortOps && r.swapped() && len(r.sharedPoolSwapsMissing()) == 0) || ran >= duration+maxShortExtension) {
 			break // the short run goes on (up to a limit) until it has done enough to mean something
 		}
 		steps <- sched.next()
@@ -322,6 +322,28 @@ func (r *runner) swapped() bool {
 	return r.counts.get("vm:swap")+r.counts.get("vm:swap-hotplug")+r.counts.get("vm:swap-fails") > 0
 }
 
+// sharedPoolSwapsMissing names the kinds of live NAD swap within blue's
+// shared pool (blueSwaps) no VM has done yet: one whose migration moved
+// the VM, and one whose migration failed and was swapped back.
+func (r *runner) sharedPoolSwapsMissing() []string {
+	var missing []string
+	if r.counts.get("vm:swap-in-shared-pool")+r.counts.get("vm:swap-hotplug-in-shared-pool") == 0 {
+		missing = append(missing, "done")
+	}
+	if r.counts.get("vm:swap-fails-in-shared-pool") == 0 {
+		missing = append(missing, "failed and swapped back")
+	}
+	return missing
+}
+
+// assertSharedPoolSwaps fails a run that missed a kind of swap within
+// blue's shared pool.
+func (r *runner) assertSharedPoolSwaps(t *outcome) {
+	for _, kind := range r.sharedPoolSwapsMissing() {
+		t.errorf("no live NAD swap within a pool two networks share %s", kind)
+	}
+}
+
 // assertCoverage fails the short run when it did too little to mean
 // anything: too few operations, or a fault kind that never fired.
 func (r *runner) assertCoverage(t *outcome) {
@@ -350,6 +372,7 @@ func (r *runner) assertCoverage(t *outcome) {
 	if !r.swapped() {
 		t.errorf("no live NAD swap of a VM")
 	}
+	r.assertSharedPoolSwaps(t)
 	for _, aspect := range poolAspects {
 		if r.counts.get("pool-edit:"+aspect) == 0 {
 			t.errorf("no pool edit of its %s", aspect)
@@ -399,13 +422,16 @@ func (r *runner) assertCoverage(t *outcome) {
 
 // assertLongCoverage fails a long run in which the VM operations that a
 // short run only tries (its virt-controller is not started again when it
-// exits) never succeeded: KubeVirt's clone, snapshot and restore.
+// exits) never succeeded: KubeVirt's clone, snapshot and restore; or in
+// which no live NAD swap within blue's shared pool was done or rolled
+// back, as the short run must have.
 func (r *runner) assertLongCoverage(t *outcome) {
 	for _, op := range []string{"clone", "restore", "delete-restore"} {
 		if r.counts.get("vm:"+op) == 0 {
 			t.errorf("no VM %s succeeded", op)
 		}
 	}
+	r.assertSharedPoolSwaps(t)
 	// How often a clone's claim got other addresses, and a network
 	// plugged back took its address back, shows in the summary's vms=[...]
 	// (vm:clone-got-other-addresses, vm:replug-kept-address): a clone or a

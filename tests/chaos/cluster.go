@@ -465,8 +465,11 @@ func cooldownOf(pool string) time.Duration {
 		return smallCooldown
 	case stickyPool:
 		return stickyCooldown
-	case redPool:
-		return redCooldown
+	}
+	for _, p := range vmPools {
+		if p.name == pool {
+			return p.cooldown
+		}
 	}
 	return 0
 }

@@ -63,8 +63,16 @@
 //     the agents): start, live migration, NIC hotplug and unplug, live NAD
 //     swaps to another network whose migration succeeds or fails (the
 //     user then swaps back), a hotplug or unplug while a swap's migration
-//     is pending, a move to a receiver VM of another namespace by
-//     KubeVirt's decentralized live migration, which succeeds or fails
+//     is pending (a VM's blue network goes round three NADs: from blue-b
+//     to blue-c, two CNI networks naming one IPPool with a reuse
+//     cooldown, whose new claim must get other addresses of it while the
+//     source's launcher runs on the old claim's, pending, failed or
+//     rolled back, then to blue-a, an inline pool of its own, and back;
+//     vm:swap-in-shared-pool, vm:swap-hotplug-in-shared-pool and
+//     vm:swap-fails-in-shared-pool count them, and the short run waits
+//     for one done and one failed; I1 and I2 judge them), a move to a
+//     receiver VM of another namespace by KubeVirt's decentralized live
+//     migration, which succeeds or fails
 //     (vmmoveops.go; the synchronization controller simulated too), stop
 //     and deletion (in long runs virt-controller, which
 //     exits when it loses its lease during an API server restart, is
@@ -93,7 +101,7 @@
 // live reads, and again at quiescence. I1 covers the pool, not the
 // network (two networks of one pool never share an address), and no
 // address released in a cooldown pool (the small networks', the VMs'
-// red) goes to another holder before its cooldown ends, but to a claim
+// red and blue's shared one) goes to another holder before its cooldown ends, but to a claim
 // made anew under the releasing claim's name (reservation.KeptFor); I3 also wants every released reservation gone once its
 // cooldown is over. I4 (a claim's status.ips are its reservations'
 // addresses and its pods get exactly those; a launcher's ADD refused for a

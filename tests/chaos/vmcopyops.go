@@ -40,8 +40,9 @@ import (
 // I10 judges each: a restore over the same VM keeps its claims (the same
 // objects, the same addresses), a clone never shares a claim or an
 // address with its source, a VM restored after its deletion never a
-// claim. red's pool retains addresses (vmops.go): a red claim made anew
-// (plugged back, or restored) takes back its name's address, counted.
+// claim. red's pool and blue's shared one retain addresses (vmops.go): a
+// red claim made anew (plugged back, or restored) takes back its name's
+// address, counted.
 
 // copyWait bounds an operation's wait for a VM or a claim it makes.
 const copyWait = 30 * time.Second
@@ -159,9 +160,9 @@ func (a *vmActor) restore(ctx context.Context, deleteFirst bool) error {
 		return err
 	}
 	if deleteFirst {
-		// Its addresses were freed (blue's pools retain nothing; red's
-		// keeps them for the claim name): the restored VM may get them
-		// again, but never its deleted claims.
+		// Its addresses were freed (blue-a's pool retains nothing; red's
+		// and blue's shared one keep them for the claim name): the
+		// restored VM may get them again, but never its deleted claims.
 		a.judgeCopy(name+" (deleted)", name+" (restored)", before, after, false)
 		if retention > 0 {
 			// Retained for the claim names: the restored VM's claims take

@@ -41,7 +41,9 @@ import (
 // Each VM, in a loop of its own: start, live migration, NIC hotplug and
 // unplug, a live NAD swap to another network whose migration succeeds or
 // fails (then the user swaps back), with a hotplug or unplug while the
-// swap's migration is pending, stop, deletion, a clone, a snapshot
+// swap's migration is pending (blue's swaps go round three NADs, one of
+// them from one network to another of the same pool: blueSwaps), stop,
+// deletion, a clone, a snapshot
 // restored over the VM, a deletion then a restore (vmcopyops.go). Their
 // launchers' addresses fall under I1, I2 (a running launcher's address is
 // reserved for its claim: releasing a running VM's address is a
@@ -58,7 +60,7 @@ const (
 	// vmRetention is the ipkeeper.io/retain-addresses-for of every other
 	// VM (create).
 	vmRetention = 10 * time.Minute
-	// The logical networks of a VM: blue (swapped between two NADs of two
+	// The logical networks of a VM: blue (swapped between NADs of three
 	// networks) and red (hot-plugged and unplugged).
 	blue = "blue"
 	red  = "red"
@@ -67,24 +69,59 @@ const (
 // vmNetworks are the VMs' NADs, by NAD name.
 var vmNetworks = map[string]*network{
 	"blue-a": vmNet("blue-a", "chaos-vm-a", "10.64.0.0/26"),
-	"blue-b": vmNet("blue-b", "chaos-vm-b", "10.64.1.0/26"),
-	"red":    vmRetainingNet("red", "chaos-vm-red"),
+	"blue-b": vmPoolNet("blue-b", "chaos-vm-b", bluePool),
+	"blue-c": vmPoolNet("blue-c", "chaos-vm-c", bluePool),
+	"red":    vmPoolNet("red", "chaos-vm-red", redPool),
 }
 
-// red's pool is a named one with a reuse cooldown: a VM's red claim,
-// released by an unplug and made anew by the next hotplug, gets back the
-// address its name held (reservation.KeptFor), which the other
-// invariants judge like any claim's writes.
+// blueSwaps is where a live NAD swap points blue, by the NAD it is on:
+// round the three, a VM's first swap (from blueFirstNAD) within one
+// pool. blue-b and blue-c are two CNI networks naming one IPPool with a
+// reuse cooldown: the swap's new claim must get other addresses of it
+// while the source's launcher runs with the old claim's, through a
+// pending, a failed and a rolled-back migration (docs/kubevirt.md, Live
+// NAD swap), which I1 (the target's ADD against the source's) and I2
+// (the source's address reserved for its claim) judge; then to blue-a,
+// an inline pool of its own, and back to the shared one.
+var blueSwaps = map[string]string{"blue-b": "blue-c", "blue-c": "blue-a", "blue-a": "blue-b"}
+
+// blueFirstNAD is blue's NAD when a VM is made: its first swap, the one
+// the short run's first operations try, stays in blue's shared pool.
+const blueFirstNAD = "blue-b"
+
+// inSharedPool reports whether a swap of blue from one NAD to another
+// stays in one pool (of another network: a swap between NADs of one
+// network keeps its claim).
+func inSharedPool(from, to string) bool {
+	f, t := vmNetworks[from], vmNetworks[to]
+	return f != nil && t != nil && f.name != t.name && f.pool == t.pool
+}
+
+// The VMs' named pools, each with a reuse cooldown. red's: a VM's red
+// claim, released by an unplug and made anew by the next hotplug, gets
+// back the address its name held (reservation.KeptFor), which the other
+// invariants judge like any claim's writes. blue's, shared by blue-b and
+// blue-c: see blueSwaps.
 const (
-	redPool     = "chaos-vm-red"
-	redRange    = "10.64.2.0/26"
-	redCooldown = time.Minute
+	redPool      = "chaos-vm-red"
+	redRange     = "10.64.2.0/26"
+	redCooldown  = time.Minute
+	bluePool     = "chaos-vm-blue"
+	blueRange    = "10.64.1.0/25"
+	blueCooldown = time.Minute
 )
 
-func vmRetainingNet(nad, name string) *network {
-	return &network{nad: nad, name: name, pool: redPool, key: redPool, config: map[string]any{
+// vmPools are the VMs' named pools.
+var vmPools = []struct {
+	name, cidr string
+	cooldown   time.Duration
+}{{redPool, redRange, redCooldown}, {bluePool, blueRange, blueCooldown}}
+
+// vmPoolNet is a NAD of CNI network name drawing from the named pool.
+func vmPoolNet(nad, name, pool string) *network {
+	return &network{nad: nad, name: name, pool: pool, key: pool, config: map[string]any{
 		"cniVersion": "1.0.0", "name": name, "type": "bridge", "allowPersistentIPs": true,
-		"ipam": map[string]any{"type": "ipkeeper", "pool": redPool},
+		"ipam": map[string]any{"type": "ipkeeper", "pool": pool},
 	}}
 }
 
@@ -134,10 +171,12 @@ func (r *runner) startVMs(ctx context.Context, seed uint64) (*sync.WaitGroup, er
 			return nil, err
 		}
 	}
-	red := &ipkv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: redPool}, Spec: ipkv1alpha1.IPPoolSpec{
-		Ranges: []ipkv1alpha1.PoolRange{{Range: redRange}}, ReuseCooldown: &ipkv1alpha1.Duration{Duration: redCooldown}}}
-	if err := c.Create(ctx, red); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("creating IPPool %s: %w", redPool, err)
+	for _, p := range vmPools {
+		pool := &ipkv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: p.name}, Spec: ipkv1alpha1.IPPoolSpec{
+			Ranges: []ipkv1alpha1.PoolRange{{Range: p.cidr}}, ReuseCooldown: &ipkv1alpha1.Duration{Duration: p.cooldown}}}
+		if err := c.Create(ctx, pool); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating IPPool %s: %w", p.name, err)
+		}
 	}
 	for _, n := range vmNetworks {
 		raw, err := json.Marshal(n.config)
@@ -178,10 +217,13 @@ func (r *runner) startVMs(ctx context.Context, seed uint64) (*sync.WaitGroup, er
 // The VM operations.
 var vmOps = []string{"migrate", "swap", "swap-hotplug", "swap-fails", "hotplug", "stop", "delete", "clone", "restore", "delete-restore", "move"}
 
-// vmFirstOps are each actor's first operations: together, every kind.
+// vmFirstOps are each actor's first operations: together, every kind;
+// each actor's first two are the swaps within blue's shared pool
+// (blueFirstNAD) the short run must see, one failed and swapped back,
+// one done, so that a fault in the way of one actor's leaves the other's.
 var vmFirstOps = [][]string{
-	{"swap-hotplug", "swap-fails", "migrate", "move", "swap", "clone"},
-	{"swap", "hotplug", "swap-hotplug", "restore", "delete-restore", "stop", "delete"},
+	{"swap-fails", "swap-hotplug", "migrate", "move", "swap", "clone"},
+	{"swap-fails", "swap", "hotplug", "swap-hotplug", "restore", "delete-restore", "stop", "delete"},
 }
 
 func (a *vmActor) run(ctx context.Context) {
@@ -242,7 +284,7 @@ func (a *vmActor) create(ctx context.Context) error {
 	a.gen++
 	name := fmt.Sprintf("%s-g%d", a.name, a.gen)
 	a.r.vmNames.Store(name, true)
-	blueNet := framework.VMNetwork{Name: blue, NAD: "blue-a"}
+	blueNet := framework.VMNetwork{Name: blue, NAD: blueFirstNAD}
 	if a.ownMACs && a.gen%2 == 1 {
 		// Every other VM of this actor sets blue's MAC itself: its
 		// launchers must carry that one, never ipkeeper's (I11).
@@ -266,7 +308,7 @@ func (a *vmActor) create(ctx context.Context) error {
 	if err := a.kv.C.Create(ctx, vm); err != nil {
 		return fmt.Errorf("creating VirtualMachine %s/%s: %w", vmNamespace, name, err)
 	}
-	a.vm, a.nad, a.red, a.redIPs = vm, "blue-a", false, nil
+	a.vm, a.nad, a.red, a.redIPs = vm, blueFirstNAD, false, nil
 	return nil
 }
 
@@ -310,10 +352,11 @@ func (a *vmActor) do(ctx context.Context, op string, vmi *kubevirtv1.VirtualMach
 	case "move":
 		return a.move(ctx, vmi)
 	}
-	// A live NAD swap of blue to the other network: virt-controller marks
-	// the VMI MigrationRequired; its migration moves the VM to the new
-	// network, or fails (the VM stays on the old one; the user swaps back).
-	to := map[string]string{"blue-a": "blue-b", "blue-b": "blue-a"}[a.nad]
+	// A live NAD swap of blue to the next network (blueSwaps):
+	// virt-controller marks the VMI MigrationRequired; its migration moves
+	// the VM to the new network, or fails (the VM stays on the old one; the
+	// user swaps back).
+	from, to := a.nad, blueSwaps[a.nad]
 	vmi, err := a.kv.SwapNAD(ctx, a.vm, blue, to)
 	if err != nil {
 		return err
@@ -332,14 +375,27 @@ func (a *vmActor) do(ctx context.Context, op string, vmi *kubevirtv1.VirtualMach
 		if _, _, err := a.kv.Migrate(ctx, vmi, other, framework.FailMigration()); err != nil {
 			return err
 		}
-		_, err := a.kv.SwapNADBack(ctx, a.vm, blue, a.nad)
-		return err
+		if _, err := a.kv.SwapNADBack(ctx, a.vm, blue, from); err != nil {
+			return err
+		}
+		a.countSwap(op, from, to)
+		return nil
 	}
 	if _, _, err := a.kv.Migrate(ctx, vmi, other); err != nil {
 		return err
 	}
 	a.nad = to
+	a.countSwap(op, from, to)
 	return nil
+}
+
+// countSwap counts a swap done (its migration succeeded, or failed and
+// the user swapped back) within blue's shared pool, by kind
+// (vm:<op>-in-shared-pool): the swaps the short run must have seen.
+func (a *vmActor) countSwap(op, from, to string) {
+	if inSharedPool(from, to) {
+		a.r.counts.inc("vm:" + op + "-in-shared-pool")
+	}
 }
 
 // plug hot-plugs red, or unplugs it.
