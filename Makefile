@@ -135,7 +135,7 @@ test-chaos: tools ## The short fixed-seed chaos run: random operations and fault
 # docs/development.md#real-nodes).
 LAB_ARCH := $(shell go env GOARCH)
 LAB_IMAGE_DIR := $(BIN_DIR)/lab-image
-LAB_TOOLS := etcd kubernetes kubernetes-node node-images guest-kernel cni-plugins multus kubevirt kubevirt-node launcher-rootfs
+LAB_TOOLS := etcd kubernetes kubernetes-node node-images guest-kernel cni-plugins multus kubevirt kubevirt-node launcher-rootfs guest-rootfs
 .PHONY: test-nodes
 test-nodes: ## The real-node lane as root: real kubelets, containerd, Multus and ipkeeper installed as it ships.
 	bash hack/tools.sh $(LAB_TOOLS)

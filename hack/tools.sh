@@ -64,6 +64,14 @@ KUBEVIRT_NODE_PURE="virt-launcher-monitor virt-probe virt-tail virt-launcher/lib
 LAUNCHER_SUITE=trixie
 LAUNCHER_ROOTFS_REVISION=1
 LAUNCHER_PACKAGES="libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-log libvirt-clients qemu-system-x86 qemu-utils ipxe-qemu seabios iproute2 nftables xorriso procps"
+# The cloud-init guest's root filesystem (component guest-rootfs), for the
+# guest network configuration scenario: Debian's cloud-init, which reads
+# the NoCloud disk KubeVirt makes of ipkeeper's Secret, and ifupdown, which
+# applies what cloud-init renders (/etc/network/interfaces.d), as a
+# Debian guest without netplan does; debootstrapped like the launcher's,
+# from the same suite. Bump the revision whenever the list changes.
+GUEST_ROOTFS_REVISION=1
+GUEST_ROOTFS_PACKAGES="cloud-init ifupdown iproute2 procps"
 # kubevirt/ipam-extensions is not served by the module proxy: it builds from
 # a source archive, ipam-extensions-<version>.tar.gz in the directory
 # IPKEEPER_THIRD_PARTY_DIR names (checked against the sha256 below), else
@@ -124,6 +132,7 @@ IPKEEPER_KUBELET=$ROOT/kubernetes-node-${K8S_VERSION}/kubelet
 IPKEEPER_KUBE_SCHEDULER=$ROOT/kubernetes-node-${K8S_VERSION}/kube-scheduler
 IPKEEPER_NODE_IMAGES_DIR=$ROOT/node-images-${K8S_VERSION}
 IPKEEPER_GUEST_KERNEL_DIR=$ROOT/guest-kernel
+IPKEEPER_GUEST_ROOTFS=$ROOT/guest-rootfs-${LAUNCHER_SUITE}-${GUEST_ROOTFS_REVISION}/rootfs
 IPKEEPER_MULTUS_THIN_ENTRYPOINT=$ROOT/multus-${MULTUS_VERSION}/thin_entrypoint
 IPKEEPER_CNI_PLUGINS_DIR=$ROOT/cni-plugins-${CNI_PLUGINS_VERSION}
 IPKEEPER_MULTUS=$ROOT/multus-${MULTUS_VERSION}/multus
@@ -274,14 +283,19 @@ build_node_images() {
 
 # The real-node lane's guest kernel: Debian's cloud kernel (the
 # distribution's current one: Debian serves only that), its vmlinuz and the
-# virtio modules a guest needs for its NICs, unpacked from the package,
-# never installed. tests/framework builds the guest's initramfs around them.
-# The modules are loaded in this order: each after those it depends on.
+# virtio modules a guest needs for its NICs and disks, and ISO 9660 (the
+# NoCloud disk KubeVirt makes for cloud-init), unpacked from the package,
+# never installed. tests/framework builds the guests' initramfs around them.
+# The modules are loaded in this order: each after those it depends on. The
+# cache is rebuilt when the list changes.
 GUEST_KERNEL_PACKAGE=linux-image-cloud-amd64
-GUEST_KERNEL_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net"
+GUEST_KERNEL_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net virtio_blk cdrom isofs"
 build_guest_kernel() {
 	local dir="$ROOT/guest-kernel"
-	if built "$dir"; then log "guest kernel: cached in $dir"; return; fi
+	if built "$dir" && [[ "$(cat "$dir/modules/order" 2>/dev/null)" == "$GUEST_KERNEL_MODULES" ]]; then
+		log "guest kernel: cached in $dir"
+		return
+	fi
 	command -v apt-get >/dev/null || die "guest kernel: apt-get is needed to download ${GUEST_KERNEL_PACKAGE}"
 	log "guest kernel: Debian's ${GUEST_KERNEL_PACKAGE}"
 	local work pkg m ko
@@ -668,39 +682,55 @@ launcher_mirror() {
 	return 1
 }
 
+# debootstrap_rootfs COMPONENT DIR PACKAGES...: DIR/rootfs, debootstrap
+# --variant=minbase of LAUNCHER_SUITE from the machine's own mirror plus
+# PACKAGES (apt, no recommends); DIR/packages.txt lists what was installed,
+# with versions; documentation, manual pages, locales, logs and apt's
+# caches removed. The caller finishes the tree and marks DIR complete.
+debootstrap_rootfs() {
+	local component=$1 dir=$2 mirror proxy="" rootfs="$2/rootfs"
+	shift 2
+	mirror=$(launcher_mirror) ||
+		die "$component: no Debian mirror in /etc/apt/sources.list or /etc/apt/sources.list.d/*.{list,sources} serves dists/${LAUNCHER_SUITE}: add a deb line (or deb822 stanza) for one"
+	eval "$(apt-config shell proxy Acquire::http::Proxy)"
+	log "$component: debootstrap --variant=minbase ${LAUNCHER_SUITE} from $mirror, with $*"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	export http_proxy=${proxy:-${http_proxy:-}}
+	debootstrap --variant=minbase "$LAUNCHER_SUITE" "$rootfs" "$mirror" >"$dir/build.log" 2>&1 ||
+		die "$component: debootstrap failed (log: $dir/build.log, and $rootfs/debootstrap/debootstrap.log)"
+	# apt, not debootstrap --include, installs the packages: debootstrap
+	# orders systemd's pre-dependency wrongly. In a mount namespace of its
+	# own, so that the chroot's /proc is gone when it ends; no service starts.
+	printf '#!/bin/sh\nexit 101\n' >"$rootfs/usr/sbin/policy-rc.d" && chmod 0755 "$rootfs/usr/sbin/policy-rc.d"
+	# shellcheck disable=SC2016
+	unshare --mount --propagation private -- sh -c 'r=$1 && shift && mount -t proc proc "$r/proc" &&
+		chroot "$r" apt-get -qq update && DEBIAN_FRONTEND=noninteractive chroot "$r" apt-get -qq install -y --no-install-recommends "$@"' \
+		sh "$rootfs" "$@" >>"$dir/build.log" 2>&1 ||
+		die "$component: installing $* failed (log: $dir/build.log)"
+	rm -f "$rootfs/usr/sbin/policy-rc.d"
+	# shellcheck disable=SC2016
+	chroot "$rootfs" dpkg-query -W -f '${Package} ${Version}\n' >"$dir/packages.txt"
+	find "$rootfs/usr/share/doc" -mindepth 1 ! -name copyright ! -type d -delete
+	find "$rootfs/var/log" -type f -delete
+	rm -rf "$rootfs"/usr/share/{man,info,locale,lintian,linda} "$rootfs"/var/cache/apt/* "$rootfs"/var/lib/apt/lists/* \
+		"$rootfs/debootstrap"
+}
+
 # The virt-launcher image's root filesystem (see LAUNCHER_PACKAGES above):
-# debootstrap --variant=minbase plus those packages; /var/run the relative
-# link ../run (virt-handler reads /proc/<pid>/root/var/run, which an
-# absolute link would resolve in its own root), the qemu user and group
-# (107, as in KubeVirt's image, named by its qemu.conf), the virtqemud shim;
-# documentation, manual pages, locales and apt's caches removed.
-# packages.txt next to rootfs/ lists what was installed, with versions.
+# /var/run the relative link ../run (virt-handler reads
+# /proc/<pid>/root/var/run, which an absolute link would resolve in its own
+# root), the qemu user and group (107, as in KubeVirt's image, named by its
+# qemu.conf), the virtqemud shim.
 build_launcher_rootfs() {
 	local dir="$ROOT/kubevirt-launcher-rootfs-${LAUNCHER_SUITE}-${LAUNCHER_ROOTFS_REVISION}"
 	if built "$dir"; then log "launcher rootfs ${LAUNCHER_SUITE}-${LAUNCHER_ROOTFS_REVISION}: cached in $dir"; return; fi
 	[[ $(id -u) -eq 0 ]] || { unmet launcher-rootfs "debootstrap needs root"; return; }
 	command -v debootstrap >/dev/null || { unmet launcher-rootfs "install debootstrap"; return; }
-	local mirror proxy="" rootfs="$dir/rootfs" hack
+	local rootfs="$dir/rootfs" hack
 	hack="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-	mirror=$(launcher_mirror) ||
-		die "launcher-rootfs: no Debian mirror in /etc/apt/sources.list or /etc/apt/sources.list.d/*.{list,sources} serves dists/${LAUNCHER_SUITE}: add a deb line (or deb822 stanza) for one"
-	eval "$(apt-config shell proxy Acquire::http::Proxy)"
-	log "launcher rootfs: debootstrap --variant=minbase ${LAUNCHER_SUITE} from $mirror, with ${LAUNCHER_PACKAGES}"
-	rm -rf "$dir"
-	mkdir -p "$dir"
-	export http_proxy=${proxy:-${http_proxy:-}}
-	debootstrap --variant=minbase "$LAUNCHER_SUITE" "$rootfs" "$mirror" >"$dir/build.log" 2>&1 ||
-		die "launcher-rootfs: debootstrap failed (log: $dir/build.log, and $rootfs/debootstrap/debootstrap.log)"
-	# apt, not debootstrap --include, installs the packages: debootstrap
-	# orders systemd's pre-dependency wrongly. In a mount namespace of its
-	# own, so that the chroot's /proc is gone when it ends; no service starts.
-	printf '#!/bin/sh\nexit 101\n' >"$rootfs/usr/sbin/policy-rc.d" && chmod 0755 "$rootfs/usr/sbin/policy-rc.d"
-	# shellcheck disable=SC2016,SC2086
-	unshare --mount --propagation private -- sh -c 'r=$1 && shift && mount -t proc proc "$r/proc" &&
-		chroot "$r" apt-get -qq update && DEBIAN_FRONTEND=noninteractive chroot "$r" apt-get -qq install -y --no-install-recommends "$@"' \
-		sh "$rootfs" $LAUNCHER_PACKAGES >>"$dir/build.log" 2>&1 ||
-		die "launcher-rootfs: installing ${LAUNCHER_PACKAGES} failed (log: $dir/build.log)"
-	rm -f "$rootfs/usr/sbin/policy-rc.d"
+	# shellcheck disable=SC2086
+	debootstrap_rootfs launcher-rootfs "$dir" $LAUNCHER_PACKAGES
 	[[ -x "$rootfs/usr/sbin/libvirtd" ]] || die "launcher-rootfs: no /usr/sbin/libvirtd in the packages"
 	[[ ! -e "$rootfs/usr/sbin/virtqemud" ]] || die "launcher-rootfs: ${LAUNCHER_SUITE} ships /usr/sbin/virtqemud now: drop the shim"
 	rm -rf "$rootfs/var/run" && ln -s ../run "$rootfs/var/run"
@@ -709,13 +739,21 @@ build_launcher_rootfs() {
 	mkdir -p "$rootfs/home/qemu" "$rootfs/usr/libexec/ipkeeper" && chown 107:107 "$rootfs/home/qemu"
 	ln -sfn /usr/sbin/libvirtd "$rootfs/usr/libexec/ipkeeper/virtqemud"
 	install -m 0755 "$hack/launcher-rootfs/virtqemud" "$rootfs/usr/sbin/virtqemud"
-	# shellcheck disable=SC2016
-	chroot "$rootfs" dpkg-query -W -f '${Package} ${Version}\n' >"$dir/packages.txt"
-	find "$rootfs/usr/share/doc" -mindepth 1 ! -name copyright ! -type d -delete
-	find "$rootfs/var/log" -type f -delete
-	rm -rf "$rootfs"/usr/share/{man,info,locale,lintian,linda} "$rootfs"/var/cache/apt/* "$rootfs"/var/lib/apt/lists/* \
-		"$rootfs/debootstrap"
 	log "launcher rootfs: $(du -sh "$rootfs" | cut -f1) in $rootfs"
+	touch "$dir/.complete"
+}
+
+# The cloud-init guest's root filesystem (see GUEST_ROOTFS_PACKAGES above):
+# tests/framework packs it, with its own /init, into the guest's initramfs.
+build_guest_rootfs() {
+	local dir="$ROOT/guest-rootfs-${LAUNCHER_SUITE}-${GUEST_ROOTFS_REVISION}"
+	if built "$dir"; then log "guest rootfs ${LAUNCHER_SUITE}-${GUEST_ROOTFS_REVISION}: cached in $dir"; return; fi
+	[[ $(id -u) -eq 0 ]] || { unmet guest-rootfs "debootstrap needs root"; return; }
+	command -v debootstrap >/dev/null || { unmet guest-rootfs "install debootstrap"; return; }
+	# shellcheck disable=SC2086
+	debootstrap_rootfs guest-rootfs "$dir" $GUEST_ROOTFS_PACKAGES
+	[[ -x "$dir/rootfs/usr/bin/cloud-init" && -x "$dir/rootfs/usr/sbin/ifup" ]] || die "guest-rootfs: no cloud-init or ifup in the packages"
+	log "guest rootfs: $(du -sh "$dir/rootfs" | cut -f1) in $dir/rootfs"
 	touch "$dir/.complete"
 }
 
@@ -845,7 +883,7 @@ build_netplan() {
 }
 
 components=("$@")
-[[ ${#components[@]} -gt 0 ]] || DEFAULT_LIST=1 components=(etcd kubernetes kubernetes-node node-images guest-kernel cni-plugins multus controller-gen kubevirt kubevirt-node launcher-rootfs whereabouts ipam-extensions helm promtool kubeconform netplan)
+[[ ${#components[@]} -gt 0 ]] || DEFAULT_LIST=1 components=(etcd kubernetes kubernetes-node node-images guest-kernel cni-plugins multus controller-gen kubevirt kubevirt-node launcher-rootfs guest-rootfs whereabouts ipam-extensions helm promtool kubeconform netplan)
 for c in "${components[@]}"; do
 	case "$c" in
 	etcd) build_etcd ;;
@@ -861,13 +899,14 @@ for c in "${components[@]}"; do
 	kubevirt) build_kubevirt ;;
 	kubevirt-node) build_kubevirt_node ;;
 	launcher-rootfs) build_launcher_rootfs ;;
+	guest-rootfs) build_guest_rootfs ;;
 	ipam-extensions) build_ipam_extensions ;;
 	helm) build_helm ;;
 	promtool) build_promtool ;;
 	kubeconform) build_kubeconform ;;
 	netplan) build_netplan ;;
 	kube-schemas) build_kube_schemas ;;
-	*) die "unknown component '$c' (known: etcd kubernetes kubernetes-node node-images guest-kernel cni-plugins multus controller-gen golangci-lint kubevirt kubevirt-node launcher-rootfs whereabouts ipam-extensions helm promtool kubeconform kube-schemas)" ;;
+	*) die "unknown component '$c' (known: etcd kubernetes kubernetes-node node-images guest-kernel cni-plugins multus controller-gen golangci-lint kubevirt kubevirt-node launcher-rootfs guest-rootfs whereabouts ipam-extensions helm promtool kubeconform kube-schemas)" ;;
 	esac
 done
 log "all requested tools are in $ROOT"

@@ -76,6 +76,25 @@ func SecretName(vm string) string { return vm + "-ipkeeper-network" }
 // itself.
 func Wanted(vm *kubevirtv1.VirtualMachine) bool { return vm.Annotations[Annotation] == "true" }
 
+// ReadBy reports whether the guest of spec, VM vm's, reads vm's guest
+// network configuration Secret: a cloud-init volume names it as its network
+// data. That guest finds its NICs by their claims' MACs (Render).
+func ReadBy(spec *kubevirtv1.VirtualMachineInstanceSpec, vm string) bool {
+	for _, v := range spec.Volumes {
+		var ref *corev1.LocalObjectReference
+		switch {
+		case v.CloudInitNoCloud != nil:
+			ref = v.CloudInitNoCloud.NetworkDataSecretRef
+		case v.CloudInitConfigDrive != nil:
+			ref = v.CloudInitConfigDrive.NetworkDataSecretRef
+		}
+		if ref != nil && ref.Name == SecretName(vm) {
+			return true
+		}
+	}
+	return false
+}
+
 // Refused reports whether the VM refuses it, whatever its networks ask.
 func Refused(vm *kubevirtv1.VirtualMachine) bool { return vm.Annotations[Annotation] == "false" }
 

@@ -10,6 +10,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
@@ -33,8 +34,13 @@ const (
 // macAddress) and is never replaced. A claim still without addresses
 // after macWait (its allocation failed, or the controller is down) leaves
 // its element without a MAC, with a warning: that start gets a MAC of the
-// node's choosing.
-func (m *PodMutator) addMACs(ctx context.Context, namespace string, elems []multus.Element, persistent []string) (changed bool, warnings []string, _ error) {
+// node's choosing. But when the guest reads ipkeeper's guest network
+// configuration (guestReadsConfig), which finds its NICs by their claims'
+// MACs, such a start would leave the guest unconfigured: the launcher is
+// refused instead (denial, naming the claim and the Secret), and
+// virt-controller creates it again later. That costs no start the
+// controller could have served: the Secret waits for the same claims.
+func (m *PodMutator) addMACs(ctx context.Context, namespace string, elems []multus.Element, persistent []string, guestConfig string) (changed bool, warnings []string, denial string, _ error) {
 	for i := range elems {
 		e := &elems[i]
 		if persistent[i] == "" || e.ClaimRef == "" || e.MAC != "" {
@@ -42,9 +48,17 @@ func (m *PodMutator) addMACs(ctx context.Context, namespace string, elems []mult
 		}
 		claim, err := m.filledClaim(ctx, types.NamespacedName{Namespace: namespace, Name: e.ClaimRef})
 		if err != nil {
-			return false, nil, err
+			return false, nil, "", err
 		}
 		mac, _, ok := macaddr.OfClaim(claim)
+		if !ok && guestConfig != "" {
+			why := "has no addresses yet"
+			if c := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionIPsAllocated); c != nil && c.Status == metav1.ConditionFalse {
+				why = fmt.Sprintf("has no addresses (%s: %s)", c.Reason, c.Message)
+			}
+			return false, nil, fmt.Sprintf("IPAMClaim %s/%s %s, so no MAC for interface %q, and the guest finds that NIC by its claim's MAC (Secret %s/%s, its guest network configuration): the pod can be created once the claim has addresses",
+				namespace, e.ClaimRef, why, e.Interface, namespace, guestConfig), nil
+		}
 		if !ok {
 			warnings = append(warnings, fmt.Sprintf("IPAMClaim %s/%s has no addresses yet, so interface %q gets no MAC from ipkeeper on this start", namespace, e.ClaimRef, e.Interface))
 			continue
@@ -52,7 +66,7 @@ func (m *PodMutator) addMACs(ctx context.Context, namespace string, elems []mult
 		e.SetMAC(mac.String())
 		changed = true
 	}
-	return changed, warnings, nil
+	return changed, warnings, "", nil
 }
 
 // filledClaim reads a claim from the cache until it is filled, it

@@ -61,7 +61,7 @@ func TestAddMACs(t *testing.T) {
 	}
 	persistent := []string{"net-blue", "net-red", "net-own", "", "net-plain"}
 	start := time.Now()
-	changed, warnings, err := m.addMACs(context.Background(), ns, elems, persistent)
+	changed, warnings, _, err := m.addMACs(context.Background(), ns, elems, persistent, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestAddMACsWaitsForAClaimBeingFilled(t *testing.T) {
 	e.SetClaimRef("vm1.blue")
 	elems := []multus.Element{e}
 	start := time.Now()
-	if _, warnings, err := m.addMACs(context.Background(), ns, elems, []string{"net-blue"}); err != nil || len(warnings) > 0 {
+	if _, warnings, _, err := m.addMACs(context.Background(), ns, elems, []string{"net-blue"}, ""); err != nil || len(warnings) > 0 {
 		t.Fatalf("addMACs: %v, warnings %q", err, warnings)
 	}
 	if want := "0e:58:0a:00:00:05"; elems[0].MAC != want {

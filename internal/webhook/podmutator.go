@@ -23,6 +23,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/guestnet"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
@@ -190,9 +191,16 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 			return admission.Denied(fmt.Sprintf("%s: %s", podRef, msg))
 		}
 	}
-	macs, macWarnings, err := m.addMACs(ctx, pod.Namespace, elems, persistent)
+	guestConfig := ""
+	if guestnet.ReadBy(&vmi.Spec, vmi.Name) {
+		guestConfig = guestnet.SecretName(vmi.Name)
+	}
+	macs, macWarnings, denial, err := m.addMACs(ctx, pod.Namespace, elems, persistent, guestConfig)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if denial != "" {
+		return admission.Denied(fmt.Sprintf("%s: %s", podRef, denial))
 	}
 	warnings = append(warnings, macWarnings...)
 	if !changed && !kept && !macs {

@@ -9,19 +9,15 @@ import (
 	"strings"
 	"testing"
 
-	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
-	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
 // A NIC hotplug: virt-controller updates the VMI spec, then rewrites the
@@ -29,12 +25,7 @@ import (
 // VMI yet; the hot-plugged persistent network must still get its claim
 // reference (the live VMI has it).
 func TestHotplugReferencedAlthoughTheCachedVMIIsStale(t *testing.T) {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, ipamclaimsv1alpha1.AddToScheme, nadv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scheme := launcherScheme(t)
 	const ns = "vms"
 	nad := func(name, network string) *nadv1.NetworkAttachmentDefinition {
 		return &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -53,17 +44,7 @@ func TestHotplugReferencedAlthoughTheCachedVMIIsStale(t *testing.T) {
 	m := &PodMutator{Reader: cached, APIReader: live, Gate: kubevirt.AlwaysOn{}, Decoder: admission.NewDecoder(scheme)}
 
 	blue, red := kubevirt.PodInterfaceName("blue"), kubevirt.PodInterfaceName("red")
-	pod := func(annotation string) []byte {
-		p := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "virt-launcher-vm1-abcde",
-				Labels:      map[string]string{kubevirtv1.AppLabel: kubevirt.LauncherLabelValue},
-				Annotations: map[string]string{kubevirtv1.DomainAnnotation: "vm1", multus.Annotation: annotation}}}
-		raw, err := json.Marshal(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return raw
-	}
+	pod := func(annotation string) []byte { return launcherPod(t, ns, "vm1", annotation) }
 	oldAnn := `[{"name":"blue","namespace":"vms","interface":"` + blue + `","ipam-claim-reference":"vm1.blue"}]`
 	newAnn := `[{"name":"blue","namespace":"vms","interface":"` + blue + `","ipam-claim-reference":"vm1.blue"},{"name":"red","namespace":"vms","interface":"` + red + `"}]`
 	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Update, Namespace: ns,

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -176,17 +177,20 @@ func kvmWorks() bool {
 func (cp *ControlPlane) InstallKubeVirtNode(ctx context.Context, t testing.TB, nodes []*RealNode) {
 	t.Helper()
 	dir := t.TempDir()
-	archive, guest := filepath.Join(dir, "kubevirt.tar"), filepath.Join(dir, "guest.tar")
-	if err := writeKubeVirtImage(cp.Tools, archive); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeGuestImage(cp.Tools, guest); err != nil {
+	archive, guest, cloudInitGuest := filepath.Join(dir, "kubevirt.tar"), filepath.Join(dir, "guest.tar"), filepath.Join(dir, "guest-cloud-init.tar")
+	// The archives are written, then imported into the nodes, side by side.
+	var g errgroup.Group
+	g.Go(func() error { return writeKubeVirtImage(cp.Tools, archive) })
+	g.Go(func() error { return writeGuestImage(cp.Tools, guest) })
+	g.Go(func() error { return writeCloudInitGuestImage(cp.Tools, cloudInitGuest) })
+	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range nodes {
-		if err := n.ImportImages(ctx, archive, guest); err != nil {
-			t.Fatal(err)
-		}
+		g.Go(func() error { return n.ImportImages(ctx, archive, guest, cloudInitGuest) })
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
 	}
 	args := []string{KubeVirtNamespace, KubeVirtImageRegistry, KubeVirtImageTag}
 	if !kvmWorks() {

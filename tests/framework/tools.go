@@ -37,8 +37,9 @@ type Tools struct {
 	// KubeVirtNodeDir holds KubeVirt's node programs, launcher files and
 	// node-manifests; LauncherRootfs the launcher image's root filesystem.
 	KubeVirtNodeDir, LauncherRootfs string
-	// GuestKernelDir holds the guest's kernel and virtio modules.
-	GuestKernelDir string
+	// GuestKernelDir holds the guest's kernel and virtio modules;
+	// GuestRootfs the cloud-init guest's root filesystem.
+	GuestKernelDir, GuestRootfs string
 }
 
 // RepoRoot returns the root of the ipkeeper checkout (the directory holding go.mod).
@@ -63,7 +64,7 @@ func FindTools() (*Tools, error) {
 	keys := []string{"IPKEEPER_ETCD", "IPKEEPER_KUBE_APISERVER", "IPKEEPER_KUBE_CONTROLLER_MANAGER",
 		"IPKEEPER_KUBECTL", "IPKEEPER_CNI_PLUGINS_DIR", "IPKEEPER_MULTUS", "IPKEEPER_VIRT_CONTROLLER", "IPKEEPER_KUBEVIRT_CRDS_DIR", "IPKEEPER_IPAM_EXTENSIONS", "IPKEEPER_HELM",
 		"IPKEEPER_KUBELET", "IPKEEPER_KUBE_SCHEDULER", "IPKEEPER_NODE_IMAGES_DIR", "IPKEEPER_MULTUS_THIN_ENTRYPOINT",
-		"IPKEEPER_KUBEVIRT_NODE_DIR", "IPKEEPER_LAUNCHER_ROOTFS", "IPKEEPER_GUEST_KERNEL_DIR"}
+		"IPKEEPER_KUBEVIRT_NODE_DIR", "IPKEEPER_LAUNCHER_ROOTFS", "IPKEEPER_GUEST_KERNEL_DIR", "IPKEEPER_GUEST_ROOTFS"}
 	for _, k := range keys {
 		if v := os.Getenv(k); v != "" {
 			vars[k] = v
@@ -105,6 +106,7 @@ func FindTools() (*Tools, error) {
 		KubeVirtNodeDir:       vars["IPKEEPER_KUBEVIRT_NODE_DIR"],
 		LauncherRootfs:        vars["IPKEEPER_LAUNCHER_ROOTFS"],
 		GuestKernelDir:        vars["IPKEEPER_GUEST_KERNEL_DIR"],
+		GuestRootfs:           vars["IPKEEPER_GUEST_ROOTFS"],
 	}
 	return t, nil
 }

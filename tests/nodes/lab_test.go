@@ -74,6 +74,7 @@ func TestRealNodes(t *testing.T) {
 	t.Run("VMs", func(t *testing.T) {
 		t.Run("VMOnIpkeeperNetwork", parallel(testVMOnIpkeeperNetwork))
 		t.Run("VMLiveMigration", parallel(testVMLiveMigration))
+		t.Run("VMGuestNetworkConfig", parallel(testVMGuestNetworkConfig))
 	})
 }
 

@@ -594,7 +594,9 @@ func (l *Lab) CheckNoPodReservations(ctx context.Context, t *testing.T, pool str
 // (network.kubevirt.io/addresses).
 func (l *Lab) VMAsking(ctx context.Context, t *testing.T, ns, name, node, network, addr string) *kubevirtv1.VirtualMachine {
 	t.Helper()
-	return l.vm(ctx, t, ns, name, node, map[string]string{"network.kubevirt.io/addresses": fmt.Sprintf(`{%q: [%q]}`, network, addr)}, network)
+	return l.vm(ctx, t, ns, name, node, func(vm *kubevirtv1.VirtualMachine) {
+		vm.Spec.Template.ObjectMeta.Annotations = map[string]string{"network.kubevirt.io/addresses": fmt.Sprintf(`{%q: [%q]}`, network, addr)}
+	}, network)
 }
 
 // WaitVMEvent waits for an Event on the VM with reason whose message

@@ -38,16 +38,7 @@ func testVMOnIpkeeperNetwork(t *testing.T) {
 }`)
 	vm := lab.VM(ctx, t, ns, "vm1", lab.nodes[0].Name, "blue")
 	vmi, report := lab.WaitGuest(ctx, t, vm)
-	var claim ipamclaimsv1alpha1.IPAMClaim
-	if err := lab.cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm1.blue"}, &claim); err != nil {
-		t.Fatalf("the VM's claim: %v", err)
-	}
-	mac := ""
-	for _, i := range vmi.Status.Interfaces {
-		if i.Name == "blue" {
-			mac = i.MAC
-		}
-	}
+	claim, mac := lab.ClaimAndMAC(ctx, t, vmi, "blue")
 	t.Logf("claim vm1.blue %v; VMI on %s, MAC %s; the guest says: %s", claim.Status.IPs, vmi.Status.NodeName, mac, report.line)
 	if len(claim.Status.IPs) != 1 || report.inet != claim.Status.IPs[0] || !strings.EqualFold(report.mac, mac) || mac == "" {
 		t.Fatalf("the guest holds %s with MAC %s; its claim records %v and its VMI the MAC %q", report.inet, report.mac, claim.Status.IPs, mac)
@@ -68,6 +59,22 @@ func testVMOnIpkeeperNetwork(t *testing.T) {
 		t.Fatalf("after a stop and a start: the guest on %s holds %s with MAC %s; before, on %s, %s with MAC %s",
 			vmi.Status.NodeName, report.inet, report.mac, lab.nodes[0].Name, before.inet, before.mac)
 	}
+}
+
+// ClaimAndMAC reads the claim of the VMI's network and the MAC its status
+// reports for that network's interface.
+func (l *Lab) ClaimAndMAC(ctx context.Context, t *testing.T, vmi *kubevirtv1.VirtualMachineInstance, network string) (*ipamclaimsv1alpha1.IPAMClaim, string) {
+	t.Helper()
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	if err := l.cp.Client.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: vmi.Name + "." + network}, &claim); err != nil {
+		t.Fatalf("the VM's claim of network %s: %v", network, err)
+	}
+	for _, i := range vmi.Status.Interfaces {
+		if i.Name == network {
+			return &claim, i.MAC
+		}
+	}
+	return &claim, ""
 }
 
 // RestartVMOn stops the VM, waits until its VMI and launchers are gone
@@ -107,9 +114,10 @@ func (l *Lab) RestartVMOn(ctx context.Context, t *testing.T, vm *kubevirtv1.Virt
 	set(&always, map[string]string{corev1.LabelHostname: node})
 }
 
-// guestReport is the guest's latest report line (framework.GuestReportPrefix).
+// guestReport is the guest's latest report line (framework.GuestReportPrefix);
+// inet6 only from the cloud-init guest.
 type guestReport struct {
-	line, iface, mac, inet string
+	line, iface, mac, inet, inet6 string
 }
 
 // VM creates a running VM on node (any node for "") with bridge-bound interfaces on the
@@ -120,14 +128,14 @@ func (l *Lab) VM(ctx context.Context, t *testing.T, ns, name, node string, nads 
 	return l.vm(ctx, t, ns, name, node, nil, nads...)
 }
 
-func (l *Lab) vm(ctx context.Context, t *testing.T, ns, name, node string, annotations map[string]string, nads ...string) *kubevirtv1.VirtualMachine {
+// vm is VM with edit (nil: none) applied to the VM before it is created.
+func (l *Lab) vm(ctx context.Context, t *testing.T, ns, name, node string, edit func(*kubevirtv1.VirtualMachine), nads ...string) *kubevirtv1.VirtualMachine {
 	t.Helper()
 	var networks []framework.VMNetwork
 	for _, n := range nads {
 		networks = append(networks, framework.VMNetwork{Name: n, NAD: n})
 	}
 	vm := framework.NewVM(ns, name, networks...)
-	vm.Spec.Template.ObjectMeta.Annotations = annotations
 	spec := &vm.Spec.Template.Spec
 	spec.Networks, spec.Domain.Devices.Interfaces = spec.Networks[1:], spec.Domain.Devices.Interfaces[1:] // no pod network
 	if node != "" {
@@ -141,6 +149,9 @@ func (l *Lab) vm(ctx context.Context, t *testing.T, ns, name, node string, annot
 			InitrdPath: framework.GuestInitrdPath, ImagePullPolicy: corev1.PullNever}}
 	always := kubevirtv1.RunStrategyAlways
 	vm.Spec.RunStrategy = &always
+	if edit != nil {
+		edit(vm)
+	}
 	if err := l.cp.Client.Create(ctx, vm); err != nil {
 		t.Fatalf("creating VM %s/%s: %v", ns, name, err)
 	}
@@ -157,6 +168,15 @@ func (l *Lab) WaitGuest(ctx context.Context, t *testing.T, vm *kubevirtv1.Virtua
 // WaitGuestOn is WaitGuest for a VMI that runs on node ("": any), read
 // from the console of its launcher there.
 func (l *Lab) WaitGuestOn(ctx context.Context, t *testing.T, vm *kubevirtv1.VirtualMachine, node string) (*kubevirtv1.VirtualMachineInstance, guestReport) {
+	t.Helper()
+	vmi, report, _ := l.waitGuestReport(ctx, t, vm, node, func(r guestReport) bool { return strings.Contains(r.inet, ".") })
+	return vmi, report
+}
+
+// waitGuestReport waits until the VMI runs on node ("": any) and its
+// guest's latest report is done, and returns the VMI, the report and the
+// console so far.
+func (l *Lab) waitGuestReport(ctx context.Context, t *testing.T, vm *kubevirtv1.VirtualMachine, node string, done func(guestReport) bool) (*kubevirtv1.VirtualMachineInstance, guestReport, string) {
 	t.Helper()
 	var vmi kubevirtv1.VirtualMachineInstance
 	var report guestReport
@@ -176,14 +196,14 @@ func (l *Lab) WaitGuestOn(ctx context.Context, t *testing.T, vm *kubevirtv1.Virt
 		}
 		console = string(out)
 		report = lastGuestReport(console)
-		return strings.Contains(report.inet, "."), nil
+		return done(report), nil
 	})
 	if err != nil {
 		out, _ := l.cp.Kubectl(ctx, nil, "get", "vmi,pods,ipamclaims,ipreservations", "-n", vm.Namespace, "-o", "wide")
 		t.Fatalf("VM %s: no guest report with an address after %s (VMI phase %s on %q, want %q):\n%s\nconsole (tail):\n%s",
 			vm.Name, labVMTimeout, vmi.Status.Phase, vmi.Status.NodeName, node, out, tailLines(console, 30))
 	}
-	return &vmi, report
+	return &vmi, report, console
 }
 
 // lastGuestReport parses the last report line of the guest's console.
@@ -199,6 +219,9 @@ func lastGuestReport(console string) guestReport {
 			continue
 		}
 		r = guestReport{line: strings.TrimSpace(line[i:]), iface: f[1], mac: strings.TrimPrefix(f[2], "mac="), inet: strings.TrimPrefix(f[3], "inet=")}
+		if len(f) > 4 {
+			r.inet6 = strings.TrimPrefix(f[4], "inet6=")
+		}
 	}
 	return r
 }
