@@ -95,7 +95,7 @@ lint: ## gofmt check, go vet, the SPDX licence line in every Go file, docs/devel
 	bash hack/check-license.sh
 	go test -count=1 -run '^TestCodeMapNamesThePackagesThatExist$$' ./hack/docscheck/
 	bash hack/tools.sh golangci-lint
-	$(IPKEEPER_GOLANGCI_LINT) run ./...
+	$(IPKEEPER_GOLANGCI_LINT) run --allow-parallel-runners ./...
 	bash hack/kubeconform.sh
 
 .PHONY: test-unit

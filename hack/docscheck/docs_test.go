@@ -397,6 +397,7 @@ var foreignFlags = map[string]string{
 	"force-conflicts":           "kubectl apply --server-side --force-conflicts",
 	"format":                    "git log --format",
 	"help":                      "the help every command has",
+	"local":                     "cloud-init init --local (the real-node lane's cloud-init guest)",
 	"net":                       "unshare --net (the real-node lane)",
 	"ignore-not-found":          "kubectl delete --ignore-not-found",
 	"overwrite":                 "kubectl annotate --overwrite",
