@@ -57,7 +57,8 @@ type Options struct {
 	ProfilingAddr string
 	// MetricsCertDir, when set, serves /metrics over TLS with tls.crt and
 	// tls.key from this directory, reloaded when they change, with
-	// MetricsTLS's minimum version (TLS 1.3 when zero) and cipher suites.
+	// MetricsTLS's minimum version (TLS 1.3 when zero), cipher suites,
+	// curves and ALPN protocols (HTTP/1.1 only unless EnableHTTP2).
 	// The probes stay plain HTTP, for the kubelet.
 	MetricsCertDir string
 	MetricsTLS     tlsconfig.Server

@@ -38,7 +38,7 @@ func (o *CommandOptions) FlagSet() *flag.FlagSet {
 	fs.StringVar(&o.Agent.CNIBinDir, "cni-bin-dir", "", "install the ipkeeper CNI plugin into this directory on start (e.g. /host/opt/cni/bin); empty: do not install")
 	fs.StringVar(&o.Agent.PluginSource, "cni-plugin-source", "", "CNI plugin binary to install (default: 'ipkeeper' next to this binary)")
 	fs.StringVar(&o.Agent.MetricsAddr, "metrics-bind-address", ":9910", "address for Prometheus /metrics; empty disables")
-	fs.StringVar(&o.Agent.MetricsCertDir, "metrics-cert-dir", "", "serve /metrics over TLS with tls.crt and tls.key from this directory (reloaded when they change), with --tls-min-version and --tls-cipher-suites; empty: plain HTTP")
+	fs.StringVar(&o.Agent.MetricsCertDir, "metrics-cert-dir", "", "serve /metrics over TLS with tls.crt and tls.key from this directory (reloaded when they change), with the --tls-* flags and --enable-http2; empty: plain HTTP")
 	o.TLS.AddFlags(fs, "/metrics with --metrics-cert-dir")
 	fs.StringVar(&o.Agent.ProfilingAddr, "profiling-bind-address", "", "serve Go's CPU and memory profiles (/debug/pprof/, plain HTTP, unauthenticated) on this address, e.g. 127.0.0.1:9912; empty disables")
 	fs.StringVar(&o.Agent.ProbeAddr, "health-probe-bind-address", ":9911", "address for /healthz and /readyz; empty disables")

@@ -9,7 +9,8 @@ import (
 )
 
 // TLSOptions returns a webhook.Options.TLSOpts entry that applies the
-// server's TLS settings (--tls-min-version, --tls-cipher-suites) and, when
+// server's TLS settings (--tls-min-version, --tls-cipher-suites,
+// --tls-curve-preferences, and HTTP/1.1 only unless --enable-http2) and, when
 // getCert is not nil, the certificate source. controller-runtime only
 // falls back to its file-based cert watcher when GetCertificate is unset,
 // so passing getCert replaces it.

@@ -69,8 +69,9 @@ type Options struct {
 	ClaimWorkers int
 
 	// TLS is --tls-min-version (and its deprecated alias
-	// --webhook-tls-min-version) and --tls-cipher-suites: the settings of
-	// every TLS server the controller runs.
+	// --webhook-tls-min-version), --tls-cipher-suites,
+	// --tls-curve-preferences and --enable-http2: the settings of every
+	// TLS server the controller runs.
 	TLS tlsconfig.Options
 
 	KubeVirtDiscoveryInterval   time.Duration
@@ -88,7 +89,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader among replicas for the controllers; every replica serves the webhook")
 	fs.StringVar(&o.LeaderElectID, "leader-election-id", "ipkeeper-controller", "name of the leader election Lease")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":9920", "address for Prometheus /metrics; 0 disables")
-	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "serve /metrics over TLS with tls.crt and tls.key from this directory (reloaded when they change), with --tls-min-version and --tls-cipher-suites; empty: plain HTTP")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "serve /metrics over TLS with tls.crt and tls.key from this directory (reloaded when they change), with the --tls-* flags and --enable-http2; empty: plain HTTP")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":9921", "address for /healthz and /readyz; 0 disables")
 	fs.StringVar(&o.ProfilingAddr, "profiling-bind-address", "", "serve Go's CPU and memory profiles (/debug/pprof/, plain HTTP, unauthenticated) on this address, e.g. 127.0.0.1:9922; empty disables")
 	fs.Float64Var(&o.APIQPS, "kube-api-qps", 200, "API requests per second (sustained): the controller writes every VM's first addresses, so a VM boot storm is bounded by this")

@@ -82,6 +82,9 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"--webhook-tls-min-version=1.2"}, tls.VersionTLS12, ""},
 		{[]string{"--webhook-tls-min-version=1.2", "--tls-min-version=1.3"}, 0, `--webhook-tls-min-version "1.2" (deprecated) and --tls-min-version "1.3" differ`},
 		{[]string{"--tls-cipher-suites=NOPE"}, 0, `unknown cipher suite "NOPE"`},
+		{[]string{"--tls-min-version=VersionTLS13", "--tls-curve-preferences=P-256"}, tls.VersionTLS13, ""},
+		{[]string{"--webhook-tls-min-version=1.2", "--tls-min-version=VersionTLS12"}, tls.VersionTLS12, ""},
+		{[]string{"--tls-curve-preferences=P-224"}, 0, `invalid --tls-curve-preferences: unknown curve "P-224"`},
 	} {
 		var c CommandOptions
 		fs := c.FlagSet()

@@ -33,17 +33,22 @@ func TestParseVersion(t *testing.T) {
 	}{
 		{"1.2", tls.VersionTLS12},
 		{"1.3", tls.VersionTLS13},
+		{"VersionTLS12", tls.VersionTLS12},
+		{"VersionTLS13", tls.VersionTLS13},
 		{"1.0", 0},
 		{"1.1", 0},
+		{"VersionTLS10", 0},
+		{"VersionTLS11", 0},
 		{"", 0},
 		{"TLS1.3", 0},
+		{"versiontls12", 0},
 		{"1.4", 0},
 	} {
 		got, err := ParseVersion("tls-min-version", tc.in)
 		if tc.want == 0 {
 			if err == nil {
 				t.Errorf("ParseVersion(%q) accepted", tc.in)
-			} else if want := `invalid --tls-min-version "` + tc.in + `": must be 1.2 or 1.3`; err.Error() != want {
+			} else if want := `invalid --tls-min-version "` + tc.in + `": must be VersionTLS12 or VersionTLS13 (or 1.2 or 1.3)`; err.Error() != want {
 				t.Errorf("ParseVersion(%q) error %q, want %q", tc.in, err, want)
 			}
 			continue
@@ -78,6 +83,8 @@ func TestParseCipherSuites(t *testing.T) {
 			[]string{"--tls-cipher-suites", `unknown cipher suite "ECDHE-RSA-AES128-GCM-SHA256"`, "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}},
 		{"empty element", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,,", nil,
 			[]string{`--tls-cipher-suites "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,,"`, "empty name"}},
+		{"component-base's legacy CHACHA20 name", "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+			[]uint16{tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseCipherSuites(FlagCipherSuites, tc.in)
@@ -140,6 +147,13 @@ func TestOptionsParse(t *testing.T) {
 		{"bad version", []string{"--tls-min-version=1.1"}, Server{}, []string{`invalid --tls-min-version "1.1"`}, false},
 		{"deprecated alias alone", []string{"--webhook-tls-min-version=1.2"}, Server{MinVersion: tls.VersionTLS12}, nil, true},
 		{"deprecated alias agreeing", []string{"--webhook-tls-min-version=1.2", "--tls-min-version=1.2"}, Server{MinVersion: tls.VersionTLS12}, nil, true},
+		{"deprecated alias agreeing in the other spelling", []string{"--webhook-tls-min-version=1.2", "--tls-min-version=VersionTLS12"}, Server{MinVersion: tls.VersionTLS12}, nil, true},
+		{"component-base's names", []string{"--tls-min-version=VersionTLS12", "--tls-curve-preferences=X25519, P-256,X25519,CurveP384,X25519MLKEM768,CurveP256,secp521r1", "--enable-http2"},
+			Server{MinVersion: tls.VersionTLS12, CurvePreferences: []tls.CurveID{tls.X25519, tls.CurveP256, tls.CurveP384, tls.X25519MLKEM768, tls.CurveP521}, EnableHTTP2: true}, nil, false},
+		{"unknown curve", []string{"--tls-curve-preferences=X25519,P-224"}, Server{},
+			[]string{`invalid --tls-curve-preferences: unknown curve "P-224"`, "P-256"}, false},
+		{"empty curve", []string{"--tls-curve-preferences=X25519,"}, Server{},
+			[]string{`invalid --tls-curve-preferences "X25519,": empty name`}, false},
 		{"deprecated alias disagreeing", []string{"--tls-min-version=1.3", "--webhook-tls-min-version=1.2"}, Server{},
 			[]string{`--webhook-tls-min-version "1.2" (deprecated) and --tls-min-version "1.3" differ`}, true},
 		{"deprecated alias disagreeing, other order", []string{"--webhook-tls-min-version=1.2", "--tls-min-version=1.3"}, Server{},
@@ -167,7 +181,8 @@ func TestOptionsParse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.MinVersion != tc.want.MinVersion || !slices.Equal(s.CipherSuites, tc.want.CipherSuites) {
+			if s.MinVersion != tc.want.MinVersion || !slices.Equal(s.CipherSuites, tc.want.CipherSuites) ||
+				!slices.Equal(s.CurvePreferences, tc.want.CurvePreferences) || s.EnableHTTP2 != tc.want.EnableHTTP2 {
 				t.Errorf("got %+v, want %+v", s, tc.want)
 			}
 		})
@@ -248,14 +263,102 @@ func newServer(t *testing.T, dir string, args ...string) *httptest.Server {
 // handshake dials srv with a client limited to the versions and suites
 // given (suites nil: Go's) and returns the connection state.
 func handshake(srv *httptest.Server, roots *x509.CertPool, minV, maxV uint16, suites []uint16) (tls.ConnectionState, error) {
-	conn, err := tls.Dial("tcp", srv.Listener.Addr().String(), &tls.Config{
-		RootCAs: roots, ServerName: "127.0.0.1", MinVersion: minV, MaxVersion: maxV, CipherSuites: suites,
-	})
+	return dial(srv, &tls.Config{RootCAs: roots, MinVersion: minV, MaxVersion: maxV, CipherSuites: suites})
+}
+
+// dial makes a TLS handshake with srv as c says and returns the
+// connection state.
+func dial(srv *httptest.Server, c *tls.Config) (tls.ConnectionState, error) {
+	c.ServerName = "127.0.0.1"
+	conn, err := tls.Dial("tcp", srv.Listener.Addr().String(), c)
 	if err != nil {
 		return tls.ConnectionState{}, err
 	}
 	defer func() { _ = conn.Close() }()
 	return conn.ConnectionState(), nil
+}
+
+// cnao is a command line as CNAO and HCO give their components (here
+// OpenShift's Intermediate profile, its cipher suites in IANA names, the
+// curves by crypto/tls's constant names).
+var cnao = []string{
+	"--tls-min-version=VersionTLS12",
+	"--tls-cipher-suites=TLS_AES_128_GCM_SHA256,TLS_AES_256_GCM_SHA384,TLS_CHACHA20_POLY1305_SHA256," +
+		"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384," +
+		"TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+	"--tls-curve-preferences=X25519,CurveP256",
+}
+
+// TestCNAOCommandLine: a server built from a CNAO-style command line
+// refuses a TLS 1.1 client and serves TLS 1.2 with a listed suite; it
+// never negotiates HTTP/2 (a client offering only h2 is refused, a real
+// HTTP/2-only client fails) unless --enable-http2 is added, when both get
+// h2; and it honours the curves: a client offering only P-256 connects
+// while the list has P-256 and is refused when it has only X25519.
+func TestCNAOCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	roots := x509.NewCertPool()
+	roots.AddCert(selfSigned(t, dir))
+	p256 := func(v uint16) *tls.Config {
+		return &tls.Config{RootCAs: roots, MinVersion: v, MaxVersion: v, CurvePreferences: []tls.CurveID{tls.CurveP256}}
+	}
+
+	srv := newServer(t, dir, cnao...)
+	if _, err := handshake(srv, roots, tls.VersionTLS11, tls.VersionTLS11, nil); err == nil || !strings.Contains(err.Error(), "protocol version") {
+		t.Errorf("TLS 1.1 client: %v, want a protocol version error", err)
+	}
+	if st, err := handshake(srv, roots, tls.VersionTLS12, tls.VersionTLS12, []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256}); err != nil || st.Version != tls.VersionTLS12 {
+		t.Errorf("TLS 1.2 client with a listed suite: version %#x, %v", st.Version, err)
+	}
+	if _, err := dial(srv, &tls.Config{RootCAs: roots, NextProtos: []string{"h2"}}); err == nil || !strings.Contains(err.Error(), "no application protocol") {
+		t.Errorf("client offering only h2: %v, want no application protocol", err)
+	}
+	if st, err := dial(srv, &tls.Config{RootCAs: roots, NextProtos: []string{"h2", "http/1.1"}}); err != nil || st.NegotiatedProtocol != "http/1.1" {
+		t.Errorf("client offering h2 and http/1.1: negotiated %q, %v; want http/1.1", st.NegotiatedProtocol, err)
+	}
+	if proto, err := getHTTP2(srv, roots); err == nil {
+		t.Errorf("an HTTP/2-only client got a response over %s without --enable-http2", proto)
+	}
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		if _, err := dial(srv, p256(v)); err != nil {
+			t.Errorf("TLS %#x client offering only P-256, P-256 listed: %v", v, err)
+		}
+	}
+
+	h2 := newServer(t, dir, append(slices.Clone(cnao), "--enable-http2")...)
+	if st, err := dial(h2, &tls.Config{RootCAs: roots, NextProtos: []string{"h2"}}); err != nil || st.NegotiatedProtocol != "h2" {
+		t.Errorf("--enable-http2, client offering only h2: negotiated %q, %v; want h2", st.NegotiatedProtocol, err)
+	}
+	if proto, err := getHTTP2(h2, roots); err != nil || proto != "HTTP/2.0" {
+		t.Errorf("--enable-http2, an HTTP/2-only client: %q, %v", proto, err)
+	}
+
+	x25519 := newServer(t, dir, "--tls-min-version=VersionTLS12", "--tls-curve-preferences=X25519")
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		if _, err := dial(x25519, p256(v)); err == nil {
+			t.Errorf("TLS %#x client offering only P-256 connected to a server listing only X25519", v)
+		}
+	}
+	// The control: the same server takes a client offering X25519.
+	if _, err := dial(x25519, &tls.Config{RootCAs: roots, CurvePreferences: []tls.CurveID{tls.X25519}}); err != nil {
+		t.Errorf("client offering X25519 to a server listing X25519: %v", err)
+	}
+}
+
+// getHTTP2 GETs / from srv with a client that speaks only HTTP/2 and
+// returns the response's protocol.
+func getHTTP2(srv *httptest.Server, roots *x509.CertPool) (string, error) {
+	var protos http.Protocols
+	protos.SetHTTP2(true)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots}, Protocols: &protos,
+	}}
+	resp, err := c.Get("https://" + srv.Listener.Addr().String() + "/")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	return resp.Proto, nil
 }
 
 // TestServersApplyTheOptions: a server built from the options refuses TLS
@@ -356,8 +459,10 @@ func TestZeroServerIsTheDefaults(t *testing.T) {
 	if c.MinVersion != tls.VersionTLS13 {
 		t.Errorf("MinVersion = %#x, want TLS 1.3", c.MinVersion)
 	}
-	if got := (Server{}).Config(nil); got.MinVersion != tls.VersionTLS13 || got.CipherSuites != nil {
-		t.Errorf("Config() = min %#x, suites %v; want TLS 1.3 and Go's suites", got.MinVersion, got.CipherSuites)
+	if got := (Server{}).Config(nil); got.MinVersion != tls.VersionTLS13 || got.CipherSuites != nil || got.CurvePreferences != nil ||
+		!slices.Equal(got.NextProtos, []string{"http/1.1"}) {
+		t.Errorf("Config() = min %#x, suites %v, curves %v, ALPN %q; want TLS 1.3, Go's suites and curves, HTTP/1.1 only",
+			got.MinVersion, got.CipherSuites, got.CurvePreferences, got.NextProtos)
 	}
 	o, _ := parse(t)
 	s, err := o.Parse()

@@ -223,6 +223,21 @@ var openShiftFacts = []openShiftFact{
 		}
 		return users
 	}},
+	{setting: "the TLS flags of both daemons", read: func(t *testing.T, r *rendered) []string {
+		of := func(args []string) []string {
+			var out []string
+			for _, a := range args {
+				if strings.HasPrefix(a, "--tls-") || strings.HasPrefix(a, "--enable-http2") {
+					out = append(out, a)
+				}
+			}
+			return out
+		}
+		if c, a := of(r.controllerArgs()), of(r.agentArgs()); !slices.Equal(c, a) {
+			t.Errorf("the controller's TLS flags %q differ from the agent's %q", c, a)
+		}
+		return of(r.controllerArgs())
+	}},
 	{setting: "CRDs the overlay installs", overlayOnly: true, read: func(_ *testing.T, r *rendered) []string {
 		var names []string
 		for _, o := range r.find("CustomResourceDefinition", "") {

@@ -263,10 +263,12 @@ func TestChartValues(t *testing.T) {
 		},
 		{
 			name: "TLS",
-			args: []string{"--set", "tls.minVersion=1.3", "--set", "tls.cipherSuites={TLS_AES_128_GCM_SHA256,TLS_AES_256_GCM_SHA384}"},
+			args: []string{"--set", "tls.minVersion=VersionTLS12", "--set", "tls.cipherSuites={TLS_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}",
+				"--set", "tls.curvePreferences={X25519,CurveP256}", "--set", "tls.enableHTTP2=true"},
 			check: func(t *testing.T, r *rendered) {
 				for name, args := range map[string][]string{"controller": r.controllerArgs(), "agent": r.agentArgs()} {
-					for _, want := range []string{"--tls-min-version=1.3", "--tls-cipher-suites=TLS_AES_128_GCM_SHA256,TLS_AES_256_GCM_SHA384"} {
+					for _, want := range []string{"--tls-min-version=VersionTLS12", "--tls-cipher-suites=TLS_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+						"--tls-curve-preferences=X25519,CurveP256", "--enable-http2"} {
 						if !hasArg(args, want) {
 							t.Errorf("%s args %v lack %s", name, args, want)
 						}
@@ -486,6 +488,8 @@ func TestChartRefusesInvalidValues(t *testing.T) {
 		// The binaries would refuse these and exit on every node.
 		{"TLS 1.1", []string{"--set", "tls.minVersion=1.1"}, "minVersion"},
 		{"an insecure cipher suite", []string{"--set", "tls.cipherSuites[0]=TLS_RSA_WITH_AES_128_GCM_SHA256"}, "cipherSuites"},
+		{"TLS 1.1 in component-base's name", []string{"--set", "tls.minVersion=VersionTLS11"}, "minVersion"},
+		{"an unknown curve", []string{"--set", "tls.curvePreferences[0]=P-224"}, "curvePreferences"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -508,7 +512,8 @@ func TestChartFlagsExistInBinaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := render(t, "--set", "controller.claimsController=external", "--set", "controller.requireKubeVirtFeatureGate=false",
-		"--set", "agent.multusDefaultNetworks=1", "--set", "tls.minVersion=1.3", "--set", "tls.cipherSuites={TLS_AES_128_GCM_SHA256}")
+		"--set", "agent.multusDefaultNetworks=1", "--set", "tls.minVersion=1.3", "--set", "tls.cipherSuites={TLS_AES_128_GCM_SHA256}",
+		"--set", "tls.curvePreferences={X25519}", "--set", "tls.enableHTTP2=true")
 	provided := render(t, "--set", "certificates.mode=openshift-service-ca")
 	for _, tc := range []struct {
 		binary string
@@ -545,8 +550,10 @@ func definedFlags(t *testing.T, binary string) map[string]bool {
 }
 
 // TestChartCipherSuitesAreTheBinariesOnes: the schema's cipher suites are
-// exactly the ones the binaries accept (crypto/tls's secure suites), so a
-// value helm accepts never stops a binary, and none it accepts is refused.
+// exactly the ones the binaries accept (crypto/tls's secure suites), and
+// its curves exactly the names --tls-curve-preferences takes, so a value
+// helm accepts never stops a binary, and none it accepts is refused; every
+// minimum version it allows parses.
 func TestChartCipherSuitesAreTheBinariesOnes(t *testing.T) {
 	setup(t)
 	data, err := os.ReadFile(filepath.Join(chartDir(), "values.schema.json"))
@@ -557,11 +564,19 @@ func TestChartCipherSuitesAreTheBinariesOnes(t *testing.T) {
 		Properties struct {
 			TLS struct {
 				Properties struct {
+					MinVersion struct {
+						Enum []string `json:"enum"`
+					} `json:"minVersion"`
 					CipherSuites struct {
 						Items struct {
 							Enum []string `json:"enum"`
 						} `json:"items"`
 					} `json:"cipherSuites"`
+					CurvePreferences struct {
+						Items struct {
+							Enum []string `json:"enum"`
+						} `json:"items"`
+					} `json:"curvePreferences"`
 				} `json:"properties"`
 			} `json:"tls"`
 		} `json:"properties"`
@@ -582,6 +597,15 @@ func TestChartCipherSuitesAreTheBinariesOnes(t *testing.T) {
 	for _, name := range got {
 		if _, err := tlsconfig.ParseCipherSuites("--tls-cipher-suites", name); err != nil {
 			t.Errorf("the schema allows %s, the binaries refuse it: %v", name, err)
+		}
+	}
+	tlsSchema := schema.Properties.TLS.Properties
+	if curves := slices.Sorted(slices.Values(tlsSchema.CurvePreferences.Items.Enum)); !slices.Equal(curves, tlsconfig.CurveNames()) {
+		t.Errorf("values.schema.json tls.curvePreferences allows %v; the binaries accept %v", curves, tlsconfig.CurveNames())
+	}
+	for _, v := range tlsSchema.MinVersion.Enum {
+		if _, err := tlsconfig.ParseVersion(tlsconfig.FlagMinVersion, v); v != "" && err != nil {
+			t.Errorf("the schema allows tls.minVersion %q, the binaries refuse it: %v", v, err)
 		}
 	}
 }

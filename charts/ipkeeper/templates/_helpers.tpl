@@ -44,7 +44,8 @@ true
 {{- end -}}
 {{- end -}}
 
-{{/* --tls-min-version and --tls-cipher-suites, only when set: one arg a line. */}}
+{{/* The TLS flags (--tls-min-version, --tls-cipher-suites,
+--tls-curve-preferences, --enable-http2), only when set: one arg a line. */}}
 {{- define "ipkeeper.tlsArgs" -}}
 {{- $args := list -}}
 {{- with .Values.tls.minVersion -}}
@@ -52,6 +53,12 @@ true
 {{- end -}}
 {{- with .Values.tls.cipherSuites -}}
 {{- $args = append $args (printf "- --tls-cipher-suites=%s" (join "," .)) -}}
+{{- end -}}
+{{- with .Values.tls.curvePreferences -}}
+{{- $args = append $args (printf "- --tls-curve-preferences=%s" (join "," .)) -}}
+{{- end -}}
+{{- if .Values.tls.enableHTTP2 -}}
+{{- $args = append $args "- --enable-http2" -}}
 {{- end -}}
 {{- join "\n" $args -}}
 {{- end -}}
