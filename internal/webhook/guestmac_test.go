@@ -10,44 +10,37 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/guestnet"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 )
 
 // A guest configured by ipkeeper's guest network configuration Secret finds
 // its NIC by the claim's MAC. Its launcher must not start while the claim
-// has no addresses (so no MAC): with a MAC of the node's choosing, the
-// guest would find no NIC of the Secret's and stay unconfigured. The
-// webhook refuses it, naming the claim and the Secret (virt-controller
-// retries); a launcher of a guest that does not read the Secret still gets
-// the warning and starts.
+// has no addresses (so no MAC), even when the claim's allocation failed
+// (its pool exhausted): with a MAC of the node's choosing, the guest would
+// find no NIC of the Secret's and stay unconfigured. The webhook refuses
+// it, naming the claim and the Secret (virt-controller retries); a
+// launcher of a guest that does not read the Secret, whose claim failed,
+// still gets the warning and starts (a pending claim refuses it too:
+// TestLauncherWaitsForItsPendingClaimsMAC).
 func TestGuestConfiguredLauncherWaitsForItsClaimsMAC(t *testing.T) {
 	scheme := launcherScheme(t)
 	const ns = "vms"
 	nad := &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "blue"},
 		Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: `{"cniVersion":"1.0.0","name":"net-blue","type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.1.0.0/24"}}`}}
-	vmi := func(name string, readsSecret bool) *kubevirtv1.VirtualMachineInstance {
-		v := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-		v.Spec.Domain.Devices.Interfaces = []kubevirtv1.Interface{{Name: "blue", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}}}
-		v.Spec.Networks = []kubevirtv1.Network{{Name: "blue", NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: "blue"}}}}
-		if readsSecret {
-			v.Spec.Volumes = []kubevirtv1.Volume{{Name: "cloudinit", VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{
-				UserData: "#cloud-config", NetworkDataSecretRef: &corev1.LocalObjectReference{Name: guestnet.SecretName(name)}}}}}
-		}
-		return v
-	}
 	unfilled := func(name string) *ipamclaimsv1alpha1.IPAMClaim {
 		return &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "net-blue", Interface: kubevirt.PodInterfaceName("blue")}}
+			Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "net-blue", Interface: kubevirt.PodInterfaceName("blue")},
+			Status: ipamclaimsv1alpha1.IPAMClaimStatus{Conditions: []metav1.Condition{{Type: claimstatus.ConditionIPsAllocated,
+				Status: metav1.ConditionFalse, Reason: claimstatus.ReasonExhausted, Message: "no free address in IPPool net-blue"}}}}
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(nad, vmi("vm1", true), vmi("vm2", false),
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(nad, launcherVMI(ns, "vm1", "blue", true), launcherVMI(ns, "vm2", "blue", false),
 		unfilled("vm1.blue"), unfilled("vm2.blue")).Build()
 	m := &PodMutator{Reader: c, APIReader: c, Gate: kubevirt.AlwaysOn{}, Decoder: admission.NewDecoder(scheme)}
 	request := func(vm string) admission.Request {
@@ -61,7 +54,7 @@ func TestGuestConfiguredLauncherWaitsForItsClaimsMAC(t *testing.T) {
 		t.Fatalf("the launcher of a guest that reads Secret %s was admitted without its claim's MAC (warnings %q)", guestnet.SecretName("vm1"), resp.Warnings)
 	}
 	msg := resp.Result.Message
-	for _, want := range []string{"IPAMClaim vms/vm1.blue", guestnet.SecretName("vm1"), "MAC"} {
+	for _, want := range []string{"IPAMClaim vms/vm1.blue", guestnet.SecretName("vm1"), "MAC", claimstatus.ReasonExhausted} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("denial %q does not name %q", msg, want)
 		}

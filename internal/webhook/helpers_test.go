@@ -14,6 +14,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/ipkeeper/ipkeeper/internal/guestnet"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
@@ -43,4 +44,24 @@ func launcherPod(t *testing.T, ns, vmi, annotation string) []byte {
 		t.Fatal(err)
 	}
 	return raw
+}
+
+// launcherVMI is VMI name with one bridge interface, "blue", on NAD nad;
+// with readsSecret its cloud-init volume names ipkeeper's guest network
+// configuration Secret.
+func launcherVMI(ns, name, nad string, readsSecret bool) *kubevirtv1.VirtualMachineInstance {
+	v := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	v.Spec.Domain.Devices.Interfaces = []kubevirtv1.Interface{{Name: "blue", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}}}
+	v.Spec.Networks = []kubevirtv1.Network{{Name: "blue", NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: nad}}}}
+	if readsSecret {
+		v.Spec.Volumes = []kubevirtv1.Volume{{Name: "cloudinit", VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{
+			UserData: "#cloud-config", NetworkDataSecretRef: &corev1.LocalObjectReference{Name: guestnet.SecretName(name)}}}}}
+	}
+	return v
+}
+
+// nadOf is NetworkAttachmentDefinition ns/name with spec.config config.
+func nadOf(ns, name, config string) *nadv1.NetworkAttachmentDefinition {
+	return &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: config}}
 }

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -18,11 +18,13 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
 
+// ipkeeperNAD is a NAD of an ipkeeper network with an inline pool.
+func ipkeeperNAD(ns, name string) *nadv1.NetworkAttachmentDefinition {
+	return nadOf(ns, name, `{"cniVersion":"1.0.0","name":"net-`+name+`","type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.9.0.0/24"}}`)
+}
+
 func TestAddMACs(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := ipamclaimsv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := launcherScheme(t)
 	const ns = "vms"
 	claim := func(name string, ips []string, conds ...metav1.Condition) *ipamclaimsv1alpha1.IPAMClaim {
 		return &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -35,7 +37,8 @@ func TestAddMACs(t *testing.T) {
 		claim("vm1.own", []string{"10.2.0.9/24"}),
 		claim("vm1.other", []string{"10.3.0.9/24"}),
 	}
-	b := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{})
+	b := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{}).
+		WithObjects(ipkeeperNAD(ns, "blue"), ipkeeperNAD(ns, "red"), ipkeeperNAD(ns, "own"))
 	for _, o := range objs {
 		b = b.WithObjects(o)
 	}
@@ -54,16 +57,16 @@ func TestAddMACs(t *testing.T) {
 	}
 	elems := []multus.Element{
 		el("blue", "vm1.blue", ""),                // filled, dual-stack: the IPv4-derived MAC
-		el("red", "vm1.red", ""),                  // failed: no MAC, no wait
+		el("red", "vm1.red", ""),                  // failed: no MAC, no wait, admitted
 		el("own", "vm1.own", "02:00:00:00:00:01"), // the VM's own MAC stays
 		el("other", "vm1.other", ""),              // a network ipkeeper does not serve
 		el("plain", "", ""),                       // no claim
 	}
 	persistent := []string{"net-blue", "net-red", "net-own", "", "net-plain"}
 	start := time.Now()
-	changed, warnings, _, err := m.addMACs(context.Background(), ns, elems, persistent, "")
-	if err != nil {
-		t.Fatal(err)
+	changed, warnings, denial, err := m.addMACs(context.Background(), ns, elems, persistent, "")
+	if err != nil || denial != "" {
+		t.Fatalf("addMACs: %v, denial %q (a failed claim's launcher is admitted)", err, denial)
 	}
 	if took := time.Since(start); took >= macWait {
 		t.Errorf("took %s: waited for a claim whose allocation failed", took)
@@ -92,13 +95,10 @@ func TestAddMACs(t *testing.T) {
 // the launcher gets its MAC at its first start, as soon as the webhook's
 // cache sees the fill.
 func TestAddMACsWaitsForAClaimBeingFilled(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := ipamclaimsv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := launcherScheme(t)
 	const ns = "vms"
 	cached := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{}).
-		WithObjects(&ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1.blue"}}).Build()
+		WithObjects(ipkeeperNAD(ns, "blue"), &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm1.blue"}}).Build()
 	live := fake.NewClientBuilder().WithScheme(scheme).Build() // never read: the cache answers first
 	m := &PodMutator{Reader: cached, APIReader: live}
 	go func() {
@@ -117,8 +117,8 @@ func TestAddMACsWaitsForAClaimBeingFilled(t *testing.T) {
 	e.SetClaimRef("vm1.blue")
 	elems := []multus.Element{e}
 	start := time.Now()
-	if _, warnings, _, err := m.addMACs(context.Background(), ns, elems, []string{"net-blue"}, ""); err != nil || len(warnings) > 0 {
-		t.Fatalf("addMACs: %v, warnings %q", err, warnings)
+	if _, warnings, denial, err := m.addMACs(context.Background(), ns, elems, []string{"net-blue"}, ""); err != nil || len(warnings) > 0 || denial != "" {
+		t.Fatalf("addMACs: %v, warnings %q, denial %q", err, warnings, denial)
 	}
 	if want := "0e:58:0a:00:00:05"; elems[0].MAC != want {
 		t.Fatalf("mac %q, want %q (derived from the IPv6-only claim)", elems[0].MAC, want)

@@ -94,11 +94,13 @@ func (l *Lab) Namespace(_ context.Context, t *testing.T, prefix string) string {
 // NAD creates a NetworkAttachmentDefinition and waits until the IPPool
 // of its network (the controller makes an inline network's) is Ready.
 //
-// Waiting matters for a VM's first start: a launcher created before its
-// claim is filled gets no MAC from ipkeeper (the webhook waits 2 s for the
-// fill, and a claim of a network whose pool is still being made waits
-// longer), so the guest's first start has another MAC than its later ones.
-// The lane saw it with a VM created with its NAD; docs/kubevirt.md says so.
+// A VM created at once would still get its claim's MAC at its first start:
+// the webhook refuses a launcher whose claim of an ipkeeper network is
+// pending (its inline pool still being made, say) until the claim is
+// filled, and virt-controller creates the pod again (docs/kubevirt.md, The
+// MAC address). The lane once saw such a VM start first with a random MAC.
+// Waiting here spares the scenarios those refusals and virt-controller's
+// backoff after them, which would count against their timeouts.
 func (l *Lab) NAD(ctx context.Context, t *testing.T, ns, name, config string) {
 	t.Helper()
 	nad := &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: config}}
