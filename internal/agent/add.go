@@ -18,6 +18,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -31,7 +32,7 @@ type request struct {
 	// attach is what the pod says about the attachment (claim, NAD).
 	attach attachment
 	// pool is the network's pool, read for ADD and CHECK.
-	pool *poolView
+	pool *ipam.Pool
 	// mac is the MAC the attachment presents on a sticky_mac network
 	// (CNI_ARGS MAC, else runtimeConfig.mac); nil elsewhere.
 	mac net.HardwareAddr
@@ -134,7 +135,7 @@ func (a *Agent) allocateForPod(ctx context.Context, req *request, pod *corev1.Po
 		owner:  ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		ifName: req.IfName,
 	}
-	defer a.locks.lock(h.key(req.pool.name))()
+	defer a.locks.lock(h.key(req.pool.Name))()
 	ips, err := a.reserve(ctx, req, h, func(ctx context.Context, e entry) (entry, error) { return a.takeOver(ctx, e, req, true) })
 	return ips, err
 }
@@ -187,7 +188,7 @@ func buildResult(req *request, ips []netip.Prefix) *types100.Result {
 	res := &types100.Result{CNIVersion: types100.ImplementedSpecVersion, DNS: cfg.DNS}
 	for _, p := range ips {
 		ipc := &types100.IPConfig{Address: net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-		if r, ok := req.pool.rangeFor(p.Addr()); ok && r.Gateway().IsValid() {
+		if r, ok := req.pool.Containing(p.Addr()); ok && r.Gateway().IsValid() {
 			ipc.Gateway = r.Gateway().AsSlice()
 		}
 		res.IPs = append(res.IPs, ipc)

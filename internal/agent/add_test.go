@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/agent/index"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -93,7 +94,7 @@ func TestBuildResult(t *testing.T) {
 				ips = append(ips, netip.MustParsePrefix(s))
 			}
 
-			res := buildResult(&request{cfg: cfg, pool: &poolView{name: cfg.PoolName(), ranges: cfg.Ranges}}, ips)
+			res := buildResult(&request{cfg: cfg, pool: &ipam.Pool{Name: cfg.PoolName(), Ranges: cfg.Ranges}}, ips)
 
 			if res.CNIVersion != "1.1.0" {
 				t.Errorf("cniVersion = %q, want 1.1.0", res.CNIVersion)

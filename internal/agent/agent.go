@@ -34,6 +34,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/agent/index"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto/cniserver"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/tlsconfig"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	ipkscheme "github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
@@ -109,21 +110,15 @@ type Agent struct {
 	parsed    parsedPools
 	pods      *podLookup
 	// reservations is the cache of the reservations this node's agent
-	// sees; conflicts live there too. pending and exhausted are the
-	// allocation search's hints beside it.
+	// sees; conflicts live there too.
 	reservations *index.Cache
-	pending      pendingHints
-	exhausted    exhaustedHints
 	// blocks are the address blocks this node holds, where its ADDs find
 	// addresses first. Without them (unit tests of allocation) addresses
 	// come from the whole range.
 	blocks *blocks.Node
-	// borrowed keeps borrowing ADDs' live lists for a moment.
-	borrowed borrowSnapshots
-	// blockErrorLogged is when a failure to take a block was last logged
-	// (unix nanoseconds).
-	blockErrorLogged atomic.Int64
-	locks            *keyLocks
+	// engine is the search over both (newEngine).
+	engine *ipam.Engine
+	locks  *keyLocks
 	// uncertain remembers creates whose response was lost.
 	uncertain *uncertainCreates
 	metrics   *metrics
@@ -222,7 +217,6 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 
 		uncertain: newUncertainCreates(),
 	}
-	a.exhausted.releases = func(pool string) uint64 { return a.reservations.Releases(pool) }
 	a.setWaiting("caches not synced yet")
 	if a.metrics, err = newMetrics(opts.Registry, a.reservations.Len, a.Ready); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
@@ -232,8 +226,9 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		Read:   func(verb string) { a.metrics.apiReads.WithLabelValues(verb).Inc() },
 		Write:  func(verb string) { a.metrics.apiWrites.WithLabelValues(verb).Inc() },
 		Took:   a.metrics.blocksTaken.Inc,
-		Failed: a.noteBlockError,
+		Failed: ipam.LogBlockErrors(a.log, "cannot take an address block; borrowing addresses instead (every agent then watches their reservations)"),
 	})
+	a.engine = a.newEngine()
 	a.pods.metrics = a.metrics
 	a.claims = &apiClaimStore{c: live, metrics: a.metrics}
 	a.poolStore = &apiPoolStore{cached: c, live: live, metrics: a.metrics}

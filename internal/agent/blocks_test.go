@@ -92,6 +92,7 @@ func withBlocks(a *Agent, store *fakeBlocks) {
 	store.mu.Lock()
 	store.sets[node] = a.blocks.Set()
 	store.mu.Unlock()
+	a.engine = a.newEngine()
 }
 
 // blockAgents returns agents of the named nodes on one store, taking

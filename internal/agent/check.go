@@ -33,8 +33,8 @@ func (a *Agent) Check(ctx context.Context, creq *cniproto.Request) (err error) {
 	if req.attach.claim != "" {
 		return a.checkClaim(ctx, req, pod, req.attach.claim)
 	}
-	held := a.reservations.Attachment(req.pool.name, pod.UID, req.IfName)
-	for _, family := range req.pool.families() {
+	held := a.reservations.Attachment(req.pool.Name, pod.UID, req.IfName)
+	for _, family := range req.pool.Families() {
 		e, ok := heldIn(held, family[0].Is4())
 		if !ok {
 			return cniError(codeInternal, fmt.Errorf("pod %s/%s interface %s holds no address (%s) of network %q", pod.Namespace, pod.Name, req.IfName, familyName(family[0].Is4()), req.cfg.Name))
@@ -54,7 +54,7 @@ func (a *Agent) checkClaim(ctx context.Context, req *request, pod *corev1.Pod, c
 	if err != nil {
 		return cniError(codeInternal, err)
 	}
-	for _, family := range req.pool.families() {
+	for _, family := range req.pool.Families() {
 		if !slices.ContainsFunc(ips, func(p netip.Prefix) bool { return p.Addr().Is4() == family[0].Is4() }) {
 			return cniError(codeInternal, fmt.Errorf("IPAMClaim %s/%s of pod %s/%s interface %s records no address (%s) of network %q", pod.Namespace, claimName, pod.Namespace, pod.Name, req.IfName, familyName(family[0].Is4()), req.cfg.Name))
 		}

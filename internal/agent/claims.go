@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 )
@@ -108,7 +109,7 @@ func whyClaim(claim *ipamclaimsv1alpha1.IPAMClaim) string {
 // while the claim's reservation holds it: the VM keeps its address, and
 // the controller's AddressesInPool condition says it left the pool.
 func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipamclaimsv1alpha1.IPAMClaim) ([]netip.Prefix, error) {
-	network, pool := req.cfg.Name, req.pool.name
+	network, pool := req.cfg.Name, req.pool.Name
 	recorded, err := claimstatus.Entries(claim)
 	if err != nil {
 		return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("IPAMClaim %s/%s %w", claim.Namespace, claim.Name, err))
@@ -116,16 +117,16 @@ func (a *Agent) recordedAddresses(ctx context.Context, req *request, claim *ipam
 	ips := make([]netip.Prefix, 0, len(recorded))
 	for _, rec := range recorded {
 		ip, i := rec.IP, rec.Index
-		name := naming.Reservation(req.pool.key, ip)
+		name := naming.Reservation(req.pool.Key, ip)
 		r, err := a.store.Get(ctx, name)
 		switch {
-		case errors.Is(err, ErrGone) && req.pool.usable(ip) != nil:
+		case errors.Is(err, ErrGone) && req.pool.Usable(ip) != nil:
 			// Final: ipkeeper-controller never reserves an address the
 			// network does not hand out (IPsAllocated=False OutsidePool),
 			// so a retry cannot succeed until the claim or the pool is fixed.
 			return nil, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf(
 				"IPAMClaim %s/%s records %s (status.ips[%d]), which network %q never hands out (%w), so ipkeeper-controller will never reserve it: fix the claim's status.ips or the pool; %s",
-				claim.Namespace, claim.Name, ip, i, network, req.pool.usable(ip), neverReservedWhy(claim)))
+				claim.Namespace, claim.Name, ip, i, network, req.pool.Usable(ip), neverReservedWhy(claim)))
 		case errors.Is(err, ErrGone):
 			// Try again later: ipkeeper-controller reserves what a claim
 			// records (an administrator's edit of status.ips) within moments.
@@ -178,8 +179,8 @@ func staticAgrees(req *request, claim *ipamclaimsv1alpha1.IPAMClaim, ips []netip
 // recordedPrefix returns a recorded address with the prefix length of the
 // pool's range containing it (the network as it is now), else, for one
 // whose range was removed, the length it was recorded with.
-func recordedPrefix(rec claimstatus.Entry, pool *poolView) netip.Prefix {
-	if r, ok := pool.rangeFor(rec.IP); ok {
+func recordedPrefix(rec claimstatus.Entry, pool *ipam.Pool) netip.Prefix {
+	if r, ok := pool.Containing(rec.IP); ok {
 		return netip.PrefixFrom(rec.IP, r.Subnet().Bits())
 	}
 	return rec.Prefix

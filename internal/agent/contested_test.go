@@ -54,14 +54,10 @@ func TestAddAfterDelOfAContestedAddress(t *testing.T) {
 		t.Fatalf("%v conflicts, want 1", c)
 	}
 	freed := netip.MustParsePrefix(holderIP).Addr()
-	// The fill's shared live list has expired (borrowTTL); the conflict
-	// mark (conflictTTL, 30 s) has not.
-	a.borrowed.mu.Lock()
-	for p, s := range a.borrowed.m {
-		s.at = s.at.Add(-borrowTTL)
-		a.borrowed.m[p] = s
-	}
-	a.borrowed.mu.Unlock()
+	// The fill's shared live list has expired (ipam.BorrowTTL: a new
+	// engine has no memo of it); the conflict mark (conflictTTL, 30 s),
+	// which the agent's cache keeps, has not.
+	a.engine = a.newEngine()
 
 	del := testRequest(t, cniproto.CmdDel, conf, "c-H", testPod("pod-H", "H"))
 	if err := a.Del(context.Background(), del.Request); err != nil {

@@ -13,10 +13,11 @@
 // out addresses from the blocks its node holds (package agent/blocks),
 // borrowing from the whole range when it can take none. The reservation's
 // name is derived from (pool, IP), so the API server refuses a duplicate
-// with AlreadyExists; the cache and the allocation hints beside it
-// (hints.go) only steer the choice of candidates and are never trusted
-// for uniqueness. On a conflict the agent marks the address taken and
-// tries the next candidate.
+// with AlreadyExists; the cache and the search's memos beside it (package
+// ipam, the address engine the controller runs too, over the agent's
+// datastore: search.go) only steer the choice of candidates and are never
+// trusted for uniqueness. On a conflict the agent marks the address taken
+// and tries the next candidate.
 //
 // One writer per object: an agent writes its own node's pods'
 // reservations and its own node's address blocks, nothing else. A
@@ -27,5 +28,6 @@
 // network's).
 //
 // Data flows one way: cniproto (socket) -> Agent verbs (add.go, del.go,
-// gc.go ...) -> allocator (pure) -> Store (the API server).
+// gc.go ...) -> ipam (the search) -> allocator (pure) -> Store (the API
+// server).
 package agent

@@ -376,12 +376,12 @@ func newTestAgent(t testing.TB, store Store, claims ClaimStore) *Agent {
 
 		uncertain: newUncertainCreates(),
 	}
-	a.exhausted.releases = func(pool string) uint64 { return a.reservations.Releases(pool) }
 	m, err := newMetrics(prometheus.NewRegistry(), a.reservations.Len, a.Ready)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.metrics = m
+	a.engine = a.newEngine()
 	return a
 }
 

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -39,70 +39,6 @@ type PoolStore interface {
 
 // ErrPoolMissing reports that an IPPool does not exist.
 var ErrPoolMissing = errors.New("IPPool not found")
-
-// poolView is what an allocation needs of the network's pool, read at the
-// start of the request: the pool's live ranges (a range added a moment
-// ago is used at once, one removed is not), and its reuse cooldown.
-type poolView struct {
-	name     string
-	key      string          // what its reservations are named from (IPPool.LockKey)
-	ranges   []iprange.Range // spec order
-	cooldown time.Duration
-	// overlapped are ranges of younger inline networks that overlap this
-	// one's: theirs, never handed out here.
-	overlapped []iprange.Range
-	obj        *ipkeeperv1alpha1.IPPool // as read, for its namespaceSelector
-}
-
-// inOverlap reports whether ip lies in a younger overlapping network's range.
-func (p *poolView) inOverlap(ip netip.Addr) bool {
-	for _, r := range p.overlapped {
-		if !ip.Less(r.Start()) && !r.End().Less(ip) {
-			return true
-		}
-	}
-	return false
-}
-
-// families groups the ranges by IP family, in order of first appearance:
-// an allocation takes one address per family, from the first range of the
-// family with one free.
-func (p *poolView) families() [][]iprange.Range {
-	var out [][]iprange.Range
-	for _, r := range p.ranges {
-		placed := false
-		for i, f := range out {
-			if f[0].Is4() == r.Is4() {
-				out[i] = append(out[i], r)
-				placed = true
-				break
-			}
-		}
-		if !placed {
-			out = append(out, []iprange.Range{r})
-		}
-	}
-	return out
-}
-
-// rangeFor returns the range whose subnet contains ip: the one whose
-// prefix length and gateway an address of it is returned with.
-func (p *poolView) rangeFor(ip netip.Addr) (iprange.Range, bool) {
-	for _, r := range p.ranges {
-		if r.Contains(ip) {
-			return r, true
-		}
-	}
-	return iprange.Range{}, false
-}
-
-// usable reports why no range of the pool may hand out ip now, or nil.
-func (p *poolView) usable(ip netip.Addr) error {
-	if p.inOverlap(ip) {
-		return fmt.Errorf("%s is in the range of a younger inline network that overlaps IPPool %q", ip, p.name)
-	}
-	return iprange.UsableIn(p.ranges, ip, p.name)
-}
 
 // parsedPools caches the parsed ranges of each pool by UID and generation,
 // so an ADD does not re-parse an unchanged spec.
@@ -141,7 +77,7 @@ func (c *parsedPools) ranges(p *ipkeeperv1alpha1.IPPool) ([]iprange.Range, error
 // overlaps another, which the controller refuses to make a pool for, and a
 // NAD whose ranges differ from its network's pool are configuration
 // errors naming both.
-func (a *Agent) resolvePool(ctx context.Context, req *request) (*poolView, error) {
+func (a *Agent) resolvePool(ctx context.Context, req *request) (*ipam.Pool, error) {
 	cfg := req.cfg
 	name := cfg.PoolName()
 	pool, err := a.poolStore.Get(ctx, name)
@@ -169,10 +105,8 @@ func (a *Agent) resolvePool(ctx context.Context, req *request) (*poolView, error
 			return nil, err
 		}
 	}
-	v := &poolView{name: name, key: pool.LockKey(), ranges: ranges, overlapped: blocked, obj: pool}
-	if pool.Spec.ReuseCooldown != nil {
-		v.cooldown = pool.Spec.ReuseCooldown.Duration
-	}
+	v := ipam.NewPool(pool, ranges)
+	v.Overlapped = blocked
 	return v, nil
 }
 
@@ -295,17 +229,6 @@ func (s *apiPoolStore) List(ctx context.Context, live bool) ([]ipkeeperv1alpha1.
 	return list.Items, nil
 }
 
-// prefixOf returns ip with the prefix length of the range containing it.
-// An address the ranges no longer cover (a range was removed while it was
-// held) keeps the family's first range's length: the pool says nothing
-// better about it.
-func (p *poolView) prefixOf(ip netip.Addr, family []iprange.Range) netip.Prefix {
-	if r, ok := p.rangeFor(ip); ok {
-		return netip.PrefixFrom(ip, r.Subnet().Bits())
-	}
-	return netip.PrefixFrom(ip, family[0].Subnet().Bits())
-}
-
 // admitsNew applies the pool's spec.namespaceSelector to a pod ADD that
 // would reserve a new address. An attachment that holds its addresses
 // already (the runtime's repeated ADD, a new sandbox of a running pod)
@@ -314,10 +237,10 @@ func (p *poolView) prefixOf(ip netip.Addr, family []iprange.Range) netip.Prefix 
 // addresses were chosen by ipkeeper-controller, which applied the rule
 // when it did.
 func (a *Agent) admitsNew(ctx context.Context, req *request, podUID types.UID) error {
-	if req.attach.claim != "" || len(a.reservations.Attachment(req.pool.name, podUID, req.IfName)) > 0 {
+	if req.attach.claim != "" || len(a.reservations.Attachment(req.pool.Name, podUID, req.IfName)) > 0 {
 		return nil
 	}
-	return a.poolAdmits(ctx, req.pool.obj, req.args.PodNamespace)
+	return a.poolAdmits(ctx, req.pool.Object, req.args.PodNamespace)
 }
 
 // poolAdmits applies the pool's spec.namespaceSelector (ipamconfig.PoolAdmits)

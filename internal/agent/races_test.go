@@ -17,6 +17,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -57,7 +58,7 @@ func testRequest(t testing.TB, command, conf, containerID string, pod *corev1.Po
 	if req.cfg.Pool == "" {
 		pool = inlinepool.Build(req.cfg, testNAD(req.cfg))
 	}
-	req.pool = &poolView{name: pool.Name, key: pool.LockKey(), ranges: req.cfg.Ranges}
+	req.pool = &ipam.Pool{Name: pool.Name, Key: pool.LockKey(), Ranges: req.cfg.Ranges}
 	return req
 }
 

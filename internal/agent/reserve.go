@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ipkeeper/ipkeeper/internal/agent/index"
-	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -54,7 +54,7 @@ func (a *Agent) held(pool string, h holder) []entry {
 // rewrite it), else a static or free address. On failure it deletes what
 // it created and returns nothing. The caller holds the holder's lock.
 func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(context.Context, entry) (entry, error)) (ips []netip.Prefix, err error) {
-	held, err := a.resolveUncertain(ctx, req.pool.name, h)
+	held, err := a.resolveUncertain(ctx, req.pool.Name, h)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(c
 			ips = nil
 		}
 	}()
-	for _, family := range req.pool.families() {
+	for _, family := range req.pool.Families() {
 		e, ok := heldIn(held, family[0].Is4())
 		isNew := false
 		if !ok {
@@ -81,7 +81,7 @@ func (a *Agent) reserve(ctx context.Context, req *request, h holder, keep func(c
 				return nil, err
 			}
 		}
-		ips = append(ips, req.pool.prefixOf(e.IP, family))
+		ips = append(ips, req.pool.PrefixOf(e.IP, family))
 	}
 	return ips, nil
 }
@@ -112,10 +112,19 @@ func heldIn(held []entry, is4 bool) (entry, bool) {
 // that has one.
 func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []iprange.Range, h holder) (entry, bool, error) {
 	if static, ok := staticFor(req.cfg, family[0].Is4()); ok {
-		if err := req.pool.usable(static); err != nil {
+		if err := req.pool.Usable(static); err != nil {
 			return entry{}, false, fail(reasonInvalid, codeInvalidConfig, fmt.Errorf("static IP %s requested for network %q: %w", static, req.cfg.Name, err))
 		}
-		e, isNew, err := a.createOrAdopt(ctx, req, static, h, false)
+		type made struct {
+			e     entry
+			isNew bool
+		}
+		// Until the create returns, this node's searches skip the address.
+		got, err := ipam.Reserve(ctx, a.engine, req.pool.Name, static, func(ctx context.Context) (made, error) {
+			e, isNew, err := a.createOrAdopt(ctx, req, static, h, false)
+			return made{e, isNew}, err
+		})
+		e, isNew := got.e, got.isNew
 		if errors.Is(err, ErrTaken) {
 			return entry{}, false, a.describeHolder(ctx, "static IP", req, static, h.owner.Namespace)
 		}
@@ -135,59 +144,6 @@ func (a *Agent) reserveInFamily(ctx context.Context, req *request, family []ipra
 	return entry{}, false, err
 }
 
-// borrowView returns what a borrowing ADD scans r with: a live list of the
-// pool, shared by the node's borrowing ADDs for borrowTTL (an address
-// taken since then costs a failed create, which marks it taken), plus,
-// for a shared list, the reservation cache and this node's creates in
-// flight. fresh is false for a shared list: one that shows r full is not
-// proof of it. A fresh list is used alone, as confirmFull uses it: the
-// cache may still mark an address taken that a collision found held
-// before a release the list already shows, and a fresh list judged with
-// that mark would refuse the ADD as exhausted with the address free.
-func (a *Agent) borrowView(ctx context.Context, req *request, r iprange.Range, seed string) (taken func(netip.Addr) bool, fresh bool, err error) {
-	pool := req.pool.name
-	snap, ok := a.borrowed.get(pool, time.Now())
-	if !ok {
-		if snap, err = a.confirmedTaken(ctx, req, r, seed); err != nil {
-			return nil, false, err
-		}
-		a.borrowed.put(pool, snap, time.Now())
-		return snap, true, nil
-	}
-	cached := a.reservations.TakenFunc(pool, time.Now())
-	return func(ip netip.Addr) bool { return snap(ip) || cached(ip) || req.pool.inOverlap(ip) }, !ok, nil
-}
-
-// confirmedTaken returns the taken predicate of a live list of the pool
-// (see liveTaken), and remembers it when it finds r full (until the next
-// release seen on the pool, within exhaustedTTL).
-func (a *Agent) confirmedTaken(ctx context.Context, req *request, r iprange.Range, seed string) (func(netip.Addr) bool, error) {
-	pool := req.pool.name
-	releases := a.reservations.Releases(pool)
-	taken, err := a.liveTaken(ctx, req)
-	if err != nil {
-		return nil, fail(reasonInternal, codeTryAgainLater, err)
-	}
-	if _, err := allocator.Candidate(r, taken, seed); errors.Is(err, allocator.ErrExhausted) {
-		a.exhausted.confirm(pool, r, releases, time.Now())
-	}
-	return taken, nil
-}
-
-// liveTaken returns a taken predicate built from a live list of the
-// pool's reservations plus the conflicts seen since.
-func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) bool, error) {
-	pool := req.pool.name
-	since := time.Now()
-	live, err := a.store.TakenIn(ctx, pool)
-	if err != nil {
-		return nil, err
-	}
-	return func(ip netip.Addr) bool {
-		return live[ip] || a.reservations.ConflictSince(pool, ip, since) || req.pool.inOverlap(ip)
-	}, nil
-}
-
 // createOrAdopt creates the reservation of ip for the holder. When the
 // name exists and the reservation is already the holder's, it is adopted
 // (isNew false): a create whose response was lost. ErrTaken means someone
@@ -198,16 +154,13 @@ func (a *Agent) liveTaken(ctx context.Context, req *request) (func(netip.Addr) b
 // reservation there is labelled with the node, and only this node's agent
 // watches it (no other agent hands out that block's addresses).
 func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, h holder, inBlock bool) (e entry, isNew bool, err error) {
-	pool := req.pool.name
+	pool := req.pool.Name
 	block := reservation.NoBlock
 	if inBlock {
 		block = reservation.NodeBlock
 	}
 	obj := reservation.New(a.params(req, ip, h, block))
-	// Until the create returns, this node's other ADDs skip the address.
-	done := a.pending.mark(pool, ip)
 	cur, adopted, err := reservation.CreateOrAdopt(ctx, a.store, obj)
-	done()
 	switch {
 	case err == nil:
 		e, _ = index.EntryOf(cur)
@@ -234,11 +187,11 @@ func (a *Agent) createOrAdopt(ctx context.Context, req *request, ip netip.Addr, 
 // was never handed out) and the ADD refused. An adopted reservation was
 // counted when it was created.
 func (a *Agent) withinQuota(ctx context.Context, req *request, e entry) error {
-	limit := poolquota.Limit(req.pool.obj)
+	limit := req.pool.Quota
 	if limit == 0 {
 		return nil
 	}
-	err := poolquota.Confirm(ctx, a.store.HeldIn, req.pool.name, limit, e.Owner.Namespace)
+	err := poolquota.Confirm(ctx, a.store.HeldIn, req.pool.Name, limit, e.Owner.Namespace)
 	if err == nil {
 		return nil
 	}
@@ -253,7 +206,7 @@ func (a *Agent) withinQuota(ctx context.Context, req *request, e entry) error {
 // node, made now.
 func (a *Agent) params(req *request, ip netip.Addr, h holder, block reservation.Block) reservation.Params {
 	return reservation.Params{
-		Pool: req.pool.name, Key: req.pool.key, Network: req.cfg.Name, IP: ip, Owner: h.owner, Interface: req.IfName,
+		Pool: req.pool.Name, Key: req.pool.Key, Network: req.cfg.Name, IP: ip, Owner: h.owner, Interface: req.IfName,
 		ContainerID: req.ContainerID, Node: a.opts.NodeName, AttachedAt: ptr.To(metav1.Now()), Block: block, MAC: req.mac,
 	}
 }
@@ -365,7 +318,7 @@ func (u *uncertainCreates) forget(key, name string) {
 // An address released by its holder and cooling down (its pool's
 // reuseCooldown) is a passing state: "try again later" says when.
 func (a *Agent) describeHolder(ctx context.Context, what string, req *request, ip netip.Addr, namespace string) error {
-	name := naming.Reservation(req.pool.key, ip)
+	name := naming.Reservation(req.pool.Key, ip)
 	r, err := a.store.Get(ctx, name)
 	if err != nil {
 		r = nil // described as another namespace's: nothing to tell

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -111,9 +112,8 @@ func TestSearchSkipsAddressesInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := a.pending.mark(req.pool.name, first)
-	ips, err := a.allocateForPod(ctx, req, pod)
-	done()
+	var ips []netip.Prefix
+	whileInFlight(ctx, a, req.pool.Name, []netip.Addr{first}, func() { ips, err = a.allocateForPod(ctx, req, pod) })
 	if err != nil || ips[0].Addr() == first {
 		t.Fatalf("ADD while a create of %s is in flight = %v, %v; want another address", first, ips, err)
 	}
@@ -124,16 +124,30 @@ func TestSearchSkipsAddressesInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var inFlight []netip.Addr
 	for i := 1; i <= 6; i++ {
-		defer a.pending.mark(req.pool.name, netip.AddrFrom4([4]byte{10, 9, 0, byte(i)}))()
+		inFlight = append(inFlight, netip.AddrFrom4([4]byte{10, 9, 0, byte(i)}))
 	}
-	got, err := a.allocateForPod(ctx, req, other)
+	var got []netip.Prefix
+	whileInFlight(ctx, a, req.pool.Name, inFlight, func() { got, err = a.allocateForPod(ctx, req, other) })
 	if err != nil || got[0].Addr() != first {
 		t.Fatalf("ADD with a create in flight for every free address = %v, %v; want %s rather than exhausted", got, err, first)
 	}
 	if n := store.count("list"); n != 0 {
 		t.Errorf("%d live lists, want none", n)
 	}
+}
+
+// whileInFlight runs fn while the agent's creates of ips are in flight.
+func whileInFlight(ctx context.Context, a *Agent, pool string, ips []netip.Addr, fn func()) {
+	if len(ips) == 0 {
+		fn()
+		return
+	}
+	_, _ = ipam.Reserve(ctx, a.engine, pool, ips[0], func(context.Context) (struct{}, error) {
+		whileInFlight(ctx, a, pool, ips[1:], fn)
+		return struct{}{}, nil
+	})
 }
 
 // An agent whose blocks are full and that can take no other confirms the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/agent/index"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -34,7 +35,7 @@ func (a *Agent) stickyTakeBack(ctx context.Context, req *request, family []ipran
 	if req.mac == nil {
 		return entry{}, false, nil
 	}
-	kept, err := a.store.WithMAC(ctx, req.pool.name, req.mac)
+	kept, err := a.store.WithMAC(ctx, req.pool.Name, req.mac)
 	if err != nil {
 		return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
 	}
@@ -43,14 +44,15 @@ func (a *Agent) stickyTakeBack(ctx context.Context, req *request, family []ipran
 		return entry{}, false, nil
 	}
 	block := reservation.NoBlock
-	if a.blocks != nil && a.blocks.Set().Owns(req.pool.name, ip) {
+	if a.blocks != nil && a.blocks.Set().Owns(req.pool.Name, ip) {
 		block = reservation.NodeBlock
 	}
-	done := a.pending.mark(req.pool.name, ip)
-	cur, err := reservation.TakeBack(ctx, a.store, old, a.params(req, ip, h, block), func(r *ipkeeperv1alpha1.IPReservation) bool {
-		return reservation.KeptForMAC(r, h.owner, req.mac)
+	// Until the take-back returns, this node's searches skip the address.
+	cur, err := ipam.Reserve(ctx, a.engine, req.pool.Name, ip, func(ctx context.Context) (*ipkeeperv1alpha1.IPReservation, error) {
+		return reservation.TakeBack(ctx, a.store, old, a.params(req, ip, h, block), func(r *ipkeeperv1alpha1.IPReservation) bool {
+			return reservation.KeptForMAC(r, h.owner, req.mac)
+		})
 	})
-	done()
 	switch {
 	case errors.Is(err, reservation.ErrTaken):
 		a.log.Info("the address a MAC held was taken by someone else first; allocating another", "pod", h.owner.Namespace+"/"+h.owner.Name,
@@ -77,8 +79,8 @@ func (a *Agent) stickyTakeBack(ctx context.Context, req *request, family []ipran
 func latestKept(rs []ipkeeperv1alpha1.IPReservation, h holder, req *request, is4 bool) (*ipkeeperv1alpha1.IPReservation, netip.Addr, bool) {
 	rs = slices.DeleteFunc(slices.Clone(rs), func(r ipkeeperv1alpha1.IPReservation) bool {
 		ip, err := netip.ParseAddr(r.Spec.IP)
-		return err != nil || ip.Is4() != is4 || r.Spec.Pool != req.pool.name || !reservation.KeptForMAC(&r, h.owner, req.mac) ||
-			req.pool.usable(ip) != nil
+		return err != nil || ip.Is4() != is4 || r.Spec.Pool != req.pool.Name || !reservation.KeptForMAC(&r, h.owner, req.mac) ||
+			req.pool.Usable(ip) != nil
 	})
 	if len(rs) == 0 {
 		return nil, netip.Addr{}, false

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/poolquota"
@@ -115,7 +116,7 @@ func (r *AddressClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPA
 	if !r.Alloc.Ready() {
 		return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil // the controller's caches are still filling
 	}
-	parsed, err := claimalloc.PoolOf(pool)
+	parsed, err := ipam.PoolOf(pool)
 	if err != nil {
 		return r.notReady(ctx, claim, ipamv1.IPAddressClaimReadyPoolNotReadyReason, fmt.Sprintf("IPPool %s is invalid: %v", poolName, err))
 	}
@@ -137,7 +138,7 @@ func (r *AddressClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPA
 	}
 	if res == nil {
 		res, err = r.Alloc.Assign(ctx, parsed, holder(claim, poolName), claimRanges(ranges), string(claim.UID))
-		if errors.Is(err, claimalloc.ErrExhausted) {
+		if errors.Is(err, ipam.ErrExhausted) {
 			return r.notReady(ctx, claim, ipamv1.IPAddressClaimReadyPoolExhaustedReason, fmt.Sprintf("IPPool %s has no free %s address", poolName, family(ranges[0].Is4())))
 		}
 		if errors.Is(err, poolquota.ErrExceeded) {
@@ -178,7 +179,7 @@ func (r *AddressClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPA
 // names, as that is the address the machine uses (also when the cache does
 // not show that reservation yet); without an IPAddress, the oldest (then
 // the first by name), which allocate then writes into the IPAddress.
-func (r *AddressClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *claimalloc.Pool) (*v1alpha1.IPReservation, error) {
+func (r *AddressClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *ipam.Pool) (*v1alpha1.IPReservation, error) {
 	all, err := reservationindex.ByOwner(ctx, r.Reservations, claim.UID)
 	if err != nil {
 		return nil, err
@@ -216,7 +217,7 @@ func (r *AddressClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddre
 // named is the claim's reservation in pool that its IPAddress names: from
 // cached (the claim's reservations the cache shows), else read live; nil
 // when there is no IPAddress or it names no reservation of the claim's.
-func (r *AddressClaimReconciler) named(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *claimalloc.Pool, cached []*v1alpha1.IPReservation) (*v1alpha1.IPReservation, error) {
+func (r *AddressClaimReconciler) named(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *ipam.Pool, cached []*v1alpha1.IPReservation) (*v1alpha1.IPReservation, error) {
 	addr, err := r.cachedClaimAddress(ctx, claim)
 	if err != nil || addr == nil {
 		return nil, err

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -57,7 +57,7 @@ func fakeWithIndexes(t *testing.T, s *runtime.Scheme, objs ...client.Object) cli
 
 // machines is the claims' pool, as allocation sees it: its reservations
 // are named after it (a pool of no inline network).
-var machines = &claimalloc.Pool{Name: "machines", Key: "machines"}
+var machines = &ipam.Pool{Name: "machines", Key: "machines"}
 
 func testClaim() *ipamv1.IPAddressClaim {
 	return &ipamv1.IPAddressClaim{
@@ -210,7 +210,7 @@ func TestReleaseOneReadsThePoolLive(t *testing.T) {
 func TestHeldFindsTheNamedReservationByLockKey(t *testing.T) {
 	s := testScheme(t)
 	claim := testClaim()
-	pool := &claimalloc.Pool{Name: "net-blue.0123456789abcdef", Key: "Blue_Net"}
+	pool := &ipam.Pool{Name: "net-blue.0123456789abcdef", Key: "Blue_Net"}
 	res := claimReservation(claim, "10.0.0.9", time.Now())
 	res.Name = naming.Reservation(pool.Key, netip.MustParseAddr("10.0.0.9"))
 	res.Spec.Pool, res.Spec.Network = pool.Name, pool.Name

@@ -20,6 +20,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/podrefs"
@@ -101,7 +102,7 @@ func (r *Reconciler) addresses(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 // heldBy returns the claim's reservations in the pool (not released), the
 // oldest first: after a status write that failed half-way a claim can
 // hold more than one of a family.
-func (r *Reconciler) heldBy(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool *claimalloc.Pool) ([]held, error) {
+func (r *Reconciler) heldBy(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool *ipam.Pool) ([]held, error) {
 	all, err := reservationindex.ByOwner(ctx, r.Client, claim.UID)
 	if err != nil {
 		return nil, err
@@ -118,7 +119,7 @@ func (r *Reconciler) heldBy(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 
 // lentTo returns the reservations of the pool lent to the claim (a
 // decentralized live migration's receiver), not released.
-func (r *Reconciler) lentTo(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool *claimalloc.Pool) ([]held, error) {
+func (r *Reconciler) lentTo(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool *ipam.Pool) ([]held, error) {
 	all, err := reservationindex.LentTo(ctx, r.Client, claim.UID)
 	if err != nil {
 		return nil, err
@@ -128,7 +129,7 @@ func (r *Reconciler) lentTo(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 
 // usable keeps the reservations of the pool the claim may use
 // (reservation.ClaimMayUse: its own or lent to it, not released).
-func usable(all []ipkeeperv1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAMClaim, pool *claimalloc.Pool) []held {
+func usable(all []ipkeeperv1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAMClaim, pool *ipam.Pool) []held {
 	var out []held
 	for i := range all {
 		res := &all[i]
@@ -143,7 +144,7 @@ func usable(all []ipkeeperv1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAM
 
 // recordLent returns what a receiver records of the addresses lent to
 // it: one per IP family, in the pool's order, as its source records them.
-func recordLent(pool *claimalloc.Pool, lent []held) []netip.Prefix {
+func recordLent(pool *ipam.Pool, lent []held) []netip.Prefix {
 	var ips []netip.Prefix
 	for _, family := range pool.Families() {
 		for _, h := range lent {
@@ -207,7 +208,7 @@ func aliasesOf(claim *ipamclaimsv1alpha1.IPAMClaim, net *network) []string {
 // fill chooses the first addresses of a claim that asks for none in
 // particular: one per IP family of the pool, reusing what the claim holds
 // already (a reconcile that reserved and then failed to write its status).
-func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held) (outcome, error) {
+func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *ipam.Pool, mine []held) (outcome, error) {
 	back, err := r.retiredForClaim(ctx, claim, net, pool)
 	if err != nil {
 		return outcome{}, err
@@ -231,7 +232,7 @@ func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 			continue
 		}
 		res, err := r.Alloc.Assign(ctx, pool, r.holderOf(ctx, claim, net), family, string(claim.UID))
-		if errors.Is(err, claimalloc.ErrExhausted) {
+		if errors.Is(err, ipam.ErrExhausted) {
 			// What was reserved of the other family stays the claim's: the
 			// retry uses it.
 			return outcome{failure: &failure{reason: claimstatus.ReasonExhausted, message: fmt.Sprintf("network %q (IPPool %q) is exhausted: %v", net.cfg.Name, pool.Name, err)}, retry: true}, nil
@@ -252,7 +253,7 @@ func (r *Reconciler) fill(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCla
 // claim of this claim's namespace and name (or one of its aliases) held and that are kept back
 // for it (reservation.KeptFor), the most recently released last: what the
 // same VM's network had before its claim was made anew.
-func (r *Reconciler) retiredForClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool) ([]*ipkeeperv1alpha1.IPReservation, error) {
+func (r *Reconciler) retiredForClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *ipam.Pool) ([]*ipkeeperv1alpha1.IPReservation, error) {
 	c := r.holderOf(ctx, claim, net).Claimant()
 	var out []*ipkeeperv1alpha1.IPReservation
 	for _, name := range append([]string{claim.Name}, c.Aliases...) {
@@ -261,7 +262,7 @@ func (r *Reconciler) retiredForClaim(ctx context.Context, claim *ipamclaimsv1alp
 			return nil, err
 		}
 		for i := range all {
-			if res := &all[i]; res.Spec.Pool == pool.Name && reservation.KeptFor(res, c, pool.Retains) {
+			if res := &all[i]; res.Spec.Pool == pool.Name && reservation.KeptFor(res, c, pool.Retains()) {
 				out = append(out, res)
 			}
 		}
@@ -284,7 +285,7 @@ func (r *Reconciler) retiredForClaim(ctx context.Context, claim *ipamclaimsv1alp
 // passing failure (the API server unavailable, an answer lost) fails the
 // reconcile, which retries it: filling with another address would give
 // up the kept one for good.
-func (r *Reconciler) takeBack(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, back []*ipkeeperv1alpha1.IPReservation, is4 bool) (netip.Addr, bool, error) {
+func (r *Reconciler) takeBack(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *ipam.Pool, back []*ipkeeperv1alpha1.IPReservation, is4 bool) (netip.Addr, bool, error) {
 	for _, res := range back {
 		ip, err := netip.ParseAddr(res.Spec.IP)
 		if err != nil || ip.Is4() != is4 {
@@ -334,7 +335,7 @@ func passing(err error) bool {
 // holds but no longer records is released, once no pod that uses the
 // claim runs: the guest of a running VM whose status.ips was edited still
 // uses its address, so that address stays the claim's until the VM stops.
-func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held) (outcome, error) {
+func (r *Reconciler) keep(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *ipam.Pool, mine []held) (outcome, error) {
 	var out outcome
 	entries, err := claimstatus.Entries(claim)
 	if err != nil {
@@ -434,7 +435,7 @@ func (r *Reconciler) runningPod(ctx context.Context, claim *ipamclaimsv1alpha1.I
 // went to the claim's pods, perhaps, so it cools down like any release.
 // The claim is read live first, so that a status the cache does not show
 // yet never loses its addresses.
-func (r *Reconciler) releaseSuperseded(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool *claimalloc.Pool, superseded []held) error {
+func (r *Reconciler) releaseSuperseded(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pool *ipam.Pool, superseded []held) error {
 	if len(superseded) == 0 {
 		return nil
 	}
@@ -491,7 +492,7 @@ func (r *Reconciler) stillHeld(ctx context.Context, claim *ipamclaimsv1alpha1.IP
 // hands it out, else (a range removed or narrowed since it was reserved)
 // of the first range whose subnet contains it, else of the family's first
 // range.
-func prefixOf(pool *claimalloc.Pool, ip netip.Addr, family []iprange.Range) netip.Prefix {
+func prefixOf(pool *ipam.Pool, ip netip.Addr, family []iprange.Range) netip.Prefix {
 	if r, err := pool.RangeFor(ip); err == nil {
 		return netip.PrefixFrom(ip, r.Subnet().Bits())
 	}

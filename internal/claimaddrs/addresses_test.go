@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -38,7 +38,7 @@ func TestPrefixOf(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pool := &claimalloc.Pool{Name: "p", Key: "p", Ranges: ranges}
+			pool := &ipam.Pool{Name: "p", Key: "p", Ranges: ranges}
 			ip := netip.MustParseAddr(tt.ip)
 			var family []iprange.Range
 			for _, f := range pool.Families() {

@@ -18,10 +18,10 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
@@ -358,7 +358,7 @@ func (r *Reconciler) networkOfNAD(ctx context.Context, claim *ipamclaimsv1alpha1
 
 // poolOf returns the network's pool, parsed, with the ranges of younger
 // overlapping inline networks blocked.
-func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network) (*claimalloc.Pool, error) {
+func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network) (*ipam.Pool, error) {
 	cfg, name := net.cfg, net.cfg.PoolName()
 	var obj ipkeeperv1alpha1.IPPool
 	err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &obj)
@@ -378,7 +378,7 @@ func (r *Reconciler) poolOf(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	case err != nil:
 		return nil, fmt.Errorf("reading IPPool %s: %w", name, err)
 	}
-	pool, err := claimalloc.PoolOf(&obj)
+	pool, err := ipam.PoolOf(&obj)
 	if err != nil {
 		return nil, refuse(claimstatus.ReasonPoolInvalid, false, "IPPool %q of network %q is invalid: %v", name, cfg.Name, err)
 	}

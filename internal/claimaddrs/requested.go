@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -63,7 +63,7 @@ func requestRefused(reason string, retry bool, format string, args ...any) outco
 
 // fillRequested reserves the requested addresses of a claim that has none
 // yet, and an address of each family the request does not cover.
-func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held) (outcome, error) {
+func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *ipam.Pool, mine []held) (outcome, error) {
 	name := logicalNetwork(claim)
 	addrs, err := parseRequest(claim.Annotations[claimstatus.RequestedAnnotation])
 	if err != nil {
@@ -156,7 +156,7 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 			continue
 		}
 		res, err := r.Alloc.Assign(ctx, pool, h, family, string(claim.UID))
-		if errors.Is(err, claimalloc.ErrExhausted) {
+		if errors.Is(err, ipam.ErrExhausted) {
 			undo()
 			return requestRefused(claimstatus.ReasonRequestedExhausted, true, "%s is free, but network %q has no free address of the other IP family (%s), which the claim did not request",
 				joinAddrs(addrs), name, rangeList(family)), nil
@@ -186,7 +186,7 @@ func (r *Reconciler) fillRequested(ctx context.Context, claim *ipamclaimsv1alpha
 // What the claim held before this attempt (mine: an earlier attempt's
 // fill, its status write lost or not yet seen) is reused as fill reuses
 // it; undo released none of it that the claim records.
-func (r *Reconciler) fillInstead(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *claimalloc.Pool, mine []held, held string) (outcome, error) {
+func (r *Reconciler) fillInstead(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, net *network, pool *ipam.Pool, mine []held, held string) (outcome, error) {
 	out, err := r.fill(ctx, claim, net, pool, mine)
 	if err != nil {
 		return out, err

@@ -11,8 +11,8 @@ import (
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 )
 
@@ -90,7 +90,7 @@ func TestPlaceRequested(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pool := &claimalloc.Pool{Name: "p", Key: "p", Ranges: tt.ranges, Overlapped: tt.blocked}
+			pool := &ipam.Pool{Name: "p", Key: "p", Ranges: tt.ranges, Overlapped: tt.blocked}
 			var got []netip.Prefix
 			for _, s := range tt.ips {
 				ip := netip.MustParseAddr(s)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
@@ -174,7 +175,7 @@ func TestAssignSkipsHeldAndBlockedAddresses(t *testing.T) {
 	var got []string
 	for i := range 10 {
 		res, err := e.assign(t, claimHolder("ns", fmt.Sprintf("vm%d.blue", i)), fmt.Sprintf("uid-%d", i))
-		if errors.Is(err, claimalloc.ErrExhausted) {
+		if errors.Is(err, ipam.ErrExhausted) {
 			break
 		}
 		if err != nil {
@@ -515,7 +516,7 @@ func TestWatchBlocks(t *testing.T) {
 
 // A pool's ranges are grouped by family in order of first appearance.
 func TestFamilies(t *testing.T) {
-	p, err := claimalloc.PoolOf(ippool("p",
+	p, err := ipam.PoolOf(ippool("p",
 		v1alpha1.PoolRange{Range: "fd00::/64"}, v1alpha1.PoolRange{Range: "10.0.0.0/24"}, v1alpha1.PoolRange{Range: "fd01::/64"}, v1alpha1.PoolRange{Range: "10.0.1.0/24"}))
 	if err != nil {
 		t.Fatal(err)
@@ -537,12 +538,12 @@ func TestFamilies(t *testing.T) {
 func TestPoolOf(t *testing.T) {
 	inline := ippool("net-x.0123", span("10.0.0.4", "10.0.0.9"))
 	inline.Annotations = map[string]string{v1alpha1.InlineNetworkAnnotation: "X_Net"}
-	p, err := claimalloc.PoolOf(inline)
+	p, err := ipam.PoolOf(inline)
 	if err != nil || p.Name != "net-x.0123" || p.Key != "X_Net" || len(p.Ranges) != 1 {
 		t.Errorf("PoolOf = %+v, %v; want name net-x.0123, key X_Net, one range", p, err)
 	}
 	bad := ippool("bad", v1alpha1.PoolRange{Range: "10.0.0.0/24", RangeStart: "10.0.1.5"})
-	if _, err := claimalloc.PoolOf(bad); err == nil || !strings.Contains(err.Error(), "spec.ranges[0].range_start") {
+	if _, err := ipam.PoolOf(bad); err == nil || !strings.Contains(err.Error(), "spec.ranges[0].range_start") {
 		t.Errorf("PoolOf(invalid) error = %v, want one naming spec.ranges[0].range_start", err)
 	}
 }

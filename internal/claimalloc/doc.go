@@ -3,7 +3,8 @@
 // Package claimalloc is ipkeeper-controller's one way to hold addresses
 // for claims: IPAMClaims (a VM's addresses, which move between nodes with
 // the VM) and Cluster API IPAddressClaims. Every controller writer of a
-// claim's reservation calls it; it chooses the candidates, and package
+// claim's reservation calls it; it chooses the candidates (through the
+// engine, package ipam), and package
 // reservation builds, creates (its one bounded create-as-lock loop, Hunt)
 // and describes the holders of the reservations.
 //
@@ -17,11 +18,13 @@
 // to take, an address is borrowed from anywhere in the range, labelled shared,
 // so the node whose block it lies in sees it.
 //
-// What is free comes from the controller's one cache of reservations
-// (reservationindex.Addresses) plus the creates of its own it has not seen
-// come back yet; the IPReservation's name is still the lock, so a stale
-// cache costs a failed create, never a duplicate.
-//
-// The allocation reads as phases (Assign): the claims' blocks, a new
-// block, then borrowing, each with its reason.
+// The search is package ipam's, the engine an agent runs too: its phases
+// here are the claims' blocks, a new block, then borrowing from the
+// controller's one cache of reservations (reservationindex.Addresses),
+// which shows every pool whole, plus the creates of its own it has not
+// seen come back yet (the engine's memo). The IPReservation's name is
+// still the lock, so a stale cache costs a failed create, never a
+// duplicate. What is the controller's own here: the claims' holder (a
+// claim's network, interface and aliases), the per-namespace quota, and
+// taking back what a claim's name kept.
 package claimalloc

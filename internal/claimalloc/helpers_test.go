@@ -24,6 +24,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/reservationindex"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
@@ -148,7 +149,7 @@ type env struct {
 	addrs *reservationindex.Addresses
 	set   *blocks.Set
 	alloc *claimalloc.Allocator
-	pool  *claimalloc.Pool
+	pool  *ipam.Pool
 	obj   *v1alpha1.IPPool
 }
 
@@ -173,7 +174,7 @@ func newEnv(t *testing.T, pool *v1alpha1.IPPool, objs ...client.Object) *env {
 // newEnvOn is another allocator on c: a controller with caches of its own.
 func newEnvOn(t *testing.T, c client.Client, pool *v1alpha1.IPPool) *env {
 	t.Helper()
-	p, err := claimalloc.PoolOf(pool)
+	p, err := ipam.PoolOf(pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func TestTakeBackSurvivesLostAnswers(t *testing.T) {
 					},
 				}).Build()
 			e := newEnvOn(t, c, ippool(pool, span("10.0.0.4", "10.0.0.251")))
-			e.pool.Retains = true
+			e.pool.Cooldown = time.Hour
 			res, err := e.alloc.Reserve(context.Background(), e.pool, h, addr(ip))
 			if err != nil {
 				t.Fatalf("Reserve: %v; want the address taken back", err)
