@@ -68,8 +68,7 @@ type Options struct {
 
 	ClaimWorkers int
 
-	// TLS is --tls-min-version (and its deprecated alias
-	// --webhook-tls-min-version), --tls-cipher-suites,
+	// TLS is --tls-min-version, --tls-cipher-suites,
 	// --tls-curve-preferences and --enable-http2: the settings of every
 	// TLS server the controller runs.
 	TLS tlsconfig.Options
@@ -115,7 +114,6 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ServiceName, "webhook-service-name", "ipkeeper-webhook", "Service in front of the webhook; its DNS names go into the certificate")
 	fs.StringVar(&o.ExtraSANs, "webhook-extra-sans", "", "comma-separated extra DNS names or IPs for the self-managed certificate")
 	o.TLS.AddFlags(fs, "the webhook server and, with --metrics-cert-dir, /metrics")
-	o.TLS.AddDeprecatedMinVersionFlag(fs, "webhook-tls-min-version")
 	fs.DurationVar(&o.CertValidity, "webhook-cert-validity", 365*24*time.Hour, "lifetime of a self-managed serving certificate (renewed at 2/3)")
 	fs.DurationVar(&o.CAValidity, "webhook-ca-validity", 10*365*24*time.Hour, "lifetime of the self-managed CA (rotated at 2/3, without downtime)")
 }

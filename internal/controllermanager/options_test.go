@@ -69,8 +69,7 @@ func TestSANs(t *testing.T) {
 }
 
 // TestCommandLine parses real command lines through the controller's flag
-// set: the TLS flags, the deprecated --webhook-tls-min-version, and a
-// disagreement between the two.
+// set: the TLS flags in both spellings, and bad values.
 func TestCommandLine(t *testing.T) {
 	for _, tc := range []struct {
 		args    []string
@@ -79,11 +78,8 @@ func TestCommandLine(t *testing.T) {
 	}{
 		{nil, tls.VersionTLS13, ""},
 		{[]string{"--tls-min-version=1.2", "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}, tls.VersionTLS12, ""},
-		{[]string{"--webhook-tls-min-version=1.2"}, tls.VersionTLS12, ""},
-		{[]string{"--webhook-tls-min-version=1.2", "--tls-min-version=1.3"}, 0, `--webhook-tls-min-version "1.2" (deprecated) and --tls-min-version "1.3" differ`},
 		{[]string{"--tls-cipher-suites=NOPE"}, 0, `unknown cipher suite "NOPE"`},
 		{[]string{"--tls-min-version=VersionTLS13", "--tls-curve-preferences=P-256"}, tls.VersionTLS13, ""},
-		{[]string{"--webhook-tls-min-version=1.2", "--tls-min-version=VersionTLS12"}, tls.VersionTLS12, ""},
 		{[]string{"--tls-curve-preferences=P-224"}, 0, `invalid --tls-curve-preferences: unknown curve "P-224"`},
 	} {
 		var c CommandOptions

@@ -65,19 +65,13 @@ type Options struct {
 	CurvePreferences string
 	// EnableHTTP2 is --enable-http2: offer HTTP/2 by ALPN.
 	EnableHTTP2 bool
-
-	// given holds the value of every flag that sets MinVersion (the flag
-	// and its deprecated aliases) given on the command line, so that Parse
-	// can refuse two that disagree.
-	given map[string]string
 }
 
 // AddFlags registers --tls-min-version, --tls-cipher-suites,
 // --tls-curve-preferences and --enable-http2 with their defaults. what says
 // which servers they apply to, for the help text.
 func (o *Options) AddFlags(fs *flag.FlagSet, what string) {
-	o.MinVersion = DefaultMinVersion
-	fs.Var(&minVersionValue{o: o, name: FlagMinVersion}, FlagMinVersion,
+	fs.StringVar(&o.MinVersion, FlagMinVersion, DefaultMinVersion,
 		"minimum TLS version of "+what+": VersionTLS12 or VersionTLS13 (k8s.io/component-base's names, as CNAO and HCO pass them), or 1.2 or 1.3")
 	fs.StringVar(&o.CipherSuites, FlagCipherSuites, "",
 		"comma-separated TLS 1.2 cipher suites of "+what+" (IANA names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256); "+
@@ -87,42 +81,6 @@ func (o *Options) AddFlags(fs *flag.FlagSet, what string) {
 	fs.BoolVar(&o.EnableHTTP2, FlagEnableHTTP2, false,
 		"offer HTTP/2 (ALPN h2) on "+what+"; off: HTTP/1.1 only (HTTP/2's rapid reset and stream floods, CVE-2023-44487); "+
 			"the health probes and profiles are plain HTTP/1.1 either way")
-}
-
-// AddDeprecatedMinVersionFlag registers name as a deprecated alias of
-// --tls-min-version: it sets the same value, says so on stderr when used,
-// and Parse refuses it when --tls-min-version is also given with another
-// value.
-func (o *Options) AddDeprecatedMinVersionFlag(fs *flag.FlagSet, name string) {
-	fs.Var(&minVersionValue{o: o, name: name, deprecated: fs}, name,
-		"deprecated: use --"+FlagMinVersion)
-}
-
-// minVersionValue is the flag.Value of --tls-min-version and its aliases.
-type minVersionValue struct {
-	o    *Options
-	name string
-	// deprecated, for an alias, is its flag set (where the notice goes).
-	deprecated *flag.FlagSet
-}
-
-func (v *minVersionValue) String() string {
-	if v == nil || v.o == nil {
-		return ""
-	}
-	return v.o.MinVersion
-}
-
-func (v *minVersionValue) Set(s string) error {
-	if v.deprecated != nil {
-		fmt.Fprintf(v.deprecated.Output(), "Flag --%s has been deprecated, use --%s instead\n", v.name, FlagMinVersion)
-	}
-	if v.o.given == nil {
-		v.o.given = map[string]string{}
-	}
-	v.o.given[v.name] = s
-	v.o.MinVersion = s
-	return nil
 }
 
 // Server is a parsed Options: what a TLS server applies. The zero Server
@@ -140,29 +98,6 @@ type Server struct {
 
 // Parse checks the options; errors name the flag and the value.
 func (o Options) Parse() (Server, error) {
-	// Every flag given must parse, and all must agree; the error names
-	// the flag the value came from.
-	names := make([]string, 0, len(o.given))
-	for name := range o.given {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	parsed := map[string]uint16{}
-	for _, name := range names {
-		v, err := ParseVersion(name, o.given[name])
-		if err != nil {
-			return Server{}, err
-		}
-		parsed[name] = v
-	}
-	if v, ok := o.given[FlagMinVersion]; ok {
-		for _, name := range names {
-			if name != FlagMinVersion && parsed[name] != parsed[FlagMinVersion] {
-				return Server{}, fmt.Errorf("--%s %q (deprecated) and --%s %q differ: give only --%s",
-					name, o.given[name], FlagMinVersion, v, FlagMinVersion)
-			}
-		}
-	}
 	var s Server
 	var err error
 	if s.MinVersion, err = ParseVersion(FlagMinVersion, o.MinVersion); err != nil {

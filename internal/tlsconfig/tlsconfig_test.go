@@ -114,15 +114,14 @@ func TestParseCipherSuites(t *testing.T) {
 	}
 }
 
-// parse registers the flags as the controller does (with the deprecated
-// alias) and parses args; notices are what the flags printed.
+// parse registers the flags as the controller does and parses args;
+// notices are what the flags printed.
 func parse(t *testing.T, args ...string) (o Options, notices string) {
 	t.Helper()
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	var out bytes.Buffer
 	fs.SetOutput(&out)
 	o.AddFlags(fs, "the servers")
-	o.AddDeprecatedMinVersionFlag(fs, "webhook-tls-min-version")
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
@@ -131,40 +130,30 @@ func parse(t *testing.T, args ...string) (o Options, notices string) {
 
 func TestOptionsParse(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		args       []string
-		want       Server
-		wantErr    []string
-		deprecated bool // the deprecation notice is printed
+		name    string
+		args    []string
+		want    Server
+		wantErr []string
 	}{
-		{"defaults: today's TLS 1.3 and Go's suites", nil, Server{MinVersion: tls.VersionTLS13}, nil, false},
+		{"defaults: today's TLS 1.3 and Go's suites", nil, Server{MinVersion: tls.VersionTLS13}, nil},
 		{"1.2 with suites", []string{"--tls-min-version=1.2", "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"},
-			Server{MinVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}}, nil, false},
+			Server{MinVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}}, nil},
 		{"1.3 with suites: accepted, they only matter for 1.2", []string{"--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"},
-			Server{MinVersion: tls.VersionTLS13, CipherSuites: []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}}, nil, false},
+			Server{MinVersion: tls.VersionTLS13, CipherSuites: []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}}, nil},
 		{"1.2 with TLS 1.3 suites only", []string{"--tls-min-version=1.2", "--tls-cipher-suites=TLS_AES_128_GCM_SHA256"},
-			Server{}, []string{`--tls-cipher-suites "TLS_AES_128_GCM_SHA256"`, "no TLS 1.2 suite"}, false},
-		{"bad version", []string{"--tls-min-version=1.1"}, Server{}, []string{`invalid --tls-min-version "1.1"`}, false},
-		{"deprecated alias alone", []string{"--webhook-tls-min-version=1.2"}, Server{MinVersion: tls.VersionTLS12}, nil, true},
-		{"deprecated alias agreeing", []string{"--webhook-tls-min-version=1.2", "--tls-min-version=1.2"}, Server{MinVersion: tls.VersionTLS12}, nil, true},
-		{"deprecated alias agreeing in the other spelling", []string{"--webhook-tls-min-version=1.2", "--tls-min-version=VersionTLS12"}, Server{MinVersion: tls.VersionTLS12}, nil, true},
+			Server{}, []string{`--tls-cipher-suites "TLS_AES_128_GCM_SHA256"`, "no TLS 1.2 suite"}},
+		{"bad version", []string{"--tls-min-version=1.1"}, Server{}, []string{`invalid --tls-min-version "1.1"`}},
 		{"component-base's names", []string{"--tls-min-version=VersionTLS12", "--tls-curve-preferences=X25519, P-256,X25519,CurveP384,X25519MLKEM768,CurveP256,secp521r1", "--enable-http2"},
-			Server{MinVersion: tls.VersionTLS12, CurvePreferences: []tls.CurveID{tls.X25519, tls.CurveP256, tls.CurveP384, tls.X25519MLKEM768, tls.CurveP521}, EnableHTTP2: true}, nil, false},
+			Server{MinVersion: tls.VersionTLS12, CurvePreferences: []tls.CurveID{tls.X25519, tls.CurveP256, tls.CurveP384, tls.X25519MLKEM768, tls.CurveP521}, EnableHTTP2: true}, nil},
 		{"unknown curve", []string{"--tls-curve-preferences=X25519,P-224"}, Server{},
-			[]string{`invalid --tls-curve-preferences: unknown curve "P-224"`, "P-256"}, false},
+			[]string{`invalid --tls-curve-preferences: unknown curve "P-224"`, "P-256"}},
 		{"empty curve", []string{"--tls-curve-preferences=X25519,"}, Server{},
-			[]string{`invalid --tls-curve-preferences "X25519,": empty name`}, false},
-		{"deprecated alias disagreeing", []string{"--tls-min-version=1.3", "--webhook-tls-min-version=1.2"}, Server{},
-			[]string{`--webhook-tls-min-version "1.2" (deprecated) and --tls-min-version "1.3" differ`}, true},
-		{"deprecated alias disagreeing, other order", []string{"--webhook-tls-min-version=1.2", "--tls-min-version=1.3"}, Server{},
-			[]string{`--webhook-tls-min-version "1.2" (deprecated) and --tls-min-version "1.3" differ`}, true},
-		{"deprecated alias with a bad value", []string{"--webhook-tls-min-version=1.1"}, Server{},
-			[]string{`invalid --webhook-tls-min-version "1.1"`}, true},
+			[]string{`invalid --tls-curve-preferences "X25519,": empty name`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, notices := parse(t, tc.args...)
-			if got := strings.Contains(notices, "Flag --webhook-tls-min-version has been deprecated, use --tls-min-version instead"); got != tc.deprecated {
-				t.Errorf("deprecation notice printed: %v, want %v (output %q)", got, tc.deprecated, notices)
+			if notices != "" {
+				t.Errorf("the flags printed %q", notices)
 			}
 			s, err := o.Parse()
 			if tc.wantErr != nil {
