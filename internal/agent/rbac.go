@@ -10,7 +10,7 @@ package agent
 // whether a network keeps its addresses; namespaces, for pools that admit
 // only some (spec.namespaceSelector); ipkeeper's own webhook
 // configuration and a launcher's VMI, to find the claim of a launcher the
-// webhook missed (unclaimed.go). Nothing else: the agent writes no
+// webhook missed (attachment.go). Nothing else: the agent writes no
 // claim, no pool, no pod, no NAD and no VM, and the node-bound admission
 // policy (manifests/policy) narrows its reservation and block writes to
 // its own node's pods.

@@ -27,7 +27,7 @@ import (
 //     the networks of a launcher that references no claim. An outage
 //     blocks no VM: for a launcher admitted without it that needs a claim
 //     reference, the agent finds the claim by this package's rule (from
-//     the VMI) and waits for its addresses (agent/unclaimed.go), so
+//     the VMI) and waits for its addresses (agent/attachment.go), so
 //     persistence is never silently lost.
 //   - ClaimedLaunchersWebhook (failurePolicy Fail): changes of the networks
 //     of a running launcher that references a claim (a NIC hotplug or
@@ -46,7 +46,7 @@ import (
 // other controller's webhook, called after this one, references those it
 // makes). The configuration's ReferencesAnnotation tells agents which case
 // holds, so that they never wait for a claim nobody makes
-// (agent/unclaimed.go).
+// (agent/attachment.go).
 //
 // The manifest (manifests/base/webhook) carries the same webhooks; a test
 // keeps them equal to Webhooks.
