@@ -78,34 +78,16 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 	return resp
 }
 
+// handle runs the steps of one admission, each of which may end it with
+// its answer: the launcher and its networks (launcherNetworks), which of
+// them keep their addresses (persistentNetworks), the VMI the pod runs
+// (launcherVMI), the claim references (added by addReferences, each
+// checked by checkReferences) and the claims' MACs (addMACs), then the
+// patch.
 func (m *PodMutator) handle(ctx context.Context, req admission.Request) admission.Response {
-	var pod corev1.Pod
-	if err := m.Decoder.Decode(req, &pod); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding pod: %w", err))
-	}
-	if pod.Namespace == "" {
-		pod.Namespace = req.Namespace
-	}
-	vmiName, ok := kubevirt.IsLauncherPod(&pod)
-	if !ok {
-		return admission.Allowed("not a virt-launcher pod")
-	}
-	annotation := pod.Annotations[multus.Annotation]
-	var oldElems []multus.Element
-	if req.Operation == admissionv1.Update {
-		var old corev1.Pod
-		if err := m.Decoder.DecodeRaw(req.OldObject, &old); err != nil {
-			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old pod: %w", err))
-		}
-		if old.Annotations[multus.Annotation] == annotation {
-			return admission.Allowed("networks unchanged")
-		}
-		// The old annotation parsed when the pod was admitted; a failure
-		// here only means nothing is kept.
-		oldElems, _ = multus.ParseElements(old.Annotations[multus.Annotation], pod.Namespace)
-	}
-	if annotation == "" {
-		return admission.Allowed("no secondary networks")
+	l, done := m.launcherNetworks(req)
+	if done != nil {
+		return *done
 	}
 	// Only references to claims the VM already holds are added while
 	// nobody makes claims (the gate is off) or another controller makes
@@ -120,28 +102,112 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 		}
 		existingOnly = !enabled
 	}
-	podRef := fmt.Sprintf("virt-launcher pod %s/%s", pod.Namespace, podName(&pod))
-	elems, err := multus.ParseElements(annotation, pod.Namespace)
-	if err != nil {
-		return admission.Denied(fmt.Sprintf("%s: %v", podRef, err))
-	}
-	kept := keepAttached(elems, oldElems, func(e multus.Element) bool {
+	kept := keepAttached(l.elems, l.oldElems, func(e multus.Element) bool {
 		// Unreadable: not kept, as before the webhook saw it.
 		network, found, err := m.readNAD(ctx, e.NAD())
 		return err == nil && found && network.AllowPersistentIPs
 	})
+	persistent, done := m.persistentNetworks(ctx, l)
+	if done != nil {
+		return *done
+	}
+	vmi, done := m.launcherVMI(ctx, l, persistent)
+	if done != nil {
+		return *done
+	}
+	changed, warnings, err := addReferences(l.elems, vmi.Name, kubevirt.SecondaryNetworks(&vmi.Spec), persistent,
+		claims.ClaimNetworks(ctx, m.Reader, l.pod.Namespace), claims.LauncherClaimNetworks(ctx, m.Reader, vmi), existingOnly)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if done := m.checkReferences(ctx, l, persistent, vmi); done != nil {
+		return *done
+	}
+	guestConfig := ""
+	if guestnet.ReadBy(&vmi.Spec, vmi.Name) {
+		guestConfig = guestnet.SecretName(vmi.Name)
+	}
+	macs, macWarnings, denial, err := m.addMACs(ctx, l.pod.Namespace, l.elems, persistent, guestConfig)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if denial != "" {
+		return admission.Denied(fmt.Sprintf("%s: %s", l.ref, denial))
+	}
+	warnings = append(warnings, macWarnings...)
+	if !changed && !kept && !macs {
+		return admission.Allowed("claim references and MACs already set").WithWarnings(warnings...)
+	}
+	return patched(ctx, req, l, vmi.Name, warnings)
+}
 
-	// The CNI network of each element whose NAD allows persistent IPs.
-	persistent := make([]string, len(elems))
+// launcher is a virt-launcher pod under admission and its networks.
+type launcher struct {
+	pod     corev1.Pod
+	vmiName string
+	// ref names the pod in answers.
+	ref string
+	// elems are its networks annotation's elements; oldElems those of the
+	// pod before an update (nil on create, or when they did not parse).
+	elems, oldElems []multus.Element
+}
+
+// launcherNetworks decodes the pod and its networks; done is the answer
+// for a pod that is no launcher, or whose networks did not change or
+// cannot be read.
+func (m *PodMutator) launcherNetworks(req admission.Request) (l launcher, done *admission.Response) {
+	end := func(r admission.Response) (launcher, *admission.Response) { return launcher{}, &r }
+	if err := m.Decoder.Decode(req, &l.pod); err != nil {
+		return end(admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding pod: %w", err)))
+	}
+	pod := &l.pod
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
+	var ok bool
+	if l.vmiName, ok = kubevirt.IsLauncherPod(pod); !ok {
+		return end(admission.Allowed("not a virt-launcher pod"))
+	}
+	annotation := pod.Annotations[multus.Annotation]
+	if req.Operation == admissionv1.Update {
+		var old corev1.Pod
+		if err := m.Decoder.DecodeRaw(req.OldObject, &old); err != nil {
+			return end(admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old pod: %w", err)))
+		}
+		if old.Annotations[multus.Annotation] == annotation {
+			return end(admission.Allowed("networks unchanged"))
+		}
+		// The old annotation parsed when the pod was admitted; a failure
+		// here only means nothing is kept.
+		l.oldElems, _ = multus.ParseElements(old.Annotations[multus.Annotation], pod.Namespace)
+	}
+	if annotation == "" {
+		return end(admission.Allowed("no secondary networks"))
+	}
+	l.ref = fmt.Sprintf("virt-launcher pod %s/%s", pod.Namespace, podName(pod))
+	elems, err := multus.ParseElements(annotation, pod.Namespace)
+	if err != nil {
+		return end(admission.Denied(fmt.Sprintf("%s: %v", l.ref, err)))
+	}
+	l.elems = elems
+	return l, nil
+}
+
+// persistentNetworks returns the CNI network of each element whose NAD
+// allows persistent IPs ("" for the others); done answers a launcher
+// none of whose networks does, or one whose NAD cannot be judged.
+func (m *PodMutator) persistentNetworks(ctx context.Context, l launcher) (persistent []string, done *admission.Response) {
+	end := func(r admission.Response) ([]string, *admission.Response) { return nil, &r }
+	persistent = make([]string, len(l.elems))
 	anyPersistent := false
-	for i, e := range elems {
+	for i, e := range l.elems {
 		network, found, err := m.readNAD(ctx, e.NAD())
 		if err != nil {
 			var nadErr *multus.NADError
 			if errors.As(err, &nadErr) {
-				return admission.Denied(fmt.Sprintf("%s: cannot tell whether network %d keeps its IPs: %v", podRef, i, err))
+				return end(admission.Denied(fmt.Sprintf("%s: cannot tell whether network %d keeps its IPs: %v", l.ref, i, err)))
 			}
-			return admission.Errored(http.StatusInternalServerError, err)
+			return end(admission.Errored(http.StatusInternalServerError, err))
 		}
 		// A missing NAD is Multus' error to report, at attach time.
 		if found && network.AllowPersistentIPs {
@@ -149,20 +215,26 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 		}
 	}
 	if !anyPersistent {
-		return admission.Allowed("no network allows persistent IPs")
+		return end(admission.Allowed("no network allows persistent IPs"))
 	}
+	return persistent, nil
+}
 
-	vmi, err := m.readVMI(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: vmiName})
+// launcherVMI returns the VMI the launcher runs. The cache may predate a
+// hotplug: virt-controller updates the VMI's spec, then the annotation.
+// An element of a persistent network that no network of the cached VMI
+// places is looked up in the live VMI.
+func (m *PodMutator) launcherVMI(ctx context.Context, l launcher, persistent []string) (*kubevirtv1.VirtualMachineInstance, *admission.Response) {
+	end := func(r admission.Response) (*kubevirtv1.VirtualMachineInstance, *admission.Response) { return nil, &r }
+	ns := l.pod.Namespace
+	vmi, err := m.readVMI(ctx, types.NamespacedName{Namespace: ns, Name: l.vmiName})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return admission.Denied(fmt.Sprintf("%s: its VirtualMachineInstance %s/%s (annotation %s) does not exist", podRef, pod.Namespace, vmiName, kubevirtv1.DomainAnnotation))
+			return end(admission.Denied(fmt.Sprintf("%s: its VirtualMachineInstance %s/%s (annotation %s) does not exist", l.ref, ns, l.vmiName, kubevirtv1.DomainAnnotation)))
 		}
-		return admission.Errored(http.StatusInternalServerError, err)
+		return end(admission.Errored(http.StatusInternalServerError, err))
 	}
-	// The cache may predate a hotplug: virt-controller updates the VMI's
-	// spec, then the annotation. An element of a persistent network that
-	// no network of the cached VMI places is looked up in the live VMI.
-	for i, e := range elems {
+	for i, e := range l.elems {
 		if persistent[i] == "" {
 			continue
 		}
@@ -171,51 +243,44 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) admissio
 		}
 		var fresh kubevirtv1.VirtualMachineInstance
 		if err := m.APIReader.Get(ctx, client.ObjectKeyFromObject(vmi), &fresh); err != nil {
-			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err))
+			return end(admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", vmi.Namespace, vmi.Name, err)))
 		}
-		vmi = &fresh
-		break
+		return &fresh, nil
 	}
-	changed, warnings, err := addReferences(elems, vmi.Name, kubevirt.SecondaryNetworks(&vmi.Spec), persistent,
-		claims.ClaimNetworks(ctx, m.Reader, pod.Namespace), claims.LauncherClaimNetworks(ctx, m.Reader, vmi), existingOnly)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	for i, e := range elems {
+	return vmi, nil
+}
+
+// checkReferences refuses a launcher one of whose claim references,
+// whoever set it, names a claim it may not use (claimProblem).
+func (m *PodMutator) checkReferences(ctx context.Context, l launcher, persistent []string, vmi *kubevirtv1.VirtualMachineInstance) *admission.Response {
+	for i, e := range l.elems {
 		if e.ClaimRef == "" {
 			continue
 		}
-		if msg, err := m.claimProblem(ctx, pod.Namespace, e.ClaimRef, persistent[i], vmi); err != nil {
-			return admission.Errored(http.StatusInternalServerError, err)
+		if msg, err := m.claimProblem(ctx, l.pod.Namespace, e.ClaimRef, persistent[i], vmi); err != nil {
+			r := admission.Errored(http.StatusInternalServerError, err)
+			return &r
 		} else if msg != "" {
-			return admission.Denied(fmt.Sprintf("%s: %s", podRef, msg))
+			r := admission.Denied(fmt.Sprintf("%s: %s", l.ref, msg))
+			return &r
 		}
 	}
-	guestConfig := ""
-	if guestnet.ReadBy(&vmi.Spec, vmi.Name) {
-		guestConfig = guestnet.SecretName(vmi.Name)
-	}
-	macs, macWarnings, denial, err := m.addMACs(ctx, pod.Namespace, elems, persistent, guestConfig)
+	return nil
+}
+
+// patched answers with the pod's networks annotation as the steps left it.
+func patched(ctx context.Context, req admission.Request, l launcher, vmiName string, warnings []string) admission.Response {
+	updated, err := multus.MarshalElements(l.elems)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if denial != "" {
-		return admission.Denied(fmt.Sprintf("%s: %s", podRef, denial))
-	}
-	warnings = append(warnings, macWarnings...)
-	if !changed && !kept && !macs {
-		return admission.Allowed("claim references and MACs already set").WithWarnings(warnings...)
-	}
-	updated, err := multus.MarshalElements(elems)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
+	pod := l.pod
 	pod.Annotations[multus.Annotation] = updated
 	raw, err := json.Marshal(&pod)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the mutated pod: %w", err))
 	}
-	log.FromContext(ctx).V(1).Info("added IPAMClaim references and MACs", "pod", podRef, "vmi", vmi.Name)
+	log.FromContext(ctx).V(1).Info("added IPAMClaim references and MACs", "pod", l.ref, "vmi", vmiName)
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(warnings...)
 }
 
