@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
@@ -307,6 +308,19 @@ func vmClaim(ns, vm string, vmUID types.UID, network string) *ipamclaimsv1alpha1
 			APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine", Name: vm, UID: vmUID, Controller: ptr.To(true)}}},
 		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: network, Interface: bootIf},
 	}
+}
+
+// namingNAD records on claim the NAD it is for, in its namespace, as
+// ipkeeper-controller's claims maker does. A claim of a VM with no
+// launcher yet (the claims-only and backlog waves) is served only when it
+// names its NAD or its owner exists (claimaddrs' networkOf), and no
+// VirtualMachine exists here.
+func namingNAD(claim *ipamclaimsv1alpha1.IPAMClaim, nad string) *ipamclaimsv1alpha1.IPAMClaim {
+	if claim.Annotations == nil {
+		claim.Annotations = map[string]string{}
+	}
+	claim.Annotations[claimstatus.NADAnnotation] = claim.Namespace + "/" + nad
+	return claim
 }
 
 // launcherPod is a virt-launcher pod of the VM's VMI (named as the VM) as

@@ -708,7 +708,7 @@ func (c *bootCluster) claimWave(b *testing.B, fills *fillWatch, prefix string, n
 	created := make([]time.Time, n)
 	start := time.Now()
 	createAll(b, "claims", n, stormInFlight, func(k int) error {
-		claim := vmClaim(bootVMNS, fmt.Sprintf("%s-%d", prefix, k), uuid.NewUUID(), bootSingle.network)
+		claim := namingNAD(vmClaim(bootVMNS, fmt.Sprintf("%s-%d", prefix, k), uuid.NewUUID(), bootSingle.network), bootSingle.nad)
 		names[k] = claim.Name
 		if err := c.cp.Client.Create(ctx, claim); err != nil {
 			return err
@@ -738,7 +738,7 @@ func (c *bootCluster) backlogWave(b *testing.B, fills *fillWatch, prefix string,
 	c.stopController()
 	names := make([]string, n)
 	createAll(b, "backlog claims", n, stormInFlight, func(k int) error {
-		claim := vmClaim(bootVMNS, fmt.Sprintf("%s-%d", prefix, k), uuid.NewUUID(), bootSingle.network)
+		claim := namingNAD(vmClaim(bootVMNS, fmt.Sprintf("%s-%d", prefix, k), uuid.NewUUID(), bootSingle.network), bootSingle.nad)
 		names[k] = claim.Name
 		return c.cp.Client.Create(ctx, claim)
 	})
