@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -115,13 +114,7 @@ func (s *apiStore) WithMAC(ctx context.Context, pool string, mac net.HardwareAdd
 func (s *apiStore) Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error {
 	s.metrics.apiWrites.WithLabelValues("update").Inc()
 	defer s.metrics.wrote("update", time.Now())
-	if err := s.c.Update(ctx, r); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return fmt.Errorf("%w: updating reservation %s: %w", ErrChanged, r.Name, err)
-		}
-		return fmt.Errorf("updating reservation %s: %w", r.Name, err)
-	}
-	return nil
+	return s.kube().Update(ctx, r)
 }
 
 func (s *apiStore) Retire(ctx context.Context, name string, uid types.UID, resourceVersion string, reuseAfter time.Time) (*ipkeeperv1alpha1.IPReservation, error) {

@@ -170,6 +170,17 @@ func ParseIP(s string) (netip.Addr, error) {
 // network are the claim's: True once reserved and recorded in status.ips.
 const ConditionRequested = "RequestedAddresses"
 
+// ConditionGuestAddresses on a claim says whether the guest uses the
+// claim's addresses, as its guest agent reports them in the VMI's status;
+// package guestnet sets it.
+const ConditionGuestAddresses = "GuestAddresses"
+
+// The reasons of ConditionGuestAddresses.
+const (
+	ReasonGuestUsesItsAddresses = "GuestUsesItsAddresses"
+	ReasonGuestAddressesDiffer  = "GuestAddressesDiffer"
+)
+
 // Reasons of ConditionRequested.
 const (
 	ReasonRequestedReserved = "Reserved"

@@ -256,12 +256,11 @@ func legacyUnlabelled(res *ipkeeperv1alpha1.IPReservation) bool {
 // is the lock, and a create of it fails. Only the label is patched: an
 // agent's concurrent write of the spec is kept.
 func (r *Reconciler) labelShared(ctx context.Context, res *ipkeeperv1alpha1.IPReservation) error {
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, naming.NodeLabel, naming.SharedNodeLabelValue)
-	if err := r.Client.Patch(ctx, res, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-		if apierrors.IsNotFound(err) {
+	if err := reservation.LabelShared(ctx, r.Client, res); err != nil {
+		if errors.Is(err, reservation.ErrGone) {
 			return nil
 		}
-		return fmt.Errorf("labelling IPReservation %s %s=%s: %w", res.Name, naming.NodeLabel, naming.SharedNodeLabelValue, err)
+		return err
 	}
 	relabelled.Inc()
 	log.FromContext(ctx).Info("labelled a reservation of an earlier version shared: every agent watches it", "reservation", res.Name)

@@ -33,16 +33,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/retry"
 )
 
-// ConditionGuestAddresses on a claim says whether the guest uses the
-// claim's addresses, as its guest agent reports them in the VMI's status.
-const ConditionGuestAddresses = "GuestAddresses"
-
-// The reasons of ConditionGuestAddresses.
-const (
-	ReasonGuestUsesItsAddresses = "GuestUsesItsAddresses"
-	ReasonGuestAddressesDiffer  = "GuestAddressesDiffer"
-)
-
 // infoSourceGuestAgent marks, in a VMI's status.interfaces[].infoSource,
 // what the guest agent reported (KubeVirt's own constant is not in its
 // API module).
@@ -50,7 +40,7 @@ const infoSourceGuestAgent = "guest-agent"
 
 // ReasonDrift is the Warning Event on the VMI when its guest's addresses
 // differ from its claim's.
-const ReasonDrift EventReason = ReasonGuestAddressesDiffer
+const ReasonDrift EventReason = claimstatus.ReasonGuestAddressesDiffer
 
 var driftGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 	Name: "ipkeeper_controller_claims_guest_addresses_differ",
@@ -169,7 +159,7 @@ func (r *DriftReconciler) judge(ctx context.Context, vmi *kubevirtv1.VirtualMach
 	cond.ObservedGeneration = claim.Generation
 	key := client.ObjectKeyFromObject(claim)
 	r.count(key, cond.Status == metav1.ConditionFalse)
-	was := meta.FindStatusCondition(claim.Status.Conditions, ConditionGuestAddresses)
+	was := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionGuestAddresses)
 	updated := claim.DeepCopy()
 	if !meta.SetStatusCondition(&updated.Status.Conditions, cond) {
 		return nil
@@ -202,7 +192,7 @@ func (r *DriftReconciler) forget(ctx context.Context, key types.NamespacedName, 
 		}
 		r.count(client.ObjectKeyFromObject(claim), false)
 		updated := claim.DeepCopy()
-		if !meta.RemoveStatusCondition(&updated.Status.Conditions, ConditionGuestAddresses) {
+		if !meta.RemoveStatusCondition(&updated.Status.Conditions, claimstatus.ConditionGuestAddresses) {
 			continue
 		}
 		if err := claimstatus.Write(ctx, r.Client, updated); err != nil && !apierrors.IsNotFound(err) {
@@ -261,7 +251,7 @@ func Compare(held []netip.Addr, reported []string, guestIface string) metav1.Con
 		where = fmt.Sprintf("the guest's %s", guestIface)
 	}
 	if len(other) == 0 && len(lacks) == 0 {
-		return metav1.Condition{Type: ConditionGuestAddresses, Status: metav1.ConditionTrue, Reason: ReasonGuestUsesItsAddresses,
+		return metav1.Condition{Type: claimstatus.ConditionGuestAddresses, Status: metav1.ConditionTrue, Reason: claimstatus.ReasonGuestUsesItsAddresses,
 			Message: fmt.Sprintf("%s uses the claim's addresses, as its guest agent reports", where)}
 	}
 	var parts []string
@@ -271,7 +261,7 @@ func Compare(held []netip.Addr, reported []string, guestIface string) metav1.Con
 	if len(lacks) > 0 {
 		parts = append(parts, fmt.Sprintf("lacks %s, which ipkeeper gave it", strings.Join(lacks, ", ")))
 	}
-	return metav1.Condition{Type: ConditionGuestAddresses, Status: metav1.ConditionFalse, Reason: ReasonGuestAddressesDiffer,
+	return metav1.Condition{Type: claimstatus.ConditionGuestAddresses, Status: metav1.ConditionFalse, Reason: claimstatus.ReasonGuestAddressesDiffer,
 		Message: fmt.Sprintf("%s %s (its guest agent reports)", where, strings.Join(parts, " and "))}
 }
 

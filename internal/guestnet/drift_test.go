@@ -22,6 +22,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claims"
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
 )
 
@@ -58,10 +59,10 @@ func TestCompare(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Compare(held, tc.reported, "eth1")
-			if c.Type != ConditionGuestAddresses || c.Status != tc.status {
+			if c.Type != claimstatus.ConditionGuestAddresses || c.Status != tc.status {
 				t.Fatalf("%s=%s (%s), want %s", c.Type, c.Status, c.Message, tc.status)
 			}
-			if (c.Status == metav1.ConditionTrue) != (c.Reason == ReasonGuestUsesItsAddresses) {
+			if (c.Status == metav1.ConditionTrue) != (c.Reason == claimstatus.ReasonGuestUsesItsAddresses) {
 				t.Errorf("reason %s for status %s", c.Reason, c.Status)
 			}
 			for _, h := range tc.has {
@@ -93,7 +94,7 @@ func TestForgetReadsOnlyTheOwnersClaims(t *testing.T) {
 		c := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: vm + "." + net,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: claimowner.KindVM, Name: vm, UID: types.UID("uid-" + vm), Controller: ptr.To(true)}}}}
 		if withCondition {
-			c.Status.Conditions = []metav1.Condition{{Type: ConditionGuestAddresses, Status: metav1.ConditionFalse, Reason: "Differ", LastTransitionTime: metav1.Now()}}
+			c.Status.Conditions = []metav1.Condition{{Type: claimstatus.ConditionGuestAddresses, Status: metav1.ConditionFalse, Reason: "Differ", LastTransitionTime: metav1.Now()}}
 		}
 		return c
 	}
@@ -131,7 +132,7 @@ func TestForgetReadsOnlyTheOwnersClaims(t *testing.T) {
 		if err := c.Get(context.Background(), types.NamespacedName{Namespace: "vms", Name: key.name}, &got); err != nil {
 			t.Fatal(err)
 		}
-		if has := meta.FindStatusCondition(got.Status.Conditions, ConditionGuestAddresses) != nil; has != key.want {
+		if has := meta.FindStatusCondition(got.Status.Conditions, claimstatus.ConditionGuestAddresses) != nil; has != key.want {
 			t.Errorf("%s has the GuestAddresses condition: %t, want %t", key.name, has, key.want)
 		}
 	}

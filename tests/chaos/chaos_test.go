@@ -15,7 +15,6 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/cniproto"
-	"github.com/ipkeeper/ipkeeper/internal/guestnet"
 )
 
 // Defaults of the short run `make test` does; CHAOS_SEED and
@@ -415,7 +414,7 @@ func (r *runner) assertCoverage(t *outcome) {
 		"VM launcher interface with its claim's MAC (I11)":                 r.counts.get("mac:of-address"),
 		"VM launcher interface with the VM's own MAC (I11)":                r.counts.get("mac:own"),
 		"VM guest network configuration matching its claims (I12)":         r.counts.get("guest-config:matches") + r.counts.get(configSeenKey),
-		"VM guest using its claim's addresses (I12)":                       r.counts.get("guest-addresses:"+guestnet.ReasonGuestUsesItsAddresses) + r.counts.get(guestSeenKey),
+		"VM guest using its claim's addresses (I12)":                       r.counts.get("guest-addresses:"+claimstatus.ReasonGuestUsesItsAddresses) + r.counts.get(guestSeenKey),
 		"pod given back the address its MAC held (I13)":                    r.counts.get("sticky:kept"),
 		"pool status checked against its reservations (I14)":               r.counts.get("check:I14"),
 		"ADD refused by the small pool's quota (I15)":                      r.counts.get("quota-refused"),

@@ -155,7 +155,7 @@ func (r *runner) guestAddressProblems(ctx context.Context, problems map[string]s
 	}
 	for i := range list.Items {
 		claim := &list.Items[i]
-		cond := meta.FindStatusCondition(claim.Status.Conditions, guestnet.ConditionGuestAddresses)
+		cond := meta.FindStatusCondition(claim.Status.Conditions, claimstatus.ConditionGuestAddresses)
 		owner, ok := claimowner.Of(claim)
 		if cond == nil || !ok {
 			continue
@@ -198,7 +198,7 @@ func guestReports(vmi *kubevirtv1.VirtualMachineInstance, held []netip.Addr) (ex
 // run: a running guest using its claim's addresses, and a VM's guest
 // network configuration matching its claims.
 const (
-	guestSeenKey  = "guest-addresses-seen:" + guestnet.ReasonGuestUsesItsAddresses
+	guestSeenKey  = "guest-addresses-seen:" + claimstatus.ReasonGuestUsesItsAddresses
 	configSeenKey = "guest-addresses-seen:config-matches"
 )
 
@@ -250,7 +250,7 @@ func (a *vmActor) guestUsesItsAddresses(ctx context.Context, vmi *kubevirtv1.Vir
 		return false
 	}
 	for i := range claims {
-		cond := meta.FindStatusCondition(claims[i].Status.Conditions, guestnet.ConditionGuestAddresses)
+		cond := meta.FindStatusCondition(claims[i].Status.Conditions, claimstatus.ConditionGuestAddresses)
 		if cond == nil || cond.Status != metav1.ConditionTrue {
 			continue
 		}

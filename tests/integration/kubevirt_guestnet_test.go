@@ -289,7 +289,7 @@ func TestVMGuestAddressesCompared(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
-			c = meta.FindStatusCondition(got.Status.Conditions, guestnet.ConditionGuestAddresses)
+			c = meta.FindStatusCondition(got.Status.Conditions, claimstatus.ConditionGuestAddresses)
 			return c != nil && c.Status == status && strings.Contains(c.Message, msg), nil
 		}); err != nil {
 			t.Fatalf("GuestAddresses = %+v, want %s with %q: %v", c, status, msg, err)
