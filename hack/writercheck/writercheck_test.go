@@ -46,8 +46,8 @@ var writers = map[string][]string{
 
 // kinds maps the types checked to their kind.
 var kinds = map[string]string{
-	module + "pkg/apis/ipkeeper/v1alpha1.IPReservation":                                  "IPReservation",
-	module + "pkg/apis/ipkeeper/v1alpha1.IPBlock":                                        "IPBlock",
+	module + "pkg/apis/ipkeeper/v1alpha1.IPReservation":                                "IPReservation",
+	module + "pkg/apis/ipkeeper/v1alpha1.IPBlock":                                      "IPBlock",
 	"github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1.IPAMClaim": "IPAMClaim",
 }
 
