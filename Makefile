@@ -83,6 +83,7 @@ generate: ## Regenerate deepcopy code, CRD manifests, RBAC roles, and the Helm c
 	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-agent paths=./internal/agent/... output:rbac:artifacts:config=manifests/rbac/agent
 	go run ./hack/crdgen -crd-dir manifests/crds -test-crd-dir tests/crds
 	go run ./hack/chartgen -crd-dir manifests/crds -prometheus-rule manifests/components/monitoring/prometheusrule.yaml -chart charts/ipkeeper
+	go run ./hack/chartdoc -values charts/ipkeeper/values.yaml charts/ipkeeper/README.md docs/helm.md
 
 .PHONY: verify-generated
 verify-generated: ## Fail when generated files are stale.

@@ -38,14 +38,14 @@ for dir in manifests manifests/overlays/*/; do
 done
 if [[ -d charts/ipkeeper ]]; then
 	chart=charts/ipkeeper
-	"$IPKEEPER_HELM" template ipkeeper "$chart" --include-crds >"$work/rendered/helm-default.yaml"
+	"$IPKEEPER_HELM" template ipkeeper "$chart" --kube-version "$kube_version" --include-crds >"$work/rendered/helm-default.yaml"
 	for values in "$chart"/values-*.yaml; do
 		[[ -e "$values" ]] || continue
 		name=$(basename "$values" .yaml)
-		"$IPKEEPER_HELM" template ipkeeper "$chart" -f "$values" >"$work/rendered/helm-$name.yaml"
+		"$IPKEEPER_HELM" template ipkeeper "$chart" --kube-version "$kube_version" -f "$values" >"$work/rendered/helm-$name.yaml"
 	done
 	# Every optional object at once; a renamed value fails here, by name.
-	"$IPKEEPER_HELM" template ipkeeper "$chart" \
+	"$IPKEEPER_HELM" template ipkeeper "$chart" --kube-version "$kube_version" \
 		--set certificates.mode=cert-manager,networkPolicy.enabled=true \
 		--set monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true \
 		>"$work/rendered/helm-optional.yaml"

@@ -431,7 +431,10 @@ func packageChart(ctx context.Context, o options, pinned name.Digest, w io.Write
 	if err != nil || len(pkgs) != 1 {
 		return "", fmt.Errorf("helm package wrote %v into %s; want one .tgz", pkgs, pkgDir)
 	}
-	rendered, err := runTool(ctx, env, o.helm, "template", "ipkeeper", pkgs[0], "--namespace", "ipkeeper-system")
+	// --kube-version: the pinned helm is built without Kubernetes' version
+	// and would render for 1.20, below the chart's kubeVersion; this is the
+	// version the tests run (K8S_VERSION in hack/tools.sh).
+	rendered, err := runTool(ctx, env, o.helm, "template", "ipkeeper", pkgs[0], "--namespace", "ipkeeper-system", "--kube-version", "v1.34.2")
 	if err != nil {
 		return "", err
 	}

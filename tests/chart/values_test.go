@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -126,8 +127,9 @@ func TestChartValues(t *testing.T) {
 			},
 		},
 		{
-			name: "namespace",
-			args: []string{"--set", "namespace.name=ipk", "--set", "certificates.mode=cert-manager"},
+			name: "release namespace",
+			args: []string{"--namespace", "ipk", "--set", "certificates.mode=cert-manager", "--set", "networkPolicy.enabled=true",
+				"--set", "openshift.scc.enabled=true", "--set", "monitoring.serviceMonitor.enabled=true"},
 			check: func(t *testing.T, r *rendered) {
 				for _, o := range r.objs {
 					b, _ := json.Marshal(o)
@@ -138,9 +140,8 @@ func TestChartValues(t *testing.T) {
 						t.Errorf("%s is not in namespace ipk", key(o))
 					}
 				}
-				ns := r.find("Namespace", "ipk")
-				if len(ns) != 1 || str(ns[0], "metadata", "labels", "pod-security.kubernetes.io/enforce") != "privileged" {
-					t.Errorf("want Namespace ipk labelled pod-security.kubernetes.io/enforce=privileged, got %v", ns)
+				if ns := r.find("Namespace", ""); len(ns) != 0 {
+					t.Errorf("the chart renders %d Namespaces; the release's namespace is helm's or the administrator's", len(ns))
 				}
 				for _, want := range []struct{ policy, user string }{
 					{"ipkeeper-agent-node-bound", "system:serviceaccount:ipk:ipkeeper-agent"},
@@ -166,14 +167,82 @@ func TestChartValues(t *testing.T) {
 				if got := str(cert, "spec", "dnsNames", "0"); got != "ipkeeper-webhook.ipk.svc" {
 					t.Errorf("certificate DNS name %q", got)
 				}
+				for _, sa := range []string{"ipkeeper-agent", "ipkeeper-controller"} {
+					var crb rbacv1.ClusterRoleBinding
+					r.decode(t, "ClusterRoleBinding", sa, &crb)
+					if len(crb.Subjects) != 1 || crb.Subjects[0].Namespace != "ipk" {
+						t.Errorf("ClusterRoleBinding %s subjects %+v, want the ServiceAccount in ipk", sa, crb.Subjects)
+					}
+				}
+				if got := sccsOf(t, r, "ipkeeper-agent"); !slices.Equal(got, []string{"privileged"}) {
+					t.Errorf("in namespace ipk the agent may use SCCs %v", got)
+				}
 			},
 		},
 		{
-			name: "namespace not created",
-			args: []string{"--set", "namespace.create=false"},
+			name: "pod annotations and labels",
+			args: []string{"--set", "podAnnotations.team=net", "--set", "podAnnotations.both=global", "--set", "podLabels.tier=infra", "--set", "podLabels.both=global",
+				"--set", "controller.podAnnotations.both=controller", "--set", "controller.podLabels.both=controller",
+				"--set", "agent.podAnnotations.agent-only=yes", "--set", "agent.podLabels.both=agent"},
 			check: func(t *testing.T, r *rendered) {
-				if ns := r.find("Namespace", ""); len(ns) != 0 {
-					t.Errorf("namespace.create=false renders %d Namespaces", len(ns))
+				for _, tc := range []struct {
+					name                     string
+					meta                     map[string]string
+					annotations              map[string]string
+					wantLabels, wantAnnotate map[string]string
+				}{
+					{"controller", r.controller.Spec.Template.Labels, r.controller.Spec.Template.Annotations,
+						map[string]string{"app.kubernetes.io/name": "ipkeeper-controller", "tier": "infra", "both": "controller"},
+						map[string]string{"team": "net", "both": "controller"}},
+					{"agent", r.agent.Spec.Template.Labels, r.agent.Spec.Template.Annotations,
+						map[string]string{"app.kubernetes.io/name": "ipkeeper-agent", "tier": "infra", "both": "agent"},
+						map[string]string{"team": "net", "both": "global", "agent-only": "yes"}},
+				} {
+					if !maps.Equal(tc.meta, tc.wantLabels) {
+						t.Errorf("%s pod labels %v, want %v", tc.name, tc.meta, tc.wantLabels)
+					}
+					if !maps.Equal(tc.annotations, tc.wantAnnotate) {
+						t.Errorf("%s pod annotations %v, want %v", tc.name, tc.annotations, tc.wantAnnotate)
+					}
+				}
+				// The selectors still match only the chart's own label.
+				if sel := r.agent.Spec.Selector.MatchLabels; !maps.Equal(sel, map[string]string{"app.kubernetes.io/name": "ipkeeper-agent"}) {
+					t.Errorf("agent selector %v", sel)
+				}
+			},
+		},
+		{
+			name: "no pod annotations by default",
+			check: func(t *testing.T, r *rendered) {
+				if a := r.controller.Spec.Template.Annotations; len(a) != 0 {
+					t.Errorf("controller pod annotations %v", a)
+				}
+				if a := r.agent.Spec.Template.Annotations; len(a) != 0 {
+					t.Errorf("agent pod annotations %v", a)
+				}
+				if argNamed(r.controllerArgs(), "log-level") != "" || argNamed(r.agentArgs(), "log-level") != "" {
+					t.Errorf("the default passes --log-level: controller %v, agent %v", r.controllerArgs(), r.agentArgs())
+				}
+			},
+		},
+		{
+			name: "log level for both",
+			args: []string{"--set", "logLevel=warn"},
+			check: func(t *testing.T, r *rendered) {
+				if !hasArg(r.controllerArgs(), "--log-level=warn") || !hasArg(r.agentArgs(), "--log-level=warn") {
+					t.Errorf("logLevel=warn: controller %v, agent %v", r.controllerArgs(), r.agentArgs())
+				}
+			},
+		},
+		{
+			name: "log level per component",
+			args: []string{"--set", "logLevel=error", "--set", "controller.logLevel=debug"},
+			check: func(t *testing.T, r *rendered) {
+				if got := argNamed(r.controllerArgs(), "log-level"); got != "--log-level=debug" {
+					t.Errorf("controller %q, want --log-level=debug", got)
+				}
+				if got := argNamed(r.agentArgs(), "log-level"); got != "--log-level=error" {
+					t.Errorf("agent %q, want --log-level=error (the global value)", got)
 				}
 			},
 		},
@@ -456,7 +525,7 @@ func TestChartLint(t *testing.T) {
 			"--set", "monitoring.prometheusRule.enabled=true", "--set", "openshift.scc.enabled=true", "--set", "tls.minVersion=1.3"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			out, err := framework.Helm(context.Background(), tools, "", append([]string{"lint", "--strict", chartDir()}, args...)...)
+			out, err := framework.Helm(context.Background(), tools, "", append([]string{"lint", "--strict", "--kube-version", kubeVersion, chartDir()}, args...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -484,6 +553,8 @@ func TestChartRefusesInvalidValues(t *testing.T) {
 		{"no KubeVirt controller", []string{"--set", "launcherIdentity.kubevirtControllers=null"}, "kubevirtControllers"},
 		{"a quote in a CEL string", []string{"--set", "launcherIdentity.kubevirtControllers[0]=a'b"}, "kubevirtControllers"},
 		{"extra argument without --", []string{"--set", "agent.extraArgs[0]=log-level=debug"}, "extraArgs"},
+		{"unknown log level", []string{"--set", "agent.logLevel=verbose"}, "logLevel"},
+		{"the selector's label", []string{"--set", "controller.podLabels.app\\.kubernetes\\.io/name=x"}, "podLabels"},
 		{"runbook URL without %s", []string{"--set", "monitoring.runbookURLTemplate=https://example.org/runbooks"}, "runbookURLTemplate"},
 		// The binaries would refuse these and exit on every node.
 		{"TLS 1.1", []string{"--set", "tls.minVersion=1.1"}, "minVersion"},
@@ -513,7 +584,7 @@ func TestChartFlagsExistInBinaries(t *testing.T) {
 	}
 	r := render(t, "--set", "controller.claimsController=external", "--set", "controller.requireKubeVirtFeatureGate=false",
 		"--set", "agent.multusDefaultNetworks=1", "--set", "tls.minVersion=1.3", "--set", "tls.cipherSuites={TLS_AES_128_GCM_SHA256}",
-		"--set", "tls.curvePreferences={X25519}", "--set", "tls.enableHTTP2=true")
+		"--set", "tls.curvePreferences={X25519}", "--set", "tls.enableHTTP2=true", "--set", "logLevel=warn")
 	provided := render(t, "--set", "certificates.mode=openshift-service-ca")
 	for _, tc := range []struct {
 		binary string

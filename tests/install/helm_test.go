@@ -29,16 +29,18 @@ import (
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
-// helmRelease is the release the chart is installed as; Helm keeps its
-// record in helmRecordNamespace, the chart puts ipkeeper into
-// releaseNamespace (namespace.name).
+// helmRelease is the release the chart is installed as, into
+// helmNamespace: a namespace that exists before the install (as an
+// administrator makes and labels it) and is not the kustomize install's
+// ipkeeper-system.
 const (
-	helmRelease         = "ipkeeper"
-	helmRecordNamespace = "default"
+	helmRelease   = "ipkeeper"
+	helmNamespace = "ipk-helm"
 )
 
 // TestHelmInstallUpgradeUninstall installs the chart of the checkout
-// (charts/ipkeeper) with helm onto the control plane, upgrades it to the
+// (charts/ipkeeper) with helm onto the control plane, into an existing
+// namespace other than ipkeeper-system, upgrades it to the
 // OpenShift values and uninstalls it. After the install and after the
 // upgrade, the Deployment and DaemonSet Helm installed run as processes,
 // with their own commands and their ServiceAccounts' credentials
@@ -59,7 +61,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	}
 	helm := func(args ...string) string {
 		t.Helper()
-		out, err := framework.Helm(ctx, cp.Tools, cp.KubeconfigPath, append(args, "--namespace", helmRecordNamespace)...)
+		out, err := framework.Helm(ctx, cp.Tools, cp.KubeconfigPath, append(args, "--namespace", helmNamespace)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,32 +73,53 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	// as they are.
 	crdsBefore := crdVersions(t, root)
 
+	// The namespace exists, labelled as docs/helm.md says; registered
+	// first, so that it is deleted after the release (cleanups run last
+	// first).
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: helmNamespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
+	if err := cp.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Client.Delete(context.Background(), ns); err != nil {
+			t.Error(err)
+		}
+		if err := framework.WaitGone(context.Background(), cp.Client, ns, 3*time.Minute); err != nil {
+			t.Error(err)
+		}
+	})
 	uninstalled := false
 	t.Cleanup(func() {
 		if uninstalled {
 			return
 		}
-		if _, err := framework.Helm(context.Background(), cp.Tools, cp.KubeconfigPath, "uninstall", helmRelease, "--namespace", helmRecordNamespace, "--wait", "--timeout", "3m"); err != nil {
+		if _, err := framework.Helm(context.Background(), cp.Tools, cp.KubeconfigPath, "uninstall", helmRelease, "--namespace", helmNamespace, "--wait", "--timeout", "3m"); err != nil {
 			t.Error(err)
 		}
-		releaseWaitNamespaceGone(t)
 	})
-	helm("install", helmRelease, chart, "--set", "networkPolicy.enabled=true")
+	helm("install", helmRelease, chart, "--set", "networkPolicy.enabled=true", "--set", "logLevel=debug", "--set", "agent.podAnnotations.example\\.org/team=net")
 	if got := releaseRevision(t, helm); got != 1 {
 		t.Fatalf("after helm install the release is at revision %d", got)
 	}
-	var ns corev1.Namespace
-	if err := cp.Client.Get(ctx, client.ObjectKey{Name: releaseNamespace}, &ns); err != nil {
-		t.Fatalf("the chart did not create its namespace: %v", err)
+	// Nothing went into the kustomize install's namespace, or made one.
+	if err := cp.Client.Get(ctx, client.ObjectKey{Name: releaseNamespace}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the chart installed into %s made namespace %s (%v)", helmNamespace, releaseNamespace, err)
 	}
-	if ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" || ns.Labels["app.kubernetes.io/managed-by"] != "Helm" {
-		t.Errorf("namespace %s has labels %v", releaseNamespace, ns.Labels)
-	}
-	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "ipkeeper-controller"}, &networkingv1.NetworkPolicy{}); err != nil {
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: helmNamespace, Name: "ipkeeper-controller"}, &networkingv1.NetworkPolicy{}); err != nil {
 		t.Errorf("networkPolicy.enabled=true: %v", err)
 	}
+	var installedAgent appsv1.DaemonSet
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: helmNamespace, Name: "ipkeeper-agent"}, &installedAgent); err != nil {
+		t.Fatal(err)
+	}
+	if got := installedAgent.Spec.Template.Annotations["example.org/team"]; got != "net" {
+		t.Errorf("the agent's pod annotations %v lack example.org/team=net", installedAgent.Spec.Template.Annotations)
+	}
 	t.Run("installed", func(t *testing.T) {
-		serveAnAdd(t, bins, "helm-node", "10.124.1.0/24")
+		// RunInstalled runs the installed command lines: --log-level=debug
+		// must be a flag both binaries take.
+		serveAnAddIn(t, bins, helmNamespace, "helm-node", "10.124.1.0/24")
 	})
 	unrouteWebhook(t)
 
@@ -105,16 +128,16 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		t.Fatalf("after helm upgrade the release is at revision %d", got)
 	}
 	// What the new values drop is deleted, what they add is there.
-	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "ipkeeper-controller"}, &networkingv1.NetworkPolicy{}); !apierrors.IsNotFound(err) {
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: helmNamespace, Name: "ipkeeper-controller"}, &networkingv1.NetworkPolicy{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the upgrade without networkPolicy.enabled left the NetworkPolicy (%v)", err)
 	}
 	for _, name := range []string{"ipkeeper-agent-scc", "ipkeeper-controller-scc"} {
-		if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: name}, &rbacv1.RoleBinding{}); err != nil {
+		if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: helmNamespace, Name: name}, &rbacv1.RoleBinding{}); err != nil {
 			t.Errorf("the OpenShift values' RoleBinding %s: %v", name, err)
 		}
 	}
 	var deploy appsv1.Deployment
-	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "ipkeeper-controller"}, &deploy); err != nil {
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: helmNamespace, Name: "ipkeeper-controller"}, &deploy); err != nil {
 		t.Fatal(err)
 	}
 	args := deploy.Spec.Template.Spec.Containers[0].Args
@@ -124,7 +147,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		}
 	}
 	var ds appsv1.DaemonSet
-	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "ipkeeper-agent"}, &ds); err != nil {
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: helmNamespace, Name: "ipkeeper-agent"}, &ds); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(ds.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
@@ -142,12 +165,20 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	t.Run("upgraded", func(t *testing.T) {
 		// Provided certificates now: RunInstalled mounts a test CA's, as
 		// OpenShift's service CA would.
-		serveAnAdd(t, bins, "helm-node-upgraded", "10.124.2.0/24")
+		serveAnAddIn(t, bins, helmNamespace, "helm-node-upgraded", "10.124.2.0/24")
 	})
 
 	helm("uninstall", helmRelease, "--wait", "--timeout", "3m")
 	uninstalled = true
-	releaseWaitNamespaceGone(t)
+	for _, obj := range []client.Object{
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: helmNamespace, Name: "ipkeeper-controller"}},
+		&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: helmNamespace, Name: "ipkeeper-agent"}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: helmNamespace, Name: "ipkeeper-controller"}},
+	} {
+		if err := framework.WaitGone(ctx, cp.Client, obj, time.Minute); err != nil {
+			t.Errorf("after helm uninstall: %v", err)
+		}
+	}
 	for _, obj := range []client.Object{
 		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "ipkeeper-agent"}},
 		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "ipkeeper-controller"}},
@@ -226,7 +257,7 @@ func unrouteWebhook(t *testing.T) {
 				return err
 			}
 			cc.URL = nil
-			cc.Service = &admissionregistrationv1.ServiceReference{Namespace: releaseNamespace, Name: "ipkeeper-webhook", Path: ptr.To(u.Path), Port: ptr.To[int32](443)}
+			cc.Service = &admissionregistrationv1.ServiceReference{Namespace: helmNamespace, Name: "ipkeeper-webhook", Path: ptr.To(u.Path), Port: ptr.To[int32](443)}
 		}
 		return cp.Client.Update(ctx, &whc)
 	})

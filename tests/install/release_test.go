@@ -131,12 +131,17 @@ func TestReleaseInstalls(t *testing.T) {
 			return framework.Helm(ctx, cp.Tools, cp.KubeconfigPath, args...)
 		}
 		t.Cleanup(func() {
-			if _, err := helm(context.Background(), "uninstall", "ipkeeper", "--namespace", "default", "--wait", "--timeout", "3m"); err != nil {
+			if _, err := helm(context.Background(), "uninstall", "ipkeeper", "--namespace", releaseNamespace, "--wait", "--timeout", "3m"); err != nil {
+				t.Error(err)
+			}
+			// Helm leaves the namespace --create-namespace made.
+			if err := cp.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNamespace}}); err != nil {
 				t.Error(err)
 			}
 			releaseWaitNamespaceGone(t)
 		})
-		if _, err := helm(ctx, "install", "ipkeeper", filepath.Join(out, chartPkg), "--namespace", "default", "--wait=false"); err != nil {
+		// Into the release's namespace, which helm creates.
+		if _, err := helm(ctx, "install", "ipkeeper", filepath.Join(out, chartPkg), "--namespace", releaseNamespace, "--create-namespace", "--wait=false"); err != nil {
 			t.Fatal(err)
 		}
 		serveAnAdd(t, bins, "chart-node", "10.123.1.0/24")

@@ -28,6 +28,11 @@ import (
 // call may outlive it for a moment, and the controller refuses an inline
 // network overlapping another's pool.
 func serveAnAdd(t *testing.T, bins *framework.Binaries, node, cidr string) {
+	serveAnAddIn(t, bins, releaseNamespace, node, cidr)
+}
+
+// serveAnAddIn is serveAnAdd for an installation in namespace installedIn.
+func serveAnAddIn(t *testing.T, bins *framework.Binaries, installedIn, node, cidr string) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "install")
 	network := ns
@@ -38,7 +43,7 @@ func serveAnAdd(t *testing.T, bins *framework.Binaries, node, cidr string) {
 	t.Cleanup(func() {
 		_ = cp.Client.Delete(context.Background(), &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}})
 	})
-	in := cp.RunInstalled(t, framework.InstalledOptions{Namespace: releaseNamespace, Binaries: bins, Node: node})
+	in := cp.RunInstalled(t, framework.InstalledOptions{Namespace: installedIn, Binaries: bins, Node: node})
 	// The API server reaches the installed webhook with the CA it was given.
 	if err := cp.WaitWebhookCalled(ctx, ns); err != nil {
 		t.Fatalf("the installed webhook: %v", err)

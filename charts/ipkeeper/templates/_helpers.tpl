@@ -5,8 +5,36 @@ CEL and the docs name them, and one ipkeeper serves a whole cluster (its
 CRDs and webhook are cluster-wide). Install one release per cluster.
 */}}
 
+{{/* Every namespaced object goes into the release's namespace (helm
+install -n). The chart creates no Namespace: helm --create-namespace or the
+administrator does, and labels it for the agent (NOTES.txt, docs/helm.md). */}}
 {{- define "ipkeeper.namespace" -}}
-{{- required "namespace.name must be set" .Values.namespace.name -}}
+{{- .Release.Namespace -}}
+{{- end -}}
+
+{{/* A pod template's labels and annotations: the global values, then the
+component's (component: "controller" or "agent"), which win; the
+app.kubernetes.io/name label wins over both (the selectors match it, and
+values.schema.json refuses it in podLabels). */}}
+{{- define "ipkeeper.podMetadata" -}}
+{{- $v := index .root.Values .component -}}
+{{- $labels := merge (dict "app.kubernetes.io/name" .name) (deepCopy ($v.podLabels | default dict)) (deepCopy (.root.Values.podLabels | default dict)) -}}
+{{- $annotations := merge (deepCopy ($v.podAnnotations | default dict)) (deepCopy (.root.Values.podAnnotations | default dict)) -}}
+{{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+labels:
+  {{- toYaml $labels | nindent 2 }}
+{{- end -}}
+
+{{/* --log-level: the component's value, else the global one; left out
+when neither is set (the binaries' default, info). */}}
+{{- define "ipkeeper.logLevelArg" -}}
+{{- $v := index .root.Values .component -}}
+{{- with ($v.logLevel | default .root.Values.logLevel) -}}
+- --log-level={{ . }}
+{{- end -}}
 {{- end -}}
 
 {{/* The labels of every object; pod templates and selectors get none of Helm's. */}}
