@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/version"
@@ -64,19 +64,19 @@ type Streams struct {
 	Out, Err io.Writer
 }
 
-// globalOptions are the flags every command has, named as kubectl names them.
+// globalOptions are the flags every command has: kubectl's own connection
+// flags (genericclioptions.ConfigFlags: --kubeconfig, --context, -n, --as,
+// --token, --server, --request-timeout, ...), -A and -o.
 type globalOptions struct {
-	kubeconfig    string
-	context       string
-	namespace     string
+	config        *genericclioptions.ConfigFlags
 	allNamespaces bool
 	output        string
 }
 
 func (o *globalOptions) addFlags(fs *pflag.FlagSet, formats []string) {
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-	fs.StringVar(&o.context, "context", "", "the kubeconfig context to use")
-	fs.StringVarP(&o.namespace, "namespace", "n", "", "namespace (default: the context's)")
+	// No discovery cache: the plugin reads its own typed objects only.
+	o.config = genericclioptions.NewConfigFlags(false)
+	o.config.AddFlags(fs)
 	fs.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "all namespaces")
 	if len(formats) > 0 {
 		fs.StringVarP(&o.output, "output", "o", "", "output format: "+strings.Join(formats, "|")+" (default: a table)")
@@ -164,8 +164,8 @@ func Main(ctx context.Context, args []string, streams Streams) int {
 		fmt.Fprintf(streams.Err, "error: -o %q: %s accepts %s\n", g.output, cmd.name, strings.Join(cmd.formats, ", "))
 		return ExitUsage
 	}
-	if g.allNamespaces && g.namespace != "" {
-		fmt.Fprintf(streams.Err, "error: -A and -n %s exclude each other\n", g.namespace)
+	if g.allNamespaces && g.namespace() != "" {
+		fmt.Fprintf(streams.Err, "error: -A and -n %s exclude each other\n", g.namespace())
 		return ExitUsage
 	}
 	s, err := newSession(g, streams)
@@ -202,15 +202,20 @@ func printUsage(w io.Writer) {
 	fmt.Fprintf(w, "\nUse 'kubectl ipkeeper <command> --help' for a command's flags, --version for the version.\n")
 }
 
+// namespace is -n as given, "" without it.
+func (o *globalOptions) namespace() string {
+	if o.config == nil || o.config.Namespace == nil {
+		return ""
+	}
+	return *o.config.Namespace
+}
+
 // newSession loads the kubeconfig the way kubectl does (--kubeconfig,
-// else $KUBECONFIG, else ~/.kube/config; --context; -n) and builds a client.
+// else $KUBECONFIG, else ~/.kube/config; the connection flags override
+// it) and builds a client.
 func newSession(g globalOptions, streams Streams) (*session, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = g.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: g.context}
-	overrides.Context.Namespace = g.namespace
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := loader.ClientConfig()
+	loader := g.config.ToRawKubeConfigLoader()
+	cfg, err := g.config.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
@@ -229,7 +234,7 @@ func newSession(g globalOptions, streams Streams) (*session, error) {
 	}
 	return &session{
 		out: streams.Out, errOut: streams.Err, client: c,
-		namespace: ns, namespaceSet: g.namespace != "", allNamespaces: g.allNamespaces,
+		namespace: ns, namespaceSet: g.namespace() != "", allNamespaces: g.allNamespaces,
 		output: g.output, now: time.Now,
 	}, nil
 }
