@@ -329,7 +329,7 @@ func TestOpenShiftDocMatchesRender(t *testing.T) {
 	// The commands: the overlay and the chart, with paths that exist.
 	for _, want := range []string{
 		"kubectl apply --server-side -k manifests/overlays/openshift/",
-		"helm install ipkeeper charts/ipkeeper -f charts/ipkeeper/values-openshift.yaml",
+		"helm install ipkeeper charts/ipkeeper -n ipkeeper-system --create-namespace -f charts/ipkeeper/values-openshift.yaml",
 	} {
 		if !strings.Contains(doc, "\n"+strings.Repeat(" ", indentOf(doc, want))+want+"\n") {
 			t.Errorf("docs/openshift.md does not give the command %q on a line of its own", want)
