@@ -547,27 +547,28 @@ var metricNameRE = regexp.MustCompile(`^ipkeeper_[a-z0-9_]*[a-z0-9]$`)
 // that defines each: the Name, Namespace and Subsystem of every
 // prometheus.*Opts literal outside tests, and every other string literal
 // that is a whole ipkeeper_* name (prometheus.NewDesc's, custom
-// collectors'). Histograms are marked, for their _bucket, _sum and _count
-// series.
-func codeMetrics(t *testing.T) (names map[string]string, histograms map[string]bool) {
+// collectors'), and the kind of each *Opts literal ("CounterOpts",
+// "HistogramOpts", ...; none for the other literals): histograms have
+// _bucket, _sum and _count series.
+func codeMetrics(t *testing.T) (names, kinds map[string]string) {
 	t.Helper()
-	names, histograms = map[string]string{}, map[string]bool{}
+	names, kinds = map[string]string{}, map[string]string{}
 	r := root(t)
 	for _, dir := range []string{"cmd", "internal", "pkg"} {
 		err := filepath.WalkDir(filepath.Join(r, dir), func(path string, e fs.DirEntry, err error) error {
 			if err != nil || e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
 			}
-			return metricsOfFile(path, names, histograms)
+			return metricsOfFile(path, names, kinds)
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	return names, histograms
+	return names, kinds
 }
 
-func metricsOfFile(path string, names map[string]string, histograms map[string]bool) error {
+func metricsOfFile(path string, names, kinds map[string]string) error {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
 	if err != nil {
@@ -625,9 +626,7 @@ func metricsOfFile(path string, names map[string]string, histograms map[string]b
 		}
 		if name := prometheus.BuildFQName(parts["Namespace"], parts["Subsystem"], parts["Name"]); strings.HasPrefix(name, "ipkeeper_") {
 			names[name] = path
-			if sel.Sel.Name == "HistogramOpts" || sel.Sel.Name == "SummaryOpts" {
-				histograms[name] = true
-			}
+			kinds[name] = sel.Sel.Name
 		}
 		return true
 	})
@@ -662,7 +661,7 @@ func TestCodeMetricsMatchTheRegistry(t *testing.T) {
 var metricRE = regexp.MustCompile(`(^|[^A-Za-z0-9_:])(ipkeeper_[a-z0-9_]*)(\*?)`)
 
 func TestDocsNameTheMetricsThatExist(t *testing.T) {
-	names, histograms := codeMetrics(t)
+	names, kinds := codeMetrics(t)
 	var p problems
 	for _, d := range docs(t) {
 		for i, line := range d.lines {
@@ -685,7 +684,7 @@ func TestDocsNameTheMetricsThatExist(t *testing.T) {
 				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 					base = strings.TrimSuffix(base, suffix)
 				}
-				if histograms[base] {
+				if k := kinds[base]; k == "HistogramOpts" || k == "SummaryOpts" {
 					continue
 				}
 				p.add(d, i, "%s: no such metric in the code", name)

@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int, ready func() boo
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"command"}),
 		allocations: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ipkeeper_agent_allocations_total", Help: "Addresses reserved by this agent.",
+			Name: "ipkeeper_agent_addresses_allocated_total", Help: "Addresses reserved by this agent.",
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_allocation_failures_total", Help: "ADDs that failed, by reason (exhausted, conflict, invalid, pod, internal).",
@@ -55,7 +55,7 @@ func newMetrics(reg prometheus.Registerer, indexLen func() int, ready func() boo
 			Name: "ipkeeper_agent_allocation_conflicts_total", Help: "Candidate addresses found already reserved at create time (another agent won).",
 		}),
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ipkeeper_agent_releases_total", Help: "Reservations released (deleted, or retired in a pool with a reuse cooldown), by verb (DEL, GC, rollback, ...; expired: a released one deleted once its cooldown was over).",
+			Name: "ipkeeper_agent_reservations_released_total", Help: "Reservations released (deleted, or retired in a pool with a reuse cooldown), by verb (DEL, GC, rollback, ...; expired: a released one deleted once its cooldown was over).",
 		}, []string{"verb"}),
 		apiWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipkeeper_agent_api_writes_total", Help: "Writes to the API server, by verb.",

@@ -41,7 +41,7 @@ const (
 const DefaultGrace = 15 * time.Minute
 
 var givenBack = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "ipkeeper_blocks_given_back_total",
+	Name: "ipkeeper_controller_gc_blocks_given_back_total",
 	Help: "IPBlocks ipkeeper-controller deleted, by reason: PoolGone (their pool was deleted), NoLongerFits (their pool's ranges no longer cut them), Empty (no reservation in them for the grace period).",
 }, []string{"reason"})
 

@@ -20,7 +20,7 @@ var fills = prometheus.NewCounter(prometheus.CounterOpts{
 var unfilledMetrics = backlog.New(
 	"ipkeeper_controller_claims_unfilled",
 	"IPAMClaims of networks ipkeeper serves that have no addresses in status.ips yet (exported by the leader; 0 on the other replicas).",
-	"ipkeeper_controller_claim_oldest_unfilled_seconds",
+	"ipkeeper_controller_claims_oldest_unfilled_seconds",
 	"Age (since creation) of the oldest IPAMClaim of a network ipkeeper serves that has no addresses in status.ips yet; 0 when none waits.",
 )
 

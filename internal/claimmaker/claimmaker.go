@@ -68,7 +68,7 @@ type EventReason string
 const ReasonClaimsMaker EventReason = "IPAMClaimsMaker"
 
 var makerGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Name: "ipkeeper_claims_maker",
+	Name: "ipkeeper_controller_claims_maker",
 	Help: "1 for the controller that makes KubeVirt VMs' IPAMClaims and launcher claim references: maker=\"ipkeeper\" (ipkeeper-controller) or maker=\"external\" (another controller, e.g. ipam-extensions); 0 for the other.",
 }, []string{"maker"})
 

@@ -144,7 +144,7 @@ func TestGateOffTellsOwnersThatWantClaims(t *testing.T) {
 		t.Errorf("event %q does not name both networks", got[1])
 	}
 	if d := warnings() - before; d != 2 {
-		t.Errorf("%s grew by %v, want 2", "ipkeeper_controller_persistent_ips_disabled_total", d)
+		t.Errorf("%s grew by %v, want 2", "ipkeeper_controller_claims_persistent_ips_disabled_total", d)
 	}
 	var list ipamclaimsv1alpha1.IPAMClaimList
 	if err := c.List(ctx, &list); err != nil || len(list.Items) != 1 {

@@ -56,7 +56,7 @@ type Reconciler struct {
 	// confirmed missing.
 	missingSince map[string]time.Time
 	// due records, per reservation due for release, since when
-	// (ipkeeper_gc_overdue_reservations); forget clears it.
+	// (ipkeeper_controller_gc_reservations_overdue); forget clears it.
 	due backlog.Since[string]
 }
 

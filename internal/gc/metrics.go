@@ -11,32 +11,32 @@ import (
 
 var (
 	released = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ipkeeper_gc_released_reservations_total",
+		Name: "ipkeeper_controller_gc_reservations_released_total",
 		Help: "IPReservations the garbage collector released (deleted, or retired in a pool with a reuse cooldown), by owner kind (Pod, IPAMClaim or IPAddressClaim).",
 	}, []string{"owner_kind"})
 	expired = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ipkeeper_gc_expired_reservations_total",
+		Name: "ipkeeper_controller_gc_reservations_expired_total",
 		Help: "Released IPReservations the garbage collector deleted once their pool's reuse cooldown was over.",
 	})
 	liveChecks = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ipkeeper_gc_live_checks_total",
+		Name: "ipkeeper_controller_gc_live_checks_total",
 		Help: "Live API reads made to confirm that a reservation's owner is gone.",
 	})
 	relabelled = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ipkeeper_gc_relabelled_reservations_total",
+		Name: "ipkeeper_controller_gc_reservations_relabelled_total",
 		Help: "IPReservations of an earlier version (no ipkeeper.io/node or ipkeeper.io/claims-block label) labelled ipkeeper.io/node=Shared, so that every agent watches them.",
 	})
 	pending = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ipkeeper_gc_pending_reservations",
+		Name: "ipkeeper_controller_gc_reservations_pending",
 		Help: "Pods confirmed gone whose reservations wait for the grace period to end.",
 	})
 	// overdue reads each running Reconciler's reservations that are due
 	// for release: a release normally follows at once, so one that stays
 	// due is failing.
 	overdue = backlog.New(
-		"ipkeeper_gc_overdue_reservations",
+		"ipkeeper_controller_gc_reservations_overdue",
 		"IPReservations due for release (owner confirmed gone and its grace period over, or reuse cooldown over) that the garbage collector has not released yet (exported by the leader; 0 on the other replicas).",
-		"ipkeeper_gc_oldest_overdue_seconds",
+		"ipkeeper_controller_gc_reservations_oldest_overdue_seconds",
 		"How long the oldest overdue IPReservation has been due for release; 0 when none is.",
 	)
 )

@@ -63,9 +63,9 @@ func TestOverdueReservationsMetric(t *testing.T) {
 			req := reconcile.Request{NamespacedName: types.NamespacedName{Name: res.Name}}
 			count := func(want string) {
 				t.Helper()
-				exp := "# HELP ipkeeper_gc_overdue_reservations IPReservations due for release (owner confirmed gone and its grace period over, or reuse cooldown over) that the garbage collector has not released yet (exported by the leader; 0 on the other replicas).\n" +
-					"# TYPE ipkeeper_gc_overdue_reservations gauge\nipkeeper_gc_overdue_reservations " + want + "\n"
-				if err := testutil.CollectAndCompare(overdue, strings.NewReader(exp), "ipkeeper_gc_overdue_reservations"); err != nil {
+				exp := "# HELP ipkeeper_controller_gc_reservations_overdue IPReservations due for release (owner confirmed gone and its grace period over, or reuse cooldown over) that the garbage collector has not released yet (exported by the leader; 0 on the other replicas).\n" +
+					"# TYPE ipkeeper_controller_gc_reservations_overdue gauge\nipkeeper_controller_gc_reservations_overdue " + want + "\n"
+				if err := testutil.CollectAndCompare(overdue, strings.NewReader(exp), "ipkeeper_controller_gc_reservations_overdue"); err != nil {
 					t.Error(err)
 				}
 			}

@@ -2,7 +2,7 @@
 
 // Package poolstatus keeps every IPPool's status (usage per range and per
 // IP family, out-of-range and cooling-down counts, the networks using it,
-// conditions), its Events and the ipkeeper_pool_addresses metric.
+// conditions), its Events and the ipkeeper_controller_pool_addresses metric.
 //
 // Why it is built this way: a pool can hold tens of thousands of
 // reservations and they change in storms (a node drains, a deployment

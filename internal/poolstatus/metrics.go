@@ -12,7 +12,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// Values of the state label of ipkeeper_pool_addresses.
+// Values of the state label of ipkeeper_controller_pool_addresses.
 const (
 	stateTotal       = "total"
 	stateUsed        = "used"
@@ -22,7 +22,7 @@ const (
 )
 
 var poolAddresses = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Name: "ipkeeper_pool_addresses",
+	Name: "ipkeeper_controller_pool_addresses",
 	Help: "Addresses of an IPPool by state: total (what the ranges can hand out), used (held inside the ranges, " +
 		"cooling down included), free (total minus used), out_of_range (held where no range hands out any more) " +
 		"and cooling_down (released, waiting out spec.reuseCooldown). total and free of large IPv6 ranges exceed " +
@@ -34,7 +34,7 @@ var poolAddresses = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 // summed over families, cannot tell (a dual-stack pool whose IPv4 half is
 // full still has free addresses).
 var poolCondition = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Name: "ipkeeper_pool_condition",
+	Name: "ipkeeper_controller_pool_condition",
 	Help: "1 when the IPPool's status condition is True, else 0 (False or Unknown), by condition: Ready, Exhausted " +
 		"(an IP family has no free address), NearlyExhausted (an IP family's usage is at or above spec.warningThresholdPercent) and GatewayInUse.",
 }, []string{"pool", "condition"})
@@ -43,8 +43,8 @@ func init() {
 	metrics.Registry.MustRegister(poolAddresses, poolCondition)
 }
 
-// setMetrics publishes st as pool's ipkeeper_pool_addresses and
-// ipkeeper_pool_condition series.
+// setMetrics publishes st as pool's ipkeeper_controller_pool_addresses and
+// ipkeeper_controller_pool_condition series.
 func setMetrics(pool string, st *v1alpha1.IPPoolStatus) {
 	poolAddresses.WithLabelValues(pool, stateTotal).Set(decimal(st.Size))
 	poolAddresses.WithLabelValues(pool, stateUsed).Set(float64(st.Used))

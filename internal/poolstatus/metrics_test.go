@@ -11,7 +11,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// ipkeeper_pool_condition follows the conditions, per IP family as they
+// ipkeeper_controller_pool_condition follows the conditions, per IP family as they
 // judge it (a dual-stack pool with its IPv4 half full is exhausted while
 // addresses are free), and goes with the pool.
 func TestPoolConditionMetric(t *testing.T) {
@@ -46,10 +46,10 @@ func TestPoolConditionMetric(t *testing.T) {
 		}
 	}
 	if n := testutil.CollectAndCount(poolCondition) - others; n != 4 {
-		t.Fatalf("%d ipkeeper_pool_condition series of the pool, want one per condition (4)", n)
+		t.Fatalf("%d ipkeeper_controller_pool_condition series of the pool, want one per condition (4)", n)
 	}
 	deleteMetrics(pool.Name)
 	if n := testutil.CollectAndCount(poolCondition) - others; n != 0 {
-		t.Errorf("%d ipkeeper_pool_condition series left after the pool went", n)
+		t.Errorf("%d ipkeeper_controller_pool_condition series left after the pool went", n)
 	}
 }

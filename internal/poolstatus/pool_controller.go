@@ -28,7 +28,7 @@ import (
 
 // DefaultCountInterval is the least time between two counts of one pool:
 // a storm's reservation events cost one count per pool per second, and
-// the ipkeeper_pool_addresses metric and a change of the pool's
+// the ipkeeper_controller_pool_addresses metric and a change of the pool's
 // conditions, size or networks are at most that late.
 const DefaultCountInterval = time.Second
 

@@ -101,7 +101,7 @@ func TestUsageIsWrittenAtMostOncePerUsageInterval(t *testing.T) {
 		t.Errorf("a counts-only change was written %s after the last write: used %d", 2*time.Second, st.Used)
 	}
 	if got := metricValue(t, "p", "used"); got != 2 {
-		t.Errorf("ipkeeper_pool_addresses{state=used} = %v while the write waits, want 2 (the metric is current at each count)", got)
+		t.Errorf("ipkeeper_controller_pool_addresses{state=used} = %v while the write waits, want 2 (the metric is current at each count)", got)
 	}
 
 	// The pool fills up: Exhausted changes, which is written at once.

@@ -28,7 +28,7 @@ func (failingGate) Enabled(context.Context) (bool, error) {
 	return false, errors.New("injected: reading the KubeVirt CR failed")
 }
 
-// ipkeeper_webhook_pod_admissions_total tells a pod refused for what it
+// ipkeeper_controller_webhook_pod_admissions_total tells a pod refused for what it
 // asks (denied) from a request the webhook could not judge (error).
 func TestAdmissionsMetric(t *testing.T) {
 	scheme := runtime.NewScheme()

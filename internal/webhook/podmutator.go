@@ -32,7 +32,7 @@ import (
 const Path = "/mutate-v1-pod"
 
 var mutations = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "ipkeeper_webhook_pod_admissions_total",
+	Name: "ipkeeper_controller_webhook_pod_admissions_total",
 	Help: "virt-launcher pod admissions, by result: mutated, unchanged, denied (the pod is refused for what it asks) or error (the webhook could not judge it: a read failed, or the request was malformed).",
 }, []string{"result"})
 

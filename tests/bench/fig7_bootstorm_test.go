@@ -624,8 +624,8 @@ func (c *bootCluster) report(b *testing.B, w bootWaves, fills *fillWatch, raw, r
 	}
 	record(row{fig: 7, what: "controller API requests per claim (client-go, by method)",
 		measured: strings.Join(methods, ", "),
-		baseline: fmt.Sprintf("reservation creates %.2f, blocks taken %.3f, conflicts %.2f, fills %.2f", cd("ipkeeper_controller_claim_reservation_creates_total"),
-			cd("ipkeeper_controller_claim_blocks_taken_total"), cd("ipkeeper_controller_claim_allocation_conflicts_total"), cd("ipkeeper_controller_claims_filled_total")),
+		baseline: fmt.Sprintf("reservation creates %.2f, blocks taken %.3f, conflicts %.2f, fills %.2f", cd("ipkeeper_controller_claims_reservation_creates_total"),
+			cd("ipkeeper_controller_claims_blocks_taken_total"), cd("ipkeeper_controller_claims_allocation_conflicts_total"), cd("ipkeeper_controller_claims_filled_total")),
 		ratio:  fmt.Sprintf("%.2f ms CPU", 1000*cd("process_cpu_seconds_total")),
 		target: "(context)"})
 	perStart := requestsPer(apiBefore, apiAfter, storm.n, 0.01)

@@ -28,7 +28,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/tests/monitoring"
 )
 
-// The ipkeeper_pool_* series a real controller serves on /metrics for a
+// The ipkeeper_controller_pool_* series a real controller serves on /metrics for a
 // full pool make IPKeeperPoolExhausted fire (checked by promtool against
 // the shipped rule), and those of a pool with room do not.
 func TestPoolExhaustedAlertFromRealMetrics(t *testing.T) {
@@ -81,9 +81,9 @@ func TestPoolExhaustedAlertFromRealMetrics(t *testing.T) {
 			return false, nil // not serving yet
 		}
 		series = poolSeries(body, metricsAddr, full.Name, roomy.Name)
-		return strings.Contains(body, fmt.Sprintf(`ipkeeper_pool_condition{condition="Exhausted",pool=%q} 1`, full.Name)) &&
-			strings.Contains(body, fmt.Sprintf(`ipkeeper_pool_condition{condition="Exhausted",pool=%q} 0`, roomy.Name)) &&
-			strings.Contains(body, fmt.Sprintf(`ipkeeper_pool_addresses{pool=%q,state="used"} 1`, roomy.Name)), nil
+		return strings.Contains(body, fmt.Sprintf(`ipkeeper_controller_pool_condition{condition="Exhausted",pool=%q} 1`, full.Name)) &&
+			strings.Contains(body, fmt.Sprintf(`ipkeeper_controller_pool_condition{condition="Exhausted",pool=%q} 0`, roomy.Name)) &&
+			strings.Contains(body, fmt.Sprintf(`ipkeeper_controller_pool_addresses{pool=%q,state="used"} 1`, roomy.Name)), nil
 	}); err != nil {
 		t.Fatalf("the controller's /metrics never showed %s exhausted and %s with room: %v\n%s", full.Name, roomy.Name, err, poolLines(body, full.Name, roomy.Name))
 	}
@@ -173,13 +173,13 @@ func scrape(ctx context.Context, url string) (string, error) {
 	return string(b), nil
 }
 
-// poolLines returns the exposition lines of the pools' ipkeeper_pool_* series.
+// poolLines returns the exposition lines of the pools' ipkeeper_controller_pool_* series.
 func poolLines(body string, pools ...string) []string {
 	var out []string
 	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "ipkeeper_pool_") {
+		if !strings.HasPrefix(line, "ipkeeper_controller_pool_") {
 			continue
 		}
 		for _, p := range pools {

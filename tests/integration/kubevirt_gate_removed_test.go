@@ -79,7 +79,7 @@ func TestGateRemovedKeepsClaimsAndTellsNewVMs(t *testing.T) {
 	}
 	blue := kubevirt.PodInterfaceName("blue")
 	warnings := func() float64 {
-		return controllerCounter("ipkeeper_controller_persistent_ips_disabled_total", "", "")
+		return controllerCounter("ipkeeper_controller_claims_persistent_ips_disabled_total", "", "")
 	}
 
 	// Gate on: VM A gets its claim, the claim its address, the launcher
@@ -127,7 +127,7 @@ func TestGateRemovedKeepsClaimsAndTellsNewVMs(t *testing.T) {
 	}
 	// (VMs other tests left behind may be counted too: at least one.)
 	if told := warnings(); told < before+1 {
-		t.Errorf("ipkeeper_controller_persistent_ips_disabled_total went from %v to %v, want it counted", before, told)
+		t.Errorf("ipkeeper_controller_claims_persistent_ips_disabled_total went from %v to %v, want it counted", before, told)
 	}
 	// Every VM looked at again with the gate off (the cache that
 	// reconciled VM B already shows it off), VM B twice more: VM B is not

@@ -306,13 +306,13 @@ func TestSameNameVMRecreated(t *testing.T) {
 	waitGone(t, oldVMI)
 	waitGone(t, old)
 
-	conflictsBefore := controllerCounter("ipkeeper_controller_claim_conflicts_total", "", "")
+	conflictsBefore := controllerCounter("ipkeeper_controller_claims_name_conflicts_total", "", "")
 	recreated, err := e.kv.CreateVM(ctx, e.ns, "vm1", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, recreated, string(claims.ReasonClaimConflict), "vm1.blue")
-	if controllerCounter("ipkeeper_controller_claim_conflicts_total", "", "") <= conflictsBefore {
+	if controllerCounter("ipkeeper_controller_claims_name_conflicts_total", "", "") <= conflictsBefore {
 		t.Error("conflict metric did not move")
 	}
 	// The new VM's launcher must not get the old VM's addresses: the

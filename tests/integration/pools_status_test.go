@@ -154,7 +154,7 @@ func TestPoolStatus(t *testing.T) {
 		_, ok := poolMetric(pool.Name, "total")
 		return !ok, nil
 	}); err != nil {
-		t.Fatalf("ipkeeper_pool_addresses series of deleted pool %s remain: %v", pool.Name, err)
+		t.Fatalf("ipkeeper_controller_pool_addresses series of deleted pool %s remain: %v", pool.Name, err)
 	}
 }
 
@@ -184,14 +184,14 @@ func TestPoolPrinterColumns(t *testing.T) {
 	}
 }
 
-// poolMetric reads ipkeeper_pool_addresses{pool,state} from the in-process controller.
+// poolMetric reads ipkeeper_controller_pool_addresses{pool,state} from the in-process controller.
 func poolMetric(pool, state string) (float64, bool) {
 	mfs, err := metrics.Registry.Gather()
 	if err != nil {
 		return 0, false
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "ipkeeper_pool_addresses" {
+		if mf.GetName() != "ipkeeper_controller_pool_addresses" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -214,7 +214,7 @@ func waitPoolMetric(t *testing.T, pool, state string, want float64) {
 		got, _ = poolMetric(pool, state)
 		return got == want, nil
 	}); err != nil {
-		t.Fatalf("ipkeeper_pool_addresses{pool=%q,state=%q} = %v, want %v: %v", pool, state, got, want, err)
+		t.Fatalf("ipkeeper_controller_pool_addresses{pool=%q,state=%q} = %v, want %v: %v", pool, state, got, want, err)
 	}
 }
 

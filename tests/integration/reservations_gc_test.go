@@ -33,8 +33,8 @@ func TestReservationGarbageCollector(t *testing.T) {
 	// left to release from earlier tests (their namespaces go in the
 	// background), or their releases would be counted here.
 	waitNothingToCollect(t)
-	releasedPods := controllerCounter("ipkeeper_gc_released_reservations_total", "owner_kind", "Pod")
-	releasedClaims := controllerCounter("ipkeeper_gc_released_reservations_total", "owner_kind", "IPAMClaim")
+	releasedPods := controllerCounter("ipkeeper_controller_gc_reservations_released_total", "owner_kind", "Pod")
+	releasedClaims := controllerCounter("ipkeeper_controller_gc_reservations_released_total", "owner_kind", "IPAMClaim")
 
 	// Kept ones first: the collector's queue is FIFO with one worker, so
 	// once the later ones are released these have been looked at.
@@ -67,7 +67,7 @@ func TestReservationGarbageCollector(t *testing.T) {
 
 	// The pod's reservation waits out the grace period.
 	if err := framework.Eventually(ctx, 30*time.Second, 20*time.Millisecond, func(context.Context) (bool, error) {
-		return framework.Gauge(metrics.Registry, "ipkeeper_gc_pending_reservations") >= 1, nil
+		return framework.Gauge(metrics.Registry, "ipkeeper_controller_gc_reservations_pending") >= 1, nil
 	}); err != nil {
 		t.Fatalf("the deleted pod's reservation never became pending: %v", err)
 	}
@@ -85,10 +85,10 @@ func TestReservationGarbageCollector(t *testing.T) {
 			t.Errorf("reservation %s with a live owner was released: %v", r.Name, err)
 		}
 	}
-	if got := controllerCounter("ipkeeper_gc_released_reservations_total", "owner_kind", "Pod") - releasedPods; got != 2 {
+	if got := controllerCounter("ipkeeper_controller_gc_reservations_released_total", "owner_kind", "Pod") - releasedPods; got != 2 {
 		t.Errorf("released pod reservations metric moved by %v, want 2", got)
 	}
-	if got := controllerCounter("ipkeeper_gc_released_reservations_total", "owner_kind", "IPAMClaim") - releasedClaims; got != 1 {
+	if got := controllerCounter("ipkeeper_controller_gc_reservations_released_total", "owner_kind", "IPAMClaim") - releasedClaims; got != 1 {
 		t.Errorf("released claim reservations metric moved by %v, want 1", got)
 	}
 }
