@@ -114,8 +114,9 @@ func Assign[T any](ctx context.Context, e *Engine, pool *Pool, r iprange.Range, 
 			return zero, err
 		}
 		res, err := create(ctx, ip, inBlock)
-		end()
+		// Held before no longer in flight, so no search sees ip free between.
 		e.settle(pool.Name, ip)
+		end()
 		if errors.Is(err, reservation.ErrTaken) {
 			if e.cfg.Conflict != nil {
 				e.cfg.Conflict()
@@ -132,8 +133,8 @@ func Assign[T any](ctx context.Context, e *Engine, pool *Pool, r iprange.Range, 
 func Reserve[T any](ctx context.Context, e *Engine, pool string, ip netip.Addr, create func(ctx context.Context) (T, error)) (T, error) {
 	end := e.inflight.begin(pool, ip)
 	res, err := create(ctx)
-	end()
 	e.settle(pool, ip)
+	end()
 	return res, err
 }
 
@@ -170,10 +171,11 @@ func LogBlockErrors(log logr.Logger, msg string) func(error) {
 	var last atomic.Int64
 	return func(err error) {
 		now := time.Now()
-		if l := last.Load(); l != 0 && now.Sub(time.Unix(0, l)) < time.Minute {
+		l := last.Load()
+		// CompareAndSwap: of requests failing at once, one logs.
+		if l != 0 && now.Sub(time.Unix(0, l)) < time.Minute || !last.CompareAndSwap(l, now.UnixNano()) {
 			return
 		}
-		last.Store(now.UnixNano())
 		log.Error(err, msg)
 	}
 }

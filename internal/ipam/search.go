@@ -95,7 +95,7 @@ func (s *search) ownBlock(ctx context.Context) (netip.Addr, bool, func(), error)
 	}
 	unlock := s.e.pickLock(s.pool.Name)
 	defer unlock()
-	ip, err := s.e.cfg.Blocks.Candidate(ctx, s.pool.Name, s.pool.Key, s.r, func(ip netip.Addr) bool { return s.taken(ip) || s.pending(ip) }, s.seed)
+	ip, err := s.e.cfg.Blocks.Candidate(ctx, s.pool.Name, s.pool.Key, s.r, s.takenOrPending, s.seed)
 	s.borrowing = errors.Is(err, blocks.ErrNoBlock)
 	if err != nil {
 		return netip.Addr{}, false, nil, err
@@ -144,6 +144,11 @@ func (s *search) borrowView(ctx context.Context) error {
 	return nil
 }
 
+// takenOrPending reads the in-flight memo before the cache: a create
+// ends only once its holder's cache (or the memo's held set) shows the
+// address, so read in this order an address is never seen as neither.
+func (s *search) takenOrPending(ip netip.Addr) bool { return s.pending(ip) || s.taken(ip) }
+
 // pick chooses a candidate of the range, preferring one no create of the
 // holder is in flight for, and taking one that is rather than call the
 // range full; its create is marked in flight before another request can
@@ -151,7 +156,7 @@ func (s *search) borrowView(ctx context.Context) error {
 func (s *search) pick() (netip.Addr, func(), error) {
 	unlock := s.e.pickLock(s.pool.Name)
 	defer unlock()
-	ip, err := allocator.Candidate(s.r, func(ip netip.Addr) bool { return s.taken(ip) || s.pending(ip) }, s.seed)
+	ip, err := allocator.Candidate(s.r, s.takenOrPending, s.seed)
 	if errors.Is(err, ErrExhausted) {
 		ip, err = allocator.Candidate(s.r, s.taken, s.seed)
 	}
@@ -186,10 +191,11 @@ func (s *search) confirmFull(ctx context.Context) error {
 }
 
 // reclaim is phase 4: the range is full, but an address the holder
-// released whose cooldown is over is free for the taking; without one the
+// released whose cooldown is over is free for the taking (unless a
+// younger overlapping network's range holds it now); without one the
 // request is refused with full, the error of the search.
 func (s *search) reclaim(ctx context.Context, full error) (netip.Addr, func(), error) {
-	ip, ok := s.e.cfg.Store.Reclaim(ctx, s.pool.Name, func(ip netip.Addr) bool { return s.r.Usable(ip) == nil })
+	ip, ok := s.e.cfg.Store.Reclaim(ctx, s.pool.Name, func(ip netip.Addr) bool { return s.r.Usable(ip) == nil && !s.pool.InOverlap(ip) })
 	if !ok {
 		return netip.Addr{}, nil, full
 	}
