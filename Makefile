@@ -79,8 +79,8 @@ generate: ## Regenerate deepcopy code, CRD manifests, RBAC roles, and the Helm c
 	bash hack/tools.sh controller-gen
 	$(IPKEEPER_CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./pkg/apis/...
 	$(IPKEEPER_CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=manifests/crds
-	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-controller paths=./internal/controllermanager/... output:rbac:artifacts:config=manifests/rbac/controller
-	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-agent paths=./internal/agent/... output:rbac:artifacts:config=manifests/rbac/agent
+	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-controller paths=./internal/controller/manager/... output:rbac:artifacts:config=manifests/rbac/controller
+	$(IPKEEPER_CONTROLLER_GEN) rbac:roleName=ipkeeper-agent paths=./internal/node/agent/... output:rbac:artifacts:config=manifests/rbac/agent
 	go run ./hack/crdgen -crd-dir manifests/crds -test-crd-dir tests/crds
 	go run ./hack/chartgen -crd-dir manifests/crds -prometheus-rule manifests/components/monitoring/prometheusrule.yaml -chart charts/ipkeeper
 	go run ./hack/chartdoc -values charts/ipkeeper/values.yaml charts/ipkeeper/README.md docs/helm.md
@@ -207,4 +207,4 @@ BENCH ?= .
 .PHONY: bench
 bench: tools ## The seven figures of docs/performance.md on a real control plane, each against a same-run baseline, plus micro-benchmarks.
 	go test -run '^$$' -bench '$(BENCH)' -benchtime=1x -count=1 -timeout 40m -v ./tests/bench/
-	go test -run '^$$' -bench . -benchmem ./internal/allocator/ ./internal/iprange/ ./internal/agent/...
+	go test -run '^$$' -bench . -benchmem ./internal/allocator/ ./internal/iprange/ ./internal/node/agent/...

@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/ipkeeper/ipkeeper/internal/agent"
 	"github.com/ipkeeper/ipkeeper/internal/logging"
+	"github.com/ipkeeper/ipkeeper/internal/node/agent"
 	"github.com/ipkeeper/ipkeeper/internal/version"
 )
 

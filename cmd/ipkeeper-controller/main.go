@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	"github.com/ipkeeper/ipkeeper/internal/logging"
 	"github.com/ipkeeper/ipkeeper/internal/version"
 )
@@ -25,7 +25,7 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
-	var c controllermanager.CommandOptions
+	var c manager.CommandOptions
 	fs := c.FlagSet()
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -57,7 +57,7 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log.Info("ipkeeper-controller starting", "version", version.Version, "namespace", c.Namespace, "webhook", c.EnableWebhook, "certMode", c.CertMode)
-	if err := controllermanager.Run(ctx, cfg, c.Options); err != nil {
+	if err := manager.Run(ctx, cfg, c.Options); err != nil {
 		log.Error(err, "controller stopped")
 		return 1
 	}

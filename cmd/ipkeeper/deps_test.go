@@ -41,8 +41,8 @@ func TestNoHeavyDeps(t *testing.T) {
 	}
 	for _, pkg := range []string{
 		"github.com/ipkeeper/ipkeeper/cmd/ipkeeper",
-		"github.com/ipkeeper/ipkeeper/internal/cnishim",
-		"github.com/ipkeeper/ipkeeper/internal/cniproto",
+		"github.com/ipkeeper/ipkeeper/internal/cni/cnishim",
+		"github.com/ipkeeper/ipkeeper/internal/cni/cniproto",
 	} {
 		out, err := exec.Command(goBin, "list", "-deps", pkg).CombinedOutput()
 		if err != nil {

@@ -6,7 +6,7 @@
 package main
 
 import (
-	"github.com/ipkeeper/ipkeeper/internal/cnishim"
+	"github.com/ipkeeper/ipkeeper/internal/cni/cnishim"
 )
 
 // version is set at build time:

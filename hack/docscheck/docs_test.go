@@ -24,9 +24,9 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ipkeeper/ipkeeper/internal/agent"
 	"github.com/ipkeeper/ipkeeper/internal/cli"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
+	"github.com/ipkeeper/ipkeeper/internal/node/agent"
 )
 
 // doc is one Markdown file (or the Makefile), by path from the repository
@@ -432,7 +432,7 @@ func goFlags(fs *flag.FlagSet) map[string]bool {
 }
 
 func controllerFlags() map[string]bool {
-	var c controllermanager.CommandOptions
+	var c manager.CommandOptions
 	return goFlags(c.FlagSet())
 }
 

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/ipkeeper/ipkeeper/internal/agent"
+	"github.com/ipkeeper/ipkeeper/internal/node/agent"
 )
 
 // daemon is one binary's metrics registry, as the binary serves it on

@@ -41,7 +41,7 @@ var writers = map[string][]string{
 	// annotations; poolstatus: AddressesInPool (through claimstatus);
 	// guestnet: GuestAddresses (through claimstatus); cli: import
 	// whereabouts.
-	"IPAMClaim": {"internal/claims", "internal/claimaddrs", "internal/claimstatus", "internal/handover", "internal/cli"},
+	"IPAMClaim": {"internal/kubevirt/claims", "internal/controller/claimaddrs", "internal/claimstatus", "internal/kubevirt/handover", "internal/cli"},
 }
 
 // kinds maps the types checked to their kind.

@@ -12,5 +12,5 @@
 // blocks and takes a new block when they are full, through a narrow Store
 // (KubeStore on the API server). How a range is cut into blocks is
 // iprange's (Range.BlockOf, BlockPart, Blocks); an agent's watch of its
-// node's blocks and the Node that owns them are package agent/blocks'.
+// node's blocks and the Node that owns them are package nodeblocks'.
 package blocks

@@ -17,14 +17,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
-	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claims"
 	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
 // The IPsAllocated condition ipkeeper-controller writes on claims
-// (internal/claimaddrs, OVN-Kubernetes' type and reasons).
+// (internal/controller/claimaddrs, OVN-Kubernetes' type and reasons).
 const (
 	conditionIPsAllocated = claimstatus.ConditionIPsAllocated
 	reasonExhausted       = claimstatus.ReasonExhausted

@@ -15,7 +15,7 @@ import (
 // The ipam keys, in one place. What Parse reads is the JSON tags of the
 // raw* types it decodes into, so this list cannot drift from the decoder;
 // to them come the key the plugin binary reads (socketPath,
-// internal/cnishim), allowPersistentIPs, which belongs at the top level
+// internal/cni/cnishim), allowPersistentIPs, which belongs at the top level
 // and is told where it is found (multus.Network.FlagProblem), and
 // whereabouts' keys ipkeeper reads nothing from.
 // Every other key is unknown: told with the known key it is closest to,

@@ -30,7 +30,7 @@ type agentWatch struct {
 	params   url.Values
 }
 
-// agentWatches are the watches the agent of node holds (internal/agent:
+// agentWatches are the watches the agent of node holds (internal/node/agent:
 // its reservation index's one watch, its node's blocks, its node's pods,
 // and the pools and NADs its cache holds), in the format it asks for
 // (JSON). The figure checks them against a real agent's

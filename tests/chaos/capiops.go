@@ -16,7 +16,7 @@ import (
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/capi"
+	"github.com/ipkeeper/ipkeeper/internal/controller/capi"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

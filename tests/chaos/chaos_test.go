@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
-	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/cni/cniproto"
 )
 
 // Defaults of the short run `make test` does; CHAOS_SEED and

@@ -20,10 +20,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
-	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
-	"github.com/ipkeeper/ipkeeper/internal/guestnet"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claims"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/guestnet"
 	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/tests/framework"

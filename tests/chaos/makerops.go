@@ -15,8 +15,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claimmaker"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

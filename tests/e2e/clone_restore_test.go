@@ -7,9 +7,9 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claims"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

@@ -19,9 +19,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipkeeper/ipkeeper/internal/agent"
-	"github.com/ipkeeper/ipkeeper/internal/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/cni/cniproto"
 	"github.com/ipkeeper/ipkeeper/internal/logging"
+	"github.com/ipkeeper/ipkeeper/internal/node/agent"
 )
 
 // Agent is an in-process ipkeeper-agent standing for one node, with its own

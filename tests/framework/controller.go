@@ -22,11 +22,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/webhook"
 	"github.com/ipkeeper/ipkeeper/internal/logging"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
-	"github.com/ipkeeper/ipkeeper/internal/webhook"
 )
 
 var setLoggerOnce sync.Once
@@ -54,7 +54,7 @@ func (cp *ControlPlane) setControllerLogger() error {
 // Controller is an in-process ipkeeper-controller with its webhook
 // registered with the API server.
 type Controller struct {
-	Options controllermanager.Options
+	Options manager.Options
 	// WebhookConfig is the MutatingWebhookConfiguration registered for it.
 	WebhookConfig string
 	cancel        context.CancelFunc
@@ -67,7 +67,7 @@ type Controller struct {
 // ns, the way the shipped manifest scopes it to launcher pods cluster-wide.
 // The PersistentIPs gate is turned on first (tests that want it off turn it
 // off afterwards). It returns once the API server calls the webhook.
-func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(*controllermanager.Options)) *Controller {
+func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(*manager.Options)) *Controller {
 	t.Helper()
 	ctx := context.Background()
 	if err := cp.setControllerLogger(); err != nil {
@@ -87,7 +87,7 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 		t.Fatal(err)
 	}
 	fs := newFlagSet()
-	var o controllermanager.Options
+	var o manager.Options
 	o.AddFlags(fs)
 	o.Namespace = ns
 	o.LeaderElectID = "ipkeeper-controller"
@@ -108,7 +108,7 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 		// Provided certificates come with their CA injected by whoever
 		// issued them (cert-manager's CA injector); here the test does it.
 		var caBundle []byte
-		if o.CertMode == controllermanager.CertsProvided {
+		if o.CertMode == manager.CertsProvided {
 			if caBundle, err = os.ReadFile(filepath.Join(o.CertDir, "ca.crt")); err != nil {
 				t.Fatalf("provided certificates: %v", err)
 			}
@@ -120,7 +120,7 @@ func (cp *ControlPlane) StartController(t testing.TB, ns string, tweaks ...func(
 			_ = cp.Client.Delete(context.Background(), &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: o.WebhookConfig}})
 		})
 	}
-	mgr, err := controllermanager.New(ctx, cp.Config, o)
+	mgr, err := manager.New(ctx, cp.Config, o)
 	if err != nil {
 		t.Fatalf("building the controller: %v", err)
 	}

@@ -11,7 +11,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/webhook"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/webhook"
 )
 
 // Exited reports whether the in-process controller has stopped on its own,

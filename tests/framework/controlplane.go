@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/ipkeeper/ipkeeper/internal/capi"
+	"github.com/ipkeeper/ipkeeper/internal/controller/capi"
 	ipkscheme "github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
 )
 

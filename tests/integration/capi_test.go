@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/ipkeeper/ipkeeper/internal/capi"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/capi"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -390,7 +390,7 @@ func TestClusterAPIWithoutCRDs(t *testing.T) {
 	t.Cleanup(func() { _ = bare.Stop() })
 	bare.DumpLogsOnFailure(t)
 	ns := bare.NewNamespace(t, "capi-bare")
-	ctrl := bare.StartController(t, ns, func(o *controllermanager.Options) { o.ClusterAPIDiscoveryInterval = 200 * time.Millisecond })
+	ctrl := bare.StartController(t, ns, func(o *manager.Options) { o.ClusterAPIDiscoveryInterval = 200 * time.Millisecond })
 	e := &capiEnv{t: t, cp: bare, ns: ns, ctrl: ctrl}
 	t.Cleanup(e.deleteClaims)
 

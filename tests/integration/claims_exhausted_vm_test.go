@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimaddrs"
+	"github.com/ipkeeper/ipkeeper/internal/controller/claimaddrs"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

@@ -16,9 +16,9 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claimmaker"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -40,7 +40,7 @@ func TestClaimNetworkComesFromItsOwner(t *testing.T) {
 	createPool(t, "owner-blue-pool", ipkeeperv1alpha1.PoolRange{Range: "10.93.0.0/24"})
 	createPool(t, "owner-evil-pool", ipkeeperv1alpha1.PoolRange{Range: "10.94.0.0/24"})
 	// ipam-extensions makes the claims: ipkeeper-controller only fills them.
-	cp.StartController(t, vmNS, func(o *controllermanager.Options) {
+	cp.StartController(t, vmNS, func(o *manager.Options) {
 		o.EnableWebhook = false
 		o.ClaimsController = string(claimmaker.External)
 	})

@@ -20,8 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/certs"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/certs"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -84,7 +84,7 @@ func TestWebhookCertificatesAndTLS(t *testing.T) {
 	}
 
 	// Operators who need TLS 1.2 clients can lower the minimum, not below 1.2.
-	lowered := startKubeVirtEnv(t, func(o *controllermanager.Options) { o.TLS.MinVersion = "1.2" })
+	lowered := startKubeVirtEnv(t, func(o *manager.Options) { o.TLS.MinVersion = "1.2" })
 	addr = fmt.Sprintf("127.0.0.1:%d", lowered.ctrl.Options.WebhookPort)
 	if err := lowered.dialTLS(addr, tls.VersionTLS12); err != nil {
 		t.Errorf("--tls-min-version 1.2: TLS 1.2 client refused: %v", err)
@@ -92,7 +92,7 @@ func TestWebhookCertificatesAndTLS(t *testing.T) {
 	if err := lowered.dialTLS(addr, tls.VersionTLS11); err == nil {
 		t.Error("a TLS 1.1 client connected")
 	}
-	bad := controllermanager.Options{}
+	bad := manager.Options{}
 	bad.AddFlags(newFlags())
 	bad.TLS.MinVersion = "1.1"
 	if err := bad.Validate(); err == nil || !containsAll(err.Error(), "--tls-min-version", `"1.1"`) {
@@ -129,7 +129,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 	}
 	first := *lease.Spec.HolderIdentity
 
-	standby := cp.StartController(t, e.ns, func(o *controllermanager.Options) { o.EnableWebhook = false })
+	standby := cp.StartController(t, e.ns, func(o *manager.Options) { o.EnableWebhook = false })
 	// Cleanups run last first: the test's VMs settle while the standby,
 	// the leader by then, still runs.
 	t.Cleanup(func() { e.settle(t) })
@@ -165,8 +165,8 @@ func TestWebhookWithProvidedCertificates(t *testing.T) {
 	if err := framework.WriteTestPKI(dir); err != nil {
 		t.Fatal(err)
 	}
-	e := startKubeVirtEnv(t, func(o *controllermanager.Options) {
-		o.CertMode, o.CertDir = controllermanager.CertsProvided, dir
+	e := startKubeVirtEnv(t, func(o *manager.Options) {
+		o.CertMode, o.CertDir = manager.CertsProvided, dir
 	})
 	var secret corev1.Secret
 	err := cp.Client.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: e.ctrl.Options.SecretName}, &secret)

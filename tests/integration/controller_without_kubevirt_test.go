@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
@@ -40,7 +40,7 @@ func TestControllerWithoutKubeVirt(t *testing.T) {
 	t.Cleanup(func() { _ = bare.Stop() })
 	bare.DumpLogsOnFailure(t)
 	ns := bare.NewNamespace(t, "bare")
-	ctrl := bare.StartController(t, ns, func(o *controllermanager.Options) { o.KubeVirtDiscoveryInterval = 200 * time.Millisecond })
+	ctrl := bare.StartController(t, ns, func(o *manager.Options) { o.KubeVirtDiscoveryInterval = 200 * time.Millisecond })
 
 	support := func() float64 { return framework.Gauge(metrics.Registry, "ipkeeper_controller_kubevirt_support") }
 	waitSupport := func(want float64) {

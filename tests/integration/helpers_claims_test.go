@@ -17,8 +17,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/claims"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claims"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -78,7 +78,7 @@ func claimNetwork(t testing.TB, ns string, conf json.RawMessage) *framework.Cont
 // startClaimController runs ipkeeper-controller without its pod webhook.
 func startClaimController(t testing.TB, ns string) *framework.Controller {
 	t.Helper()
-	return cp.StartController(t, ns, func(o *controllermanager.Options) { o.EnableWebhook = false })
+	return cp.StartController(t, ns, func(o *manager.Options) { o.EnableWebhook = false })
 }
 
 // createClaim creates a claim (owned by nothing, as other tools make them)

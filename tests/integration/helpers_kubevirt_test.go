@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/ipkeeper/ipkeeper/internal/claims"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claims"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -42,7 +42,7 @@ type kvEnv struct {
 	ctrl *framework.Controller
 }
 
-func startKubeVirtEnv(t *testing.T, tweaks ...func(*controllermanager.Options)) *kvEnv {
+func startKubeVirtEnv(t *testing.T, tweaks ...func(*manager.Options)) *kvEnv {
 	t.Helper()
 	ns := cp.NewNamespace(t, "kv")
 	env := &kvEnv{ns: ns, kv: newKubeVirt(t)}

@@ -252,7 +252,7 @@ func checkOverlayRender(t *testing.T, defaultRendered, overlayRendered []byte) {
 }
 
 // checkClaimStatusWrites writes a claim's status as ipkeeper-controller
-// does (internal/claimaddrs/record.go: one status update with ips, the
+// does (internal/controller/claimaddrs/record.go: one status update with ips, the
 // IPsAllocated condition and ownerPod), with the controller's own
 // ServiceAccount, RBAC and admission policy from the overlay, and reads
 // back what the owner's schema keeps.

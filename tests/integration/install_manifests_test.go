@@ -20,7 +20,7 @@ import (
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -175,7 +175,7 @@ func TestControllerRunsWithItsOwnRBAC(t *testing.T) {
 	applyRBAC(t)
 	ns := cp.NewNamespace(t, "own-rbac")
 	user, groups := framework.ServiceAccountUser(installNS, "ipkeeper-controller")
-	ctrl := cp.As(user, groups...).StartController(t, ns, func(o *controllermanager.Options) {
+	ctrl := cp.As(user, groups...).StartController(t, ns, func(o *manager.Options) {
 		o.Namespace = installNS
 		o.WebhookConfig = "ipkeeper"
 	})

@@ -21,7 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -40,7 +40,7 @@ func TestPoolExhaustedAlertFromRealMetrics(t *testing.T) {
 	}
 	ns := cp.NewNamespace(t, "alerts")
 	metricsAddr := freeAddr(t)
-	cp.StartController(t, ns, func(o *controllermanager.Options) {
+	cp.StartController(t, ns, func(o *manager.Options) {
 		o.EnableWebhook = false
 		o.MetricsAddr = metricsAddr
 	})

@@ -16,10 +16,10 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claims"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/webhook"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
-	"github.com/ipkeeper/ipkeeper/internal/webhook"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )

@@ -24,7 +24,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/cli"
-	"github.com/ipkeeper/ipkeeper/internal/guestnet"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/guestnet"
 	"github.com/ipkeeper/ipkeeper/internal/macaddr"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )

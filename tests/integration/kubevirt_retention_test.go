@@ -14,10 +14,10 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/claims"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/cli"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claims"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -32,7 +32,7 @@ import (
 // --max-address-retention is capped, with an event saying so.
 func TestVMAddressesKeptForTheirRetention(t *testing.T) {
 	ctx := context.Background()
-	e := startKubeVirtEnv(t, func(o *controllermanager.Options) { o.MaxAddressRetention = 2 * time.Hour })
+	e := startKubeVirtEnv(t, func(o *manager.Options) { o.MaxAddressRetention = 2 * time.Hour })
 	network := "retain-" + e.ns
 	e.nad(t, "blue", fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"bridge","allowPersistentIPs":true,"ipam":{"type":"ipkeeper","range":"10.105.0.0/29"}}`, network))
 	removeReservationsAtEnd(t, func(r *ipkeeperv1alpha1.IPReservation) bool { return r.Spec.Network == network })

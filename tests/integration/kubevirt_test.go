@@ -15,11 +15,11 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/claims"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claims"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/webhook"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
-	"github.com/ipkeeper/ipkeeper/internal/webhook"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
@@ -416,7 +416,7 @@ func TestFeatureGateOffThenOn(t *testing.T) {
 // With --require-kubevirt-feature-gate=false the gate is not read at all.
 func TestFeatureGateCheckDisabled(t *testing.T) {
 	ctx := context.Background()
-	e := startKubeVirtEnv(t, func(o *controllermanager.Options) { o.RequireGate = false })
+	e := startKubeVirtEnv(t, func(o *manager.Options) { o.RequireGate = false })
 	if err := e.kv.SetFeatureGate(ctx, false); err != nil {
 		t.Fatal(err)
 	}

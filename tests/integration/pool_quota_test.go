@@ -17,7 +17,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/cli"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -34,7 +34,7 @@ import (
 // more). The pool's status and kubectl ipkeeper pools show the usage.
 func TestNamespaceQuotaCountsRetainedAddresses(t *testing.T) {
 	ctx := context.Background()
-	e := startKubeVirtEnv(t, func(o *controllermanager.Options) { o.MaxAddressRetention = 2 * time.Hour })
+	e := startKubeVirtEnv(t, func(o *manager.Options) { o.MaxAddressRetention = 2 * time.Hour })
 	other := cp.NewNamespace(t, "quota-other")
 	suffix := e.ns[len(e.ns)-5:]
 	name, network := "quota-"+suffix, "quota-net-"+suffix

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/cli"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -30,7 +30,7 @@ import (
 func TestPoolInUseIsKeptUntilItsReservationsAreGone(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "pool-delete")
-	cp.StartController(t, ns, func(o *controllermanager.Options) { o.EnableWebhook = false })
+	cp.StartController(t, ns, func(o *manager.Options) { o.EnableWebhook = false })
 	network := ns + "-net"
 	pool := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: ipkeeperv1alpha1.IPPoolSpec{
 		Ranges:        []ipkeeperv1alpha1.PoolRange{{Range: "10.93.7.0/29"}},

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -34,7 +34,7 @@ import (
 func TestPoolStatus(t *testing.T) {
 	ctx := context.Background()
 	ns := cp.NewNamespace(t, "pools")
-	cp.StartController(t, ns, func(o *controllermanager.Options) { o.EnableWebhook = false })
+	cp.StartController(t, ns, func(o *manager.Options) { o.EnableWebhook = false })
 	// Live owners, so the garbage collector keeps the reservations.
 	pods := cp.CreatePods(t, ns, "", "holder", 6)
 

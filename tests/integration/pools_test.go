@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
-	"github.com/ipkeeper/ipkeeper/internal/cniproto"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/cni/cniproto"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -194,7 +194,7 @@ func TestClaimAddressLeavingItsPoolIsReported(t *testing.T) {
 	ns := cp.NewNamespace(t, "inpool")
 	const pool = "inpool-pool"
 	createPool(t, pool, ipkeeperv1alpha1.PoolRange{Range: "10.94.0.0/24"})
-	cp.StartController(t, ns, func(o *controllermanager.Options) { o.EnableWebhook = false })
+	cp.StartController(t, ns, func(o *manager.Options) { o.EnableWebhook = false })
 	claim := createClaim(t, ns, "vm1.inpool", "inpool-net")
 	r := newReservation("inpool-net", "10.94.0.7")
 	r.Name = naming.Reservation(pool, netip.MustParseAddr("10.94.0.7"))

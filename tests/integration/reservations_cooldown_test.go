@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
@@ -144,7 +144,7 @@ func TestCooldownSurvivesControllerRestart(t *testing.T) {
 	ctx := context.Background()
 	const cooldown = 8 * time.Second
 	createCoolPool(t, "gc-cool", "10.66.2.0/24", cooldown)
-	e := startKubeVirtEnv(t, func(o *controllermanager.Options) { o.GCGracePeriod = time.Second })
+	e := startKubeVirtEnv(t, func(o *manager.Options) { o.GCGracePeriod = time.Second })
 	pod := cp.CreatePods(t, e.ns, "", "gc-cool", 1)[0]
 	r := ownedByPod("gc-cool-net", "10.66.2.7", pod, pod.UID)
 	r.Name, r.Spec.Pool = naming.Reservation("gc-cool", netip.MustParseAddr("10.66.2.7")), "gc-cool"
@@ -170,7 +170,7 @@ func TestCooldownSurvivesControllerRestart(t *testing.T) {
 	reuseAt := cur.Spec.ReuseAfter.Time
 
 	e.ctrl.Stop()
-	cp.StartController(t, e.ns, func(o *controllermanager.Options) { o.EnableWebhook = false })
+	cp.StartController(t, e.ns, func(o *manager.Options) { o.EnableWebhook = false })
 	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(r), &cur); err != nil && time.Now().Before(reuseAt) {
 		t.Fatalf("the restarted collector deleted the released reservation before reuseAfter %s: %v", reuseAt, err)
 	}

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -22,7 +22,7 @@ import (
 func TestReservationGarbageCollector(t *testing.T) {
 	ctx := context.Background()
 	const grace = 4 * time.Second
-	e := startKubeVirtEnv(t, func(o *controllermanager.Options) { o.GCGracePeriod = grace })
+	e := startKubeVirtEnv(t, func(o *manager.Options) { o.GCGracePeriod = grace })
 	const network = "gc-net"
 	pods := cp.CreatePods(t, e.ns, "", "gc", 3)
 	live, doomed, recreated := pods[0], pods[1], pods[2]

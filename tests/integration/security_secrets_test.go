@@ -15,7 +15,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/guestnet"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/guestnet"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 

@@ -19,9 +19,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/agent"
-	"github.com/ipkeeper/ipkeeper/internal/certs"
-	"github.com/ipkeeper/ipkeeper/internal/controllermanager"
+	"github.com/ipkeeper/ipkeeper/internal/controller/certs"
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
+	"github.com/ipkeeper/ipkeeper/internal/node/agent"
 	"github.com/ipkeeper/ipkeeper/internal/tlsconfig"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -45,7 +45,7 @@ func TestTLSFlagsReachEveryServer(t *testing.T) {
 	mounted.AppendCertsFromPEM(caPEM)
 
 	ctrlMetrics, agentMetrics, agentDefault := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t)
-	e := startKubeVirtEnv(t, func(o *controllermanager.Options) {
+	e := startKubeVirtEnv(t, func(o *manager.Options) {
 		o.TLS.MinVersion, o.TLS.CipherSuites = "1.2", tls.CipherSuiteName(listed)
 		o.MetricsAddr, o.MetricsCertDir = ctrlMetrics, dir
 	})

@@ -20,15 +20,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ipkeeper/ipkeeper/internal/agent"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
+	"github.com/ipkeeper/ipkeeper/internal/kubevirt/webhook"
 	"github.com/ipkeeper/ipkeeper/internal/multus"
-	"github.com/ipkeeper/ipkeeper/internal/webhook"
+	"github.com/ipkeeper/ipkeeper/internal/node/agent"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
 
 // shippedWebhook reads manifests/base/webhook's configuration and checks its
-// webhooks are internal/webhook's (the controller writes their scope back).
+// webhooks are internal/kubevirt/webhook's (the controller writes their scope back).
 func shippedWebhook(t *testing.T) *admissionregistrationv1.MutatingWebhookConfiguration {
 	t.Helper()
 	data, err := os.ReadFile(repoPath(t, "manifests", "base", "webhook", "mutatingwebhookconfiguration.yaml"))
@@ -49,10 +49,10 @@ func shippedWebhook(t *testing.T) *admissionregistrationv1.MutatingWebhookConfig
 			t.Fatalf("manifest webhook %d is %s (failurePolicy %v), want %s (%s)", i, got.Name, got.FailurePolicy, w.Name, w.FailurePolicy)
 		}
 		if !reflect.DeepEqual(got.MatchConditions, w.MatchConditions) {
-			t.Fatalf("manifest webhook %s matchConditions %+v differ from internal/webhook's %+v", w.Name, got.MatchConditions, w.MatchConditions)
+			t.Fatalf("manifest webhook %s matchConditions %+v differ from internal/kubevirt/webhook's %+v", w.Name, got.MatchConditions, w.MatchConditions)
 		}
 		if !reflect.DeepEqual(got.Rules, webhook.Rules()) {
-			t.Fatalf("manifest webhook %s rules %+v differ from internal/webhook's %+v", w.Name, got.Rules, webhook.Rules())
+			t.Fatalf("manifest webhook %s rules %+v differ from internal/kubevirt/webhook's %+v", w.Name, got.Rules, webhook.Rules())
 		}
 	}
 	return &whc

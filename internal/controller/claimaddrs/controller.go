@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package claimaddrs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
+	"github.com/ipkeeper/ipkeeper/internal/controller/backlog"
+	"github.com/ipkeeper/ipkeeper/internal/controller/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/controller/podrefs"
+	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
+	"github.com/ipkeeper/ipkeeper/internal/retry"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+)
+
+// DefaultWorkers is how many claims are filled at once: a VM boot storm is
+// bounded by the API server's writes, not by one worker's round trips.
+const DefaultWorkers = 16
+
+// notSyncedRetry is how soon a claim is looked at again while the
+// controller's cache of reservations has not seen them all yet.
+const notSyncedRetry = 200 * time.Millisecond
+
+// Reconciler keeps IPAMClaims' addresses. It runs on the leader only.
+type Reconciler struct {
+	// Client reads from the main manager's cache (claims, NADs, pools,
+	// reservations, pod metadata) and writes to the API server.
+	Client client.Client
+	// APIReader reads from the API server, where the cache may be behind.
+	APIReader client.Reader
+	// Alloc reserves the addresses (once Ready: its caches synced).
+	Alloc *claimalloc.Allocator
+	// Recorder records Events on claims and on their VMs.
+	Recorder record.EventRecorder
+	// Workers is MaxConcurrentReconciles; DefaultWorkers when 0.
+	Workers int
+
+	// backoff spaces out the retries of a claim that cannot get its
+	// addresses yet (exhausted, taken, pool missing): events on pools,
+	// reservations and NADs bring it back sooner.
+	backoff workqueue.TypedRateLimiter[reconcile.Request]
+	// unfilled holds the claims of served networks still without
+	// addresses, since their creation (ipkeeper_controller_claims_unfilled).
+	unfilled backlog.Since[types.NamespacedName]
+}
+
+// Reconcile brings one claim's addresses and status up to date.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var claim ipamclaimsv1alpha1.IPAMClaim
+	if err := r.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.backoff.Forget(req)
+			r.unfilled.Delete(req.NamespacedName)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("reading IPAMClaim %s: %w", req, err)
+	}
+	if claim.DeletionTimestamp != nil {
+		// Its reservations go once it is gone (the garbage collector),
+		// retired first for its retention (claims.Retainer).
+		r.unfilled.Delete(req.NamespacedName)
+		return reconcile.Result{}, nil
+	}
+	if !r.Alloc.Ready() {
+		return reconcile.Result{RequeueAfter: notSyncedRetry}, nil
+	}
+	net, err := r.networkOf(ctx, &claim)
+	if net == nil && err == nil {
+		r.unfilled.Delete(req.NamespacedName)
+		return reconcile.Result{}, nil // not a network ipkeeper serves
+	}
+	// Ours (or not known yet, on an error): it waits from its creation
+	// until its addresses are recorded, whatever holds it up.
+	if !claimstatus.Filled(&claim) {
+		r.unfilled.Set(req.NamespacedName, claim.CreationTimestamp.Time)
+	} else {
+		r.unfilled.Delete(req.NamespacedName)
+	}
+	var out outcome
+	if err == nil {
+		out, err = r.addresses(ctx, &claim, net)
+	}
+	if ce := asConfigError(err); ce != nil {
+		out, err = outcome{failure: &ce.failure, retry: ce.retry}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.record(ctx, &claim, net, out); err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(out.ips) > 0 {
+		r.unfilled.Delete(req.NamespacedName) // recorded now (or already)
+	}
+	if out.retry {
+		return reconcile.Result{RequeueAfter: r.backoff.When(req)}, nil
+	}
+	r.backoff.Forget(req)
+	return reconcile.Result{}, nil
+}
+
+// SetupWithManager registers the controller and the indexes it reads.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	r.backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 2*time.Minute)
+	remove := unfilledMetrics.Add(r.unfilled.Stats)
+	go func() {
+		<-ctx.Done()
+		remove()
+	}()
+	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	opts := retry.Options()
+	opts.MaxConcurrentReconciles = r.Workers
+	if opts.MaxConcurrentReconciles <= 0 {
+		opts.MaxConcurrentReconciles = DefaultWorkers
+	}
+	c := mgr.GetClient()
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("claim-addresses").
+		WithOptions(opts).
+		For(&ipamclaimsv1alpha1.IPAMClaim{}).
+		// A reservation of a claim changed or went: check the claim holds
+		// what it records. A reservation of an address other claims
+		// record or request changed or went: they may get it now.
+		Watches(&ipkeeperv1alpha1.IPReservation{}, handler.EnqueueRequestsFromMapFunc(claimsOfReservation(c))).
+		// A NAD appeared or changed: the claims of its network may be
+		// served now, or from another pool.
+		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(claimsOfNAD(c))).
+		// A pool appeared or changed (a range added): claims still without
+		// addresses may get them now.
+		Watches(&ipkeeperv1alpha1.IPPool{}, handler.EnqueueRequestsFromMapFunc(unfilledClaims(c))).
+		// A pod referencing a claim came or went: its ownerPod.
+		WatchesMetadata(podrefs.Metadata(), handler.EnqueueRequestsFromMapFunc(podrefs.ClaimRequests)).
+		Complete(r)
+}
+
+func claimsOfReservation(c client.Client) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		res, ok := o.(*ipkeeperv1alpha1.IPReservation)
+		if !ok {
+			return nil
+		}
+		var reqs []reconcile.Request
+		if res.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: res.Spec.Owner.Namespace, Name: res.Spec.Owner.Name}})
+		}
+		if l := res.Spec.LentTo; l != nil {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: l.Namespace, Name: l.Name}})
+		}
+		// Claims of other pools recording the same address are looked at
+		// too, in vain but harmlessly: the index is by address alone.
+		for _, r := range listClaims(ctx, c, client.MatchingFields{indexClaimAddress: res.Spec.IP}) {
+			if len(reqs) == 0 || r != reqs[0] {
+				reqs = append(reqs, r)
+			}
+		}
+		return reqs
+	}
+}
+
+func claimsOfNAD(c client.Client) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		nad, ok := o.(*nadv1.NetworkAttachmentDefinition)
+		if !ok {
+			return nil
+		}
+		cfg, found, err := inlinepool.Network(nad)
+		if err != nil || !found {
+			return nil
+		}
+		return listClaims(ctx, c, client.MatchingFields{indexClaimNetwork: cfg.Name})
+	}
+}
+
+func unfilledClaims(c client.Client) handler.MapFunc {
+	return func(ctx context.Context, _ client.Object) []reconcile.Request {
+		return listClaims(ctx, c, client.MatchingFields{indexClaimFilled: "false"})
+	}
+}
+
+func listClaims(ctx context.Context, c client.Client, opts ...client.ListOption) []reconcile.Request {
+	var list ipamclaimsv1alpha1.IPAMClaimList
+	if err := c.List(ctx, &list, opts...); err != nil {
+		log.FromContext(ctx).Error(err, "listing IPAMClaims to look at again")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
