@@ -14,6 +14,7 @@ import (
 	"bufio"
 	"bytes"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -48,7 +49,7 @@ var forbidden = map[string][]string{
 }
 
 func TestFoldersKeepTheirBoundaries(t *testing.T) {
-	deps := listDeps(t)
+	deps := listDeps(t, "../../internal/...")
 	if len(deps) < 20 {
 		t.Fatalf("go list found %d internal packages; want the whole tree", len(deps))
 	}
@@ -88,21 +89,27 @@ func TestFolderRules(t *testing.T) {
 	}
 }
 
-func isForbidden(from, to string) bool {
-	for _, f := range forbidden[from] {
-		if f == to {
-			return true
-		}
-	}
-	return false
-}
+func isForbidden(from, to string) bool { return slices.Contains(forbidden[from], to) }
 
 func trim(pkg string) string { return "internal/" + strings.TrimPrefix(pkg, internal) }
 
-// listDeps returns, for each package under internal/ (tests excluded: a
+// testOnly are packages for tests that no binary may link.
+var testOnly = []string{internal + "calltrace"}
+
+func TestNoBinaryLinksATestHelper(t *testing.T) {
+	for bin, ds := range listDeps(t, "../../cmd/...") {
+		for _, d := range ds {
+			if slices.Contains(testOnly, d) {
+				t.Errorf("%s links %s, a package for tests only", bin, trim(d))
+			}
+		}
+	}
+}
+
+// listDeps returns, for each package of pattern (tests excluded: a
 // test may drive what it checks from the other side), the internal
 // packages it links, directly or not.
-func listDeps(t *testing.T) map[string][]string {
+func listDeps(t *testing.T, pattern string) map[string][]string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
