@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/controller/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/controller/claimlife"
 	"github.com/ipkeeper/ipkeeper/internal/controller/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
@@ -69,37 +70,43 @@ type AddressClaimReconciler struct {
 	Now func() time.Time
 }
 
-// Reconcile serves one claim.
+// Reconcile serves one claim, through the one lifecycle of claims
+// (package claimlife).
 func (r *AddressClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	claim := &ipamv1.IPAddressClaim{}
-	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
-		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, nil
-		}
-		return reconcile.Result{}, fmt.Errorf("reading IPAddressClaim %s: %w", req, err)
-	}
+	return claimlife.Reconcile(ctx, r.Client, addressClaims{r}, req)
+}
+
+// addressClaims are the IPAddressClaim kind's steps of the lifecycle.
+type addressClaims struct{ r *AddressClaimReconciler }
+
+func (addressClaims) New() *ipamv1.IPAddressClaim { return &ipamv1.IPAddressClaim{} }
+
+func (addressClaims) Gone(types.NamespacedName) {}
+
+// Leave leaves alone a claim of another provider's pool, and one whose
+// Cluster is paused: the contract says abort, no status change either
+// (the Cluster watch brings the claim back when that changes).
+func (k addressClaims) Leave(ctx context.Context, claim *ipamv1.IPAddressClaim) (string, error) {
 	if !Ours(claim.Spec.PoolRef) {
-		return reconcile.Result{}, nil
+		return "not an ipkeeper IPPool's claim", nil
 	}
-	why, err := r.hold(ctx, claim)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if why != "" {
-		// The contract says abort: no status change either. The Cluster
-		// watch brings the claim back when that changes.
-		log.FromContext(ctx).V(1).Info("leaving the IPAddressClaim alone", "reason", why)
-		return reconcile.Result{}, nil
-	}
-	if !claim.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, r.release(ctx, claim)
-	}
+	return k.r.hold(ctx, claim)
+}
+
+func (k addressClaims) Release(ctx context.Context, claim *ipamv1.IPAddressClaim) error {
+	return k.r.release(ctx, claim)
+}
+
+func (k addressClaims) Ready() bool { return k.r.Alloc.Ready() }
+
+// Ensure holds the claim with the finalizer, then gives it its address.
+func (k addressClaims) Ensure(ctx context.Context, claim *ipamv1.IPAddressClaim) (reconcile.Result, error) {
 	if controllerutil.AddFinalizer(claim, ReleaseFinalizer) {
-		if err := r.Client.Update(ctx, claim); err != nil {
-			return reconcile.Result{}, fmt.Errorf("adding finalizer %s to IPAddressClaim %s: %w", ReleaseFinalizer, req, err)
+		if err := k.r.Client.Update(ctx, claim); err != nil {
+			return reconcile.Result{}, fmt.Errorf("adding finalizer %s to IPAddressClaim %s/%s: %w", ReleaseFinalizer, claim.Namespace, claim.Name, err)
 		}
 	}
-	return r.allocate(ctx, claim)
+	return k.r.allocate(ctx, claim)
 }
 
 // allocate gives claim its address and IPAddress, or says on its Ready
@@ -112,9 +119,6 @@ func (r *AddressClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPA
 			return reconcile.Result{}, fmt.Errorf("reading IPPool %s: %w", poolName, err)
 		}
 		return r.notReady(ctx, claim, ipamv1.IPAddressClaimReadyPoolNotReadyReason, fmt.Sprintf("IPPool %s not found", poolName))
-	}
-	if !r.Alloc.Ready() {
-		return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil // the controller's caches are still filling
 	}
 	parsed, err := ipam.PoolOf(pool)
 	if err != nil {

@@ -15,6 +15,9 @@
 // contract's protect-address finalizer; Ready reports the outcome with the
 // contract's reasons (PoolNotReady, PoolExhausted, AllocationFailed).
 //
+// A claim goes through the one lifecycle of claims (package claimlife):
+// this package gives the IPAddressClaim kind's steps.
+//
 // The controllers run in a manager of their own, started only while the
 // API server serves Cluster API's IPAM kinds (package manager).
 package capi

@@ -4,12 +4,10 @@ package claimaddrs
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -22,6 +20,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/controller/backlog"
 	"github.com/ipkeeper/ipkeeper/internal/controller/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/controller/claimlife"
 	"github.com/ipkeeper/ipkeeper/internal/controller/podrefs"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
@@ -31,10 +30,6 @@ import (
 // DefaultWorkers is how many claims are filled at once: a VM boot storm is
 // bounded by the API server's writes, not by one worker's round trips.
 const DefaultWorkers = 16
-
-// notSyncedRetry is how soon a claim is looked at again while the
-// controller's cache of reservations has not seen them all yet.
-const notSyncedRetry = 200 * time.Millisecond
 
 // Reconciler keeps IPAMClaims' addresses. It runs on the leader only.
 type Reconciler struct {
@@ -59,41 +54,57 @@ type Reconciler struct {
 	unfilled backlog.Since[types.NamespacedName]
 }
 
-// Reconcile brings one claim's addresses and status up to date.
+// Reconcile brings one claim's addresses and status up to date, through
+// the one lifecycle of claims (package claimlife).
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var claim ipamclaimsv1alpha1.IPAMClaim
-	if err := r.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.backoff.Forget(req)
-			r.unfilled.Delete(req.NamespacedName)
-			return reconcile.Result{}, nil
-		}
-		return reconcile.Result{}, fmt.Errorf("reading IPAMClaim %s: %w", req, err)
-	}
-	if claim.DeletionTimestamp != nil {
-		// Its reservations go once it is gone (the garbage collector),
-		// retired first for its retention (claims.Retainer).
-		r.unfilled.Delete(req.NamespacedName)
-		return reconcile.Result{}, nil
-	}
-	if !r.Alloc.Ready() {
-		return reconcile.Result{RequeueAfter: notSyncedRetry}, nil
-	}
-	net, err := r.networkOf(ctx, &claim)
+	return claimlife.Reconcile(ctx, r.Client, ipamClaims{r}, req)
+}
+
+// ipamClaims are the IPAMClaim kind's steps of the lifecycle.
+type ipamClaims struct{ r *Reconciler }
+
+func (ipamClaims) New() *ipamclaimsv1alpha1.IPAMClaim { return &ipamclaimsv1alpha1.IPAMClaim{} }
+
+func (k ipamClaims) Gone(key types.NamespacedName) {
+	k.r.backoff.Forget(reconcile.Request{NamespacedName: key})
+	k.r.unfilled.Delete(key)
+}
+
+// Leave leaves no IPAMClaim alone before it is read further: whether
+// ipkeeper serves its network is Ensure's first step, once the caches
+// are synced.
+func (ipamClaims) Leave(context.Context, *ipamclaimsv1alpha1.IPAMClaim) (string, error) {
+	return "", nil
+}
+
+// Release has nothing to write: the claim's reservations go once it is
+// gone (the garbage collector), retired first for its retention
+// (claims.Retainer).
+func (k ipamClaims) Release(_ context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) error {
+	k.r.unfilled.Delete(client.ObjectKeyFromObject(claim))
+	return nil
+}
+
+func (k ipamClaims) Ready() bool { return k.r.Alloc.Ready() }
+
+// Ensure finds the claim's network, reserves what it needs and records it.
+func (k ipamClaims) Ensure(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) (reconcile.Result, error) {
+	r, key := k.r, client.ObjectKeyFromObject(claim)
+	net, err := r.networkOf(ctx, claim)
 	if net == nil && err == nil {
-		r.unfilled.Delete(req.NamespacedName)
+		r.unfilled.Delete(key)
 		return reconcile.Result{}, nil // not a network ipkeeper serves
 	}
 	// Ours (or not known yet, on an error): it waits from its creation
 	// until its addresses are recorded, whatever holds it up.
-	if !claimstatus.Filled(&claim) {
-		r.unfilled.Set(req.NamespacedName, claim.CreationTimestamp.Time)
+	if !claimstatus.Filled(claim) {
+		r.unfilled.Set(key, claim.CreationTimestamp.Time)
 	} else {
-		r.unfilled.Delete(req.NamespacedName)
+		r.unfilled.Delete(key)
 	}
 	var out outcome
 	if err == nil {
-		out, err = r.addresses(ctx, &claim, net)
+		out, err = r.addresses(ctx, claim, net)
 	}
 	if ce := asConfigError(err); ce != nil {
 		out, err = outcome{failure: &ce.failure, retry: ce.retry}, nil
@@ -101,12 +112,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.record(ctx, &claim, net, out); err != nil {
+	if err := r.record(ctx, claim, net, out); err != nil {
 		return reconcile.Result{}, err
 	}
 	if len(out.ips) > 0 {
-		r.unfilled.Delete(req.NamespacedName) // recorded now (or already)
+		r.unfilled.Delete(key) // recorded now (or already)
 	}
+	req := reconcile.Request{NamespacedName: key}
 	if out.retry {
 		return reconcile.Result{RequeueAfter: r.backoff.When(req)}, nil
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/controller/claimalloc"
+	"github.com/ipkeeper/ipkeeper/internal/controller/claimlife"
 	"github.com/ipkeeper/ipkeeper/internal/controller/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
 	"github.com/ipkeeper/ipkeeper/internal/macaddr"
@@ -784,8 +785,8 @@ func TestReconcileLeavesAlone(t *testing.T) {
 	cl := claim("vm1.blue")
 	f = newFixture(t, n, poolOfNAD(t, n), cl)
 	f.r.Alloc = claimalloc.New(f.c, f.c, reservationindex.NewAddresses(), blocks.NewSet(string(ipkeeperv1alpha1.HolderIPAMClaims)), func() bool { return true }, logr.Discard())
-	if res := f.reconcile(t, "vm1.blue"); res.RequeueAfter != notSyncedRetry {
-		t.Errorf("not synced: RequeueAfter = %s, want %s", res.RequeueAfter, notSyncedRetry)
+	if res := f.reconcile(t, "vm1.blue"); res.RequeueAfter != claimlife.NotSyncedRetry {
+		t.Errorf("not synced: RequeueAfter = %s, want %s", res.RequeueAfter, claimlife.NotSyncedRetry)
 	}
 	if c := f.claim(t, "vm1.blue"); len(c.Status.IPs) != 0 || len(f.held(t, c)) != 0 {
 		t.Errorf("addresses chosen before the caches synced: %v", c.Status.IPs)

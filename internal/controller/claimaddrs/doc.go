@@ -14,7 +14,9 @@
 // launchers read one status, and agents need no write on any claim or
 // claim reservation: the admission policies can say so.
 //
-// What one reconcile does, for one claim:
+// A claim goes through the one lifecycle of claims (package claimlife),
+// which the Cluster API provider's IPAddressClaims share; this package
+// gives the IPAMClaim kind's steps. What its Ensure does, for one claim:
 //   - resolve its network (the NAD recorded on the claim, else the NADs of
 //     its spec.network) and the network's IPPool; a claim of a network
 //     ipkeeper does not serve is left alone;

@@ -20,8 +20,8 @@ import (
 )
 
 // The walk of a claim's fill (docs/development.md, "Two walks"), counted
-// at its reservation's create: from the reconciler it goes down through
-// the claims' holder into the engine once, and the engine reaches the
+// at its reservation's create: from the claims' lifecycle it goes down
+// through the IPAMClaim kind's steps and the claims' holder into the engine once, and the engine reaches the
 // API server only through the holder's own create.
 func TestFillWalksDownThroughTheEngine(t *testing.T) {
 	n := nad(ns, "blue", `{"cniVersion":"1.0.0","name":"blue","type":"bridge","ipam":{"type":"ipkeeper","range":"10.0.0.0/24"}}`)
@@ -37,7 +37,7 @@ func TestFillWalksDownThroughTheEngine(t *testing.T) {
 	if _, err := f.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "vm1.blue"}}); err != nil {
 		t.Fatal(err)
 	}
-	walk = walk.From("(*Reconciler).Reconcile")
+	walk = walk.From("Reconcile[...]") // claimlife.Reconcile: the lifecycle of every claim
 	if walk == nil {
 		t.Fatal("no reservation was created under Reconcile")
 	}
@@ -47,7 +47,7 @@ func TestFillWalksDownThroughTheEngine(t *testing.T) {
 	if !slices.Contains(pkgs, engine) {
 		t.Fatalf("the fill's create does not go through the engine: %v", pkgs)
 	}
-	allowed := []string{"internal/controller/claimaddrs", "internal/controller/claimalloc", engine, "internal/reservation", "internal/blocks"}
+	allowed := []string{"internal/controller/claimlife", "internal/controller/claimaddrs", "internal/controller/claimalloc", engine, "internal/reservation", "internal/blocks"}
 	for _, p := range pkgs {
 		if !slices.Contains(allowed, p) {
 			t.Errorf("the fill's walk goes through %s; want only %v", p, allowed)
