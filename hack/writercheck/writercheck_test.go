@@ -9,7 +9,9 @@
 // build cache's export data (go list -export) and looks at every call of
 // a controller-runtime client write (Create, Update, Patch, Delete,
 // DeleteAllOf, Apply, on a client or its status and subresource writers)
-// whose object is one of those kinds.
+// whose object is one of those kinds. Within an IPAMClaim's status, each
+// part (a field, a condition) has its one writer too: claimstatus.Parts
+// declares them, and parts_test.go holds the code to it.
 package writercheck
 
 import (
@@ -100,9 +102,16 @@ func allowed(w write) bool {
 	return false
 }
 
-// findWrites type-checks the product packages matching patterns and
-// returns their writes of the checked kinds.
-func findWrites(t *testing.T, patterns ...string) []write {
+// checked is one product package, type-checked.
+type checked struct {
+	rel   string // import path from the module root
+	files []*ast.File
+	info  *types.Info
+}
+
+// loadPackages type-checks the product packages matching patterns against
+// the build cache's export data.
+func loadPackages(t *testing.T, patterns ...string) (*token.FileSet, []checked) {
 	t.Helper()
 	root := repoRoot(t)
 	cmd := exec.Command("go", append([]string{"list", "-export", "-deps", "-json=ImportPath,Dir,GoFiles,Export,Standard"}, patterns...)...)
@@ -135,7 +144,7 @@ func findWrites(t *testing.T, patterns ...string) []write {
 		}
 		return os.Open(f)
 	})
-	var writes []write
+	var out2 []checked
 	for _, p := range pkgs {
 		var files []*ast.File
 		for _, name := range p.GoFiles {
@@ -150,23 +159,38 @@ func findWrites(t *testing.T, patterns ...string) []write {
 		if _, err := conf.Check(p.ImportPath, fset, files, info); err != nil {
 			t.Fatalf("type-checking %s: %v", p.ImportPath, err)
 		}
-		rel := strings.TrimPrefix(p.ImportPath, module)
-		for _, f := range files {
+		out2 = append(out2, checked{rel: strings.TrimPrefix(p.ImportPath, module), files: files, info: info})
+	}
+	return fset, out2
+}
+
+// position is pos relative to the repository's root.
+func position(t *testing.T, fset *token.FileSet, pos token.Pos) string {
+	p := fset.Position(pos)
+	if r, err := filepath.Rel(repoRoot(t), p.Filename); err == nil {
+		p.Filename = r
+	}
+	return p.String()
+}
+
+// findWrites returns the product packages' writes of the checked kinds.
+func findWrites(t *testing.T, patterns ...string) []write {
+	t.Helper()
+	fset, pkgs := loadPackages(t, patterns...)
+	var writes []write
+	for _, p := range pkgs {
+		for _, f := range p.files {
 			ast.Inspect(f, func(n ast.Node) bool {
 				call, ok := n.(*ast.CallExpr)
 				if !ok || len(call.Args) < 2 {
 					return true
 				}
 				sel, ok := call.Fun.(*ast.SelectorExpr)
-				if !ok || !writeMethods[sel.Sel.Name] || !isClientMethod(info, sel) {
+				if !ok || !writeMethods[sel.Sel.Name] || !isClientMethod(p.info, sel) {
 					return true
 				}
-				if kind := kindOf(info.Types[call.Args[1]].Type); kind != "" {
-					pos := fset.Position(call.Pos())
-					if r, err := filepath.Rel(root, pos.Filename); err == nil {
-						pos.Filename = r
-					}
-					writes = append(writes, write{pkg: rel, pos: pos.String(), kind: kind, method: sel.Sel.Name})
+				if kind := kindOf(p.info.Types[call.Args[1]].Type); kind != "" {
+					writes = append(writes, write{pkg: p.rel, pos: position(t, fset, call.Pos()), kind: kind, method: sel.Sel.Name})
 				}
 				return true
 			})
