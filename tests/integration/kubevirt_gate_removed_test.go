@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -103,12 +104,20 @@ func TestGateRemovedKeepsClaimsAndTellsNewVMs(t *testing.T) {
 
 	// The gate removed from the KubeVirt CR, as HCO does when it reverts
 	// a direct edit.
+	var kvCR kubevirtv1.KubeVirt
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: framework.KubeVirtNamespace, Name: "kubevirt"}, &kvCR); err != nil {
+		t.Fatal(err)
+	}
+	told := gateNoticeCount(t, &kvCR)
 	if err := e.kv.SetFeatureGate(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := cp.WaitWebhookReferences(ctx, e.ctrl.WebhookConfig, webhook.ReferencesExisting); err != nil {
 		t.Fatal(err)
 	}
+	// The KubeVirt CR is told what the gate's absence means and what to
+	// do, once, before any VM is made (claims.GateNotice).
+	waitEvent(t, &kvCR, string(claims.ReasonGateOff), claims.GateOffMessage)
 	before := warnings()
 	vmB, err := e.kv.CreateVM(ctx, e.ns, "vm-b", framework.VMNetwork{Name: "blue", NAD: "blue"})
 	if err != nil {
@@ -197,6 +206,16 @@ func TestGateRemovedKeepsClaimsAndTellsNewVMs(t *testing.T) {
 		t.Fatal(err)
 	}
 	claimB := waitFilled(t, e.ns, "vm-b.blue")
+	// Told once while the gate was off, however often the CR was looked at
+	// (the recorder sends events in the background: wait for the first).
+	var n int32
+	_ = framework.Eventually(ctx, 10*time.Second, 100*time.Millisecond, func(context.Context) (bool, error) {
+		n = gateNoticeCount(t, &kvCR)
+		return n > told, nil
+	})
+	if n != told+1 {
+		t.Errorf("the KubeVirt CR was told %d times that the gate is off, want once (%d before)", n-told, told)
+	}
 	controllerRef(t, claimB, vmB, "VirtualMachine")
 	if bareIP(t, claimB.Status.IPs[0]) == addrA {
 		t.Fatalf("VM B's claim got VM A's address %s", addrA)
@@ -277,4 +296,21 @@ func gateOffEvents(t *testing.T, vm *kubevirtv1.VirtualMachine) []corev1.Event {
 		}
 	}
 	return out
+}
+
+// gateNoticeCount is how many times the KubeVirt CR was told the gate is
+// off: an event's count grows when the recorder aggregates a repeat.
+func gateNoticeCount(t *testing.T, kv *kubevirtv1.KubeVirt) int32 {
+	t.Helper()
+	var events corev1.EventList
+	if err := cp.Client.List(context.Background(), &events, client.InNamespace(kv.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var n int32
+	for _, ev := range events.Items {
+		if ev.InvolvedObject.UID == kv.UID && ev.Reason == string(claims.ReasonGateOff) {
+			n += max(ev.Count, 1)
+		}
+	}
+	return n
 }

@@ -126,6 +126,12 @@ func (k *kubeVirtSupport) setupChild(ctx context.Context, child ctrl.Manager) (*
 			return (&handover.Reconciler{Client: child.GetClient(), Reservations: k.main.GetClient(), ReservationCache: k.main.GetCache(), Recorder: recorder}).SetupWithManager(ctx, m)
 		}},
 	}
+	if k.o.RequireGate {
+		setups = append(setups, struct {
+			name  string
+			setup func(ctrl.Manager) error
+		}{"feature gate notice", (&claims.GateNotice{Client: child.GetClient(), Recorder: recorder}).SetupWithManager})
+	}
 	if k.hook != nil {
 		setups = append(setups, struct {
 			name  string
