@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -214,19 +213,4 @@ func RetirePatch(uid types.UID, resourceVersion string, reuseAfter time.Time) (c
 		return nil, fmt.Errorf("encoding the retire patch: %w", err)
 	}
 	return client.RawPatch(types.MergePatchType, body), nil
-}
-
-// LabelShared labels res naming.NodeLabel=Shared, so that every agent
-// watches it (a reservation written before every one carried a holder's
-// label). Only the label is patched: a concurrent write of the spec is
-// kept. ErrGone when it no longer exists.
-func LabelShared(ctx context.Context, c client.Client, res *ipkeeperv1alpha1.IPReservation) error {
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, naming.NodeLabel, naming.SharedNodeLabelValue)
-	if err := c.Patch(ctx, res, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("%w: %s", ErrGone, res.Name)
-		}
-		return fmt.Errorf("labelling IPReservation %s %s=%s: %w", res.Name, naming.NodeLabel, naming.SharedNodeLabelValue, err)
-	}
-	return nil
 }
