@@ -134,7 +134,7 @@ func (r *Reconciler) reconcileClaimOwned(ctx context.Context, res *ipkeeperv1alp
 			return result, err
 		}
 		if !lives {
-			if err := reservation.Unlend(ctx, r.Client, res); err != nil {
+			if err := reservation.Unlend(ctx, reservation.KubeStore{Client: r.Client}, res); err != nil {
 				return reconcile.Result{}, err
 			}
 			log.FromContext(ctx).Info("the claim an address was lent to is gone; the owner keeps it", "reservation", res.Name, "ip", res.Spec.IP, "borrower", l.Namespace+"/"+l.Name)
@@ -148,7 +148,7 @@ func (r *Reconciler) reconcileClaimOwned(ctx context.Context, res *ipkeeperv1alp
 	}
 	key := types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
 	if borrowerLives {
-		if err := reservation.PassToBorrower(ctx, r.Client, res); err != nil {
+		if err := reservation.PassToBorrower(ctx, reservation.KubeStore{Client: r.Client}, res); err != nil {
 			return reconcile.Result{}, err
 		}
 		log.FromContext(ctx).Info("the owner of a lent address is gone; it passed to the claim it was lent to", "reservation", res.Name, "ip", res.Spec.IP,

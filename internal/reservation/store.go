@@ -137,9 +137,10 @@ func (s KubeStore) Get(ctx context.Context, name string) (*ipkeeperv1alpha1.IPRe
 	return r, nil
 }
 
-// Update writes r's spec and metadata at r's resourceVersion (the
-// take-over of a new sandbox of the same attachment); ErrChanged when the
-// reservation changed or went since it was read.
+// Update writes r's spec and metadata at r's resourceVersion, filling in
+// the new one: the agent's take-over of a new sandbox of the same
+// attachment, and a handover's Lend, Unlend and PassToBorrower.
+// ErrChanged when the reservation changed or went since it was read.
 func (s KubeStore) Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error {
 	if err := s.Client.Update(ctx, r); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
