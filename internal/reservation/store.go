@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
@@ -138,9 +137,10 @@ func (s KubeStore) Get(ctx context.Context, name string) (*ipkeeperv1alpha1.IPRe
 	return r, nil
 }
 
-// Update writes r's spec and metadata at r's resourceVersion (the
-// take-over of a new sandbox of the same attachment); ErrChanged when the
-// reservation changed or went since it was read.
+// Update writes r's spec and metadata at r's resourceVersion, filling in
+// the new one: the agent's take-over of a new sandbox of the same
+// attachment, and a handover's Lend, Unlend and PassToBorrower.
+// ErrChanged when the reservation changed or went since it was read.
 func (s KubeStore) Update(ctx context.Context, r *ipkeeperv1alpha1.IPReservation) error {
 	if err := s.Client.Update(ctx, r); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
@@ -214,19 +214,4 @@ func RetirePatch(uid types.UID, resourceVersion string, reuseAfter time.Time) (c
 		return nil, fmt.Errorf("encoding the retire patch: %w", err)
 	}
 	return client.RawPatch(types.MergePatchType, body), nil
-}
-
-// LabelShared labels res naming.NodeLabel=Shared, so that every agent
-// watches it (a reservation written before every one carried a holder's
-// label). Only the label is patched: a concurrent write of the spec is
-// kept. ErrGone when it no longer exists.
-func LabelShared(ctx context.Context, c client.Client, res *ipkeeperv1alpha1.IPReservation) error {
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, naming.NodeLabel, naming.SharedNodeLabelValue)
-	if err := c.Patch(ctx, res, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("%w: %s", ErrGone, res.Name)
-		}
-		return fmt.Errorf("labelling IPReservation %s %s=%s: %w", res.Name, naming.NodeLabel, naming.SharedNodeLabelValue, err)
-	}
-	return nil
 }

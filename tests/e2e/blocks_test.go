@@ -29,8 +29,7 @@ import (
 // receives them. A shared reservation created after them (as a borrowed
 // address's is) reaches every agent: once the other agent has it, it
 // would have had the pod reservations before it, had they been sent to
-// it. A reservation of an earlier version (no node label) is labelled
-// shared by ipkeeper-controller and then reaches every agent too.
+// it.
 func TestAgentsWatchOnlyTheirNodesPodReservations(t *testing.T) {
 	c := setup(t)
 	if len(c.Nodes) < 2 {
@@ -106,22 +105,6 @@ func TestAgentsWatchOnlyTheirNodesPodReservations(t *testing.T) {
 		t.Errorf("%s caches %.0f reservations, want %.0f: it received %s's pod reservations", other.Name, got, otherBefore+1, home.Name)
 	}
 
-	// A reservation of an earlier version carries no node label:
-	// ipkeeper-controller labels it shared, and then every agent has it.
-	legacy := reservation.New(reservation.Params{Pool: "e2e-blocks-marker", Key: "e2e-blocks-marker", Network: "e2e-blocks-marker",
-		IP: netip.MustParseAddr("10.77.10.2"), Owner: owner, Interface: "marker1", Node: home.Name})
-	delete(legacy.Labels, naming.NodeLabel)
-	if err := c.CP.Client.Create(ctx, legacy); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.CP.Client.Delete(context.Background(), legacy) })
-	waitCached(t, other, otherBefore+2, "the legacy reservation, labelled shared by the controller")
-	if err := c.CP.Client.Get(ctx, client.ObjectKeyFromObject(legacy), legacy); err != nil {
-		t.Fatal(err)
-	}
-	if got := legacy.Labels[naming.NodeLabel]; got != naming.SharedNodeLabelValue {
-		t.Errorf("the legacy reservation is labelled %s=%q, want %q", naming.NodeLabel, got, naming.SharedNodeLabelValue)
-	}
 }
 
 // cachedReservations reads the agent's ipkeeper_agent_reservations gauge.

@@ -8,14 +8,10 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/naming"
-	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/tests/framework"
 )
@@ -75,44 +71,10 @@ func serveAnAddIn(t *testing.T, bins *framework.Binaries, installedIn, node, cid
 	if got := resv[0].Labels[naming.NodeLabel]; got != naming.NodeLabelValue(node) && got != naming.SharedNodeLabelValue {
 		t.Errorf("the agent's reservation is labelled %s=%q: neither its node nor shared", naming.NodeLabel, got)
 	}
-	relabelledByTheInstalledController(t, network, pod)
 	if err := in.Del(ctx, pod, "net1", nad); err != nil {
 		t.Fatal(err)
 	}
 	if resv, err := framework.Reservations(ctx, cp.Client, network); err != nil || len(resv) != 0 {
 		t.Errorf("reservations of %s after the DEL: %d (%v); want none", network, len(resv), err)
-	}
-}
-
-// relabelledByTheInstalledController creates a reservation as an earlier
-// version wrote one (no ipkeeper.io/node label), held by pod, and waits
-// for the installed controller, with its ServiceAccount's credentials, to
-// label it shared (its garbage collector's one write besides releasing).
-func relabelledByTheInstalledController(t *testing.T, network string, pod *corev1.Pod) {
-	t.Helper()
-	ctx := context.Background()
-	legacy := reservation.New(reservation.Params{Pool: naming.InlinePool(network), Key: network, Network: network,
-		IP: netip.MustParseAddr("192.0.2.7"), Interface: "legacy0", ContainerID: "legacy", Node: pod.Spec.NodeName,
-		Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}})
-	delete(legacy.Labels, naming.NodeLabel)
-	if err := cp.Client.Create(ctx, legacy); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), legacy) })
-	var got string
-	if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
-		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(legacy), legacy); err != nil {
-			return false, err
-		}
-		got = legacy.Labels[naming.NodeLabel]
-		return got != "", nil
-	}); err != nil {
-		t.Fatalf("the installed controller did not label a reservation of an earlier version (label %q): %v", got, err)
-	}
-	if got != naming.SharedNodeLabelValue {
-		t.Errorf("the installed controller labelled a reservation of an earlier version %s=%q, want %q", naming.NodeLabel, got, naming.SharedNodeLabelValue)
-	}
-	if err := cp.Client.Delete(ctx, legacy); err != nil {
-		t.Fatal(err)
 	}
 }

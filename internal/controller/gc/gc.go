@@ -27,7 +27,6 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/controller/backlog"
 	"github.com/ipkeeper/ipkeeper/internal/controller/reservationindex"
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	"github.com/ipkeeper/ipkeeper/internal/retry"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -77,11 +76,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("reading IPReservation %s: %w", req.Name, err)
-	}
-	if legacyUnlabelled(&res) {
-		if err := r.labelShared(ctx, &res); err != nil {
-			return reconcile.Result{}, err
-		}
 	}
 	if left, released := reservation.Left(&res.Spec, r.now()); released {
 		// Nobody's any more, whoever released it (a CNI DEL, this
@@ -140,7 +134,7 @@ func (r *Reconciler) reconcileClaimOwned(ctx context.Context, res *ipkeeperv1alp
 			return result, err
 		}
 		if !lives {
-			if err := reservation.Unlend(ctx, r.Client, res); err != nil {
+			if err := reservation.Unlend(ctx, reservation.KubeStore{Client: r.Client}, res); err != nil {
 				return reconcile.Result{}, err
 			}
 			log.FromContext(ctx).Info("the claim an address was lent to is gone; the owner keeps it", "reservation", res.Name, "ip", res.Spec.IP, "borrower", l.Namespace+"/"+l.Name)
@@ -154,7 +148,7 @@ func (r *Reconciler) reconcileClaimOwned(ctx context.Context, res *ipkeeperv1alp
 	}
 	key := types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
 	if borrowerLives {
-		if err := reservation.PassToBorrower(ctx, r.Client, res); err != nil {
+		if err := reservation.PassToBorrower(ctx, reservation.KubeStore{Client: r.Client}, res); err != nil {
 			return reconcile.Result{}, err
 		}
 		log.FromContext(ctx).Info("the owner of a lent address is gone; it passed to the claim it was lent to", "reservation", res.Name, "ip", res.Spec.IP,
@@ -238,33 +232,6 @@ func cacheBehind(liveOnly bool) reconcile.Result {
 		return reconcile.Result{RequeueAfter: cacheBehindRecheck}
 	}
 	return reconcile.Result{}
-}
-
-// legacyUnlabelled reports whether res carries neither naming.NodeLabel
-// nor naming.ClaimsBlockLabel: written before every reservation carried
-// one (or by an agent of that version during an upgrade). Agents watched
-// such reservations; they now watch the shared ones.
-func legacyUnlabelled(res *ipkeeperv1alpha1.IPReservation) bool {
-	_, node := res.Labels[naming.NodeLabel]
-	_, claims := res.Labels[naming.ClaimsBlockLabel]
-	return !node && !claims
-}
-
-// labelShared labels a legacy reservation shared, so every agent's one
-// watch of reservations has it again. Until then an agent that does not
-// see it can still not hand its address out twice: the reservation's name
-// is the lock, and a create of it fails. Only the label is patched: an
-// agent's concurrent write of the spec is kept.
-func (r *Reconciler) labelShared(ctx context.Context, res *ipkeeperv1alpha1.IPReservation) error {
-	if err := reservation.LabelShared(ctx, r.Client, res); err != nil {
-		if errors.Is(err, reservation.ErrGone) {
-			return nil
-		}
-		return err
-	}
-	relabelled.Inc()
-	log.FromContext(ctx).Info("labelled a reservation of an earlier version shared: every agent watches it", "reservation", res.Name)
-	return nil
 }
 
 // release lets a reservation go: deleted, or, in a pool with a reuse

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/ipkeeper/ipkeeper/internal/naming"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 	"github.com/ipkeeper/ipkeeper/pkg/apis/scheme"
 )
@@ -176,47 +175,6 @@ func TestIPAddressClaimOwner(t *testing.T) {
 				t.Errorf("reservation released: %v (%v), want %v", gone, err, tt.wantGone)
 			}
 		})
-	}
-}
-
-// A reservation of an earlier version carries neither the node label nor
-// the claims' one: every agent watched such reservations, and now watches
-// the shared ones. The collector labels it shared and leaves everything
-// else as it was; a labelled one is left alone.
-func TestLegacyReservationLabelledShared(t *testing.T) {
-	s, err := scheme.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := ipkeeperv1alpha1.IPReservationSpec{Network: "net", IP: "10.0.0.1", InterfaceName: "net1",
-		Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "ns", Name: "p", UID: "u1"}}
-	legacy := &ipkeeperv1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "net.10-0-0-1", CreationTimestamp: metav1.Now(),
-		Labels: naming.ReservationLabels("net", "Pod")}, Spec: spec}
-	inBlock := &ipkeeperv1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "net.10-0-0-2", CreationTimestamp: metav1.Now(),
-		Labels: map[string]string{naming.NodeLabel: "n1"}}, Spec: spec}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(legacy, inBlock).Build()
-	r := &Reconciler{Client: c, APIReader: c, GracePeriod: time.Hour}
-	ctx := context.Background()
-	for _, res := range []*ipkeeperv1alpha1.IPReservation{legacy, inBlock} {
-		if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: res.Name}}); err != nil {
-			t.Fatalf("reconciling %s: %v", res.Name, err)
-		}
-	}
-	var got ipkeeperv1alpha1.IPReservation
-	if err := c.Get(ctx, client.ObjectKeyFromObject(legacy), &got); err != nil {
-		t.Fatal(err)
-	}
-	if v := got.Labels[naming.NodeLabel]; v != naming.SharedNodeLabelValue {
-		t.Errorf("legacy reservation labelled %s=%q, want %q", naming.NodeLabel, v, naming.SharedNodeLabelValue)
-	}
-	if got.Labels[naming.NetworkLabel] != "net" || got.Spec != spec {
-		t.Errorf("labelling changed more than the node label: labels %v, spec %+v", got.Labels, got.Spec)
-	}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(inBlock), &got); err != nil {
-		t.Fatal(err)
-	}
-	if v := got.Labels[naming.NodeLabel]; v != "n1" {
-		t.Errorf("a reservation in a node's block was relabelled %s=%q", naming.NodeLabel, v)
 	}
 }
 

@@ -22,10 +22,6 @@ var (
 		Name: "ipkeeper_controller_gc_live_checks_total",
 		Help: "Live API reads made to confirm that a reservation's owner is gone.",
 	})
-	relabelled = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ipkeeper_controller_gc_reservations_relabelled_total",
-		Help: "IPReservations of an earlier version (no ipkeeper.io/node or ipkeeper.io/claims-block label) labelled ipkeeper.io/node=Shared, so that every agent watches them.",
-	})
 	pending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ipkeeper_controller_gc_reservations_pending",
 		Help: "Pods confirmed gone whose reservations wait for the grace period to end.",
@@ -42,5 +38,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(released, expired, liveChecks, relabelled, pending, overdue)
+	metrics.Registry.MustRegister(released, expired, liveChecks, pending, overdue)
 }

@@ -210,7 +210,7 @@ func (r *Reconciler) lendClaim(ctx context.Context, src, dst *ipamclaimsv1alpha1
 			// not released yet): taken back by that one's failure first.
 			return n, fmt.Errorf("IPReservation %s is still lent to another claim; waiting for it", res.Name)
 		}
-		if err := reservation.Lend(ctx, r.Reservations, res, to); err != nil {
+		if err := reservation.Lend(ctx, reservation.KubeStore{Client: r.Reservations}, res, to); err != nil {
 			return n, err
 		}
 		n++
@@ -250,7 +250,7 @@ func (r *Reconciler) pass(ctx context.Context, req reconcile.Request, mine []rec
 				errs = append(errs, err)
 				continue
 			}
-			if err := reservation.PassToBorrower(ctx, r.Reservations, res); err != nil {
+			if err := reservation.PassToBorrower(ctx, reservation.KubeStore{Client: r.Reservations}, res); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -281,7 +281,7 @@ func (r *Reconciler) takeBack(ctx context.Context, mine []receiverClaim) error {
 		c := rc.claim
 		failed := false
 		for i := range rc.lent {
-			if err := reservation.Unlend(ctx, r.Reservations, &rc.lent[i]); err != nil {
+			if err := reservation.Unlend(ctx, reservation.KubeStore{Client: r.Reservations}, &rc.lent[i]); err != nil {
 				errs = append(errs, err)
 				failed = true
 			}
