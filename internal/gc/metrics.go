@@ -4,7 +4,6 @@ package gc
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ipkeeper/ipkeeper/internal/backlog"
 )
@@ -41,6 +40,8 @@ var (
 	)
 )
 
-func init() {
-	metrics.Registry.MustRegister(released, expired, liveChecks, relabelled, pending, overdue)
+// Collectors are this package's metrics. The binary registers them
+// (controllermanager.RegisterMetrics): nothing registers on import.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{released, expired, liveChecks, relabelled, pending, overdue}
 }
