@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/ipkeeper/ipkeeper/internal/controller/manager"
 	"github.com/ipkeeper/ipkeeper/internal/node/agent"
 )
 
@@ -48,7 +49,7 @@ type daemon struct {
 // registering a collector of that name fails exactly where one exists.
 func TestMetricNames(t *testing.T) {
 	daemons := []daemon{
-		{"controller", ctrlmetrics.Registry, ctrlmetrics.Registry,
+		{"controller", controllerRegistry(t), ctrlmetrics.Registry,
 			[]string{"controller_runtime_", "workqueue_", "rest_client_", "certwatcher_", "leader_election_", "go_", "process_"}},
 		agentDaemon(t),
 	}
@@ -195,6 +196,16 @@ func lintInfo(mf *dto.MetricFamily) []error {
 		}
 	}
 	return nil
+}
+
+// controllerRegistry is controller-runtime's registry with the
+// controller's metrics registered, as manager.New registers them.
+func controllerRegistry(t *testing.T) ctrlmetrics.RegistererGatherer {
+	t.Helper()
+	if err := manager.RegisterMetrics(ctrlmetrics.Registry); err != nil {
+		t.Fatalf("registering ipkeeper-controller's metrics: %v", err)
+	}
+	return ctrlmetrics.Registry
 }
 
 // agentDaemon builds the agent's registry as cmd/ipkeeper-agent does: the

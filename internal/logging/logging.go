@@ -17,9 +17,30 @@ import (
 )
 
 // Levels are the values --log-level accepts: "debug" adds logr's V(1)
-// lines, "info" is the default, "error" keeps only errors (logr has no
-// warning level; "warn" is accepted and means the same as "error").
+// lines, "info" is the default, "warn" keeps warnings (Warn) and errors,
+// "error" keeps only errors.
 var Levels = []string{"debug", "info", "warn", "error"}
+
+// warnV is the logr verbosity that logr's slog bridge logs at
+// slog.LevelWarn: it logs V(n) at slog level -n.
+const warnV = -int(slog.LevelWarn)
+
+// Warn logs a warning on log: something a person should fix, which
+// ipkeeper works around meanwhile. logr has no warning level and its V
+// clamps negative verbosities to 0, so Warn hands the sink verbosity
+// warnV itself; sinks that wrap another, such as controller-runtime's
+// delegating logger, pass it on unchanged. The logger's own V is ignored:
+// a warning is never debug output.
+func Warn(log logr.Logger, msg string, keysAndValues ...any) {
+	sink := log.GetSink()
+	if sink == nil || !sink.Enabled(warnV) {
+		return
+	}
+	if h, ok := sink.(logr.CallStackHelperLogSink); ok {
+		h.GetCallStackHelper()()
+	}
+	sink.Info(warnV, msg, keysAndValues...)
+}
 
 // New returns a JSON logger on w at level (one of Levels).
 func New(w io.Writer, level string) (logr.Logger, error) {

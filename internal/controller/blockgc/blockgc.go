@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
@@ -45,7 +44,11 @@ var givenBack = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "IPBlocks ipkeeper-controller deleted, by reason: PoolGone (their pool was deleted), NoLongerFits (their pool's ranges no longer cut them), Empty (no reservation in them for the grace period).",
 }, []string{"reason"})
 
-func init() { metrics.Registry.MustRegister(givenBack) }
+// Collectors are this package's metrics. The binary registers them
+// (manager.RegisterMetrics): nothing registers on import.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{givenBack}
+}
 
 // HeldAddresses is what the reconciler reads of the held addresses.
 type HeldAddresses interface {

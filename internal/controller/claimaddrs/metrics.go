@@ -4,7 +4,6 @@ package claimaddrs
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ipkeeper/ipkeeper/internal/controller/backlog"
 )
@@ -24,4 +23,8 @@ var unfilledMetrics = backlog.New(
 	"Age (since creation) of the oldest IPAMClaim of a network ipkeeper serves that has no addresses in status.ips yet; 0 when none waits.",
 )
 
-func init() { metrics.Registry.MustRegister(fills, unfilledMetrics) }
+// Collectors are this package's metrics. The binary registers them
+// (manager.RegisterMetrics): nothing registers on import.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{fills, unfilledMetrics}
+}

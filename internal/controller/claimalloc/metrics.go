@@ -4,7 +4,6 @@ package claimalloc
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 var (
@@ -26,4 +25,8 @@ var (
 	})
 )
 
-func init() { metrics.Registry.MustRegister(creates, conflicts, takenBack, blocksTaken) }
+// Collectors are this package's metrics. The binary registers them
+// (manager.RegisterMetrics): nothing registers on import.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{creates, conflicts, takenBack, blocksTaken}
+}

@@ -4,7 +4,6 @@ package gc
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ipkeeper/ipkeeper/internal/controller/backlog"
 )
@@ -37,6 +36,8 @@ var (
 	)
 )
 
-func init() {
-	metrics.Registry.MustRegister(released, expired, liveChecks, pending, overdue)
+// Collectors are this package's metrics. The binary registers them
+// (manager.RegisterMetrics): nothing registers on import.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{released, expired, liveChecks, pending, overdue}
 }

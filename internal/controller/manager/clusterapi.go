@@ -15,7 +15,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ipkeeper/ipkeeper/internal/controller/capi"
 	"github.com/ipkeeper/ipkeeper/internal/controller/claimalloc"
@@ -26,8 +25,6 @@ var clusterAPISupportGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 	Name: "ipkeeper_controller_cluster_api_support",
 	Help: "1 while the Cluster API IPAM provider (IPAddressClaims of ipkeeper IPPools) runs because Cluster API's IPAM CRDs are installed; 0 without them.",
 })
-
-func init() { metrics.Registry.MustRegister(clusterAPISupportGauge) }
 
 // clusterAPIKey names Cluster API's Cluster resource among the served
 // optional resources.

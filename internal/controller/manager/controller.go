@@ -33,6 +33,7 @@ import (
 
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ipkeeper/ipkeeper/internal/blocks"
 	"github.com/ipkeeper/ipkeeper/internal/controller/blockgc"
@@ -53,6 +54,9 @@ import (
 // with mgr.Start(ctx).
 func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if err := RegisterMetrics(metrics.Registry); err != nil {
 		return nil, err
 	}
 	cfg = rest.CopyConfig(cfg)

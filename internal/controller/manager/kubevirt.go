@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -38,8 +37,6 @@ var kubeVirtSupportGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 	Name: "ipkeeper_controller_kubevirt_support",
 	Help: "1 while KubeVirt support (IPAMClaim controllers, virt-launcher pod webhook) runs because KubeVirt's CRDs are installed; 0 without them (reservation garbage collection only).",
 })
-
-func init() { metrics.Registry.MustRegister(kubeVirtSupportGauge) }
 
 // kubeVirtSupport is the KubeVirt feature (see optionalAPI): while
 // KubeVirt's CRDs are served, the claims controllers and the webhook scope

@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -39,8 +38,10 @@ var poolCondition = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		"(an IP family has no free address), NearlyExhausted (an IP family's usage is at or above spec.warningThresholdPercent) and GatewayInUse.",
 }, []string{"pool", "condition"})
 
-func init() {
-	metrics.Registry.MustRegister(poolAddresses, poolCondition)
+// Collectors are this package's metrics. The binary registers them
+// (manager.RegisterMetrics): nothing registers on import.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{poolAddresses, poolCondition}
 }
 
 // setMetrics publishes st as pool's ipkeeper_controller_pool_addresses and

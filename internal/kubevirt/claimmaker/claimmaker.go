@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Setting is the --claims-controller value.
@@ -72,7 +71,11 @@ var makerGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Help: "1 for the controller that makes KubeVirt VMs' IPAMClaims and launcher claim references: maker=\"ipkeeper\" (ipkeeper-controller) or maker=\"external\" (another controller, e.g. ipam-extensions); 0 for the other.",
 }, []string{"maker"})
 
-func init() { metrics.Registry.MustRegister(makerGauge) }
+// Collectors are this package's metrics. The binary registers them
+// (manager.RegisterMetrics): nothing registers on import.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{makerGauge}
+}
 
 // Maker tells, at any moment, whether another controller makes the claims.
 // With Auto it lists MutatingWebhookConfigurations every interval (through

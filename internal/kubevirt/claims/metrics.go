@@ -4,7 +4,6 @@ package claims
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 var (
@@ -34,6 +33,8 @@ var (
 	})
 )
 
-func init() {
-	metrics.Registry.MustRegister(claimsCreated, claimsReleased, claimConflicts, nadProblems, addressesRetained, gateOffWarnings)
+// Collectors are this package's metrics. The binary registers them
+// (manager.RegisterMetrics): nothing registers on import.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{claimsCreated, claimsReleased, claimConflicts, nadProblems, addressesRetained, gateOffWarnings}
 }

@@ -22,7 +22,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
@@ -47,7 +46,11 @@ var driftGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 	Help: "IPAMClaims whose running guest, as its guest agent reports, uses an address ipkeeper did not give it or lacks one it did (condition GuestAddresses=False).",
 })
 
-func init() { metrics.Registry.MustRegister(driftGauge) }
+// Collectors are this package's metrics. The binary registers them
+// (manager.RegisterMetrics): nothing registers on import.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{driftGauge}
+}
 
 // DriftReconciler compares what running guests report with their claims.
 type DriftReconciler struct {

@@ -18,7 +18,6 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
@@ -31,18 +30,25 @@ import (
 // Path is where the pod webhook is served.
 const Path = "/mutate-v1-pod"
 
-var mutations = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "ipkeeper_controller_webhook_pod_admissions_total",
-	Help: "virt-launcher pod admissions, by result: mutated, unchanged, denied (the pod is refused for what it asks) or error (the webhook could not judge it: a read failed, or the request was malformed).",
-}, []string{"result"})
+var mutations = newMutations()
 
-func init() {
-	metrics.Registry.MustRegister(mutations)
+func newMutations() *prometheus.CounterVec {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ipkeeper_controller_webhook_pod_admissions_total",
+		Help: "virt-launcher pod admissions, by result: mutated, unchanged, denied (the pod is refused for what it asks) or error (the webhook could not judge it: a read failed, or the request was malformed).",
+	}, []string{"result"})
 	// Every result from 0: increase() over a series born at 1 misses its
 	// first count, and the first denial is the one an alert wants.
 	for _, r := range []string{"mutated", "unchanged", "denied", "error"} {
-		mutations.WithLabelValues(r)
+		v.WithLabelValues(r)
 	}
+	return v
+}
+
+// Collectors are this package's metrics. The binary registers them
+// (manager.RegisterMetrics): nothing registers on import.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{mutations}
 }
 
 // PodMutator adds claim references, and their claims' MACs, to

@@ -52,10 +52,10 @@ func sortedNames(es []entry) []string {
 }
 
 // checkIndex fails t when x's maps disagree with each other (see
-// index.Cache.Verify).
+// index.Verify).
 func checkIndex(t testing.TB, x *index.Cache) {
 	t.Helper()
-	if err := x.Verify(); err != nil {
+	if err := index.Verify(x); err != nil {
 		t.Error(err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
+	"github.com/ipkeeper/ipkeeper/internal/logging"
 )
 
 // notedKeys is what noteIgnoredKeys last logged of a network.
@@ -27,7 +28,8 @@ func (a *Agent) noteIgnoredKeys(cfg *ipamconfig.Config) {
 			"network", cfg.Name, "ignoredKeys", cfg.IgnoredKeys)
 	}
 	if now.unknown != "" && now.unknown != before.unknown {
-		a.log.Info("the network's configuration sets ipam keys ipkeeper does not know; they are ignored: fix or remove them",
+		// A warning: unlike whereabouts' keys, these are likely misspelt.
+		logging.Warn(a.log, "the network's configuration sets ipam keys ipkeeper does not know; they are ignored: fix or remove them",
 			"network", cfg.Name, "unknownKeys", unknown)
 	}
 }

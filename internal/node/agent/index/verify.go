@@ -9,11 +9,17 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
-// Verify reports where the cache's maps disagree with each other, hold
-// empty inner maps (which would leak per pool, attachment or node), or link
-// a reservation that is not a pod's of the cache's node. Tests call it
-// after each scenario; it reads every entry, so nothing else should.
-func (x *Cache) Verify() error {
+// Verify reports where x's maps disagree with each other, hold empty
+// inner maps (which would leak per pool, attachment or node), or link a
+// reservation that is not a pod's of the cache's node. Tests call it after
+// each scenario; it reads every entry, so nothing else should.
+//
+// It is in a product file because the agent's tests call it too, and a
+// _test.go file is compiled only into its own package's tests. It is a
+// function, not a method, so that the binaries do not link it: the linker
+// keeps the exported methods of a type once reflection may call them
+// (text/template can), but drops a function nothing calls.
+func Verify(x *Cache) error {
 	var errs []error
 	x.mu.RLock()
 	defer x.mu.RUnlock()
