@@ -118,7 +118,7 @@ func runLeaks(ctx context.Context, s *session, args []string) error {
 	return t.flush()
 }
 
-// gcRule says when the garbage collector (internal/controller/gc) releases the
+// gcRule says when the garbage collector (internal/controller/reservationgc) releases the
 // reservation of a gone owner of kind.
 func gcRule(kind ipkeeperv1alpha1.OwnerKind) string {
 	switch kind {

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimowner"
-	"github.com/ipkeeper/ipkeeper/internal/controller/gc"
+	"github.com/ipkeeper/ipkeeper/internal/controller/reservationgc"
 	"github.com/ipkeeper/ipkeeper/internal/reservation"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
@@ -68,7 +68,7 @@ func ownedBy(list []ipkeeperv1alpha1.IPReservation, kind ipkeeperv1alpha1.OwnerK
 var ownerGVKs = map[ipkeeperv1alpha1.OwnerKind]schema.GroupVersionKind{
 	ipkeeperv1alpha1.OwnerPod:            corev1.SchemeGroupVersion.WithKind("PodList"),
 	ipkeeperv1alpha1.OwnerIPAMClaim:      ipamclaimsv1alpha1.SchemeGroupVersion.WithKind("IPAMClaimList"),
-	ipkeeperv1alpha1.OwnerIPAddressClaim: gc.IPAddressClaimGVK.GroupVersion().WithKind(gc.IPAddressClaimGVK.Kind + "List"),
+	ipkeeperv1alpha1.OwnerIPAddressClaim: reservationgc.IPAddressClaimGVK.GroupVersion().WithKind(reservationgc.IPAddressClaimGVK.Kind + "List"),
 }
 
 // owners records which owners exist, from one metadata list per kind.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/controller/capi"
 	"github.com/ipkeeper/ipkeeper/internal/controller/claimalloc"
-	"github.com/ipkeeper/ipkeeper/internal/controller/gc"
+	"github.com/ipkeeper/ipkeeper/internal/controller/reservationgc"
 )
 
 var clusterAPISupportGauge = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -36,12 +36,12 @@ var clusterAPIKey = clusterv1.GroupVersion.String() + "/clusters"
 // too; and it tells the reservation collector of deleted claims.
 type clusterAPISupport struct {
 	main      ctrl.Manager
-	collector *gc.Reconciler
+	collector *reservationgc.Reconciler
 	alloc     *claimalloc.Allocator
 }
 
 // newClusterAPISupport is the optional API runner for Cluster API.
-func newClusterAPISupport(cfg *rest.Config, s *runtime.Scheme, main ctrl.Manager, o Options, collector *gc.Reconciler, alloc *claimalloc.Allocator) (*optionalAPI, error) {
+func newClusterAPISupport(cfg *rest.Config, s *runtime.Scheme, main ctrl.Manager, o Options, collector *reservationgc.Reconciler, alloc *claimalloc.Allocator) (*optionalAPI, error) {
 	return newOptionalAPI(cfg, s, main, apiSpec{
 		name:     "Cluster API",
 		what:     "IPAM provider: IPAddressClaims of ipkeeper IPPools",

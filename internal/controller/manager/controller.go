@@ -40,7 +40,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/controller/capi"
 	"github.com/ipkeeper/ipkeeper/internal/controller/claimaddrs"
 	"github.com/ipkeeper/ipkeeper/internal/controller/claimalloc"
-	"github.com/ipkeeper/ipkeeper/internal/controller/gc"
+	"github.com/ipkeeper/ipkeeper/internal/controller/reservationgc"
 	"github.com/ipkeeper/ipkeeper/internal/controller/poolstatus"
 	"github.com/ipkeeper/ipkeeper/internal/controller/reservationindex"
 	"github.com/ipkeeper/ipkeeper/internal/inlinepool"
@@ -75,7 +75,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	if err := reservationindex.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
-	collector := &gc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), GracePeriod: o.GCGracePeriod}
+	collector := &reservationgc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), GracePeriod: o.GCGracePeriod}
 	if err := collector.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("setting up the reservation garbage collector: %w", err)
 	}

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package manager assembles ipkeeper-controller: a controller-runtime
-// manager running the reservation garbage collector (package gc) and the
+// manager running the reservation garbage collector (package reservationgc) and the
 // self-managed webhook certificates (package certs) under leader election,
 // and the virt-launcher pod webhook (package webhook) on every replica
 // (manager.go, webhook.go); and, while KubeVirt's CRDs are installed, a

@@ -11,8 +11,8 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/controller/blockgc"
 	"github.com/ipkeeper/ipkeeper/internal/controller/claimaddrs"
 	"github.com/ipkeeper/ipkeeper/internal/controller/claimalloc"
-	"github.com/ipkeeper/ipkeeper/internal/controller/gc"
 	"github.com/ipkeeper/ipkeeper/internal/controller/poolstatus"
+	"github.com/ipkeeper/ipkeeper/internal/controller/reservationgc"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claimmaker"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claims"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt/guestnet"
@@ -23,16 +23,16 @@ import (
 // updates them.
 func collectors() map[string][]prometheus.Collector {
 	return map[string][]prometheus.Collector{
-		"blockgc":    blockgc.Collectors(),
-		"claimaddrs": claimaddrs.Collectors(),
-		"claimalloc": claimalloc.Collectors(),
-		"claimmaker": claimmaker.Collectors(),
-		"claims":     claims.Collectors(),
-		"manager":    {kubeVirtSupportGauge, clusterAPISupportGauge},
-		"gc":         gc.Collectors(),
-		"guestnet":   guestnet.Collectors(),
-		"poolstatus": poolstatus.Collectors(),
-		"webhook":    podwebhook.Collectors(),
+		"blockgc":       blockgc.Collectors(),
+		"claimaddrs":    claimaddrs.Collectors(),
+		"claimalloc":    claimalloc.Collectors(),
+		"claimmaker":    claimmaker.Collectors(),
+		"claims":        claims.Collectors(),
+		"manager":       {kubeVirtSupportGauge, clusterAPISupportGauge},
+		"reservationgc": reservationgc.Collectors(),
+		"guestnet":      guestnet.Collectors(),
+		"poolstatus":    poolstatus.Collectors(),
+		"webhook":       podwebhook.Collectors(),
 	}
 }
 

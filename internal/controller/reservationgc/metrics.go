@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package gc
+package reservationgc
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

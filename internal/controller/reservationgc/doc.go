@@ -11,4 +11,4 @@
 // period during which the pod stayed missing, confirmed again at the end.
 // Deletes carry the reservation's UID and resourceVersion as preconditions,
 // so a reservation an agent just took over is never deleted by mistake.
-package gc
+package reservationgc
