@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"slices"
 	"sort"
@@ -38,9 +39,9 @@ import (
 
 var importCommand = command{
 	name:     "import",
-	synopsis: "whereabouts [--dry-run] [-o json|yaml]",
+	synopsis: "whereabouts [--dry-run] [-o FORMAT]",
 	summary:  "Turn whereabouts' allocations into IPReservations, so addresses survive the switch of the NADs to ipkeeper.",
-	formats:  []string{outputJSON, outputYAML},
+	formats:  formats(outputJSON, outputYAML),
 	setup: func(fs *pflag.FlagSet) runFunc {
 		o := &importOptions{}
 		fs.BoolVar(&o.dryRun, "dry-run", false, "print the plan, write nothing")
@@ -135,18 +136,20 @@ func (o *importOptions) run(ctx context.Context, s *session, args []string) erro
 }
 
 func printImport(s *session, steps []ImportStep) error {
-	switch s.output {
-	case outputJSON, outputYAML:
-		if steps == nil {
-			steps = []ImportStep{}
-		}
-		return printStructured(s.out, s.output, steps)
-	}
-	if len(steps) == 0 {
+	if len(steps) == 0 && s.output.isTable() {
 		fmt.Fprintln(s.errOut, "No whereabouts allocations found.")
 		return nil
 	}
-	t := newTable(s.out, "WHEREABOUTS-POOL", "IP", "POD", "INTERFACE", "NETWORK", "RESERVATION", "OWNER", "ACTION", "DETAIL")
+	if steps == nil {
+		steps = []ImportStep{}
+	}
+	return s.print(printable{doc: steps, names: reservationNames(steps, func(st ImportStep) string { return st.Reservation }),
+		table: func(w io.Writer, _ bool) error { return importTable(w, steps) }})
+}
+
+// importTable is the plan as a table, one allocation a row.
+func importTable(w io.Writer, steps []ImportStep) error {
+	t := newTable(w, "WHEREABOUTS-POOL", "IP", "POD", "INTERFACE", "NETWORK", "RESERVATION", "OWNER", "ACTION", "DETAIL")
 	for _, st := range steps {
 		owner := ""
 		if st.Owner != nil {

@@ -5,13 +5,18 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"time"
 
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -19,10 +24,12 @@ import (
 
 var whyCommand = command{
 	name:     "why",
-	synopsis: "pod/NAME | ipamclaim/NAME | vm/NAME [-n NAMESPACE] [-o json|yaml]",
+	synopsis: "pod/NAME | ipamclaim/NAME | vm/NAME [-n NAMESPACE] [-o FORMAT]",
 	summary:  "Explain what ipkeeper sees for a pod, an IPAMClaim or a VM, and what to do next.",
-	formats:  []string{outputJSON, outputYAML},
+	formats:  formats(outputJSON, outputYAML),
 	setup:    func(*pflag.FlagSet) runFunc { return runWhy },
+	// The kinds; completing names would cost a list call per keystroke.
+	complete: cobra.FixedCompletions([]string{"pod/", "ipamclaim/", "vm/"}, cobra.ShellCompDirectiveNoSpace),
 }
 
 // Report is what why found: facts by section, then what to do.
@@ -49,11 +56,24 @@ func (r *Report) next(format string, args ...any) {
 	r.Next = append(r.Next, fmt.Sprintf(format, args...))
 }
 
-// whyKinds maps the accepted resource names to their explainers.
-var whyKinds = map[string]func(ctx context.Context, s *session, key types.NamespacedName) (*Report, error){
-	"pod": whyPod, "pods": whyPod, "po": whyPod,
-	"ipamclaim": whyClaim, "ipamclaims": whyClaim,
-	"vm": whyVM, "vms": whyVM, "virtualmachine": whyVM, "virtualmachines": whyVM,
+// whyKind is a kind why explains: the object's kind (for -o name) and
+// its explainer.
+type whyKind struct {
+	gvk     schema.GroupVersionKind
+	explain func(ctx context.Context, s *session, key types.NamespacedName) (*Report, error)
+}
+
+var (
+	whyPodKind   = whyKind{gvk: corev1.SchemeGroupVersion.WithKind("Pod"), explain: whyPod}
+	whyClaimKind = whyKind{gvk: ipamclaimsv1alpha1.SchemeGroupVersion.WithKind("IPAMClaim"), explain: whyClaim}
+	whyVMKind    = whyKind{gvk: kubevirtv1.VirtualMachineGroupVersionKind, explain: whyVM}
+)
+
+// whyKinds maps the accepted resource names to their kinds.
+var whyKinds = map[string]whyKind{
+	"pod": whyPodKind, "pods": whyPodKind, "po": whyPodKind,
+	"ipamclaim": whyClaimKind, "ipamclaims": whyClaimKind,
+	"vm": whyVMKind, "vms": whyVMKind, "virtualmachine": whyVMKind, "virtualmachines": whyVMKind,
 }
 
 func runWhy(ctx context.Context, s *session, args []string) error {
@@ -69,31 +89,36 @@ func runWhy(ctx context.Context, s *session, args []string) error {
 	default:
 		return usageErrorf("why takes one object (pod/NAME, ipamclaim/NAME or vm/NAME), got %d arguments", len(args))
 	}
-	explain, ok := whyKinds[strings.ToLower(kind)]
+	k, ok := whyKinds[strings.ToLower(kind)]
 	if !ok || name == "" {
 		return usageErrorf("%q: name the object as pod/NAME, ipamclaim/NAME or vm/NAME", strings.Join(args, " "))
 	}
 	if s.allNamespaces {
 		return usageErrorf("why looks at one object: use -n, not -A")
 	}
-	rep, err := explain(ctx, s, types.NamespacedName{Namespace: s.namespace, Name: name})
+	rep, err := k.explain(ctx, s, types.NamespacedName{Namespace: s.namespace, Name: name})
 	if err != nil {
 		return err
 	}
-	if s.output != outputTable {
-		return printStructured(s.out, s.output, rep)
-	}
-	fmt.Fprintln(s.out, rep.Object)
-	for _, sec := range rep.Sections {
-		fmt.Fprintf(s.out, "%s:\n", sec.Title)
+	return s.print(printable{doc: rep, names: []objectName{{gvk: k.gvk, name: name}}, table: func(w io.Writer, _ bool) error { return rep.write(w) }})
+}
+
+// write renders the report as text: the object, its sections, then the
+// Next lines.
+func (r *Report) write(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintln(&b, r.Object)
+	for _, sec := range r.Sections {
+		fmt.Fprintf(&b, "%s:\n", sec.Title)
 		for _, l := range sec.Lines {
-			fmt.Fprintf(s.out, "  %s\n", l)
+			fmt.Fprintf(&b, "  %s\n", l)
 		}
 	}
-	for _, n := range rep.Next {
-		fmt.Fprintf(s.out, "Next: %s\n", n)
+	for _, n := range r.Next {
+		fmt.Fprintf(&b, "Next: %s\n", n)
 	}
-	return nil
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // eventsOf returns the events about one object (that UID), oldest first.
