@@ -37,6 +37,8 @@ type Report struct {
 	Object   string    `json:"object"`
 	Sections []Section `json:"sections"`
 	Next     []string  `json:"next"`
+	// VM is what why vm found, typed: the sections are rendered from it.
+	VM *VMFacts `json:"vm,omitempty"`
 }
 
 // Section is a titled list of facts.
@@ -168,20 +170,54 @@ func eventLines(events []corev1.Event, n int, now time.Time) []string {
 	return out
 }
 
-// reservationLines renders reservations for a report.
-func reservationLines(list []ipkeeperv1alpha1.IPReservation, now time.Time) []string {
-	var out []string
+// ReservationFact is one reservation as a why report states it.
+type ReservationFact struct {
+	Reservation string    `json:"reservation"`
+	IP          string    `json:"ip"`
+	Pool        string    `json:"pool"`
+	Network     string    `json:"network"`
+	Interface   string    `json:"interface,omitempty"`
+	Node        string    `json:"node,omitempty"`
+	Created     time.Time `json:"created"`
+	State       string    `json:"state"`
+}
+
+// reservationFacts are the facts of reservations, their state as of now.
+func reservationFacts(list []ipkeeperv1alpha1.IPReservation, now time.Time) []ReservationFact {
+	out := make([]ReservationFact, 0, len(list))
 	for i := range list {
 		r := &list[i]
-		line := fmt.Sprintf("%s in pool %s (network %s", r.Spec.IP, r.Spec.Pool, r.Spec.Network)
-		if r.Spec.InterfaceName != "" {
-			line += ", interface " + r.Spec.InterfaceName
-		}
-		if r.Spec.Node != "" {
-			line += ", node " + r.Spec.Node
-		}
-		line += fmt.Sprintf("), reservation %s, age %s, %s", r.Name, age(now, r.CreationTimestamp.Time), reservationState(&r.Spec, now))
-		out = append(out, line)
+		out = append(out, ReservationFact{
+			Reservation: r.Name, IP: r.Spec.IP, Pool: r.Spec.Pool, Network: r.Spec.Network,
+			Interface: r.Spec.InterfaceName, Node: r.Spec.Node, Created: r.CreationTimestamp.Time,
+			State: reservationState(&r.Spec, now),
+		})
+	}
+	return out
+}
+
+// line is the fact as a report's text says it.
+func (f ReservationFact) line(now time.Time) string {
+	line := fmt.Sprintf("%s in pool %s (network %s", f.IP, f.Pool, f.Network)
+	if f.Interface != "" {
+		line += ", interface " + f.Interface
+	}
+	if f.Node != "" {
+		line += ", node " + f.Node
+	}
+	return line + fmt.Sprintf("), reservation %s, age %s, %s", f.Reservation, age(now, f.Created), f.State)
+}
+
+// reservationLines renders reservations for a report.
+func reservationLines(list []ipkeeperv1alpha1.IPReservation, now time.Time) []string {
+	return factLines(reservationFacts(list, now), now)
+}
+
+// factLines renders reservation facts for a report.
+func factLines(facts []ReservationFact, now time.Time) []string {
+	var out []string
+	for _, f := range facts {
+		out = append(out, f.line(now))
 	}
 	return out
 }

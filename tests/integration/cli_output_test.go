@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package integration
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipkeeper/ipkeeper/internal/cli"
+	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
+	"github.com/ipkeeper/ipkeeper/tests/framework"
+)
+
+// TestCLIOutputFormats: the list commands print their rows with
+// cli-runtime's printers as kubectl get does: jsonpath and go-template
+// read a List of the -o json rows, custom-columns one row per holder,
+// -o name the objects kubectl get takes; --as still applies; a bad -o
+// exits 2 and names the value.
+func TestCLIOutputFormats(t *testing.T) {
+	ns := cp.NewNamespace(t, "cli-out")
+	pool, network := ns, ns+"-net"
+	cliPool(t, pool, ipkeeperv1alpha1.PoolRange{Range: "10.199.8.0/24"}, nil)
+	pod := cliPod(t, ns, "web-0")
+	r := cliReservation(t, pool, network, "10.199.8.5", podOwner(pod))
+	reservationName := "ipreservation.ipkeeper.io/" + r.Name + "\n"
+	const nobody = "ipkeeper-cli-nobody"
+
+	runCLICases(t, []cliCase{
+		{name: "jsonpath", args: []string{"who-has", "10.199.8.5", "-o", "jsonpath={.items[0].owner.name} {.items[0].node}"}, code: cli.ExitOK,
+			checkExtra: equalOut("web-0 node-a")},
+		{name: "jsonpath-as-json", args: []string{"who-has", "10.199.8.5", "-o", "jsonpath-as-json={.items[*].ip}"}, code: cli.ExitOK,
+			checkExtra: func(t *testing.T, r cliResult) {
+				var ips []string
+				if err := json.Unmarshal([]byte(r.out), &ips); err != nil || !slices.Equal(ips, []string{"10.199.8.5"}) {
+					t.Errorf("ips %q (%v), want [10.199.8.5]", ips, err)
+				}
+			}},
+		{name: "go-template", args: []string{"who-has", "10.199.8.5", "-o", "go-template={{range .items}}{{.interface}}{{end}}"}, code: cli.ExitOK,
+			checkExtra: equalOut("net1")},
+		{name: "custom-columns", args: []string{"who-has", "10.199.8.5", "-o", "custom-columns=ADDRESS:.ip,OWNER:.owner.name,VM:.vm"}, code: cli.ExitOK,
+			checkExtra: func(t *testing.T, r cliResult) {
+				lines := strings.Split(strings.TrimSpace(r.out), "\n")
+				if len(lines) != 2 || strings.Fields(lines[0])[0] != "ADDRESS" || !slices.Equal(strings.Fields(lines[1]), []string{"10.199.8.5", "web-0", "<none>"}) {
+					t.Errorf("custom columns %q, want a header and the row 10.199.8.5 web-0 <none>", lines)
+				}
+			}},
+		{name: "name", args: []string{"who-has", "10.199.8.5", "-o", "name"}, code: cli.ExitOK,
+			checkExtra: equalOut(reservationName)},
+		{name: "pools by name", args: []string{"pools", pool, "-o", "name"}, code: cli.ExitOK,
+			checkExtra: equalOut("ippool.ipkeeper.io/" + pool + "\n")},
+		{name: "as a user without RBAC", args: []string{"who-has", "10.199.8.5", "--as", nobody, "-o", "name"}, code: cli.ExitError,
+			stderr: []string{"forbidden", `User "` + nobody + `"`}},
+		{name: "as a user in system:masters", args: []string{"who-has", "10.199.8.5", "--as", nobody, "--as-group", "system:masters", "-o", "jsonpath={.items[0].pool}"}, code: cli.ExitOK,
+			checkExtra: equalOut(pool)},
+		{name: "unknown format", args: []string{"who-has", "10.199.8.5", "-o", "xml"}, code: cli.ExitUsage,
+			stderr: []string{`-o "xml": who-has accepts wide, json, yaml, name, jsonpath=`}},
+		{name: "bad jsonpath", args: []string{"who-has", "10.199.8.5", "-o", "jsonpath={.items[0"}, code: cli.ExitUsage,
+			stderr: []string{`-o "jsonpath={.items[0"`, "unterminated"}},
+		{name: "bad custom-columns", args: []string{"pools", "-o", "custom-columns=NAME"}, code: cli.ExitUsage,
+			stderr: []string{`-o "custom-columns=NAME"`, `column "NAME": want HEADER:JSONPATH`}},
+		{name: "template without a template", args: []string{"leaks", "-o", "jsonpath="}, code: cli.ExitUsage,
+			stderr: []string{`-o "jsonpath="`}},
+	})
+}
+
+// equalOut checks stdout is want exactly.
+func equalOut(want string) func(t *testing.T, r cliResult) {
+	return func(t *testing.T, r cliResult) {
+		if r.out != want {
+			t.Errorf("stdout %q, want %q", r.out, want)
+		}
+	}
+}
+
+// TestCLIWhyVMJSON: why vm -o json carries what the text says: the claim,
+// its addresses, the reservations and the reasons (Next), and the text's
+// lines are the report's sections.
+func TestCLIWhyVMJSON(t *testing.T) {
+	e := newWhyEnv(t)
+	ns := e.ns
+	kv := newKubeVirt(t)
+	vm, err := kv.CreateVM(t.Context(), ns, "vm-json", framework.VMNetwork{Name: "blue", NAD: "blue"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := e.claim(t, "vm-json.blue", "blue", vm, ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{"10.199.6.40/24"}, Conditions: allocated(metav1.ConditionTrue, "SuccessfulAllocation", "")})
+	e.claimReservation(t, claim, "10.199.6.40")
+
+	text := runCLI(t, "why", "vm/vm-json", "-n", ns)
+	r := runCLI(t, "why", "vm/vm-json", "-n", ns, "-o", "json")
+	if text.code != cli.ExitOK || r.code != cli.ExitOK {
+		t.Fatalf("why vm: text %s\njson %s", text, r)
+	}
+	var rep cli.Report
+	if err := json.Unmarshal([]byte(r.out), &rep); err != nil {
+		t.Fatalf("-o json is not JSON: %v\n%s", err, r.out)
+	}
+	f := rep.VM
+	if f == nil || f.Name != "vm-json" || f.UID != vm.UID {
+		t.Fatalf("report.vm = %+v, want VM vm-json %s", f, vm.UID)
+	}
+	if len(f.Claims) != 1 || f.Claims[0].Name != "vm-json.blue" || !f.Claims[0].Found || !slices.Equal(f.Claims[0].IPs, []string{"10.199.6.40/24"}) {
+		t.Errorf("claims %+v, want vm-json.blue with 10.199.6.40/24", f.Claims)
+	}
+	if len(f.Reservations) != 1 || f.Reservations[0].IP != "10.199.6.40" || f.Reservations[0].Pool != e.pool {
+		t.Errorf("reservations %+v, want 10.199.6.40 in %s", f.Reservations, e.pool)
+	}
+	if len(f.Networks) != 1 || f.Networks[0].Claim != "vm-json.blue" || !f.Networks[0].AllowPersistentIPs {
+		t.Errorf("networks %+v, want blue keeping its addresses in vm-json.blue", f.Networks)
+	}
+	if len(rep.Next) == 0 {
+		t.Errorf("no reasons (next) in %s", r.out)
+	}
+	// The same facts in the text, which is the sections line by line.
+	want := []string{
+		"IPAMClaim " + f.Claims[0].Name + ": status.ips: " + strings.Join(f.Claims[0].IPs, ", "),
+		f.Reservations[0].IP + " in pool " + f.Reservations[0].Pool, "reservation " + f.Reservations[0].Reservation,
+	}
+	for _, n := range rep.Next {
+		want = append(want, "Next: "+n)
+	}
+	for _, sec := range rep.Sections {
+		want = append(want, sec.Title+":")
+		for _, l := range sec.Lines {
+			if sec.Title != "VM" && sec.Title != "Events" && sec.Title != "Reservations" { // ages move on between the runs
+				want = append(want, "  "+l)
+			}
+		}
+	}
+	for _, w := range want {
+		if !strings.Contains(text.out, w) {
+			t.Errorf("the text lacks %q of -o json\n%s", w, text.out)
+		}
+	}
+}
