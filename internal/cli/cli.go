@@ -161,6 +161,8 @@ func newRootCommand(ctx context.Context, streams Streams, code *int) *cobra.Comm
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
+	// Without a shorthand: -v is kubectl's verbosity, not a version.
+	root.Flags().Bool("version", false, "print the version")
 	root.SetOut(streams.Out)
 	root.SetErr(streams.Err)
 	root.SetContext(ctx)
