@@ -39,8 +39,12 @@ type command struct {
 	// formats are the -o values the command accepts besides the table.
 	formats []string
 	setup   func(fs *pflag.FlagSet) runFunc
-	// complete offers the command's arguments to shell completion.
-	complete cobra.CompletionFunc
+	// complete offers the command's arguments to shell completion
+	// (toComplete is the word being typed; the shell filters by it).
+	complete func(ctx context.Context, s *session, args []string, toComplete string) ([]string, cobra.ShellCompDirective)
+	// aliases are other names of the command; children its subcommands.
+	aliases  []string
+	children []command
 }
 
 // commands is the plugin's command table; a new subcommand is one more
@@ -190,9 +194,11 @@ func unknownCommand(root *cobra.Command, name string) error {
 func (cmd command) cobraCommand(g *globalOptions, streams Streams) *cobra.Command {
 	var out string
 	c := &cobra.Command{
-		Use:               cmd.name + " " + cmd.synopsis,
-		Short:             cmd.summary,
-		ValidArgsFunction: cmd.complete,
+		Use:     cmd.name + " " + cmd.synopsis,
+		Short:   cmd.summary,
+		Aliases: cmd.aliases,
+		// Commands with subcommands take arguments too (why pod/NAME).
+		Args: cobra.ArbitraryArgs,
 	}
 	run := cmd.setup(c.Flags())
 	c.Flags().StringVarP(&out, "output", "o", "", "output format: "+strings.Join(cmd.formats, "|")+" (default: a table)")
@@ -210,6 +216,18 @@ func (cmd command) cobraCommand(g *globalOptions, streams Streams) *cobra.Comman
 			return err
 		}
 		return run(c.Context(), s, args)
+	}
+	if cmd.complete != nil {
+		c.ValidArgsFunction = func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			s, err := newSession(g, streams, output{})
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveError
+			}
+			return cmd.complete(c.Context(), s, args, toComplete)
+		}
+	}
+	for _, child := range cmd.children {
+		c.AddCommand(child.cobraCommand(g, streams))
 	}
 	return c
 }

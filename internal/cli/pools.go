@@ -6,9 +6,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,6 +25,22 @@ var poolsCommand = command{
 	summary:  "Show each IPPool's usage (size, used, free, out of range, cooling down) and per-namespace quota from its status.",
 	formats:  formats(outputWide, outputJSON, outputYAML),
 	setup:    func(*pflag.FlagSet) runFunc { return runPools },
+	complete: completePools,
+}
+
+// completePools offers the IPPools not named yet.
+func completePools(ctx context.Context, s *session, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	var list ipkeeperv1alpha1.IPPoolList
+	if err := s.client.List(ctx, &list); err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	var names []string
+	for _, p := range list.Items {
+		if !slices.Contains(args, p.Name) {
+			names = append(names, p.Name)
+		}
+	}
+	return names, cobra.ShellCompDirectiveNoFileComp
 }
 
 // PoolUsage is one pool's row.

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -22,14 +23,49 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
+// whyFormats are the -o values of why and its kind commands.
+var whyFormats = formats(outputJSON, outputYAML)
+
 var whyCommand = command{
 	name:     "why",
 	synopsis: "pod/NAME | ipamclaim/NAME | vm/NAME [-n NAMESPACE] [-o FORMAT]",
 	summary:  "Explain what ipkeeper sees for a pod, an IPAMClaim or a VM, and what to do next.",
-	formats:  formats(outputJSON, outputYAML),
+	formats:  whyFormats,
 	setup:    func(*pflag.FlagSet) runFunc { return runWhy },
-	// The kinds; completing names would cost a list call per keystroke.
-	complete: cobra.FixedCompletions([]string{"pod/", "ipamclaim/", "vm/"}, cobra.ShellCompDirectiveNoSpace),
+	complete: func(context.Context, *session, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{"pod/", "ipamclaim/", "vm/"}, cobra.ShellCompDirectiveNoSpace
+	},
+	children: []command{
+		whyKindCommand(whyPodKind, "Explain a pod: its networks, claims, reservations and last CNI failure."),
+		whyKindCommand(whyClaimKind, "Explain an IPAMClaim: its owner, addresses, conditions and reservations."),
+		whyKindCommand(whyVMKind, "Explain a VM: the feature gate, its networks, claims, reservations and launcher pods."),
+	},
+}
+
+// whyKindCommand is `why KIND NAME`: the same report as `why KIND/NAME`,
+// with its own help and the names of that kind to complete.
+func whyKindCommand(k whyKind, summary string) command {
+	return command{
+		name:     k.names[0],
+		aliases:  k.names[1:],
+		synopsis: "NAME [-n NAMESPACE] [-o FORMAT]",
+		summary:  summary,
+		formats:  whyFormats,
+		setup: func(*pflag.FlagSet) runFunc {
+			return func(ctx context.Context, s *session, args []string) error {
+				if len(args) != 1 {
+					return usageErrorf("why %s takes one name, got %d arguments", k.names[0], len(args))
+				}
+				return explain(ctx, s, k, args[0])
+			}
+		},
+		complete: func(ctx context.Context, s *session, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return k.listNames(ctx, s), cobra.ShellCompDirectiveNoFileComp
+		},
+	}
 }
 
 // Report is what why found: facts by section, then what to do.
@@ -58,24 +94,45 @@ func (r *Report) next(format string, args ...any) {
 	r.Next = append(r.Next, fmt.Sprintf(format, args...))
 }
 
-// whyKind is a kind why explains: the object's kind (for -o name) and
-// its explainer.
+// whyKind is a kind why explains: the names it is given by (the first
+// its command's), the object's kind (for -o name and completion) and its
+// explainer.
 type whyKind struct {
+	names   []string
 	gvk     schema.GroupVersionKind
 	explain func(ctx context.Context, s *session, key types.NamespacedName) (*Report, error)
 }
 
 var (
-	whyPodKind   = whyKind{gvk: corev1.SchemeGroupVersion.WithKind("Pod"), explain: whyPod}
-	whyClaimKind = whyKind{gvk: ipamclaimsv1alpha1.SchemeGroupVersion.WithKind("IPAMClaim"), explain: whyClaim}
-	whyVMKind    = whyKind{gvk: kubevirtv1.VirtualMachineGroupVersionKind, explain: whyVM}
+	whyPodKind   = whyKind{names: []string{"pod", "pods", "po"}, gvk: corev1.SchemeGroupVersion.WithKind("Pod"), explain: whyPod}
+	whyClaimKind = whyKind{names: []string{"ipamclaim", "ipamclaims"}, gvk: ipamclaimsv1alpha1.SchemeGroupVersion.WithKind("IPAMClaim"), explain: whyClaim}
+	whyVMKind    = whyKind{names: []string{"vm", "vms", "virtualmachine", "virtualmachines"}, gvk: kubevirtv1.VirtualMachineGroupVersionKind, explain: whyVM}
 )
 
 // whyKinds maps the accepted resource names to their kinds.
-var whyKinds = map[string]whyKind{
-	"pod": whyPodKind, "pods": whyPodKind, "po": whyPodKind,
-	"ipamclaim": whyClaimKind, "ipamclaims": whyClaimKind,
-	"vm": whyVMKind, "vms": whyVMKind, "virtualmachine": whyVMKind, "virtualmachines": whyVMKind,
+var whyKinds = func() map[string]whyKind {
+	m := map[string]whyKind{}
+	for _, k := range []whyKind{whyPodKind, whyClaimKind, whyVMKind} {
+		for _, n := range k.names {
+			m[n] = k
+		}
+	}
+	return m
+}()
+
+// listNames are the names of the kind's objects in the session's
+// namespace, for completion (none when they cannot be listed).
+func (k whyKind) listNames(ctx context.Context, s *session) []string {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(k.gvk.GroupVersion().WithKind(k.gvk.Kind + "List"))
+	if err := s.client.List(ctx, list, client.InNamespace(s.namespace)); err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, o := range list.Items {
+		names = append(names, o.Name)
+	}
+	return names
 }
 
 func runWhy(ctx context.Context, s *session, args []string) error {
@@ -95,6 +152,12 @@ func runWhy(ctx context.Context, s *session, args []string) error {
 	if !ok || name == "" {
 		return usageErrorf("%q: name the object as pod/NAME, ipamclaim/NAME or vm/NAME", strings.Join(args, " "))
 	}
+	return explain(ctx, s, k, name)
+}
+
+// explain prints the report of one object of kind k in the session's
+// namespace.
+func explain(ctx context.Context, s *session, k whyKind, name string) error {
 	if s.allNamespaces {
 		return usageErrorf("why looks at one object: use -n, not -A")
 	}

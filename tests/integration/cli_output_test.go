@@ -53,6 +53,8 @@ func TestCLIOutputFormats(t *testing.T) {
 			checkExtra: equalOut(reservationName)},
 		{name: "pools by name", args: []string{"pools", pool, "-o", "name"}, code: cli.ExitOK,
 			checkExtra: equalOut("ippool.ipkeeper.io/" + pool + "\n")},
+		{name: "why by name", args: []string{"why", "pod", "web-0", "-n", ns, "-o", "name"}, code: cli.ExitOK,
+			checkExtra: equalOut("pod/web-0\n")},
 		{name: "as a user without RBAC", args: []string{"who-has", "10.199.8.5", "--as", nobody, "-o", "name"}, code: cli.ExitError,
 			stderr: []string{"forbidden", `User "` + nobody + `"`}},
 		{name: "as a user in system:masters", args: []string{"who-has", "10.199.8.5", "--as", nobody, "--as-group", "system:masters", "-o", "jsonpath={.items[0].pool}"}, code: cli.ExitOK,
@@ -66,6 +68,32 @@ func TestCLIOutputFormats(t *testing.T) {
 		{name: "template without a template", args: []string{"leaks", "-o", "jsonpath="}, code: cli.ExitUsage,
 			stderr: []string{`-o "jsonpath="`}},
 	})
+}
+
+// TestCLICompletion: the __complete protocol kubectl_complete-ipkeeper
+// calls completes names from the API server: pools' IPPools, why pod's
+// pods in -n.
+func TestCLICompletion(t *testing.T) {
+	ns := cp.NewNamespace(t, "cli-comp")
+	cliPool(t, ns, ipkeeperv1alpha1.PoolRange{Range: "10.199.9.0/24"}, nil)
+	cliPod(t, ns, "web-0")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pools", ""}, ns + "\n"},
+		{[]string{"why", "pod", "-n", ns, ""}, "web-0\n"},
+		{[]string{"why", "po", "-n", ns, ""}, "web-0\n"},
+	} {
+		// The word to complete comes last, after --kubeconfig.
+		args := append([]string{"__complete"}, tt.args[:len(tt.args)-1]...)
+		args = append(args, "--kubeconfig", cp.KubeconfigPath, tt.args[len(tt.args)-1])
+		var out, errOut strings.Builder
+		code := cli.Main(t.Context(), args, cli.Streams{Out: &out, Err: &errOut})
+		if code != cli.ExitOK || !strings.Contains(out.String(), tt.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %q", args, code, out.String(), errOut.String(), tt.want)
+		}
+	}
 }
 
 // equalOut checks stdout is want exactly.
@@ -92,7 +120,7 @@ func TestCLIWhyVMJSON(t *testing.T) {
 	e.claimReservation(t, claim, "10.199.6.40")
 
 	text := runCLI(t, "why", "vm/vm-json", "-n", ns)
-	r := runCLI(t, "why", "vm/vm-json", "-n", ns, "-o", "json")
+	r := runCLI(t, "why", "vm", "vm-json", "-n", ns, "-o", "json") // the command form gives the same report
 	if text.code != cli.ExitOK || r.code != cli.ExitOK {
 		t.Fatalf("why vm: text %s\njson %s", text, r)
 	}
