@@ -73,8 +73,10 @@ type Report struct {
 	Object   string    `json:"object"`
 	Sections []Section `json:"sections"`
 	Next     []string  `json:"next"`
-	// VM is what why vm found, typed: the sections are rendered from it.
-	VM *VMFacts `json:"vm,omitempty"`
+	// VM and Claim are what why vm and why ipamclaim found, typed: the
+	// sections are rendered from them.
+	VM    *VMFacts     `json:"vm,omitempty"`
+	Claim *ClaimReport `json:"claim,omitempty"`
 }
 
 // Section is a titled list of facts.

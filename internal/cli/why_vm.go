@@ -74,13 +74,12 @@ type VMNetworkFact struct {
 
 // VMClaimFact is the claim of one network that keeps its addresses.
 type VMClaimFact struct {
-	Name    string `json:"name"`
+	Name string `json:"name"`
+	// Network is the VM's network.
 	Network string `json:"network"`
 	Found   bool   `json:"found"`
-	// IPs are the claim's status.ips.
-	IPs []string `json:"ips,omitempty"`
-	// Lines are the claim's facts as the text prints them (claimLines).
-	Lines []string `json:"lines,omitempty"`
+	// Claim is what the claim says, when it is found.
+	Claim *ClaimFact `json:"claim,omitempty"`
 }
 
 // LauncherPodFact is one virt-launcher pod of the VM.
@@ -290,11 +289,9 @@ func (w *vmWhy) claim(ctx context.Context, vn vmNetwork) ([]ipkeeperv1alpha1.IPR
 		return nil, nil
 	}
 	held := ownedBy(w.all, ipkeeperv1alpha1.OwnerIPAMClaim, claim.UID)
-	fact.Lines = claimLines(claim)
+	cf := claimFact(claim)
+	fact.Claim = &cf
 	claimNext(w.rep, claim, held)
-	if claimstatus.Filled(claim) {
-		fact.IPs = claim.Status.IPs
-	}
 	w.facts.Claims = append(w.facts.Claims, fact)
 	return held, nil
 }

@@ -79,7 +79,7 @@ func vmClaimLines(list []VMClaimFact) []string {
 			out = append(out, fmt.Sprintf("IPAMClaim %s (network %s): not found", c.Name, c.Network))
 			continue
 		}
-		for _, l := range c.Lines {
+		for _, l := range c.Claim.lines() {
 			out = append(out, fmt.Sprintf("IPAMClaim %s: %s", c.Name, l))
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/cli"
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
@@ -110,43 +111,27 @@ func equalOut(want string) func(t *testing.T, r cliResult) {
 // lines are the report's sections.
 func TestCLIWhyVMJSON(t *testing.T) {
 	e := newWhyEnv(t)
-	ns := e.ns
-	kv := newKubeVirt(t)
-	vm, err := kv.CreateVM(t.Context(), ns, "vm-json", framework.VMNetwork{Name: "blue", NAD: "blue"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	claim := e.claim(t, "vm-json.blue", "blue", vm, ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{"10.199.6.40/24"}, Conditions: allocated(metav1.ConditionTrue, "SuccessfulAllocation", "")})
-	e.claimReservation(t, claim, "10.199.6.40")
-
-	text := runCLI(t, "why", "vm/vm-json", "-n", ns)
-	r := runCLI(t, "why", "vm", "vm-json", "-n", ns, "-o", "json") // the command form gives the same report
-	if text.code != cli.ExitOK || r.code != cli.ExitOK {
-		t.Fatalf("why vm: text %s\njson %s", text, r)
-	}
-	var rep cli.Report
-	if err := json.Unmarshal([]byte(r.out), &rep); err != nil {
-		t.Fatalf("-o json is not JSON: %v\n%s", err, r.out)
-	}
+	vm, _ := e.vmWithClaim(t, "vm-json", "10.199.6.40")
+	text, rep := whyTextAndJSON(t, e.ns, "vm", "vm-json")
 	f := rep.VM
 	if f == nil || f.Name != "vm-json" || f.UID != vm.UID {
 		t.Fatalf("report.vm = %+v, want VM vm-json %s", f, vm.UID)
 	}
-	if len(f.Claims) != 1 || f.Claims[0].Name != "vm-json.blue" || !f.Claims[0].Found || !slices.Equal(f.Claims[0].IPs, []string{"10.199.6.40/24"}) {
-		t.Errorf("claims %+v, want vm-json.blue with 10.199.6.40/24", f.Claims)
+	if len(f.Claims) != 1 || f.Claims[0].Name != "vm-json.blue" || !f.Claims[0].Found || f.Claims[0].Claim == nil || !slices.Equal(f.Claims[0].Claim.IPs, []string{"10.199.6.40/24"}) {
+		t.Fatalf("claims %+v, want vm-json.blue with 10.199.6.40/24", f.Claims)
 	}
 	if len(f.Reservations) != 1 || f.Reservations[0].IP != "10.199.6.40" || f.Reservations[0].Pool != e.pool {
-		t.Errorf("reservations %+v, want 10.199.6.40 in %s", f.Reservations, e.pool)
+		t.Fatalf("reservations %+v, want 10.199.6.40 in %s", f.Reservations, e.pool)
 	}
 	if len(f.Networks) != 1 || f.Networks[0].Claim != "vm-json.blue" || !f.Networks[0].AllowPersistentIPs {
 		t.Errorf("networks %+v, want blue keeping its addresses in vm-json.blue", f.Networks)
 	}
 	if len(rep.Next) == 0 {
-		t.Errorf("no reasons (next) in %s", r.out)
+		t.Errorf("no reasons (next) in %+v", rep)
 	}
 	// The same facts in the text, which is the sections line by line.
 	want := []string{
-		"IPAMClaim " + f.Claims[0].Name + ": status.ips: " + strings.Join(f.Claims[0].IPs, ", "),
+		"IPAMClaim " + f.Claims[0].Name + ": status.ips: " + strings.Join(f.Claims[0].Claim.IPs, ", "),
 		f.Reservations[0].IP + " in pool " + f.Reservations[0].Pool, "reservation " + f.Reservations[0].Reservation,
 	}
 	for _, n := range rep.Next {
@@ -165,4 +150,51 @@ func TestCLIWhyVMJSON(t *testing.T) {
 			t.Errorf("the text lacks %q of -o json\n%s", w, text.out)
 		}
 	}
+}
+
+// TestCLIWhyClaimJSON: why ipamclaim -o json carries the claim typed
+// (claim), and its text is rendered from it.
+func TestCLIWhyClaimJSON(t *testing.T) {
+	e := newWhyEnv(t)
+	_, claim := e.vmWithClaim(t, "vm-cj", "10.199.6.41")
+	text, rep := whyTextAndJSON(t, e.ns, "ipamclaim", claim.Name)
+	c := rep.Claim
+	if c == nil || c.Name != "vm-cj.blue" || c.UID != claim.UID || !slices.Equal(c.IPs, []string{"10.199.6.41/24"}) ||
+		!strings.Contains(c.Owner, "VirtualMachine vm-cj") || !c.OwnerExists || len(c.Reservations) != 1 || c.Reservations[0].IP != "10.199.6.41" {
+		t.Fatalf("report.claim = %+v, want vm-cj.blue of VirtualMachine vm-cj with 10.199.6.41", c)
+	}
+	for _, w := range []string{"Owner:\n  " + c.Owner + "\n", "  status.ips: " + c.IPs[0], c.Reservations[0].IP + " in pool " + c.Reservations[0].Pool, "Next: " + rep.Next[0]} {
+		if !strings.Contains(text.out, w) {
+			t.Errorf("the text lacks %q of -o json\n%s", w, text.out)
+		}
+	}
+}
+
+// vmWithClaim makes a stopped VM on network blue with its claim holding
+// ip, and the claim's reservation.
+func (e *whyEnv) vmWithClaim(t *testing.T, name, ip string) (*kubevirtv1.VirtualMachine, *ipamclaimsv1alpha1.IPAMClaim) {
+	t.Helper()
+	vm, err := newKubeVirt(t).CreateVM(t.Context(), e.ns, name, framework.VMNetwork{Name: "blue", NAD: "blue"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := e.claim(t, name+".blue", "blue", vm, ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{ip + "/24"}, Conditions: allocated(metav1.ConditionTrue, "SuccessfulAllocation", "")})
+	e.claimReservation(t, claim, ip)
+	return vm, claim
+}
+
+// whyTextAndJSON runs `why KIND/NAME` (text) and `why KIND NAME -o json`
+// (the command form, which gives the same report) and decodes the latter.
+func whyTextAndJSON(t *testing.T, ns, kind, name string) (cliResult, cli.Report) {
+	t.Helper()
+	text := runCLI(t, "why", kind+"/"+name, "-n", ns)
+	r := runCLI(t, "why", kind, name, "-n", ns, "-o", "json")
+	if text.code != cli.ExitOK || r.code != cli.ExitOK {
+		t.Fatalf("why %s: text %s\njson %s", kind, text, r)
+	}
+	var rep cli.Report
+	if err := json.Unmarshal([]byte(r.out), &rep); err != nil {
+		t.Fatalf("-o json is not JSON: %v\n%s", err, r.out)
+	}
+	return text, rep
 }
