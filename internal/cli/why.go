@@ -73,10 +73,11 @@ type Report struct {
 	Object   string    `json:"object"`
 	Sections []Section `json:"sections"`
 	Next     []string  `json:"next"`
-	// VM and Claim are what why vm and why ipamclaim found, typed: the
-	// sections are rendered from them.
-	VM    *VMFacts     `json:"vm,omitempty"`
+	// Pod, Claim and VM are what why pod, why ipamclaim and why vm found,
+	// typed: the sections are rendered from them.
+	Pod   *PodReport   `json:"pod,omitempty"`
 	Claim *ClaimReport `json:"claim,omitempty"`
+	VM    *VMFacts     `json:"vm,omitempty"`
 }
 
 // Section is a titled list of facts.
@@ -235,6 +236,38 @@ func eventLines(events []corev1.Event, n int, now time.Time) []string {
 	return out
 }
 
+// ObjectFact names the object a why report is about.
+type ObjectFact struct {
+	Name      string    `json:"name"`
+	Namespace string    `json:"namespace"`
+	UID       types.UID `json:"uid"`
+	Created   time.Time `json:"created"`
+}
+
+// OwnerFacts are what the reports of pods and VMs share: the object, the
+// claims it keeps addresses in, the reservations held for it (its own and
+// its claims') and its last events, as the text prints them.
+type OwnerFacts struct {
+	ObjectFact
+	Claims       []UsedClaim       `json:"claims,omitempty"`
+	Reservations []ReservationFact `json:"reservations"`
+	Events       []string          `json:"events"`
+}
+
+// runSteps runs a report's steps in order, up to the first error.
+func runSteps(ctx context.Context, steps ...func(context.Context) error) error {
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func objectFact(o metav1.Object) ObjectFact {
+	return ObjectFact{Name: o.GetName(), Namespace: o.GetNamespace(), UID: o.GetUID(), Created: o.GetCreationTimestamp().Time}
+}
+
 // ReservationFact is one reservation as a why report states it.
 type ReservationFact struct {
 	Reservation string    `json:"reservation"`
@@ -271,11 +304,6 @@ func (f ReservationFact) line(now time.Time) string {
 		line += ", node " + f.Node
 	}
 	return line + fmt.Sprintf("), reservation %s, age %s, %s", f.Reservation, age(now, f.Created), f.State)
-}
-
-// reservationLines renders reservations for a report.
-func reservationLines(list []ipkeeperv1alpha1.IPReservation, now time.Time) []string {
-	return factLines(reservationFacts(list, now), now)
 }
 
 // factLines renders reservation facts for a report.

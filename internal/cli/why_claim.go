@@ -193,11 +193,6 @@ func claimFact(claim *ipamclaimsv1alpha1.IPAMClaim) ClaimFact {
 	return f
 }
 
-// claimLines are the facts of a claim's spec and status.
-func claimLines(claim *ipamclaimsv1alpha1.IPAMClaim) []string {
-	return claimFact(claim).lines()
-}
-
 // lines renders the facts as the report's text says them.
 func (f ClaimFact) lines() []string {
 	lines := []string{fmt.Sprintf("network %q, interface %s", f.Network, orNone(f.Interface)), "made by " + f.MadeBy}
@@ -259,17 +254,6 @@ func conditionLine(c metav1.Condition) string {
 		line += ": " + c.Message
 	}
 	return line
-}
-
-// foundClaim adds what a pod's or VM's report says of one of its claims:
-// the claim's reservations (to held), its facts and what to do.
-func foundClaim(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, all, held []ipkeeperv1alpha1.IPReservation, facts []string) ([]ipkeeperv1alpha1.IPReservation, []string) {
-	claimHeld := ownedBy(all, ipkeeperv1alpha1.OwnerIPAMClaim, claim.UID)
-	for _, l := range claimLines(claim) {
-		facts = append(facts, fmt.Sprintf("IPAMClaim %s: %s", claim.Name, l))
-	}
-	claimNext(rep, claim, claimHeld)
-	return append(held, claimHeld...), facts
 }
 
 // claimNext adds what to do for the documented states of a claim

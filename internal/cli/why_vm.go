@@ -26,11 +26,8 @@ import (
 // VMFacts is what why vm found of a VM. The report's sections are
 // rendered from it (renderVM), so -o json and the text say the same.
 type VMFacts struct {
-	Name      string    `json:"name"`
-	Namespace string    `json:"namespace"`
-	UID       types.UID `json:"uid"`
-	Status    string    `json:"status,omitempty"`
-	Created   time.Time `json:"created"`
+	OwnerFacts
+	Status string `json:"status,omitempty"`
 	// Retention is the VM's valid retention annotation; RetentionProblem
 	// why an invalid one is not used.
 	Retention        string `json:"retention,omitempty"`
@@ -43,12 +40,8 @@ type VMFacts struct {
 	// IPAMClaims controller that makes the VM's claims, "" for none.
 	ClaimsMaker  string               `json:"claimsMaker,omitempty"`
 	Networks     []VMNetworkFact      `json:"networks"`
-	Claims       []VMClaimFact        `json:"claims,omitempty"`
-	Reservations []ReservationFact    `json:"reservations"`
 	LauncherPods []LauncherPodFact    `json:"launcherPods"`
 	Guest        []GuestInterfaceFact `json:"guest,omitempty"`
-	// Events are the VM's last events, as the text prints them.
-	Events []string `json:"events"`
 }
 
 // VMNetworkFact is one secondary network of the VM as ipkeeper sees it.
@@ -60,23 +53,19 @@ type VMNetworkFact struct {
 	Unplugging bool `json:"unplugging,omitempty"`
 	// Problem is why ipkeeper cannot serve the network (a bad reference,
 	// a missing or unreadable NAD); the fields below are then unset.
-	Problem            string `json:"problem,omitempty"`
-	NAD                string `json:"nad,omitempty"`
-	CNINetwork         string `json:"cniNetwork,omitempty"`
-	AllowPersistentIPs bool   `json:"allowPersistentIPs"`
-	// FlagProblem is an allowPersistentIPs set where it is ignored.
-	FlagProblem string   `json:"flagProblem,omitempty"`
-	UnknownKeys []string `json:"unknownKeys,omitempty"`
-	IgnoredKeys []string `json:"ignoredKeys,omitempty"`
+	Problem string `json:"problem,omitempty"`
+	NAD     string `json:"nad,omitempty"`
+	NADFact
 	// Claim is the IPAMClaim the network's addresses are kept in.
 	Claim string `json:"claim,omitempty"`
 }
 
-// VMClaimFact is the claim of one network that keeps its addresses.
-type VMClaimFact struct {
+// UsedClaim is a claim a VM network or a pod's attachment keeps its
+// addresses in.
+type UsedClaim struct {
 	Name string `json:"name"`
-	// Network is the VM's network.
-	Network string `json:"network"`
+	// Network is the VM's network (none for a pod's claim).
+	Network string `json:"network,omitempty"`
 	Found   bool   `json:"found"`
 	// Claim is what the claim says, when it is found.
 	Claim *ClaimFact `json:"claim,omitempty"`
@@ -139,10 +128,8 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 		return nil, err
 	}
 	// In the order the report's Next lines come in.
-	for _, step := range []func(context.Context) error{w.retention, w.featureGate, w.secondaryNetworks, w.launchers, w.guest, w.events} {
-		if err := step(ctx); err != nil {
-			return nil, err
-		}
+	if err := runSteps(ctx, w.retention, w.featureGate, w.secondaryNetworks, w.launchers, w.guest, w.events); err != nil {
+		return nil, err
 	}
 	w.conclude()
 	renderVM(w.rep, w.now)
@@ -161,7 +148,7 @@ func readVM(ctx context.Context, s *session, key types.NamespacedName) (*vmWhy, 
 		}
 		return nil, fmt.Errorf("reading VirtualMachine %s: %w", key, err)
 	}
-	w.facts = &VMFacts{Name: key.Name, Namespace: key.Namespace, UID: w.vm.UID, Status: string(w.vm.Status.PrintableStatus), Created: w.vm.CreationTimestamp.Time}
+	w.facts = &VMFacts{OwnerFacts: OwnerFacts{ObjectFact: objectFact(&w.vm)}, Status: string(w.vm.Status.PrintableStatus)}
 	w.rep = &Report{Object: fmt.Sprintf("VirtualMachine %s (uid %s)", key, w.vm.UID), VM: w.facts}
 	return w, nil
 }
@@ -259,9 +246,8 @@ func (w *vmWhy) network(ctx context.Context, n kubevirt.SecondaryNetwork) (VMNet
 		return fact, err
 	}
 	w.vmNets = append(w.vmNets, vmNetwork{net: n, nad: nadKey, persistent: nw.AllowPersistentIPs, claim: claimName})
-	fact.NAD, fact.CNINetwork, fact.AllowPersistentIPs, fact.Claim = nadKey.String(), nw.Name, nw.AllowPersistentIPs, claimName
-	fact.UnknownKeys, fact.IgnoredKeys = nw.unknown, nw.ignored
-	if fact.FlagProblem = nw.FlagProblem(); fact.FlagProblem != "" {
+	fact.NAD, fact.NADFact, fact.Claim = nadKey.String(), nw.fact(), claimName
+	if fact.FlagProblem != "" {
 		w.rep.next("NetworkAttachmentDefinition %s: %s", nadKey, fact.FlagProblem)
 	}
 	if next := nw.unknownNext(nadKey); next != "" {
@@ -277,7 +263,7 @@ func (w *vmWhy) claim(ctx context.Context, vn vmNetwork) ([]ipkeeperv1alpha1.IPR
 	if err != nil {
 		return nil, err
 	}
-	fact := VMClaimFact{Name: vn.claim, Network: vn.net.Name, Found: claim != nil}
+	fact := UsedClaim{Name: vn.claim, Network: vn.net.Name, Found: claim != nil}
 	if claim == nil {
 		w.facts.Claims = append(w.facts.Claims, fact)
 		switch {

@@ -26,7 +26,7 @@ func renderVM(rep *Report, now time.Time) {
 	}
 	rep.add("Networks", networkLines(f.Networks)...)
 	if len(f.Claims) > 0 {
-		rep.add("Claims", vmClaimLines(f.Claims)...)
+		rep.add("Claims", usedClaimLines(f.Claims)...)
 	}
 	rep.add("Reservations", factLines(f.Reservations, now)...)
 	rep.add("Launcher pods", launcherLines(f.LauncherPods)...)
@@ -65,18 +65,20 @@ func (n VMNetworkFact) line() string {
 	case n.Problem != "":
 		return line + ": " + n.Problem
 	}
-	line += fmt.Sprintf(": NAD %s, CNI network %q, allowPersistentIPs %t", n.NAD, n.CNINetwork, n.AllowPersistentIPs)
-	if n.FlagProblem != "" {
-		line += " (" + n.FlagProblem + ")"
-	}
-	return line + nadNetwork{ignored: n.IgnoredKeys, unknown: n.UnknownKeys}.ignoredLine()
+	return line + fmt.Sprintf(": NAD %s, ", n.NAD) + n.NADFact.line()
 }
 
-func vmClaimLines(list []VMClaimFact) []string {
+// usedClaimLines renders the claims of a VM's networks or a pod's
+// attachments.
+func usedClaimLines(list []UsedClaim) []string {
 	var out []string
 	for _, c := range list {
-		if !c.Found {
+		switch {
+		case !c.Found && c.Network != "":
 			out = append(out, fmt.Sprintf("IPAMClaim %s (network %s): not found", c.Name, c.Network))
+			continue
+		case !c.Found:
+			out = append(out, fmt.Sprintf("IPAMClaim %s: not found", c.Name))
 			continue
 		}
 		for _, l := range c.Claim.lines() {

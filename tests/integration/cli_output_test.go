@@ -198,3 +198,23 @@ func whyTextAndJSON(t *testing.T, ns, kind, name string) (cliResult, cli.Report)
 	}
 	return text, rep
 }
+
+// TestCLIWhyPodJSON: why pod -o json carries the pod typed (pod): its
+// attachments with their NAD's facts and its reservations, and its text
+// is rendered from it.
+func TestCLIWhyPodJSON(t *testing.T) {
+	e := newWhyEnv(t)
+	pod := cliPod(t, e.ns, "holder", withNetworks("plain"))
+	cliReservation(t, e.pool, "plain", "10.199.6.42", podOwner(pod))
+	text, rep := whyTextAndJSON(t, e.ns, "pod", "holder")
+	p := rep.Pod
+	if p == nil || p.UID != pod.UID || len(p.Networks) != 1 || p.Networks[0].CNINetwork != "plain" || p.Networks[0].AllowPersistentIPs ||
+		len(p.Reservations) != 1 || p.Reservations[0].IP != "10.199.6.42" || len(rep.Next) != 1 {
+		t.Fatalf("report %+v, pod %+v: want network plain without persistent IPs, 10.199.6.42 and one Next", rep, p)
+	}
+	for _, w := range []string{p.Networks[0].NAD + `: CNI network "plain", allowPersistentIPs false`, p.Reservations[0].IP + " in pool " + p.Reservations[0].Pool, "Next: " + rep.Next[0]} {
+		if !strings.Contains(text.out, w) {
+			t.Errorf("the text lacks %q of -o json\n%s", w, text.out)
+		}
+	}
+}
