@@ -37,11 +37,13 @@ type VMFacts struct {
 	FeatureGate        bool   `json:"featureGate"`
 	FeatureGateProblem string `json:"featureGateProblem,omitempty"`
 	// ClaimsMaker is the MutatingWebhookConfiguration of another
-	// IPAMClaims controller that makes the VM's claims, "" for none.
-	ClaimsMaker  string               `json:"claimsMaker,omitempty"`
-	Networks     []VMNetworkFact      `json:"networks"`
-	LauncherPods []LauncherPodFact    `json:"launcherPods"`
-	Guest        []GuestInterfaceFact `json:"guest,omitempty"`
+	// IPAMClaims controller that makes the VM's claims, "" for none;
+	// ClaimsMakerWebhook its webhook that does.
+	ClaimsMaker        string               `json:"claimsMaker,omitempty"`
+	ClaimsMakerWebhook string               `json:"claimsMakerWebhook,omitempty"`
+	Networks           []VMNetworkFact      `json:"networks"`
+	LauncherPods       []LauncherPodFact    `json:"launcherPods"`
+	Guest              []GuestInterfaceFact `json:"guest,omitempty"`
 }
 
 // VMNetworkFact is one secondary network of the VM as ipkeeper sees it.
@@ -182,7 +184,9 @@ func (w *vmWhy) featureGate(ctx context.Context) error {
 	}
 	w.facts.FeatureGate = gateOn
 	w.external, _ = claimmaker.Detect(ctx, w.s.client)
-	w.facts.ClaimsMaker = w.external
+	if w.external != "" {
+		w.facts.ClaimsMaker, w.facts.ClaimsMakerWebhook = w.external, claimmaker.ExtensionsWebhook
+	}
 	if !gateOn && w.external == "" {
 		w.rep.next("enable the %s feature gate in the KubeVirt CR (spec.configuration.developerConfiguration.featureGates; docs/kubevirt.md), or run ipkeeper-controller with --require-kubevirt-feature-gate=false", kubevirt.PersistentIPsGate)
 	}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/internal/claimmaker"
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt"
 )
@@ -22,7 +21,7 @@ func renderVM(rep *Report, now time.Time) {
 	}
 	rep.add("Feature gate", gateLine(f)+" (ipkeeper-controller ignores it when run with --require-kubevirt-feature-gate=false)")
 	if f.ClaimsMaker != "" {
-		rep.add("Claims maker", fmt.Sprintf("another IPAMClaims controller: webhook %s of MutatingWebhookConfiguration %s (ipam-extensions) makes claims when the VM starts and sets launchers' references; ipkeeper-controller (--claims-controller=auto) fills their addresses", claimmaker.ExtensionsWebhook, f.ClaimsMaker))
+		rep.add("Claims maker", fmt.Sprintf("another IPAMClaims controller: webhook %s of MutatingWebhookConfiguration %s (ipam-extensions) makes claims when the VM starts and sets launchers' references; ipkeeper-controller (--claims-controller=auto) fills their addresses", f.ClaimsMakerWebhook, f.ClaimsMaker))
 	}
 	rep.add("Networks", networkLines(f.Networks)...)
 	if len(f.Claims) > 0 {
