@@ -39,6 +39,8 @@ type command struct {
 	// formats are the -o values the command accepts besides the table.
 	formats []string
 	setup   func(fs *pflag.FlagSet) runFunc
+	// args checks the arguments before anything is read (nil: any).
+	args func(args []string) error
 	// complete offers the command's arguments to shell completion
 	// (toComplete is the word being typed; the shell filters by it).
 	complete func(ctx context.Context, s *session, args []string, toComplete string) ([]string, cobra.ShellCompDirective)
@@ -197,14 +199,21 @@ func (cmd command) cobraCommand(g *globalOptions, streams Streams) *cobra.Comman
 		Use:     cmd.name + " " + cmd.synopsis,
 		Short:   cmd.summary,
 		Aliases: cmd.aliases,
-		// Commands with subcommands take arguments too (why pod/NAME).
-		Args: cobra.ArbitraryArgs,
+		// Checked before the kubeconfig is loaded: a usage error is one
+		// whatever the connection.
+		Args: func(_ *cobra.Command, args []string) error {
+			if cmd.args == nil {
+				return nil
+			}
+			return cmd.args(args)
+		},
 	}
 	run := cmd.setup(c.Flags())
 	c.Flags().StringVarP(&out, "output", "o", "", "output format: "+strings.Join(cmd.formats, "|")+" (default: a table)")
 	_ = c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formatNames(cmd.formats), cobra.ShellCompDirectiveNoSpace))
 	c.RunE = func(c *cobra.Command, args []string) error {
-		o, err := parseOutput(cmd.name, cmd.formats, out)
+		// "why pod", not "pod": the command as it is typed.
+		o, err := parseOutput(strings.TrimPrefix(c.CommandPath(), c.Root().CommandPath()+" "), cmd.formats, out)
 		if err != nil {
 			return err
 		}
@@ -236,7 +245,12 @@ func versionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the plugin's version.",
-		Args:  cobra.NoArgs,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("version takes no arguments, got %q", strings.Join(args, " "))
+			}
+			return nil
+		},
 		RunE: func(c *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintln(c.OutOrStdout(), version.Version)
 			return err

@@ -42,6 +42,12 @@ var importCommand = command{
 	synopsis: "whereabouts [--dry-run] [-o FORMAT]",
 	summary:  "Turn whereabouts' allocations into IPReservations, so addresses survive the switch of the NADs to ipkeeper.",
 	formats:  formats(outputJSON, outputYAML),
+	args: func(args []string) error {
+		if len(args) != 1 || args[0] != "whereabouts" {
+			return usageErrorf("import takes one argument, the IPAM to import from (whereabouts), got %q", strings.Join(args, " "))
+		}
+		return nil
+	},
 	setup: func(fs *pflag.FlagSet) runFunc {
 		o := &importOptions{}
 		fs.BoolVar(&o.dryRun, "dry-run", false, "print the plan, write nothing")
@@ -93,10 +99,7 @@ var (
 	wbOverlappingGVK = schema.GroupVersionKind{Group: "whereabouts.cni.cncf.io", Version: "v1alpha1", Kind: "OverlappingRangeIPReservationList"}
 )
 
-func (o *importOptions) run(ctx context.Context, s *session, args []string) error {
-	if len(args) != 1 || args[0] != "whereabouts" {
-		return usageErrorf("import takes one argument, the IPAM to import from (whereabouts), got %q", strings.Join(args, " "))
-	}
+func (o *importOptions) run(ctx context.Context, s *session, _ []string) error {
 	steps, problems, err := planWhereaboutsImport(ctx, s.client)
 	if err != nil {
 		return err

@@ -22,6 +22,12 @@ var leaksCommand = command{
 	summary:  "List reservations whose owner is gone (and released ones still cooling down), with their age.",
 	formats:  formats(outputWide, outputJSON, outputYAML),
 	setup:    func(*pflag.FlagSet) runFunc { return runLeaks },
+	args: func(args []string) error {
+		if len(args) > 0 {
+			return usageErrorf("leaks takes no arguments, got %q", strings.Join(args, " "))
+		}
+		return nil
+	},
 }
 
 // Leak states.
@@ -48,10 +54,7 @@ type Leak struct {
 	Detail string `json:"detail"`
 }
 
-func runLeaks(ctx context.Context, s *session, args []string) error {
-	if len(args) > 0 {
-		return usageErrorf("leaks takes no arguments, got %q", strings.Join(args, " "))
-	}
+func runLeaks(ctx context.Context, s *session, _ []string) error {
 	ns := s.ownerNamespace()
 	all, err := listReservations(ctx, s.client, ns)
 	if err != nil {

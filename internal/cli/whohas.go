@@ -21,6 +21,10 @@ var whoHasCommand = command{
 	synopsis: "IP [--network NETWORK | --pool POOL] [-n NAMESPACE] [-o FORMAT]",
 	summary:  "Show which pod or claim (and the VM behind it) holds an address. Exits 1 when nobody does.",
 	formats:  formats(outputWide, outputJSON, outputYAML),
+	args: func(args []string) error {
+		_, err := holderIP(args)
+		return err
+	},
 	setup: func(fs *pflag.FlagSet) runFunc {
 		o := &whoHasOptions{}
 		fs.StringVar(&o.network, "network", "", "only reservations of this CNI network")
@@ -53,15 +57,23 @@ type Holder struct {
 	State      string `json:"state"`
 }
 
-func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) error {
+// holderIP is who-has' argument: one IP address without zone.
+func holderIP(args []string) (netip.Addr, error) {
 	if len(args) != 1 {
-		return usageErrorf("who-has takes one IP address, got %d arguments", len(args))
+		return netip.Addr{}, usageErrorf("who-has takes one IP address, got %d arguments", len(args))
 	}
 	ip, err := netip.ParseAddr(args[0])
 	if err != nil || ip.Zone() != "" {
-		return usageErrorf("IP %q: not an IP address without zone", args[0])
+		return netip.Addr{}, usageErrorf("IP %q: not an IP address without zone", args[0])
 	}
-	ip = ip.Unmap()
+	return ip.Unmap(), nil
+}
+
+func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) error {
+	ip, err := holderIP(args)
+	if err != nil {
+		return err
+	}
 	if o.network != "" && o.pool != "" {
 		return usageErrorf("--network and --pool exclude each other")
 	}

@@ -32,6 +32,10 @@ var whyCommand = command{
 	summary:  "Explain what ipkeeper sees for a pod, an IPAMClaim or a VM, and what to do next.",
 	formats:  whyFormats,
 	setup:    func(*pflag.FlagSet) runFunc { return runWhy },
+	args: func(args []string) error {
+		_, _, err := whyTarget(args)
+		return err
+	},
 	complete: func(context.Context, *session, []string, string) ([]string, cobra.ShellCompDirective) {
 		return []string{"pod/", "ipamclaim/", "vm/"}, cobra.ShellCompDirectiveNoSpace
 	},
@@ -52,12 +56,13 @@ func whyKindCommand(k whyKind, summary string) command {
 		summary:  summary,
 		formats:  whyFormats,
 		setup: func(*pflag.FlagSet) runFunc {
-			return func(ctx context.Context, s *session, args []string) error {
-				if len(args) != 1 {
-					return usageErrorf("why %s takes one name, got %d arguments", k.names[0], len(args))
-				}
-				return explain(ctx, s, k, args[0])
+			return func(ctx context.Context, s *session, args []string) error { return explain(ctx, s, k, args[0]) }
+		},
+		args: func(args []string) error {
+			if len(args) != 1 {
+				return usageErrorf("why %s takes one name, got %d arguments", k.names[0], len(args))
 			}
+			return nil
 		},
 		complete: func(ctx context.Context, s *session, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 			if len(args) > 0 {
@@ -138,22 +143,31 @@ func (k whyKind) listNames(ctx context.Context, s *session) []string {
 	return names
 }
 
-func runWhy(ctx context.Context, s *session, args []string) error {
+// whyTarget is why's argument: KIND/NAME, or KIND NAME.
+func whyTarget(args []string) (whyKind, string, error) {
 	var kind, name string
 	switch len(args) {
 	case 1:
 		var ok bool
 		if kind, name, ok = strings.Cut(args[0], "/"); !ok {
-			return usageErrorf("%q: name the object as pod/NAME, ipamclaim/NAME or vm/NAME", args[0])
+			return whyKind{}, "", usageErrorf("%q: name the object as pod/NAME, ipamclaim/NAME or vm/NAME", args[0])
 		}
 	case 2:
 		kind, name = args[0], args[1]
 	default:
-		return usageErrorf("why takes one object (pod/NAME, ipamclaim/NAME or vm/NAME), got %d arguments", len(args))
+		return whyKind{}, "", usageErrorf("why takes one object (pod/NAME, ipamclaim/NAME or vm/NAME), got %d arguments", len(args))
 	}
 	k, ok := whyKinds[strings.ToLower(kind)]
 	if !ok || name == "" {
-		return usageErrorf("%q: name the object as pod/NAME, ipamclaim/NAME or vm/NAME", strings.Join(args, " "))
+		return whyKind{}, "", usageErrorf("%q: name the object as pod/NAME, ipamclaim/NAME or vm/NAME", strings.Join(args, " "))
+	}
+	return k, name, nil
+}
+
+func runWhy(ctx context.Context, s *session, args []string) error {
+	k, name, err := whyTarget(args)
+	if err != nil {
+		return err
 	}
 	return explain(ctx, s, k, name)
 }
