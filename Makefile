@@ -35,6 +35,7 @@ help: ## List targets.
 build: ## Build the binaries (CNI plugin, agent, controller, kubectl plugin) into bin/.
 	@mkdir -p $(BIN_DIR)
 	for b in $(BINARIES); do $(GO_BUILD) -o $(BIN_DIR)/$$b ./cmd/$$b; done
+	install -m 0755 cmd/kubectl-ipkeeper/kubectl_complete-ipkeeper $(BIN_DIR)/
 
 # make image IMAGE=registry.example.org/ipkeeper:v1 IMAGE_PLATFORMS=linux/amd64:
 # another name or fewer platforms. Every timestamp in the image is the

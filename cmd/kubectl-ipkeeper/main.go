@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Command kubectl-ipkeeper is the kubectl plugin (`kubectl ipkeeper ...`):
-// who-has, why, pools and leaks. The commands live in package cli.
+// who-has, why, pools, leaks, import whereabouts and completion. The
+// commands live in package cli; main only wires the signals and streams.
 package main
 
 import (

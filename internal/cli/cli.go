@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,14 +27,6 @@ const (
 	ExitUsage = 2
 )
 
-// Output formats of -o; "" is the table.
-const (
-	outputTable = ""
-	outputWide  = "wide"
-	outputJSON  = "json"
-	outputYAML  = "yaml"
-)
-
 // runFunc runs a command with its arguments (flags removed).
 type runFunc func(ctx context.Context, s *session, args []string) error
 
@@ -47,6 +39,14 @@ type command struct {
 	// formats are the -o values the command accepts besides the table.
 	formats []string
 	setup   func(fs *pflag.FlagSet) runFunc
+	// args checks the arguments before anything is read (nil: any).
+	args func(args []string) error
+	// complete offers the command's arguments to shell completion
+	// (toComplete is the word being typed; the shell filters by it).
+	complete func(ctx context.Context, s *session, args []string, toComplete string) ([]string, cobra.ShellCompDirective)
+	// aliases are other names of the command; children its subcommands.
+	aliases  []string
+	children []command
 }
 
 // commands is the plugin's command table; a new subcommand is one more
@@ -66,38 +66,32 @@ type Streams struct {
 
 // globalOptions are the flags every command has: kubectl's own connection
 // flags (genericclioptions.ConfigFlags: --kubeconfig, --context, -n, --as,
-// --token, --server, --request-timeout, ...), -A and -o.
+// --token, --server, --request-timeout, ...) and -A; -o is each command's.
 type globalOptions struct {
 	config        *genericclioptions.ConfigFlags
 	allNamespaces bool
-	output        string
 }
 
-func (o *globalOptions) addFlags(fs *pflag.FlagSet, formats []string) {
+func (o *globalOptions) addFlags(fs *pflag.FlagSet) {
 	// No discovery cache: the plugin reads its own typed objects only.
 	o.config = genericclioptions.NewConfigFlags(false)
 	o.config.AddFlags(fs)
 	fs.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "all namespaces")
-	if len(formats) > 0 {
-		fs.StringVarP(&o.output, "output", "o", "", "output format: "+strings.Join(formats, "|")+" (default: a table)")
-	}
-}
-
-// flagSet registers the command's flags, the global ones into g, on a new
-// flag set, and returns it with the function that runs the command.
-func (cmd command) flagSet(g *globalOptions) (*pflag.FlagSet, runFunc) {
-	fs := pflag.NewFlagSet("kubectl ipkeeper "+cmd.name, pflag.ContinueOnError)
-	g.addFlags(fs, cmd.formats)
-	return fs, cmd.setup(fs)
 }
 
 // FlagSets returns every command's flags (the global ones included) by
 // command name, as Main registers them; the docs check (hack/docscheck)
 // lists them.
 func FlagSets() map[string]*pflag.FlagSet {
+	root := newRootCommand(context.Background(), Streams{Out: io.Discard, Err: io.Discard}, new(int))
 	sets := make(map[string]*pflag.FlagSet, len(commands))
 	for _, cmd := range commands {
-		sets[cmd.name], _ = cmd.flagSet(&globalOptions{})
+		sub, _, err := root.Find([]string{cmd.name})
+		if err != nil {
+			panic(fmt.Sprintf("command %s is not in the tree: %v", cmd.name, err))
+		}
+		sub.InheritedFlags() // merges the root's persistent flags into sub.Flags()
+		sets[cmd.name] = sub.Flags()
 	}
 	return sets
 }
@@ -112,7 +106,7 @@ type session struct {
 	// narrow to owners in that namespace.
 	namespaceSet  bool
 	allNamespaces bool
-	output        string
+	output        output
 	now           func() time.Time
 }
 
@@ -128,78 +122,140 @@ func usageErrorf(format string, args ...any) error {
 // Main runs the plugin with args (without the program name) and returns
 // the exit code.
 func Main(ctx context.Context, args []string, streams Streams) int {
-	if len(args) == 0 {
-		printUsage(streams.Err)
-		return ExitUsage
+	code := ExitOK
+	root := newRootCommand(ctx, streams, &code)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return code
 	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		printUsage(streams.Out)
-		return ExitOK
-	case "--version", "version":
-		fmt.Fprintln(streams.Out, version.Version)
-		return ExitOK
+	fmt.Fprintf(streams.Err, "error: %v\n", err)
+	var ue *usageError
+	if !errors.As(err, &ue) {
+		return ExitError
 	}
-	cmd, ok := lookup(args[0])
-	if !ok {
-		fmt.Fprintf(streams.Err, "error: unknown command %q\n\n", args[0])
-		printUsage(streams.Err)
-		return ExitUsage
+	if cmd != root {
+		fmt.Fprintf(streams.Err, "See '%s --help'.\n", cmd.CommandPath())
 	}
+	return ExitUsage
+}
+
+// newRootCommand builds the command tree; a run that wants an exit code
+// other than 0 without an error (none today but the bare root's) sets
+// *code.
+func newRootCommand(ctx context.Context, streams Streams, code *int) *cobra.Command {
 	var g globalOptions
-	fs, run := cmd.flagSet(&g)
-	fs.SetOutput(streams.Err)
-	// pflag prints the usage itself on every parse error; the help goes
-	// to stdout on --help only, errors get one line and a pointer to it.
-	fs.Usage = func() {}
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintf(streams.Out, "%s\n\nUsage:\n  kubectl ipkeeper %s %s\n\nFlags:\n%s", cmd.summary, cmd.name, cmd.synopsis, fs.FlagUsages())
-			return ExitOK
-		}
-		fmt.Fprintf(streams.Err, "error: %v\nSee 'kubectl ipkeeper %s --help'.\n", err, cmd.name)
-		return ExitUsage
+	root := &cobra.Command{
+		Use:   "kubectl-ipkeeper",
+		Short: "kubectl ipkeeper: what ipkeeper sees, joined for people.",
+		// kubectl runs it as `kubectl ipkeeper`: help and errors say so.
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl ipkeeper"},
+		Version:       version.Version,
+		Args:          cobra.ArbitraryArgs,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// Unknown commands are usage errors (exit 2), which cobra's own
+		// "unknown command" error does not say.
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				c.SetOut(streams.Err)
+				_ = c.Usage()
+				*code = ExitUsage
+				return nil
+			}
+			return unknownCommand(c, args[0])
+		},
 	}
-	if g.output != outputTable && !slices.Contains(cmd.formats, g.output) {
-		fmt.Fprintf(streams.Err, "error: -o %q: %s accepts %s\n", g.output, cmd.name, strings.Join(cmd.formats, ", "))
-		return ExitUsage
+	root.SetVersionTemplate("{{.Version}}\n")
+	// Without a shorthand: -v is kubectl's verbosity, not a version.
+	root.Flags().Bool("version", false, "print the version")
+	root.SetOut(streams.Out)
+	root.SetErr(streams.Err)
+	root.SetContext(ctx)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
+	g.addFlags(root.PersistentFlags())
+	for _, cmd := range commands {
+		root.AddCommand(cmd.cobraCommand(&g, streams))
 	}
-	if g.allNamespaces && g.namespace() != "" {
-		fmt.Fprintf(streams.Err, "error: -A and -n %s exclude each other\n", g.namespace())
-		return ExitUsage
-	}
-	s, err := newSession(g, streams)
-	if err != nil {
-		fmt.Fprintf(streams.Err, "error: %v\n", err)
-		return ExitError
-	}
-	if err := run(ctx, s, fs.Args()); err != nil {
-		fmt.Fprintf(streams.Err, "error: %v\n", err)
-		var ue *usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(streams.Err, "See 'kubectl ipkeeper %s --help'.\n", cmd.name)
-			return ExitUsage
-		}
-		return ExitError
-	}
-	return ExitOK
+	root.AddCommand(versionCommand(), completionCommand(root))
+	return root
 }
 
-func lookup(name string) (command, bool) {
-	for _, c := range commands {
-		if c.name == name {
-			return c, true
-		}
+// unknownCommand is the error for `kubectl ipkeeper NAME` without a
+// command NAME, with cobra's suggestions.
+func unknownCommand(root *cobra.Command, name string) error {
+	msg := fmt.Sprintf("unknown command %q", name)
+	if s := root.SuggestionsFor(name); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
 	}
-	return command{}, false
+	return usageErrorf("%s: see 'kubectl ipkeeper --help'", msg)
 }
 
-func printUsage(w io.Writer) {
-	fmt.Fprintf(w, "kubectl ipkeeper: what ipkeeper sees, joined for people.\n\nCommands:\n")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+// cobraCommand is the cobra command of cmd: its flags, -o, and a run that
+// checks the command line before it builds the session.
+func (cmd command) cobraCommand(g *globalOptions, streams Streams) *cobra.Command {
+	var out string
+	c := &cobra.Command{
+		Use:     cmd.name + " " + cmd.synopsis,
+		Short:   cmd.summary,
+		Aliases: cmd.aliases,
+		// Checked before the kubeconfig is loaded: a usage error is one
+		// whatever the connection.
+		Args: func(_ *cobra.Command, args []string) error {
+			if cmd.args == nil {
+				return nil
+			}
+			return cmd.args(args)
+		},
 	}
-	fmt.Fprintf(w, "\nUse 'kubectl ipkeeper <command> --help' for a command's flags, --version for the version.\n")
+	run := cmd.setup(c.Flags())
+	c.Flags().StringVarP(&out, "output", "o", "", "output format: "+strings.Join(cmd.formats, "|")+" (default: a table)")
+	_ = c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formatNames(cmd.formats), cobra.ShellCompDirectiveNoSpace))
+	c.RunE = func(c *cobra.Command, args []string) error {
+		// "why pod", not "pod": the command as it is typed.
+		o, err := parseOutput(strings.TrimPrefix(c.CommandPath(), c.Root().CommandPath()+" "), cmd.formats, out)
+		if err != nil {
+			return err
+		}
+		if g.allNamespaces && g.namespace() != "" {
+			return usageErrorf("-A and -n %s exclude each other", g.namespace())
+		}
+		s, err := newSession(g, streams, o)
+		if err != nil {
+			return err
+		}
+		return run(c.Context(), s, args)
+	}
+	if cmd.complete != nil {
+		c.ValidArgsFunction = func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			s, err := newSession(g, streams, output{})
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveError
+			}
+			return cmd.complete(c.Context(), s, args, toComplete)
+		}
+	}
+	for _, child := range cmd.children {
+		c.AddCommand(child.cobraCommand(g, streams))
+	}
+	return c
+}
+
+func versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the plugin's version.",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("version takes no arguments, got %q", strings.Join(args, " "))
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(c.OutOrStdout(), version.Version)
+			return err
+		},
+	}
 }
 
 // namespace is -n as given, "" without it.
@@ -213,7 +269,7 @@ func (o *globalOptions) namespace() string {
 // newSession loads the kubeconfig the way kubectl does (--kubeconfig,
 // else $KUBECONFIG, else ~/.kube/config; the connection flags override
 // it) and builds a client.
-func newSession(g globalOptions, streams Streams) (*session, error) {
+func newSession(g *globalOptions, streams Streams, o output) (*session, error) {
 	loader := g.config.ToRawKubeConfigLoader()
 	cfg, err := g.config.ToRESTConfig()
 	if err != nil {
@@ -235,7 +291,7 @@ func newSession(g globalOptions, streams Streams) (*session, error) {
 	return &session{
 		out: streams.Out, errOut: streams.Err, client: c,
 		namespace: ns, namespaceSet: g.namespace() != "", allNamespaces: g.allNamespaces,
-		output: g.output, now: time.Now,
+		output: o, now: time.Now,
 	}, nil
 }
 

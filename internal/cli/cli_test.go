@@ -33,6 +33,20 @@ func TestMainCommandLine(t *testing.T) {
 		{name: "why has no wide", args: []string{"why", "pod/x", "-o", "wide"}, code: ExitUsage, err: "why accepts json, yaml"},
 		{name: "-A and -n", args: []string{"leaks", "-A", "-n", "x"}, code: ExitUsage, err: "exclude each other"},
 		{name: "kubeconfig missing", args: []string{"pools", "--kubeconfig", missing}, code: ExitError, err: "loading the kubeconfig"},
+		// Bad arguments and -o values are found before the kubeconfig is
+		// loaded, so a missing one does not hide them.
+		{name: "no IP", args: []string{"who-has", "--kubeconfig", missing}, code: ExitUsage, err: "who-has takes one IP address, got 0 arguments"},
+		{name: "bad IP", args: []string{"who-has", "10.1", "--kubeconfig", missing}, code: ExitUsage, err: `IP "10.1": not an IP address without zone`},
+		{name: "unknown kind", args: []string{"why", "deployment/web", "--kubeconfig", missing}, code: ExitUsage, err: `"deployment/web": name the object as pod/NAME`},
+		{name: "why vm without a name", args: []string{"why", "vm", "--kubeconfig", missing}, code: ExitUsage, err: "why vm takes one name, got 0 arguments"},
+		{name: "why pods alias", args: []string{"why", "pods", "a", "b", "--kubeconfig", missing}, code: ExitUsage, err: "why pod takes one name, got 2 arguments"},
+		{name: "leaks argument", args: []string{"leaks", "x", "--kubeconfig", missing}, code: ExitUsage, err: `leaks takes no arguments, got "x"`},
+		{name: "import from", args: []string{"import", "calico", "--kubeconfig", missing}, code: ExitUsage, err: `got "calico"`},
+		{name: "version argument", args: []string{"version", "x"}, code: ExitUsage, err: `version takes no arguments, got "x"`},
+		{name: "bad jsonpath", args: []string{"pools", "-o", "jsonpath={.items[0", "--kubeconfig", missing}, code: ExitUsage, err: `-o "jsonpath={.items[0"`},
+		{name: "no columns", args: []string{"pools", "-o", "custom-columns=", "--kubeconfig", missing}, code: ExitUsage, err: `-o "custom-columns=": custom-columns needs a template`},
+		{name: "bad flag value", args: []string{"pools", "-A=maybe", "--kubeconfig", missing}, code: ExitUsage, err: `invalid argument "maybe" for "-A, --all-namespaces" flag`},
+		{name: "why pod has no wide", args: []string{"why", "pod", "x", "-o", "wide", "--kubeconfig", missing}, code: ExitUsage, err: `-o "wide": why pod accepts json, yaml`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

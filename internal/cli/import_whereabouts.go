@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"slices"
 	"sort"
@@ -38,9 +39,15 @@ import (
 
 var importCommand = command{
 	name:     "import",
-	synopsis: "whereabouts [--dry-run] [-o json|yaml]",
+	synopsis: "whereabouts [--dry-run] [-o FORMAT]",
 	summary:  "Turn whereabouts' allocations into IPReservations, so addresses survive the switch of the NADs to ipkeeper.",
-	formats:  []string{outputJSON, outputYAML},
+	formats:  formats(outputJSON, outputYAML),
+	args: func(args []string) error {
+		if len(args) != 1 || args[0] != "whereabouts" {
+			return usageErrorf("import takes one argument, the IPAM to import from (whereabouts), got %q", strings.Join(args, " "))
+		}
+		return nil
+	},
 	setup: func(fs *pflag.FlagSet) runFunc {
 		o := &importOptions{}
 		fs.BoolVar(&o.dryRun, "dry-run", false, "print the plan, write nothing")
@@ -92,10 +99,7 @@ var (
 	wbOverlappingGVK = schema.GroupVersionKind{Group: "whereabouts.cni.cncf.io", Version: "v1alpha1", Kind: "OverlappingRangeIPReservationList"}
 )
 
-func (o *importOptions) run(ctx context.Context, s *session, args []string) error {
-	if len(args) != 1 || args[0] != "whereabouts" {
-		return usageErrorf("import takes one argument, the IPAM to import from (whereabouts), got %q", strings.Join(args, " "))
-	}
+func (o *importOptions) run(ctx context.Context, s *session, _ []string) error {
 	steps, problems, err := planWhereaboutsImport(ctx, s.client)
 	if err != nil {
 		return err
@@ -135,18 +139,20 @@ func (o *importOptions) run(ctx context.Context, s *session, args []string) erro
 }
 
 func printImport(s *session, steps []ImportStep) error {
-	switch s.output {
-	case outputJSON, outputYAML:
-		if steps == nil {
-			steps = []ImportStep{}
-		}
-		return printStructured(s.out, s.output, steps)
-	}
-	if len(steps) == 0 {
+	if len(steps) == 0 && s.output.isTable() {
 		fmt.Fprintln(s.errOut, "No whereabouts allocations found.")
 		return nil
 	}
-	t := newTable(s.out, "WHEREABOUTS-POOL", "IP", "POD", "INTERFACE", "NETWORK", "RESERVATION", "OWNER", "ACTION", "DETAIL")
+	if steps == nil {
+		steps = []ImportStep{}
+	}
+	return s.print(printable{doc: steps, names: reservationNames(steps, func(st ImportStep) string { return st.Reservation }),
+		table: func(w io.Writer, _ bool) error { return importTable(w, steps) }})
+}
+
+// importTable is the plan as a table, one allocation a row.
+func importTable(w io.Writer, steps []ImportStep) error {
+	t := newTable(w, "WHEREABOUTS-POOL", "IP", "POD", "INTERFACE", "NETWORK", "RESERVATION", "OWNER", "ACTION", "DETAIL")
 	for _, st := range steps {
 		owner := ""
 		if st.Owner != nil {

@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"time"
@@ -17,10 +18,16 @@ import (
 
 var leaksCommand = command{
 	name:     "leaks",
-	synopsis: "[-n NAMESPACE | -A] [-o wide|json|yaml]",
+	synopsis: "[-n NAMESPACE | -A] [-o FORMAT]",
 	summary:  "List reservations whose owner is gone (and released ones still cooling down), with their age.",
-	formats:  []string{outputWide, outputJSON, outputYAML},
+	formats:  formats(outputWide, outputJSON, outputYAML),
 	setup:    func(*pflag.FlagSet) runFunc { return runLeaks },
+	args: func(args []string) error {
+		if len(args) > 0 {
+			return usageErrorf("leaks takes no arguments, got %q", strings.Join(args, " "))
+		}
+		return nil
+	},
 }
 
 // Leak states.
@@ -47,10 +54,7 @@ type Leak struct {
 	Detail string `json:"detail"`
 }
 
-func runLeaks(ctx context.Context, s *session, args []string) error {
-	if len(args) > 0 {
-		return usageErrorf("leaks takes no arguments, got %q", strings.Join(args, " "))
-	}
+func runLeaks(ctx context.Context, s *session, _ []string) error {
 	ns := s.ownerNamespace()
 	all, err := listReservations(ctx, s.client, ns)
 	if err != nil {
@@ -92,25 +96,28 @@ func runLeaks(ctx context.Context, s *session, args []string) error {
 	for kind, n := range unknown {
 		fmt.Fprintf(s.errOut, "%d reservations owned by %ss were not checked: the API server does not serve that kind.\n", n, kind)
 	}
-	switch s.output {
-	case outputJSON, outputYAML:
-		if leaks == nil {
-			leaks = []Leak{}
-		}
-		return printStructured(s.out, s.output, leaks)
-	}
-	if len(leaks) == 0 {
+	if len(leaks) == 0 && s.output.isTable() {
 		fmt.Fprintln(s.errOut, "No leaked or cooling reservations found.")
 		return nil
 	}
+	if leaks == nil {
+		leaks = []Leak{}
+	}
+	return s.print(printable{doc: leaks, names: reservationNames(leaks, func(l Leak) string { return l.Reservation }),
+		table: func(w io.Writer, wide bool) error { return leaksTable(w, leaks, now, wide) }})
+}
+
+// leaksTable is leaks' table (wide: with the network, the owner's UID and
+// what the GC does).
+func leaksTable(w io.Writer, leaks []Leak, now time.Time, wide bool) error {
 	header := []string{"RESERVATION", "POOL", "IP", "OWNER", "STATE", "AGE"}
-	if s.output == outputWide {
+	if wide {
 		header = append(header, "NETWORK", "OWNER-UID", "DETAIL")
 	}
-	t := newTable(s.out, header...)
+	t := newTable(w, header...)
 	for _, l := range leaks {
 		row := []string{l.Reservation, l.Pool, l.IP, ownerString(l.Owner), l.State, age(now, l.Created)}
-		if s.output == outputWide {
+		if wide {
 			row = append(row, l.Network, string(l.Owner.UID), l.Detail)
 		}
 		t.row(row...)

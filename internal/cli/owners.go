@@ -175,3 +175,16 @@ func reservationState(spec *ipkeeperv1alpha1.IPReservationSpec, now time.Time) s
 func ownerString(o ipkeeperv1alpha1.ReservationOwner) string {
 	return fmt.Sprintf("%s %s/%s", o.Kind, o.Namespace, o.Name)
 }
+
+// reservationNames are the IPReservations of rows, for -o name; rows
+// without one (name "") name nothing.
+func reservationNames[T any](rows []T, name func(T) string) []objectName {
+	gvk := ipkeeperv1alpha1.GroupVersion.WithKind("IPReservation")
+	var out []objectName
+	for _, r := range rows {
+		if n := name(r); n != "" {
+			out = append(out, objectName{gvk: gvk, name: n})
+		}
+	}
+	return out
+}

@@ -5,9 +5,12 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,10 +21,26 @@ import (
 
 var poolsCommand = command{
 	name:     "pools",
-	synopsis: "[POOL...] [-o wide|json|yaml]",
+	synopsis: "[POOL...] [-o FORMAT]",
 	summary:  "Show each IPPool's usage (size, used, free, out of range, cooling down) and per-namespace quota from its status.",
-	formats:  []string{outputWide, outputJSON, outputYAML},
+	formats:  formats(outputWide, outputJSON, outputYAML),
 	setup:    func(*pflag.FlagSet) runFunc { return runPools },
+	complete: completePools,
+}
+
+// completePools offers the IPPools not named yet.
+func completePools(ctx context.Context, s *session, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	var list ipkeeperv1alpha1.IPPoolList
+	if err := s.client.List(ctx, &list); err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	var names []string
+	for _, p := range list.Items {
+		if !slices.Contains(args, p.Name) {
+			names = append(names, p.Name)
+		}
+	}
+	return names, cobra.ShellCompDirectiveNoFileComp
 }
 
 // PoolUsage is one pool's row.
@@ -67,26 +86,37 @@ func runPools(ctx context.Context, s *session, args []string) error {
 	for i := range pools {
 		rows = append(rows, poolUsage(&pools[i]))
 	}
-	switch s.output {
-	case outputJSON, outputYAML:
-		return printStructured(s.out, s.output, rows)
-	}
-	if len(rows) == 0 {
+	if len(rows) == 0 && s.output.isTable() {
 		fmt.Fprintln(s.errOut, "No IPPools found.")
 		return nil
 	}
+	return s.print(printable{doc: rows, names: poolNames(rows), table: func(w io.Writer, wide bool) error { return poolsTable(w, rows, wide) }})
+}
+
+// poolNames are the IPPools of rows, for -o name.
+func poolNames(rows []PoolUsage) []objectName {
+	out := make([]objectName, len(rows))
+	for i, r := range rows {
+		out[i] = objectName{gvk: ipkeeperv1alpha1.GroupVersion.WithKind("IPPool"), name: r.Name}
+	}
+	return out
+}
+
+// poolsTable is pools' table (wide: with the families, ranges, namespaces
+// and the conditions that are true).
+func poolsTable(w io.Writer, rows []PoolUsage, wide bool) error {
 	header := []string{"NAME", "SIZE", "USED", "FREE", "OUT-OF-RANGE", "COOLING", "READY", "QUOTA", "NETWORKS"}
-	if s.output == outputWide {
+	if wide {
 		header = append(header, "FAMILIES", "RANGES", "NAMESPACES", "CONDITIONS")
 	}
-	t := newTable(s.out, header...)
+	t := newTable(w, header...)
 	for _, r := range rows {
 		quota := "<none>"
 		if r.MaxAddressesPerNamespace != nil {
 			quota = fmt.Sprintf("%d/namespace", *r.MaxAddressesPerNamespace)
 		}
 		row := []string{r.Name, r.Size, fmt.Sprint(r.Used), r.Free, fmt.Sprint(r.OutOfRange), fmt.Sprint(r.CoolingDown), r.Ready, quota, strings.Join(r.Networks, ",")}
-		if s.output == outputWide {
+		if wide {
 			var fams, ranges, namespaces []string
 			for _, f := range r.Families {
 				fams = append(fams, fmt.Sprintf("%s %d/%s", f.Family, f.Used, f.Size))

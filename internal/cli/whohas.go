@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"slices"
 	"time"
@@ -17,9 +18,13 @@ import (
 
 var whoHasCommand = command{
 	name:     "who-has",
-	synopsis: "IP [--network NETWORK | --pool POOL] [-n NAMESPACE] [-o wide|json|yaml]",
+	synopsis: "IP [--network NETWORK | --pool POOL] [-n NAMESPACE] [-o FORMAT]",
 	summary:  "Show which pod or claim (and the VM behind it) holds an address. Exits 1 when nobody does.",
-	formats:  []string{outputWide, outputJSON, outputYAML},
+	formats:  formats(outputWide, outputJSON, outputYAML),
+	args: func(args []string) error {
+		_, err := holderIP(args)
+		return err
+	},
 	setup: func(fs *pflag.FlagSet) runFunc {
 		o := &whoHasOptions{}
 		fs.StringVar(&o.network, "network", "", "only reservations of this CNI network")
@@ -52,15 +57,23 @@ type Holder struct {
 	State      string `json:"state"`
 }
 
-func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) error {
+// holderIP is who-has' argument: one IP address without zone.
+func holderIP(args []string) (netip.Addr, error) {
 	if len(args) != 1 {
-		return usageErrorf("who-has takes one IP address, got %d arguments", len(args))
+		return netip.Addr{}, usageErrorf("who-has takes one IP address, got %d arguments", len(args))
 	}
 	ip, err := netip.ParseAddr(args[0])
 	if err != nil || ip.Zone() != "" {
-		return usageErrorf("IP %q: not an IP address without zone", args[0])
+		return netip.Addr{}, usageErrorf("IP %q: not an IP address without zone", args[0])
 	}
-	ip = ip.Unmap()
+	return ip.Unmap(), nil
+}
+
+func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) error {
+	ip, err := holderIP(args)
+	if err != nil {
+		return err
+	}
 	if o.network != "" && o.pool != "" {
 		return usageErrorf("--network and --pool exclude each other")
 	}
@@ -128,18 +141,21 @@ func (o *whoHasOptions) run(ctx context.Context, s *session, args []string) erro
 	if len(holders) == 0 {
 		return o.notHeld(s, pools.Items, ip, elsewhere)
 	}
-	switch s.output {
-	case outputJSON, outputYAML:
-		return printStructured(s.out, s.output, holders)
-	}
+	return s.print(printable{doc: holders, names: reservationNames(holders, func(h Holder) string { return h.Reservation }),
+		table: func(w io.Writer, wide bool) error { return holdersTable(w, holders, now, wide) }})
+}
+
+// holdersTable is who-has' table (wide: with the reservation, the owner's
+// UID and the container ID).
+func holdersTable(w io.Writer, holders []Holder, now time.Time, wide bool) error {
 	header := []string{"IP", "POOL", "NETWORK", "OWNER", "VM", "NODE", "INTERFACE", "AGE", "STATE"}
-	if s.output == outputWide {
+	if wide {
 		header = append(header, "RESERVATION", "OWNER-UID", "CONTAINER-ID")
 	}
-	t := newTable(s.out, header...)
+	t := newTable(w, header...)
 	for _, h := range holders {
 		row := []string{h.IP, h.Pool, h.Network, ownerString(h.Owner), h.VM, h.Node, h.Interface, age(now, h.Created), h.State}
-		if s.output == outputWide {
+		if wide {
 			row = append(row, h.Reservation, string(h.Owner.UID), h.ContainerID)
 		}
 		t.row(row...)

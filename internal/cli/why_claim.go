@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,41 +41,76 @@ func whyClaim(ctx context.Context, s *session, key types.NamespacedName) (*Repor
 		return nil, &notFoundError{fmt.Sprintf("IPAMClaim %s not found", key)}
 	}
 	now := s.now()
-	rep := &Report{Object: fmt.Sprintf("IPAMClaim %s (uid %s)", key, claim.UID)}
-	rep.add("Claim", claimLines(claim)...)
-	owner, owned := claimowner.Of(claim)
-	if owned {
-		line := owner.String()
-		if owner.Orphaned {
-			line += " (recorded in the claim's labels: the owner reference is gone)"
-		}
-		exists, err := ownerVMExists(ctx, s.client, key.Namespace, owner)
-		if err != nil {
-			return nil, err
-		}
-		if !exists {
-			line += "; it no longer exists"
-		}
-		rep.add("Owner", line)
-	} else {
-		rep.add("Owner", "no VirtualMachine or VirtualMachineInstance owns it (a claim made by another tool: any pod of the namespace may use it)")
+	f := &ClaimReport{ClaimFact: claimFact(claim), Namespace: key.Namespace, UID: claim.UID}
+	if err := claimOwner(ctx, s, claim, f); err != nil {
+		return nil, err
 	}
 	all, err := listReservations(ctx, s.client, key.Namespace)
 	if err != nil {
 		return nil, err
 	}
 	held := ownedBy(all, ipkeeperv1alpha1.OwnerIPAMClaim, claim.UID)
-	rep.add("Reservations", reservationLines(held, now)...)
+	f.Reservations = reservationFacts(held, now)
 	events, err := eventsOf(ctx, s.client, key.Namespace, "IPAMClaim", key.Name, claim.UID)
 	if err != nil {
 		return nil, err
 	}
-	rep.add("Events", eventLines(events, 5, now)...)
+	f.Events = eventLines(events, 5, now)
+	rep := &Report{Object: fmt.Sprintf("IPAMClaim %s (uid %s)", key, claim.UID), Claim: f}
 	claimNext(rep, claim, held)
 	if len(rep.Next) == 0 {
 		rep.next("nothing to do: the claim holds %s", strings.Join(claim.Status.IPs, ", "))
 	}
+	renderClaim(rep, now)
 	return rep, nil
+}
+
+// ClaimReport is what why ipamclaim found, typed; the report's sections
+// are rendered from it (renderClaim).
+type ClaimReport struct {
+	ClaimFact
+	Namespace string    `json:"namespace"`
+	UID       types.UID `json:"uid"`
+	// Owner is the VM or VMI that owns the claim, "" for none; Orphaned
+	// when only the claim's labels record it.
+	Owner        string            `json:"owner,omitempty"`
+	Orphaned     bool              `json:"orphaned,omitempty"`
+	OwnerExists  bool              `json:"ownerExists"`
+	Reservations []ReservationFact `json:"reservations"`
+	Events       []string          `json:"events"`
+}
+
+// claimOwner finds the claim's VM or VMI and whether it still exists.
+func claimOwner(ctx context.Context, s *session, claim *ipamclaimsv1alpha1.IPAMClaim, f *ClaimReport) error {
+	owner, owned := claimowner.Of(claim)
+	if !owned {
+		return nil
+	}
+	exists, err := ownerVMExists(ctx, s.client, claim.Namespace, owner)
+	if err != nil {
+		return err
+	}
+	f.Owner, f.Orphaned, f.OwnerExists = owner.String(), owner.Orphaned, exists
+	return nil
+}
+
+// renderClaim adds the sections of rep.Claim to rep.
+func renderClaim(rep *Report, now time.Time) {
+	f := rep.Claim
+	rep.add("Claim", f.lines()...)
+	line := "no VirtualMachine or VirtualMachineInstance owns it (a claim made by another tool: any pod of the namespace may use it)"
+	if f.Owner != "" {
+		line = f.Owner
+		if f.Orphaned {
+			line += " (recorded in the claim's labels: the owner reference is gone)"
+		}
+		if !f.OwnerExists {
+			line += "; it no longer exists"
+		}
+	}
+	rep.add("Owner", line)
+	rep.add("Reservations", factLines(f.Reservations, now)...)
+	rep.add("Events", f.Events...)
 }
 
 // getClaim reads a claim; nil when it does not exist (or the IPAMClaim
@@ -107,33 +143,84 @@ func ownerVMExists(ctx context.Context, c client.Reader, namespace string, owner
 	return obj.GetUID() == owner.UID, nil
 }
 
-// claimLines are the facts of a claim's spec and status.
-func claimLines(claim *ipamclaimsv1alpha1.IPAMClaim) []string {
-	lines := []string{fmt.Sprintf("network %q, interface %s", claim.Spec.Network, orNone(claim.Spec.Interface)), "made by " + claimMaker(claim)}
-	if ln := claim.Annotations[claims.NetworkAnnotation]; ln != "" {
-		lines = append(lines, fmt.Sprintf("VM network %q", ln))
+// ClaimFact is an IPAMClaim as why reports state it; its lines (the
+// text) are rendered from it.
+type ClaimFact struct {
+	Name      string `json:"name"`
+	Network   string `json:"network"`
+	Interface string `json:"interface,omitempty"`
+	// MadeBy is the controller that made (and releases) the claim.
+	MadeBy string `json:"madeBy"`
+	// VMNetwork is the VM network the claim is for (its annotation).
+	VMNetwork string `json:"vmNetwork,omitempty"`
+	// IPs are status.ips.
+	IPs []string `json:"ips,omitempty"`
+	// MAC is the interface's MAC: the VM's own (OwnMAC), else derived
+	// from the addresses.
+	MAC        string             `json:"mac,omitempty"`
+	OwnMAC     bool               `json:"ownMAC,omitempty"`
+	OwnerPod   string             `json:"ownerPod,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Retention is the retention annotation, when set.
+	Retention *string `json:"retention,omitempty"`
+	// Deleted is the deletion timestamp, with the finalizers that hold it.
+	Deleted    *time.Time `json:"deleted,omitempty"`
+	Finalizers []string   `json:"finalizers,omitempty"`
+}
+
+// claimFact reads the facts of a claim's spec and status.
+func claimFact(claim *ipamclaimsv1alpha1.IPAMClaim) ClaimFact {
+	f := ClaimFact{
+		Name: claim.Name, Network: claim.Spec.Network, Interface: claim.Spec.Interface, MadeBy: claimMaker(claim),
+		VMNetwork: claim.Annotations[claims.NetworkAnnotation], Conditions: claim.Status.Conditions,
 	}
-	ips := "none"
 	if claimstatus.Filled(claim) {
-		ips = strings.Join(claim.Status.IPs, ", ")
+		f.IPs = claim.Status.IPs
 	}
-	lines = append(lines, "status.ips: "+ips)
-	if mac, own, ok := macaddr.OfClaim(claim); ok && own {
-		lines = append(lines, fmt.Sprintf("MAC: %s (the VM's own macAddress)", mac))
-	} else if ok {
-		lines = append(lines, fmt.Sprintf("MAC: %s (from its address; launchers get it unless the VM sets its own)", mac))
+	if mac, own, ok := macaddr.OfClaim(claim); ok {
+		f.MAC, f.OwnMAC = mac.String(), own
 	}
-	if claim.Status.OwnerPod != nil && claim.Status.OwnerPod.Name != "" {
-		lines = append(lines, "status.ownerPod: "+claim.Status.OwnerPod.Name)
-	}
-	for _, c := range claim.Status.Conditions {
-		lines = append(lines, conditionLine(c))
+	if claim.Status.OwnerPod != nil {
+		f.OwnerPod = claim.Status.OwnerPod.Name
 	}
 	if v, ok := claim.Annotations[claimstatus.RetentionAnnotation]; ok {
-		lines = append(lines, retentionLine(v))
+		f.Retention = &v
 	}
 	if claim.DeletionTimestamp != nil {
-		lines = append(lines, fmt.Sprintf("being deleted since %s, finalizers %s", claim.DeletionTimestamp.UTC().Format("2006-01-02T15:04:05Z"), strings.Join(claim.Finalizers, ",")))
+		t := claim.DeletionTimestamp.Time
+		f.Deleted, f.Finalizers = &t, claim.Finalizers
+	}
+	return f
+}
+
+// lines renders the facts as the report's text says them.
+func (f ClaimFact) lines() []string {
+	lines := []string{fmt.Sprintf("network %q, interface %s", f.Network, orNone(f.Interface)), "made by " + f.MadeBy}
+	if f.VMNetwork != "" {
+		lines = append(lines, fmt.Sprintf("VM network %q", f.VMNetwork))
+	}
+	ips := "none"
+	if len(f.IPs) > 0 {
+		ips = strings.Join(f.IPs, ", ")
+	}
+	lines = append(lines, "status.ips: "+ips)
+	switch {
+	case f.MAC != "" && f.OwnMAC:
+		lines = append(lines, fmt.Sprintf("MAC: %s (the VM's own macAddress)", f.MAC))
+	case f.MAC != "":
+		lines = append(lines, fmt.Sprintf("MAC: %s (from its address; launchers get it unless the VM sets its own)", f.MAC))
+	}
+	if f.OwnerPod != "" {
+		lines = append(lines, "status.ownerPod: "+f.OwnerPod)
+	}
+	for _, c := range f.Conditions {
+		lines = append(lines, conditionLine(c))
+	}
+	if f.Retention != nil {
+		lines = append(lines, retentionLine(*f.Retention))
+	}
+	if f.Deleted != nil {
+		lines = append(lines, fmt.Sprintf("being deleted since %s, finalizers %s", f.Deleted.UTC().Format("2006-01-02T15:04:05Z"), strings.Join(f.Finalizers, ",")))
 	}
 	return lines
 }
@@ -167,17 +254,6 @@ func conditionLine(c metav1.Condition) string {
 		line += ": " + c.Message
 	}
 	return line
-}
-
-// foundClaim adds what a pod's or VM's report says of one of its claims:
-// the claim's reservations (to held), its facts and what to do.
-func foundClaim(rep *Report, claim *ipamclaimsv1alpha1.IPAMClaim, all, held []ipkeeperv1alpha1.IPReservation, facts []string) ([]ipkeeperv1alpha1.IPReservation, []string) {
-	claimHeld := ownedBy(all, ipkeeperv1alpha1.OwnerIPAMClaim, claim.UID)
-	for _, l := range claimLines(claim) {
-		facts = append(facts, fmt.Sprintf("IPAMClaim %s: %s", claim.Name, l))
-	}
-	claimNext(rep, claim, claimHeld)
-	return append(held, claimHeld...), facts
 }
 
 // claimNext adds what to do for the documented states of a claim

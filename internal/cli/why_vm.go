@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,6 +23,83 @@ import (
 	ipkeeperv1alpha1 "github.com/ipkeeper/ipkeeper/pkg/apis/ipkeeper/v1alpha1"
 )
 
+// VMFacts is what why vm found of a VM. The report's sections are
+// rendered from it (renderVM), so -o json and the text say the same.
+type VMFacts struct {
+	OwnerFacts
+	Status string `json:"status,omitempty"`
+	// Retention is the VM's valid retention annotation; RetentionProblem
+	// why an invalid one is not used.
+	Retention        string `json:"retention,omitempty"`
+	RetentionProblem string `json:"retentionProblem,omitempty"`
+	// FeatureGate is whether a KubeVirt CR lists the PersistentIPs gate;
+	// FeatureGateProblem why no CR could be read.
+	FeatureGate        bool   `json:"featureGate"`
+	FeatureGateProblem string `json:"featureGateProblem,omitempty"`
+	// ClaimsMaker is the MutatingWebhookConfiguration of another
+	// IPAMClaims controller that makes the VM's claims, "" for none;
+	// ClaimsMakerWebhook its webhook that does.
+	ClaimsMaker        string               `json:"claimsMaker,omitempty"`
+	ClaimsMakerWebhook string               `json:"claimsMakerWebhook,omitempty"`
+	Networks           []VMNetworkFact      `json:"networks"`
+	LauncherPods       []LauncherPodFact    `json:"launcherPods"`
+	Guest              []GuestInterfaceFact `json:"guest,omitempty"`
+}
+
+// VMNetworkFact is one secondary network of the VM as ipkeeper sees it.
+type VMNetworkFact struct {
+	Name        string `json:"name"`
+	NetworkName string `json:"networkName"`
+	MAC         string `json:"mac,omitempty"`
+	// Unplugging: the network is being unplugged (state absent).
+	Unplugging bool `json:"unplugging,omitempty"`
+	// Problem is why ipkeeper cannot serve the network (a bad reference,
+	// a missing or unreadable NAD); the fields below are then unset.
+	Problem string `json:"problem,omitempty"`
+	NAD     string `json:"nad,omitempty"`
+	NADFact
+	// Claim is the IPAMClaim the network's addresses are kept in.
+	Claim string `json:"claim,omitempty"`
+}
+
+// UsedClaim is a claim a VM network or a pod's attachment keeps its
+// addresses in.
+type UsedClaim struct {
+	Name string `json:"name"`
+	// Network is the VM's network (none for a pod's claim).
+	Network string `json:"network,omitempty"`
+	Found   bool   `json:"found"`
+	// Claim is what the claim says, when it is found.
+	Claim *ClaimFact `json:"claim,omitempty"`
+}
+
+// LauncherPodFact is one virt-launcher pod of the VM.
+type LauncherPodFact struct {
+	Name  string `json:"name"`
+	Phase string `json:"phase"`
+	Node  string `json:"node,omitempty"`
+	// AnnotationProblem is why its networks annotation cannot be read.
+	AnnotationProblem string         `json:"annotationProblem,omitempty"`
+	References        []ClaimRefFact `json:"references,omitempty"`
+}
+
+// ClaimRefFact is the claim reference of a launcher pod for one network
+// (Reference "" when the webhook did not set it).
+type ClaimRefFact struct {
+	Network   string `json:"network"`
+	Want      string `json:"want"`
+	Reference string `json:"reference"`
+	MAC       string `json:"mac,omitempty"`
+}
+
+// GuestInterfaceFact is a VMI interface as its guest agent reports it.
+type GuestInterfaceFact struct {
+	Name          string   `json:"name"`
+	InterfaceName string   `json:"interfaceName"`
+	MAC           string   `json:"mac"`
+	IPs           []string `json:"ips,omitempty"`
+}
+
 // vmNetwork is one secondary network of a VM as ipkeeper sees it.
 type vmNetwork struct {
 	net        kubevirt.SecondaryNetwork
@@ -30,9 +108,40 @@ type vmNetwork struct {
 	claim      string
 }
 
+// vmWhy is one run of why vm: what the steps read and found, and the
+// report they add what to do to.
+type vmWhy struct {
+	s        *session
+	key      types.NamespacedName
+	vm       kubevirtv1.VirtualMachine
+	now      time.Time
+	rep      *Report
+	facts    *VMFacts
+	external string
+	networks []kubevirt.SecondaryNetwork
+	vmNets   []vmNetwork
+	// all are the reservations of owners in the VM's namespace.
+	all []ipkeeperv1alpha1.IPReservation
+}
+
 func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, error) {
-	var vm kubevirtv1.VirtualMachine
-	if err := s.client.Get(ctx, key, &vm); err != nil {
+	w, err := readVM(ctx, s, key)
+	if err != nil {
+		return nil, err
+	}
+	// In the order the report's Next lines come in.
+	if err := runSteps(ctx, w.retention, w.featureGate, w.secondaryNetworks, w.launchers, w.guest, w.events); err != nil {
+		return nil, err
+	}
+	w.conclude()
+	renderVM(w.rep, w.now)
+	return w.rep, nil
+}
+
+// readVM reads the VM and starts its report.
+func readVM(ctx context.Context, s *session, key types.NamespacedName) (*vmWhy, error) {
+	w := &vmWhy{s: s, key: key, now: s.now()}
+	if err := s.client.Get(ctx, key, &w.vm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, &notFoundError{fmt.Sprintf("VirtualMachine %s not found", key)}
 		}
@@ -41,183 +150,209 @@ func whyVM(ctx context.Context, s *session, key types.NamespacedName) (*Report, 
 		}
 		return nil, fmt.Errorf("reading VirtualMachine %s: %w", key, err)
 	}
-	now := s.now()
-	rep := &Report{Object: fmt.Sprintf("VirtualMachine %s (uid %s)", key, vm.UID)}
-	rep.add("VM", fmt.Sprintf("status %s, age %s", orNone(string(vm.Status.PrintableStatus)), age(now, vm.CreationTimestamp.Time)))
-	if v, ok := vm.Annotations[claimstatus.RetentionAnnotation]; ok {
-		// What the claims record of it (capped by the controller) shows
-		// with each claim below.
-		if _, err := claimstatus.ParseRetention(v); err != nil {
-			rep.next("fix the VM's %v; until then its addresses are not kept after its claims are released", err)
-		} else {
-			rep.add("Retention", fmt.Sprintf("%s %s on the VM (ipkeeper-controller caps it at its --max-address-retention)", claimstatus.RetentionAnnotation, v))
-		}
-	}
+	w.facts = &VMFacts{OwnerFacts: OwnerFacts{ObjectFact: objectFact(&w.vm)}, Status: string(w.vm.Status.PrintableStatus)}
+	w.rep = &Report{Object: fmt.Sprintf("VirtualMachine %s (uid %s)", key, w.vm.UID), VM: w.facts}
+	return w, nil
+}
 
-	gateOn, err := kubevirt.CRGate{Reader: s.client}.Enabled(ctx)
-	gateLine := fmt.Sprintf("%s listed in a KubeVirt CR: %t", kubevirt.PersistentIPsGate, gateOn)
+// retention reads the VM's retention annotation; what the claims record
+// of it (capped by the controller) shows with each claim.
+func (w *vmWhy) retention(context.Context) error {
+	v, ok := w.vm.Annotations[claimstatus.RetentionAnnotation]
+	if !ok {
+		return nil
+	}
+	if _, err := claimstatus.ParseRetention(v); err != nil {
+		w.facts.RetentionProblem = err.Error()
+		w.rep.next("fix the VM's %v; until then its addresses are not kept after its claims are released", err)
+		return nil
+	}
+	w.facts.Retention = v
+	return nil
+}
+
+// featureGate reads the KubeVirt CR's gate and who makes the claims
+// (claimmaker): a user who may not list webhook configurations is told
+// nothing of the latter.
+func (w *vmWhy) featureGate(ctx context.Context) error {
+	gateOn, err := kubevirt.CRGate{Reader: w.s.client}.Enabled(ctx)
 	switch {
 	case err != nil && (meta.IsNoMatchError(err) || apierrors.IsNotFound(err)):
-		gateLine = "no KubeVirt CR is served: " + err.Error()
+		w.facts.FeatureGateProblem = err.Error()
 	case err != nil:
-		return nil, err
+		return err
 	}
-	rep.add("Feature gate", gateLine+" (ipkeeper-controller ignores it when run with --require-kubevirt-feature-gate=false)")
-	// Who makes the claims (claimmaker): a user who may not list webhook
-	// configurations is told nothing of it.
-	external, _ := claimmaker.Detect(ctx, s.client)
-	if external != "" {
-		rep.add("Claims maker", fmt.Sprintf("another IPAMClaims controller: webhook %s of MutatingWebhookConfiguration %s (ipam-extensions) makes claims when the VM starts and sets launchers' references; ipkeeper-controller (--claims-controller=auto) fills their addresses", claimmaker.ExtensionsWebhook, external))
+	w.facts.FeatureGate = gateOn
+	w.external, _ = claimmaker.Detect(ctx, w.s.client)
+	if w.external != "" {
+		w.facts.ClaimsMaker, w.facts.ClaimsMakerWebhook = w.external, claimmaker.ExtensionsWebhook
 	}
-	if !gateOn && external == "" {
-		rep.next("enable the %s feature gate in the KubeVirt CR (spec.configuration.developerConfiguration.featureGates; docs/kubevirt.md), or run ipkeeper-controller with --require-kubevirt-feature-gate=false", kubevirt.PersistentIPsGate)
+	if !gateOn && w.external == "" {
+		w.rep.next("enable the %s feature gate in the KubeVirt CR (spec.configuration.developerConfiguration.featureGates; docs/kubevirt.md), or run ipkeeper-controller with --require-kubevirt-feature-gate=false", kubevirt.PersistentIPsGate)
 	}
+	return nil
+}
 
-	var networks []kubevirt.SecondaryNetwork
-	if vm.Spec.Template != nil {
-		networks = kubevirt.SecondaryNetworks(&vm.Spec.Template.Spec)
+// secondaryNetworks finds each Multus network's NAD, flag and claim, and
+// the reservations of the claims.
+func (w *vmWhy) secondaryNetworks(ctx context.Context) error {
+	if w.vm.Spec.Template != nil {
+		w.networks = kubevirt.SecondaryNetworks(&w.vm.Spec.Template.Spec)
 	}
-	all, err := listReservations(ctx, s.client, key.Namespace)
-	if err != nil {
-		return nil, err
+	var err error
+	if w.all, err = listReservations(ctx, w.s.client, w.key.Namespace); err != nil {
+		return err
 	}
-	var netLines, claimFacts []string
 	var held []ipkeeperv1alpha1.IPReservation
-	var vmNets []vmNetwork
+	for _, n := range w.networks {
+		fact, err := w.network(ctx, n)
+		if err != nil {
+			return err
+		}
+		w.facts.Networks = append(w.facts.Networks, fact)
+		if fact.Problem != "" || fact.Unplugging || !fact.AllowPersistentIPs {
+			continue
+		}
+		claimHeld, err := w.claim(ctx, w.vmNets[len(w.vmNets)-1]) // network added it
+		if err != nil {
+			return err
+		}
+		held = append(held, claimHeld...)
+	}
+	w.facts.Reservations = reservationFacts(held, w.now)
+	return nil
+}
+
+// network reads what one network of the VM attaches: its NAD and the
+// claim it keeps its addresses in.
+func (w *vmWhy) network(ctx context.Context, n kubevirt.SecondaryNetwork) (VMNetworkFact, error) {
+	fact := VMNetworkFact{Name: n.Name, NetworkName: n.NetworkName, MAC: n.MAC, Unplugging: n.Absent}
+	if n.Absent {
+		return fact, nil
+	}
+	nadKey, err := multus.NADRef(n.NetworkName, w.key.Namespace)
+	if err != nil {
+		fact.Problem = err.Error()
+		w.rep.next("fix network %q of the VM: %v", n.Name, err)
+		return fact, nil
+	}
+	nw, problem, err := readNAD(ctx, w.s.client, nadKey)
+	if err != nil {
+		return fact, err
+	}
+	if problem != "" {
+		fact.Problem = problem
+		w.rep.next("%s", problem)
+		return fact, nil
+	}
+	claimName, err := claims.ClaimOf(ctx, w.s.client, w.key.Namespace, w.vm.Name, w.vm.UID, n.Name, nw.Name)
+	if err != nil {
+		return fact, err
+	}
+	w.vmNets = append(w.vmNets, vmNetwork{net: n, nad: nadKey, persistent: nw.AllowPersistentIPs, claim: claimName})
+	fact.NAD, fact.NADFact, fact.Claim = nadKey.String(), nw.fact(), claimName
+	if fact.FlagProblem != "" {
+		w.rep.next("NetworkAttachmentDefinition %s: %s", nadKey, fact.FlagProblem)
+	}
+	if next := nw.unknownNext(nadKey); next != "" {
+		w.rep.next("%s", next)
+	}
+	return fact, nil
+}
+
+// claim reads the claim of a network that keeps its addresses, and
+// returns its reservations.
+func (w *vmWhy) claim(ctx context.Context, vn vmNetwork) ([]ipkeeperv1alpha1.IPReservation, error) {
+	claim, err := getClaim(ctx, w.s.client, types.NamespacedName{Namespace: w.key.Namespace, Name: vn.claim})
+	if err != nil {
+		return nil, err
+	}
+	fact := UsedClaim{Name: vn.claim, Network: vn.net.Name, Found: claim != nil}
+	if claim == nil {
+		w.facts.Claims = append(w.facts.Claims, fact)
+		switch {
+		case w.external != "":
+			w.rep.next("the other IPAMClaims controller makes IPAMClaim %s/%s when the VM starts (a stopped VM has none); if the VM runs, check that controller", w.key.Namespace, vn.claim)
+		case w.facts.FeatureGate:
+			w.rep.next("ipkeeper-controller has not created IPAMClaim %s/%s: check that it runs and has a leader (docs/troubleshooting.md, The controller is down) and the VM's events", w.key.Namespace, vn.claim)
+		}
+		return nil, nil
+	}
+	held := ownedBy(w.all, ipkeeperv1alpha1.OwnerIPAMClaim, claim.UID)
+	cf := claimFact(claim)
+	fact.Claim = &cf
+	claimNext(w.rep, claim, held)
+	w.facts.Claims = append(w.facts.Claims, fact)
+	return held, nil
+}
+
+// launchers reads the VM's launcher pods and whether the webhook set the
+// claim reference of each network that keeps its addresses.
+func (w *vmWhy) launchers(ctx context.Context) error {
+	pods, err := launcherPods(ctx, w.s.client, w.key.Namespace, w.vm.Name)
+	if err != nil {
+		return err
+	}
+	for i := range pods {
+		w.facts.LauncherPods = append(w.facts.LauncherPods, w.launcher(&pods[i]))
+	}
+	return nil
+}
+
+func (w *vmWhy) launcher(pod *corev1.Pod) LauncherPodFact {
+	fact := LauncherPodFact{Name: pod.Name, Phase: string(pod.Status.Phase), Node: pod.Spec.NodeName}
+	elems, err := multus.ParseElements(pod.Annotations[multus.Annotation], pod.Namespace)
+	if err != nil {
+		fact.AnnotationProblem = err.Error()
+		return fact
+	}
+	for _, vn := range w.vmNets {
+		if !vn.persistent {
+			continue
+		}
+		ref, mac := refFor(elems, vn.nad)
+		fact.References = append(fact.References, ClaimRefFact{Network: vn.net.Name, Want: vn.claim, Reference: ref, MAC: mac})
+		if ref == "" {
+			w.rep.next("launcher pod %s has no %s for network %s: it was created while the webhook was down or not registered, so its addresses change on restart; restart the VM once the webhook runs", pod.Name, multus.ClaimRefKey, vn.net.Name)
+		}
+	}
+	return fact
+}
+
+func (w *vmWhy) guest(ctx context.Context) error {
+	var err error
+	w.facts.Guest, err = guestInterfaces(ctx, w.s.client, w.key)
+	return err
+}
+
+func (w *vmWhy) events(ctx context.Context) error {
+	events, err := eventsOf(ctx, w.s.client, w.key.Namespace, "VirtualMachine", w.key.Name, w.vm.UID)
+	if err != nil {
+		return err
+	}
+	w.facts.Events = eventLines(events, 5, w.now)
+	return nil
+}
+
+// conclude says what to do when no step found anything to.
+func (w *vmWhy) conclude() {
+	if len(w.rep.Next) > 0 {
+		return
+	}
 	anyPersistent := false
-	for _, n := range networks {
-		line := fmt.Sprintf("%s (multus.networkName %s)", n.Name, n.NetworkName)
-		if n.MAC != "" {
-			line = fmt.Sprintf("%s (multus.networkName %s, its own macAddress %s)", n.Name, n.NetworkName, n.MAC)
-		}
-		if n.Absent {
-			netLines = append(netLines, line+": being unplugged")
-			continue
-		}
-		nadKey, err := multus.NADRef(n.NetworkName, key.Namespace)
-		if err != nil {
-			netLines = append(netLines, line+": "+err.Error())
-			rep.next("fix network %q of the VM: %v", n.Name, err)
-			continue
-		}
-		nw, problem, err := readNAD(ctx, s.client, nadKey)
-		if err != nil {
-			return nil, err
-		}
-		if problem != "" {
-			netLines = append(netLines, line+": "+problem)
-			rep.next("%s", problem)
-			continue
-		}
-		claimName, err := claims.ClaimOf(ctx, s.client, key.Namespace, vm.Name, vm.UID, n.Name, nw.Name)
-		if err != nil {
-			return nil, err
-		}
-		vn := vmNetwork{net: n, nad: nadKey, persistent: nw.AllowPersistentIPs, claim: claimName}
-		vmNets = append(vmNets, vn)
-		line += fmt.Sprintf(": NAD %s, CNI network %q, allowPersistentIPs %t", nadKey, nw.Name, nw.AllowPersistentIPs)
-		if p := nw.FlagProblem(); p != "" {
-			line += " (" + p + ")"
-			rep.next("NetworkAttachmentDefinition %s: %s", nadKey, p)
-		}
-		netLines = append(netLines, line+nw.ignoredLine())
-		if next := nw.unknownNext(nadKey); next != "" {
-			rep.next("%s", next)
-		}
-		if !nw.AllowPersistentIPs {
-			continue
-		}
-		anyPersistent = true
-		claim, err := getClaim(ctx, s.client, types.NamespacedName{Namespace: key.Namespace, Name: vn.claim})
-		if err != nil {
-			return nil, err
-		}
-		if claim == nil {
-			claimFacts = append(claimFacts, fmt.Sprintf("IPAMClaim %s (network %s): not found", vn.claim, n.Name))
-			switch {
-			case external != "":
-				rep.next("the other IPAMClaims controller makes IPAMClaim %s/%s when the VM starts (a stopped VM has none); if the VM runs, check that controller", key.Namespace, vn.claim)
-			case gateOn:
-				rep.next("ipkeeper-controller has not created IPAMClaim %s/%s: check that it runs and has a leader (docs/troubleshooting.md, The controller is down) and the VM's events", key.Namespace, vn.claim)
-			}
-			continue
-		}
-		held, claimFacts = foundClaim(rep, claim, all, held, claimFacts)
-	}
-	if len(networks) == 0 {
-		netLines = append(netLines, "no secondary (Multus) networks")
-	}
-	rep.add("Networks", netLines...)
-	if len(claimFacts) > 0 {
-		rep.add("Claims", claimFacts...)
-	}
-	rep.add("Reservations", reservationLines(held, now)...)
-
-	launchers, err := launcherPods(ctx, s.client, key.Namespace, vm.Name)
-	if err != nil {
-		return nil, err
-	}
-	var podLines []string
-	for i := range launchers {
-		pod := &launchers[i]
-		line := fmt.Sprintf("%s: phase %s, node %s", pod.Name, pod.Status.Phase, orNone(pod.Spec.NodeName))
-		elems, perr := multus.ParseElements(pod.Annotations[multus.Annotation], pod.Namespace)
-		if perr != nil {
-			podLines = append(podLines, line+": "+perr.Error())
-			continue
-		}
-		var refs []string
-		for _, vn := range vmNets {
-			if !vn.persistent {
-				continue
-			}
-			ref, mac := refFor(elems, vn.nad)
-			switch ref {
-			case vn.claim:
-				refs = append(refs, fmt.Sprintf("network %s: webhook reference %q present, mac %s", vn.net.Name, ref, orNone(mac)))
-			case "":
-				refs = append(refs, fmt.Sprintf("network %s: webhook reference missing", vn.net.Name))
-				rep.next("launcher pod %s has no %s for network %s: it was created while the webhook was down or not registered, so its addresses change on restart; restart the VM once the webhook runs", pod.Name, multus.ClaimRefKey, vn.net.Name)
-			default:
-				refs = append(refs, fmt.Sprintf("network %s: references %q, not %q", vn.net.Name, ref, vn.claim))
-			}
-		}
-		if len(refs) > 0 {
-			line += "; " + strings.Join(refs, "; ")
-		}
-		podLines = append(podLines, line)
-	}
-	rep.add("Launcher pods", podLines...)
-	guest, err := guestLines(ctx, s.client, key)
-	if err != nil {
-		return nil, err
-	}
-	if len(guest) > 0 {
-		rep.add("Guest (as its guest agent reports)", guest...)
-	}
-
-	events, err := eventsOf(ctx, s.client, key.Namespace, "VirtualMachine", key.Name, vm.UID)
-	if err != nil {
-		return nil, err
-	}
-	rep.add("Events", eventLines(events, 5, now)...)
-
-	if len(rep.Next) > 0 {
-		return rep, nil
+	var nads []string
+	for _, vn := range w.vmNets {
+		anyPersistent = anyPersistent || vn.persistent
+		nads = append(nads, vn.nad.String())
 	}
 	switch {
-	case len(networks) == 0:
-		rep.next("nothing to do: ipkeeper keeps addresses only on secondary (Multus) networks")
+	case len(w.networks) == 0:
+		w.rep.next("nothing to do: ipkeeper keeps addresses only on secondary (Multus) networks")
 	case !anyPersistent:
-		var nads []string
-		for _, vn := range vmNets {
-			nads = append(nads, vn.nad.String())
-		}
-		rep.next("no network of the VM keeps its addresses across restarts; to keep them, set \"allowPersistentIPs\": true at the top level of the spec.config of NetworkAttachmentDefinition %s", strings.Join(nads, ", "))
+		w.rep.next("no network of the VM keeps its addresses across restarts; to keep them, set \"allowPersistentIPs\": true at the top level of the spec.config of NetworkAttachmentDefinition %s", strings.Join(nads, ", "))
 	default:
-		rep.next("nothing to do: the VM's claims hold their addresses")
+		w.rep.next("nothing to do: the VM's claims hold their addresses")
 	}
-	return rep, nil
 }
 
 // launcherPods lists the virt-launcher pods of a VM's VMI (same name).
@@ -246,10 +381,10 @@ func refFor(elems []multus.Element, nad types.NamespacedName) (ref, mac string) 
 	return "", ""
 }
 
-// guestLines are the VMI's interfaces as the guest agent reports them:
-// name, MAC and addresses, to set beside the claims' (none without a
-// running VMI or a guest agent).
-func guestLines(ctx context.Context, c client.Reader, key types.NamespacedName) ([]string, error) {
+// guestInterfaces are the VMI's interfaces as the guest agent reports
+// them: name, MAC and addresses, to set beside the claims' (none without
+// a running VMI or a guest agent).
+func guestInterfaces(ctx context.Context, c client.Reader, key types.NamespacedName) ([]GuestInterfaceFact, error) {
 	var vmi kubevirtv1.VirtualMachineInstance
 	if err := c.Get(ctx, key, &vmi); err != nil {
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
@@ -257,12 +392,11 @@ func guestLines(ctx context.Context, c client.Reader, key types.NamespacedName) 
 		}
 		return nil, fmt.Errorf("reading VirtualMachineInstance %s: %w", key, err)
 	}
-	var lines []string
+	var out []GuestInterfaceFact
 	for _, iface := range vmi.Status.Interfaces {
-		if !strings.Contains(iface.InfoSource, "guest-agent") {
-			continue
+		if strings.Contains(iface.InfoSource, "guest-agent") {
+			out = append(out, GuestInterfaceFact{Name: iface.Name, InterfaceName: iface.InterfaceName, MAC: iface.MAC, IPs: iface.IPs})
 		}
-		lines = append(lines, fmt.Sprintf("%s: %s, MAC %s, addresses %s", orNone(iface.Name), orNone(iface.InterfaceName), orNone(iface.MAC), orNone(strings.Join(iface.IPs, ", "))))
 	}
-	return lines, nil
+	return out, nil
 }
