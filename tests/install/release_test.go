@@ -91,6 +91,7 @@ func TestReleaseInstalls(t *testing.T) {
 			t.Errorf("the release has no %s (assets: %v)", want, assets)
 		}
 	}
+	releaseCheckPlugin(t, out, assets)
 	releaseCheckRegistry(t, pinned)
 	chartPkg := fmt.Sprintf("ipkeeper-%s.tgz", strings.TrimPrefix(releaseVersion, "v"))
 	_, err = os.Stat(filepath.Join(root, "charts", "ipkeeper", "Chart.yaml"))
@@ -248,6 +249,56 @@ func releaseChecksums(t *testing.T, out string) []string {
 		t.Errorf("SHA256SUMS lists %v; the release directory has %v", listed, files)
 	}
 	return listed
+}
+
+// releaseCheckPlugin checks the kubectl plugin's krew assets: the archive
+// for this machine's platform (the one built) and ipkeeper.yaml are
+// listed in SHA256SUMS, and the manifest names the archive by its sha256
+// under the default base URL.
+func releaseCheckPlugin(t *testing.T, out string, assets []string) {
+	t.Helper()
+	archive := "kubectl-ipkeeper_linux_" + runtime.GOARCH + ".tar.gz"
+	for _, want := range []string{archive, "ipkeeper.yaml"} {
+		if !slices.Contains(assets, want) {
+			t.Errorf("SHA256SUMS does not list %s (assets: %v)", want, assets)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(out, "ipkeeper.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Kind     string
+		Metadata struct{ Name string }
+		Spec     struct {
+			Version   string
+			Platforms []struct{ URI, Sha256, Bin string }
+		}
+	}
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		t.Fatalf("ipkeeper.yaml: %v", err)
+	}
+	if m.Kind != "Plugin" || m.Metadata.Name != "ipkeeper" || m.Spec.Version != releaseVersion || len(m.Spec.Platforms) != 1 {
+		t.Fatalf("ipkeeper.yaml: %+v; want the Plugin ipkeeper %s for one platform", m, releaseVersion)
+	}
+	p := m.Spec.Platforms[0]
+	sum := sha256.Sum256(releaseRead(t, filepath.Join(out, archive)))
+	wantURI := "https://github.com/ipkeeper/ipkeeper/releases/download/" + releaseVersion + "/" + archive
+	if p.URI != wantURI || p.Sha256 != hex.EncodeToString(sum[:]) || p.Bin != "kubectl-ipkeeper" {
+		t.Errorf("ipkeeper.yaml's platform: %+v; want uri %s, sha256 %x, bin kubectl-ipkeeper", p, wantURI, sum)
+	}
+	if files := releaseReadTgz(t, filepath.Join(out, archive)); len(files) != 2 || len(files["kubectl-ipkeeper"]) == 0 || len(files["LICENSE"]) == 0 {
+		t.Errorf("%s holds %d files; want kubectl-ipkeeper and LICENSE", archive, len(files))
+	}
+}
+
+func releaseRead(t *testing.T, file string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 // releaseImages lists the container images of the objects in file.
