@@ -91,7 +91,7 @@ func TestReleaseInstalls(t *testing.T) {
 			t.Errorf("the release has no %s (assets: %v)", want, assets)
 		}
 	}
-	releaseCheckPlugin(t, out, assets)
+	releaseCheckPlugin(t, root, out, assets)
 	releaseCheckRegistry(t, pinned)
 	chartPkg := fmt.Sprintf("ipkeeper-%s.tgz", strings.TrimPrefix(releaseVersion, "v"))
 	_, err = os.Stat(filepath.Join(root, "charts", "ipkeeper", "Chart.yaml"))
@@ -254,8 +254,9 @@ func releaseChecksums(t *testing.T, out string) []string {
 // releaseCheckPlugin checks the kubectl plugin's krew assets: the archive
 // for this machine's platform (the one built) and ipkeeper.yaml are
 // listed in SHA256SUMS, and the manifest names the archive by its sha256
-// under the default base URL.
-func releaseCheckPlugin(t *testing.T, out string, assets []string) {
+// under the default base URL; the archive holds the checkout's LICENSE and
+// a kubectl-ipkeeper of the release's version.
+func releaseCheckPlugin(t *testing.T, root, out string, assets []string) {
 	t.Helper()
 	archive := "kubectl-ipkeeper_linux_" + runtime.GOARCH + ".tar.gz"
 	for _, want := range []string{archive, "ipkeeper.yaml"} {
@@ -287,8 +288,16 @@ func releaseCheckPlugin(t *testing.T, out string, assets []string) {
 	if p.URI != wantURI || p.Sha256 != hex.EncodeToString(sum[:]) || p.Bin != "kubectl-ipkeeper" {
 		t.Errorf("ipkeeper.yaml's platform: %+v; want uri %s, sha256 %x, bin kubectl-ipkeeper", p, wantURI, sum)
 	}
-	if files := releaseReadTgz(t, filepath.Join(out, archive)); len(files) != 2 || len(files["kubectl-ipkeeper"]) == 0 || len(files["LICENSE"]) == 0 {
-		t.Errorf("%s holds %d files; want kubectl-ipkeeper and LICENSE", archive, len(files))
+	files := releaseReadTgz(t, filepath.Join(out, archive))
+	if len(files) != 2 || !bytes.Equal(files["LICENSE"], releaseRead(t, filepath.Join(root, "LICENSE"))) {
+		t.Errorf("%s holds %d files; want kubectl-ipkeeper and the checkout's LICENSE", archive, len(files))
+	}
+	bin := filepath.Join(t.TempDir(), "kubectl-ipkeeper")
+	if err := os.WriteFile(bin, files["kubectl-ipkeeper"], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := exec.Command(bin, "--version").Output(); err != nil || strings.TrimSpace(string(v)) != releaseVersion {
+		t.Errorf("kubectl-ipkeeper --version of %s: %q, %v; want %s", archive, v, err, releaseVersion)
 	}
 }
 
