@@ -55,21 +55,25 @@ image: ## OCI image of the four binaries, no Docker or base image needed: bin/im
 
 # make release VERSION=v0.1.0 IMAGE=registry.example.org/ipkeeper: builds the
 # image, pushes it as IMAGE:VERSION (PUSH=false: does not; INSECURE=true: plain
-# HTTP) and writes the assets into RELEASE_DIR, each pinning the image by
-# digest: install.yaml, install-<overlay>.yaml, the Helm chart package and
-# SHA256SUMS (hack/release, docs/install.md). Here IMAGE is a repository
+# HTTP) and writes the assets into RELEASE_DIR: install.yaml,
+# install-<overlay>.yaml and the Helm chart package, each pinning the image
+# by digest; the kubectl plugin's krew archives
+# kubectl-ipkeeper_<os>_<arch>.tar.gz and manifest ipkeeper.yaml (its uris
+# under PLUGIN_BASE_URL/VERSION/); SHA256SUMS (hack/release, docs/install.md). Here IMAGE is a repository
 # without tag, by default ghcr.io/ipkeeper/ipkeeper.
 RELEASE_IMAGE = $(if $(filter file,$(origin IMAGE)),ghcr.io/ipkeeper/ipkeeper,$(IMAGE))
 RELEASE_DIR ?= $(BIN_DIR)/release/$(VERSION)
 PUSH ?= true
 INSECURE ?= false
+PLUGIN_BASE_URL ?= https://github.com/ipkeeper/ipkeeper/releases/download
 .PHONY: release
-release: ## Build, push and pin a release: make release VERSION=v0.1.0 IMAGE=registry.example.org/ipkeeper -> bin/release/<VERSION>/ (install.yaml, chart, SHA256SUMS).
-	go run ./hack/release -check -version '$(VERSION)' -image '$(RELEASE_IMAGE)' -insecure=$(INSECURE)
+release: ## Build, push and pin a release: make release VERSION=v0.1.0 IMAGE=registry.example.org/ipkeeper -> bin/release/<VERSION>/ (install.yaml, chart, krew plugin, SHA256SUMS).
+	go run ./hack/release -check -version '$(VERSION)' -image '$(RELEASE_IMAGE)' -insecure=$(INSECURE) -plugin-base-url '$(PLUGIN_BASE_URL)'
 	bash hack/tools.sh kubernetes helm
 	$(MAKE) --no-print-directory image IMAGE='$(RELEASE_IMAGE):$(VERSION)' IMAGE_DIR='$(RELEASE_DIR)/image'
 	go run ./hack/release -version '$(VERSION)' -image '$(RELEASE_IMAGE)' -layout '$(RELEASE_DIR)/image/oci' -out '$(RELEASE_DIR)' \
-		-push=$(PUSH) -insecure=$(INSECURE) -kubectl '$(IPKEEPER_KUBECTL)' -helm '$(IPKEEPER_HELM)'
+		-push=$(PUSH) -insecure=$(INSECURE) -kubectl '$(IPKEEPER_KUBECTL)' -helm '$(IPKEEPER_HELM)' \
+		-bin-dir '$(RELEASE_DIR)/image/bin' -created '$(SOURCE_DATE_EPOCH)' -plugin-base-url '$(PLUGIN_BASE_URL)'
 
 .PHONY: tools
 tools: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, CNI plugins, Multus, controller-gen, KubeVirt virt-controller, whereabouts, ipam-extensions, helm, promtool and kubeconform (cached; the first time about 35 minutes on two cores).

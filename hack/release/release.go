@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -46,6 +47,9 @@ type options struct {
 	manifestsDir, chartDir string
 	kubectl, helm          string
 	push, insecure         bool
+	// The kubectl plugin's krew assets (krew.go).
+	binDir, license, pluginBaseURL string
+	created                        int64 // SOURCE_DATE_EPOCH
 	// Set by validate.
 	repo         name.Repository // of image
 	chartVersion string          // version without the v
@@ -57,7 +61,7 @@ var semver = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-
 	`(-(0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*)?$`)
 
 // validate checks the flags; errors name the flag, the value and what is
-// wanted. With checkOnly, only -version and -image.
+// wanted. With checkOnly, only -version, -image and -plugin-base-url.
 func (o *options) validate(checkOnly bool) error {
 	if !semver.MatchString(o.version) {
 		return fmt.Errorf("-version %q (VERSION): want a semantic version with a leading v and no build metadata, e.g. v0.1.0 or v0.2.0-rc.1", o.version)
@@ -86,15 +90,29 @@ func (o *options) validate(checkOnly bool) error {
 			return err
 		}
 	}
+	if err := checkBaseURL(o.pluginBaseURL); err != nil {
+		return err
+	}
 	if checkOnly {
 		return nil
 	}
-	for flag, v := range map[string]string{"-layout": o.layoutDir, "-out": o.outDir, "-kubectl": o.kubectl} {
+	for flag, v := range map[string]string{"-layout": o.layoutDir, "-out": o.outDir, "-kubectl": o.kubectl, "-bin-dir": o.binDir} {
 		if v == "" {
 			return fmt.Errorf("%s: required", flag)
 		}
 	}
+	if o.created < 0 {
+		return fmt.Errorf("-created %d (SOURCE_DATE_EPOCH): want the commit's time in seconds since the epoch", o.created)
+	}
 	return nil
+}
+
+// pluginOptions is what writePlugin needs of o.
+func (o options) pluginOptions() pluginOptions {
+	return pluginOptions{
+		version: o.version, binDir: o.binDir, license: o.license, baseURL: o.pluginBaseURL,
+		mtime: time.Unix(o.created, 0).UTC(), outDir: o.outDir,
+	}
 }
 
 // release writes the assets, then pushes the image; it reports on w.
@@ -125,6 +143,15 @@ func release(ctx context.Context, o options, w io.Writer) error {
 	if chart != "" {
 		assets = append(assets, chart)
 	}
+	platforms, err := imagePlatforms(idx)
+	if err != nil {
+		return err
+	}
+	plugin, err := writePlugin(o.pluginOptions(), platforms)
+	if err != nil {
+		return err
+	}
+	assets = append(assets, plugin...)
 	if err := writeSums(o.outDir, assets); err != nil {
 		return err
 	}

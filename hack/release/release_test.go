@@ -3,15 +3,24 @@
 package main
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -21,6 +30,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 func TestValidate(t *testing.T) {
@@ -44,7 +54,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := options{version: tt.version, image: tt.image}
+			o := options{version: tt.version, image: tt.image, pluginBaseURL: defaultPluginBaseURL}
 			err := o.validate(true)
 			if tt.wantErr == "" {
 				if err != nil {
@@ -60,9 +70,17 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
-	o := options{version: "v0.1.0", image: "ghcr.io/ipkeeper/ipkeeper"}
+	o := options{version: "v0.1.0", image: "ghcr.io/ipkeeper/ipkeeper", pluginBaseURL: defaultPluginBaseURL}
 	if err := o.validate(false); err == nil || !strings.Contains(err.Error(), "required") {
-		t.Errorf("without -layout, -out, -kubectl: %v, want required", err)
+		t.Errorf("without -layout, -out, -kubectl, -bin-dir: %v, want required", err)
+	}
+	o.layoutDir, o.outDir, o.kubectl, o.binDir, o.created = "oci", "out", "kubectl", "bin", -1
+	if err := o.validate(false); err == nil || !strings.Contains(err.Error(), "-created -1") {
+		t.Errorf("-created -1: %v, want an error naming it", err)
+	}
+	o.created, o.pluginBaseURL = 0, "github.com/ipkeeper"
+	if err := o.validate(true); err == nil || !strings.Contains(err.Error(), `-plugin-base-url "github.com/ipkeeper"`) {
+		t.Errorf("a base URL without scheme: %v, want an error naming it", err)
 	}
 }
 
@@ -283,7 +301,7 @@ func TestPushServesTheDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := options{version: "v0.1.0", image: u.Host + "/ipkeeper"}
+	o := options{version: "v0.1.0", image: u.Host + "/ipkeeper", pluginBaseURL: defaultPluginBaseURL}
 	if err := o.validate(true); err != nil {
 		t.Fatal(err)
 	}
@@ -297,5 +315,223 @@ func TestPushServesTheDigest(t *testing.T) {
 	}
 	if gd, _ := got.Digest(); gd != d {
 		t.Errorf("the registry serves the tag as %s, want %s", gd, d)
+	}
+}
+
+// testPluginOptions writes a kubectl-ipkeeper for each platform into a
+// bin dir laid out as `make image` builds it, and a LICENSE.
+func testPluginOptions(t *testing.T, platforms ...string) pluginOptions {
+	t.Helper()
+	dir := t.TempDir()
+	o := pluginOptions{
+		version: "v0.1.0", binDir: filepath.Join(dir, "bin"), license: filepath.Join(dir, "LICENSE"),
+		baseURL: "https://example.org/dl", mtime: time.Unix(1700000000, 0).UTC(), outDir: filepath.Join(dir, "out"),
+	}
+	testWrite(t, o.license, "the license\n")
+	for _, p := range platforms {
+		testWrite(t, filepath.Join(o.binDir, p, pluginBin), "binary for "+p)
+	}
+	if err := os.MkdirAll(o.outDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func testWrite(t *testing.T, file, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var testPlatforms = []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}}
+
+func TestPluginArchives(t *testing.T) {
+	o := testPluginOptions(t, "linux_amd64", "linux_arm64")
+	assets, err := writePlugin(o, testPlatforms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "kubectl-ipkeeper_linux_amd64.tar.gz kubectl-ipkeeper_linux_arm64.tar.gz ipkeeper.yaml"
+	if strings.Join(assets, " ") != want {
+		t.Errorf("assets %v, want %s", assets, want)
+	}
+	for _, p := range []string{"linux_amd64", "linux_arm64"} {
+		got := readArchive(t, filepath.Join(o.outDir, "kubectl-ipkeeper_"+p+".tar.gz"))
+		want := []string{
+			"LICENSE 644 0:0 the license\n",
+			"kubectl-ipkeeper 755 0:0 binary for " + p,
+		}
+		if !slices.Equal(got.entries, want) {
+			t.Errorf("%s holds %q, want %q", p, got.entries, want)
+		}
+		for _, mt := range got.mtimes {
+			if !mt.Equal(o.mtime) {
+				t.Errorf("%s: an entry's time is %s, want %s", p, mt, o.mtime)
+			}
+		}
+	}
+
+	// The same inputs, elsewhere: the same bytes.
+	o2 := testPluginOptions(t, "linux_amd64", "linux_arm64")
+	if _, err := writePlugin(o2, testPlatforms); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range assets {
+		first, second := readFile(t, filepath.Join(o.outDir, a)), readFile(t, filepath.Join(o2.outDir, a))
+		if !bytes.Equal(first, second) {
+			t.Errorf("%s differs between two builds of the same files", a)
+		}
+	}
+}
+
+// archiveContents is each entry of a .tar.gz as "name mode uid:gid
+// content", in order, and its times.
+type archiveContents struct {
+	entries []string
+	mtimes  []time.Time
+}
+
+func readArchive(t *testing.T, file string) archiveContents {
+	t.Helper()
+	gz, err := gzip.NewReader(bytes.NewReader(readFile(t, file)))
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	var c archiveContents
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return c
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if h.Typeflag != tar.TypeReg || h.Uname != "" || h.Gname != "" {
+			t.Errorf("%s: entry %s has type %c, owner %q:%q; want a file without owner names", file, h.Name, h.Typeflag, h.Uname, h.Gname)
+		}
+		c.entries = append(c.entries, fmt.Sprintf("%s %o %d:%d %s", h.Name, h.Mode, h.Uid, h.Gid, data))
+		c.mtimes = append(c.mtimes, h.ModTime)
+	}
+}
+
+func readFile(t *testing.T, file string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// testKrewPlugin mirrors krew's own manifest type (pkg/index: JSON field
+// names, read by sigs.k8s.io/yaml), so that a field krew does not know
+// fails UnmarshalStrict.
+type testKrewPlugin struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		Version          string `json:"version"`
+		ShortDescription string `json:"shortDescription"`
+		Description      string `json:"description"`
+		Homepage         string `json:"homepage"`
+		Platforms        []struct {
+			URI      string `json:"uri"`
+			Sha256   string `json:"sha256"`
+			Selector struct {
+				MatchLabels map[string]string `json:"matchLabels"`
+			} `json:"selector"`
+			Bin string `json:"bin"`
+		} `json:"platforms"`
+	} `json:"spec"`
+}
+
+func TestPluginManifest(t *testing.T) {
+	o := testPluginOptions(t, "linux_amd64", "linux_arm64")
+	o.baseURL = "https://downloads.example.org/ipkeeper/"
+	if _, err := writePlugin(o, testPlatforms); err != nil {
+		t.Fatal(err)
+	}
+	var m testKrewPlugin
+	if err := sigsyaml.UnmarshalStrict(readFile(t, filepath.Join(o.outDir, "ipkeeper.yaml")), &m); err != nil {
+		t.Fatalf("ipkeeper.yaml: %v", err)
+	}
+	if m.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || m.Kind != "Plugin" || m.Metadata.Name != "ipkeeper" {
+		t.Errorf("ipkeeper.yaml is %s %s %s; want krew's Plugin ipkeeper", m.APIVersion, m.Kind, m.Metadata.Name)
+	}
+	if m.Spec.Version != o.version || m.Spec.Homepage != "https://github.com/ipkeeper/ipkeeper" || m.Spec.ShortDescription == "" || m.Spec.Description == "" {
+		t.Errorf("ipkeeper.yaml's spec: version %q, homepage %q, shortDescription %q, description %q", m.Spec.Version, m.Spec.Homepage, m.Spec.ShortDescription, m.Spec.Description)
+	}
+	seen := map[string]bool{}
+	for _, p := range m.Spec.Platforms {
+		platform := p.Selector.MatchLabels["os"] + "_" + p.Selector.MatchLabels["arch"]
+		if seen[platform] || len(p.Selector.MatchLabels) != 2 {
+			t.Errorf("platform %s: named twice, or selector %v is not os and arch", platform, p.Selector.MatchLabels)
+		}
+		seen[platform] = true
+		archive := "kubectl-ipkeeper_" + platform + ".tar.gz"
+		if want := "https://downloads.example.org/ipkeeper/v0.1.0/" + archive; p.URI != want {
+			t.Errorf("platform %s: uri %s, want %s", platform, p.URI, want)
+		}
+		if sum := sha256.Sum256(readFile(t, filepath.Join(o.outDir, archive))); p.Sha256 != hex.EncodeToString(sum[:]) {
+			t.Errorf("platform %s: sha256 %s, the archive's is %x", platform, p.Sha256, sum)
+		}
+		if p.Bin != "kubectl-ipkeeper" {
+			t.Errorf("platform %s: bin %q", platform, p.Bin)
+		}
+	}
+	if len(seen) != 2 || !seen["linux_amd64"] || !seen["linux_arm64"] {
+		t.Errorf("ipkeeper.yaml names the platforms %v; want linux_amd64 and linux_arm64", seen)
+	}
+}
+
+func TestPluginMissingBinary(t *testing.T) {
+	o := testPluginOptions(t, "linux_amd64")
+	_, err := writePlugin(o, testPlatforms)
+	wantPath := filepath.Join(o.binDir, "linux_arm64", "kubectl-ipkeeper")
+	if err == nil || !strings.Contains(err.Error(), "linux/arm64") || !strings.Contains(err.Error(), wantPath) {
+		t.Errorf("without the arm64 binary: %v; want an error naming linux/arm64 and %s", err, wantPath)
+	}
+	o.license = filepath.Join(t.TempDir(), "LICENSE")
+	if _, err := writePlugin(o, testPlatforms[:1]); err == nil || !strings.Contains(err.Error(), o.license) {
+		t.Errorf("without the license: %v; want an error naming %s", err, o.license)
+	}
+}
+
+func TestImagePlatforms(t *testing.T) {
+	_, idx := testLayout(t, "v0.1.0", "v0.1.0")
+	got, err := imagePlatforms(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || pluginArchiveName(got[0]) != "kubectl-ipkeeper_linux_amd64.tar.gz" {
+		t.Errorf("platforms %v, want linux/amd64", got)
+	}
+	img, _ := mutate.Config(empty.Image, v1.Config{})
+	variant := mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm", Variant: "v7"}}})
+	if _, err := imagePlatforms(variant); err == nil || !strings.Contains(err.Error(), "without variant") {
+		t.Errorf("an arm/v7 image: %v", err)
+	}
+}
+
+func TestCheckBaseURL(t *testing.T) {
+	for base, ok := range map[string]bool{
+		defaultPluginBaseURL: true, "http://127.0.0.1:8080/dl": true,
+		"": false, "github.com/ipkeeper": false, "file:///tmp": false, "https://x.org/dl?a=b": false,
+	} {
+		if err := checkBaseURL(base); (err == nil) != ok {
+			t.Errorf("%q: %v, want ok %v", base, err, ok)
+		}
 	}
 }

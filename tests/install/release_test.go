@@ -91,6 +91,7 @@ func TestReleaseInstalls(t *testing.T) {
 			t.Errorf("the release has no %s (assets: %v)", want, assets)
 		}
 	}
+	releaseCheckPlugin(t, root, out, assets)
 	releaseCheckRegistry(t, pinned)
 	chartPkg := fmt.Sprintf("ipkeeper-%s.tgz", strings.TrimPrefix(releaseVersion, "v"))
 	_, err = os.Stat(filepath.Join(root, "charts", "ipkeeper", "Chart.yaml"))
@@ -248,6 +249,65 @@ func releaseChecksums(t *testing.T, out string) []string {
 		t.Errorf("SHA256SUMS lists %v; the release directory has %v", listed, files)
 	}
 	return listed
+}
+
+// releaseCheckPlugin checks the kubectl plugin's krew assets: the archive
+// for this machine's platform (the one built) and ipkeeper.yaml are
+// listed in SHA256SUMS, and the manifest names the archive by its sha256
+// under the default base URL; the archive holds the checkout's LICENSE and
+// a kubectl-ipkeeper of the release's version.
+func releaseCheckPlugin(t *testing.T, root, out string, assets []string) {
+	t.Helper()
+	archive := "kubectl-ipkeeper_linux_" + runtime.GOARCH + ".tar.gz"
+	for _, want := range []string{archive, "ipkeeper.yaml"} {
+		if !slices.Contains(assets, want) {
+			t.Errorf("SHA256SUMS does not list %s (assets: %v)", want, assets)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(out, "ipkeeper.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Kind     string
+		Metadata struct{ Name string }
+		Spec     struct {
+			Version   string
+			Platforms []struct{ URI, Sha256, Bin string }
+		}
+	}
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		t.Fatalf("ipkeeper.yaml: %v", err)
+	}
+	if m.Kind != "Plugin" || m.Metadata.Name != "ipkeeper" || m.Spec.Version != releaseVersion || len(m.Spec.Platforms) != 1 {
+		t.Fatalf("ipkeeper.yaml: %+v; want the Plugin ipkeeper %s for one platform", m, releaseVersion)
+	}
+	p := m.Spec.Platforms[0]
+	sum := sha256.Sum256(releaseRead(t, filepath.Join(out, archive)))
+	wantURI := "https://github.com/ipkeeper/ipkeeper/releases/download/" + releaseVersion + "/" + archive
+	if p.URI != wantURI || p.Sha256 != hex.EncodeToString(sum[:]) || p.Bin != "kubectl-ipkeeper" {
+		t.Errorf("ipkeeper.yaml's platform: %+v; want uri %s, sha256 %x, bin kubectl-ipkeeper", p, wantURI, sum)
+	}
+	files := releaseReadTgz(t, filepath.Join(out, archive))
+	if len(files) != 2 || !bytes.Equal(files["LICENSE"], releaseRead(t, filepath.Join(root, "LICENSE"))) {
+		t.Errorf("%s holds %d files; want kubectl-ipkeeper and the checkout's LICENSE", archive, len(files))
+	}
+	bin := filepath.Join(t.TempDir(), "kubectl-ipkeeper")
+	if err := os.WriteFile(bin, files["kubectl-ipkeeper"], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := exec.Command(bin, "--version").Output(); err != nil || strings.TrimSpace(string(v)) != releaseVersion {
+		t.Errorf("kubectl-ipkeeper --version of %s: %q, %v; want %s", archive, v, err, releaseVersion)
+	}
+}
+
+func releaseRead(t *testing.T, file string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 // releaseImages lists the container images of the objects in file.
