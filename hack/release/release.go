@@ -417,7 +417,8 @@ func walkContainers(v any, f func(map[string]any)) {
 }
 
 // packageChart packages the chart with image.repository and image.digest
-// pinned in its values, checks that what it renders runs the pinned image,
+// pinned in its values (and the image Artifact Hub lists pinned in its
+// Chart.yaml), checks that what it renders runs the pinned image,
 // and returns the package's name; "" when there is no chart.
 func packageChart(ctx context.Context, o options, pinned name.Digest, w io.Writer) (string, error) {
 	if _, err := os.Stat(filepath.Join(o.chartDir, "Chart.yaml")); errors.Is(err, fs.ErrNotExist) {
@@ -450,6 +451,17 @@ func packageChart(ctx context.Context, o options, pinned name.Digest, w io.Write
 	if err := os.WriteFile(values, out, 0o644); err != nil {
 		return "", fmt.Errorf("writing the chart's values: %w", err)
 	}
+	chartYAML := filepath.Join(chart, "Chart.yaml")
+	in, err = os.ReadFile(chartYAML)
+	if err != nil {
+		return "", fmt.Errorf("reading the chart's Chart.yaml: %w", err)
+	}
+	if out, err = pinChartImages(in, pinned); err != nil {
+		return "", fmt.Errorf("%s: %w", filepath.Join(o.chartDir, "Chart.yaml"), err)
+	}
+	if err := os.WriteFile(chartYAML, out, 0o644); err != nil {
+		return "", fmt.Errorf("writing the chart's Chart.yaml: %w", err)
+	}
 	pkgDir := filepath.Join(tmp, "pkg")
 	if _, err := runTool(ctx, env, o.helm, "package", chart, "--version", o.chartVersion, "--app-version", o.version, "--destination", pkgDir); err != nil {
 		return "", err
@@ -467,6 +479,13 @@ func packageChart(ctx context.Context, o options, pinned name.Digest, w io.Write
 	}
 	if err := checkPinned(rendered, pinned); err != nil {
 		return "", fmt.Errorf("the chart %s, rendered with its packaged values: %w", o.chartDir, err)
+	}
+	shown, err := runTool(ctx, env, o.helm, "show", "chart", pkgs[0])
+	if err != nil {
+		return "", err
+	}
+	if err := checkChartImages(shown, pinned); err != nil {
+		return "", err
 	}
 	asset := filepath.Base(pkgs[0])
 	if err := copyFile(pkgs[0], filepath.Join(o.outDir, asset)); err != nil {

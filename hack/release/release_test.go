@@ -535,3 +535,43 @@ func TestCheckBaseURL(t *testing.T) {
 		}
 	}
 }
+
+// The image Artifact Hub lists is pinned with the rest: the annotation's
+// entries get the digest, every other line of Chart.yaml is kept.
+func TestPinChartImages(t *testing.T) {
+	pinned, err := name.NewDigest("registry.example.org/ipkeeper@sha256:" + strings.Repeat("ab", 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := `apiVersion: v2
+name: ipkeeper
+annotations:
+  artifacthub.io/license: Apache-2.0
+  # Every image the chart deploys.
+  artifacthub.io/images: |
+    - name: ipkeeper
+      image: ghcr.io/ipkeeper/ipkeeper:v0.1.0
+
+  # The CRDs.
+  artifacthub.io/crds: |
+    - kind: IPPool
+`
+	out, err := pinChartImages([]byte(in), pinned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Replace(in, "      image: ghcr.io/ipkeeper/ipkeeper:v0.1.0", "      image: "+pinned.String(), 1)
+	if string(out) != want {
+		t.Fatalf("pinned Chart.yaml:\n%s\nwant:\n%s", out, want)
+	}
+	shown := strings.Replace(want, "apiVersion: v2", "apiVersion: v2\nversion: 0.1.0", 1)
+	if err := checkChartImages([]byte(shown), pinned); err != nil {
+		t.Errorf("checkChartImages on the pinned chart: %v", err)
+	}
+	if err := checkChartImages([]byte(in), pinned); err == nil || !strings.Contains(err.Error(), "ghcr.io/ipkeeper/ipkeeper:v0.1.0") {
+		t.Errorf("checkChartImages on the unpinned chart: %v, want an error naming the tag", err)
+	}
+	if _, err := pinChartImages([]byte("annotations:\n  artifacthub.io/images: '- name: x'\n"), pinned); err == nil || !strings.Contains(err.Error(), "literal block") {
+		t.Errorf("a quoted annotation: %v, want an error saying it is not a literal block", err)
+	}
+}
