@@ -57,6 +57,7 @@ var commands = []command{
 	poolsCommand,
 	leaksCommand,
 	importCommand,
+	uninstallCommand,
 }
 
 // Streams are where a command writes.
@@ -241,16 +242,21 @@ func (cmd command) cobraCommand(g *globalOptions, streams Streams) *cobra.Comman
 	return c
 }
 
+// noArgs is the args check of a command that takes none.
+func noArgs(name string) func(args []string) error {
+	return func(args []string) error {
+		if len(args) > 0 {
+			return usageErrorf("%s takes no arguments, got %q", name, strings.Join(args, " "))
+		}
+		return nil
+	}
+}
+
 func versionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the plugin's version.",
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usageErrorf("version takes no arguments, got %q", strings.Join(args, " "))
-			}
-			return nil
-		},
+		Args:  func(_ *cobra.Command, args []string) error { return noArgs("version")(args) },
 		RunE: func(c *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintln(c.OutOrStdout(), version.Version)
 			return err

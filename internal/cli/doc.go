@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package cli is the kubectl-ipkeeper plugin: one file per command
-// (who-has, why, pools, leaks, import), each joining what an operator would
-// otherwise join by hand: reservations, claims, pods, VMs, NADs, pools and
-// events. Only `import whereabouts` writes (IPReservations and IPAMClaim
-// status, never over anything that exists); the others only read.
+// (who-has, why, pools, leaks, import, uninstall), each joining what an
+// operator would otherwise join by hand: reservations, claims, pods, VMs,
+// NADs, pools and events. Two write: `import whereabouts` (IPReservations
+// and IPAMClaim status, never over anything that exists) and `uninstall`
+// (it removes ipkeeper's finalizers once ipkeeper-controller is gone); the
+// others only read.
 //
 // A command is a value in the commands table (cli.go): its name, a one-line
 // summary, the flags of its own and a run function that gets the parsed

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -22,12 +21,7 @@ var leaksCommand = command{
 	summary:  "List reservations whose owner is gone (and released ones still cooling down), with their age.",
 	formats:  formats(outputWide, outputJSON, outputYAML),
 	setup:    func(*pflag.FlagSet) runFunc { return runLeaks },
-	args: func(args []string) error {
-		if len(args) > 0 {
-			return usageErrorf("leaks takes no arguments, got %q", strings.Join(args, " "))
-		}
-		return nil
-	},
+	args:     noArgs("leaks"),
 }
 
 // Leak states.

@@ -15,6 +15,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/controller/claimaddrs"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claimmaker"
 	"github.com/ipkeeper/ipkeeper/internal/kubevirt/claims"
+	"github.com/ipkeeper/ipkeeper/internal/naming"
 	"github.com/ipkeeper/ipkeeper/internal/tlsconfig"
 )
 
@@ -82,11 +83,11 @@ type Options struct {
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	ns := os.Getenv("POD_NAMESPACE")
 	if ns == "" {
-		ns = "ipkeeper-system"
+		ns = naming.DefaultNamespace
 	}
 	fs.StringVar(&o.Namespace, "namespace", ns, "namespace the controller runs in: its leader election lease and webhook Secret live here (default $POD_NAMESPACE)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect a leader among replicas for the controllers; every replica serves the webhook")
-	fs.StringVar(&o.LeaderElectID, "leader-election-id", "ipkeeper-controller", "name of the leader election Lease")
+	fs.StringVar(&o.LeaderElectID, "leader-election-id", naming.ControllerName, "name of the leader election Lease")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":9920", "address for Prometheus /metrics; 0 disables")
 	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "serve /metrics over TLS with tls.crt and tls.key from this directory (reloaded when they change), with the --tls-* flags and --enable-http2; empty: plain HTTP")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":9921", "address for /healthz and /readyz; 0 disables")
