@@ -56,7 +56,9 @@ func TestCNAOCommandLineStartsBothDaemons(t *testing.T) {
 	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
+	t.Cleanup(func() {
+		_ = cp.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
 
 	for _, http2 := range []bool{false, true} {
 		args := slices.Clone(cnaoTLS)
@@ -123,7 +125,7 @@ func checkALPN(t *testing.T, what, addr string, http2 bool) {
 	// The handshake, not the certificate, is what is checked here
 	// (security_tls_test.go and tlsconfig's tests check the trust).
 	dial := func(c *tls.Config) (tls.ConnectionState, error) {
-		c.InsecureSkipVerify = true //nolint:gosec // see above
+		c.InsecureSkipVerify = true
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, c)
 		if err != nil {
 			return tls.ConnectionState{}, err
