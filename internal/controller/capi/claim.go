@@ -182,7 +182,9 @@ func (r *AddressClaimReconciler) allocate(ctx context.Context, claim *ipamv1.IPA
 // answer was lost, then another): the one kept is the one its IPAddress
 // names, as that is the address the machine uses (also when the cache does
 // not show that reservation yet); without an IPAddress, the oldest (then
-// the first by name), which allocate then writes into the IPAddress.
+// the first by name), which allocate then writes into the IPAddress. The
+// one kept is read live first (stillHeld): the claim's address is never
+// one the cache alone still shows.
 func (r *AddressClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddressClaim, pool *ipam.Pool) (*v1alpha1.IPReservation, error) {
 	all, err := reservationindex.ByOwner(ctx, r.Reservations, claim.UID)
 	if err != nil {
@@ -198,13 +200,24 @@ func (r *AddressClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddre
 	if err != nil {
 		return nil, err
 	}
-	if keep == nil && len(inPool) > 0 {
-		keep = slices.MinFunc(inPool, func(a, b *v1alpha1.IPReservation) int {
-			if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-				return c
-			}
-			return strings.Compare(a.Name, b.Name)
-		})
+	if keep != nil {
+		if keep, err = r.stillHeld(ctx, claim, keep); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(inPool, func(a, b *v1alpha1.IPReservation) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	for _, res := range inPool {
+		if keep != nil {
+			break
+		}
+		if keep, err = r.stillHeld(ctx, claim, res); err != nil {
+			return nil, err
+		}
 	}
 	for i := range all {
 		res := &all[i]
@@ -216,6 +229,24 @@ func (r *AddressClaimReconciler) held(ctx context.Context, claim *ipamv1.IPAddre
 		}
 	}
 	return keep, nil
+}
+
+// stillHeld reads res live: the cache may still show a reservation the
+// API server no longer has (an earlier reconcile's create, deleted again
+// when the pool's quota could not be confirmed) or has released. It
+// returns the live copy when it is still the claim's, else nil.
+func (r *AddressClaimReconciler) stillHeld(ctx context.Context, claim *ipamv1.IPAddressClaim, res *v1alpha1.IPReservation) (*v1alpha1.IPReservation, error) {
+	cur := &v1alpha1.IPReservation{}
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(res), cur)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading IPReservation %s of IPAddressClaim %s/%s: %w", res.Name, claim.Namespace, claim.Name, err)
+	case cur.UID != res.UID || !owns(claim, cur):
+		return nil, nil
+	}
+	return cur, nil
 }
 
 // named is the claim's reservation in pool that its IPAddress names: from

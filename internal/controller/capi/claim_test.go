@@ -228,3 +228,34 @@ func TestHeldFindsTheNamedReservationByLockKey(t *testing.T) {
 		t.Fatalf("held = %+v, want %s (named from the pool's lock key)", got, res.Name)
 	}
 }
+
+// A reservation the cache still shows but the API server no longer has
+// (the create of an earlier reconcile, deleted again when the quota could
+// not be confirmed; the deletion's event not in yet) is not the claim's:
+// held reads a cached one live before keeping it, as the IPAMClaim path
+// does (claimaddrs' stillHeld). Found by the chaos checker (seed 32: I2,
+// then I1, an IPAddress naming an address no reservation held).
+func TestHeldConfirmsACachedReservationLive(t *testing.T) {
+	s := testScheme(t)
+	claim := testClaim()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	gone, kept := claimReservation(claim, "10.0.0.5", t0), claimReservation(claim, "10.0.0.9", t0.Add(time.Second))
+	cached := fakeWithIndexes(t, s, claim, gone.DeepCopy(), kept.DeepCopy())
+	live := fakeWithIndexes(t, s, claim, kept.DeepCopy())
+	r := &AddressClaimReconciler{Client: cached, Reservations: cached, APIReader: live}
+	got, err := r.held(context.Background(), claim, machines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.Name != kept.Name {
+		t.Fatalf("held = %+v, want %s: %s, older, is gone from the API server", got, kept.Name, gone.Name)
+	}
+
+	// Only the gone one in the cache: nothing is held.
+	cached = fakeWithIndexes(t, s, claim, gone.DeepCopy())
+	live = fakeWithIndexes(t, s, claim)
+	r = &AddressClaimReconciler{Client: cached, Reservations: cached, APIReader: live}
+	if got, err := r.held(context.Background(), claim, machines); err != nil || got != nil {
+		t.Fatalf("held = %+v, %v; want nothing: the cached reservation is gone", got, err)
+	}
+}
