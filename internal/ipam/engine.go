@@ -143,8 +143,16 @@ func Reserve[T any](ctx context.Context, e *Engine, pool string, ip netip.Addr, 
 // holder's, someone else's, or a create whose outcome is unknown), until
 // the cache shows it.
 func (e *Engine) settle(pool string, ip netip.Addr) {
-	if !e.cfg.CacheShowsWrites {
-		e.inflight.hold(pool, ip, e.cfg.Now())
+	if e.cfg.CacheShowsWrites {
+		return
+	}
+	now := e.cfg.Now()
+	e.inflight.hold(pool, ip, now)
+	// The cache may have shown the create before it returned (its Seen
+	// came first, and would not come again): then the cache decides
+	// already, also once the address is released.
+	if e.cfg.Store.Cached(pool, now)(ip) {
+		e.inflight.seen(pool, ip)
 	}
 }
 

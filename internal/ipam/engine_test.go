@@ -516,3 +516,34 @@ func TestAssignReclaimSkipsOverlapped(t *testing.T) {
 		})
 	}
 }
+
+// The controller's cache may show a create before the create returns
+// (its watch event first): Seen then comes before the engine counts the
+// address held, and must still end that count, so that once the address
+// is released it is free at once, not a minute later. Found when a Cluster
+// API claim waited a minute for the address a deleted claim freed
+// (TestClusterAPIPoolExhaustedAndNotReady, 61 s in CI).
+func TestSeenBeforeTheCreateReturns(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	r := cidrRange(t, "10.0.0.0/30") // two usable addresses
+	pool := onePool(r)
+	all := usable(r)
+	store.showCached(pool.Name, true, all[1]) // someone else's
+	e := ipam.New(controllerConfig(store))
+	var c creates
+	create := func(ctx context.Context, ip netip.Addr, inBlock bool) (netip.Addr, error) {
+		c.add(ip, inBlock)
+		store.showCached(pool.Name, true, ip)
+		e.Seen(pool.Name, ip) // the watch event, before the create returns
+		return ip, nil
+	}
+	first, err := ipam.Assign(context.Background(), e, pool, r, "a", create)
+	if err != nil || first != all[0] {
+		t.Fatalf("Assign = %v, %v; want %v, the one free address", first, err, all[0])
+	}
+	store.showCached(pool.Name, false, first) // released and deleted
+	if ip, err := ipam.Assign(context.Background(), e, pool, r, "b", c.succeed(store, pool.Name, false)); err != nil || ip != first {
+		t.Fatalf("Assign after %v was seen and then released = %v, %v; want %v again", first, ip, err, first)
+	}
+}
