@@ -184,10 +184,13 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
 		ControlPlane: envtest.ControlPlane{
-			Etcd: &envtest.Etcd{Path: tools.Etcd, Out: etcdLog, Err: etcdLog, StartTimeout: time.Minute},
+			// StopTimeout: a graceful stop with the real-node lane's
+			// kubelets and watches still connected has taken longer than
+			// envtest's 20 s default on two loaded cores.
+			Etcd: &envtest.Etcd{Path: tools.Etcd, Out: etcdLog, Err: etcdLog, StartTimeout: time.Minute, StopTimeout: time.Minute},
 			// A fixed CertDir keeps the serving certificate (and so the CA
 			// clients trust) across RestartAPIServer.
-			APIServer: &envtest.APIServer{Path: tools.KubeAPIServer, Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute,
+			APIServer: &envtest.APIServer{Path: tools.KubeAPIServer, Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute, StopTimeout: time.Minute,
 				CertDir: filepath.Join(dir, "kube-apiserver")},
 		},
 	}
