@@ -74,8 +74,9 @@ GUEST_ROOTFS_REVISION=1
 GUEST_ROOTFS_PACKAGES="cloud-init ifupdown iproute2 procps"
 # kubevirt/ipam-extensions is not served by the module proxy: it builds from
 # a source archive, ipam-extensions-<version>.tar.gz in the directory
-# IPKEEPER_THIRD_PARTY_DIR names (checked against the sha256 below), else
-# from the tag's archive on GitHub. Its go.mod pins ipamclaims v0.5.0-alpha,
+# IPKEEPER_THIRD_PARTY_DIR names (default: ../shared/third_party beside the
+# checkout, when it holds one; checked against the sha256 below), else from
+# the tag's archive on GitHub. Its go.mod pins ipamclaims v0.5.0-alpha,
 # which the proxy refuses; v0.5.1-alpha (ipkeeper's) is API-compatible.
 IPAM_EXTENSIONS_VERSION=v0.6.0
 IPAM_EXTENSIONS_SHA256=644ea618c3c4122eed59d05dcbc9d4f9d6064ada3f42839b2b6f8d2e6708889c
@@ -768,6 +769,12 @@ build_ipam_extensions() {
 	work=$(mktemp -d)
 	# shellcheck disable=SC2064
 	trap "rm -rf '$work'" RETURN
+	# A machine may keep these sources next to the checkout (../shared/third_party).
+	if [[ -z "${IPKEEPER_THIRD_PARTY_DIR:-}" ]]; then
+		local beside
+		beside="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/../shared/third_party"
+		[[ -f "$beside/$archive" ]] && IPKEEPER_THIRD_PARTY_DIR=$(cd "$beside" && pwd)
+	fi
 	if [[ -n "${IPKEEPER_THIRD_PARTY_DIR:-}" && -f "$IPKEEPER_THIRD_PARTY_DIR/$archive" ]]; then
 		log "  source: $IPKEEPER_THIRD_PARTY_DIR/$archive"
 		echo "${IPAM_EXTENSIONS_SHA256}  $IPKEEPER_THIRD_PARTY_DIR/$archive" | sha256sum -c --quiet - ||
