@@ -4,6 +4,7 @@ package claimaddrs
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	ipamclaimsv1alpha1 "github.com/k8snetworkplumbingwg/ipamclaims/pkg/crd/ipamclaims/v1alpha1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -52,6 +54,8 @@ type Reconciler struct {
 	// unfilled holds the claims of served networks still without
 	// addresses, since their creation (ipkeeper_controller_claims_unfilled).
 	unfilled backlog.Since[types.NamespacedName]
+	// writes are the status writes whose echo has not come back yet.
+	writes ownWrites
 }
 
 // Reconcile brings one claim's addresses and status up to date, through
@@ -68,6 +72,7 @@ func (ipamClaims) New() *ipamclaimsv1alpha1.IPAMClaim { return &ipamclaimsv1alph
 func (k ipamClaims) Gone(key types.NamespacedName) {
 	k.r.backoff.Forget(reconcile.Request{NamespacedName: key})
 	k.r.unfilled.Delete(key)
+	k.r.writes.forget(key)
 }
 
 // Leave leaves no IPAMClaim alone before it is read further: whether
@@ -90,6 +95,9 @@ func (k ipamClaims) Ready() bool { return k.r.Alloc.Ready() }
 // Ensure finds the claim's network, reserves what it needs and records it.
 func (k ipamClaims) Ensure(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) (reconcile.Result, error) {
 	r, key := k.r, client.ObjectKeyFromObject(claim)
+	// The cache may not show the last write yet: a reconcile from it would
+	// fill the claim again and fail on the write's conflict.
+	claim = r.writes.fresher(claim)
 	net, err := r.networkOf(ctx, claim)
 	if net == nil && err == nil {
 		r.unfilled.Delete(key)
@@ -146,11 +154,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("claim-addresses").
 		WithOptions(opts).
-		For(&ipamclaimsv1alpha1.IPAMClaim{}).
+		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(claimUpdates(&r.writes))).
 		// A reservation of a claim changed or went: check the claim holds
 		// what it records. A reservation of an address other claims
 		// record or request changed or went: they may get it now.
-		Watches(&ipkeeperv1alpha1.IPReservation{}, handler.EnqueueRequestsFromMapFunc(claimsOfReservation(c))).
+		Watches(&ipkeeperv1alpha1.IPReservation{}, handler.EnqueueRequestsFromMapFunc(claimsOfReservation(c, r.Alloc.IsOwnCreate))).
 		// A NAD appeared or changed: the claims of its network may be
 		// served now, or from another pool.
 		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(claimsOfNAD(c))).
@@ -162,25 +170,37 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Complete(r)
 }
 
-func claimsOfReservation(c client.Client) handler.MapFunc {
+// claimsOfReservation maps a reservation's event to the claims it may
+// concern. Of the controller's own create (own), the claim that made it
+// is not among them: the reconcile that created it counted it.
+func claimsOfReservation(c client.Client, own func(*ipkeeperv1alpha1.IPReservation) bool) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		res, ok := o.(*ipkeeperv1alpha1.IPReservation)
 		if !ok {
 			return nil
 		}
 		var reqs []reconcile.Request
+		var maker *reconcile.Request
 		if res.Spec.Owner.Kind == ipkeeperv1alpha1.OwnerIPAMClaim {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: res.Spec.Owner.Namespace, Name: res.Spec.Owner.Name}})
+			owner := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: res.Spec.Owner.Namespace, Name: res.Spec.Owner.Name}}
+			if own(res) {
+				maker = &owner
+			} else {
+				reqs = append(reqs, owner)
+			}
+		}
+		add := func(r reconcile.Request) {
+			if (maker == nil || r != *maker) && !slices.Contains(reqs, r) {
+				reqs = append(reqs, r)
+			}
 		}
 		if l := res.Spec.LentTo; l != nil {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: l.Namespace, Name: l.Name}})
+			add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: l.Namespace, Name: l.Name}})
 		}
 		// Claims of other pools recording the same address are looked at
 		// too, in vain but harmlessly: the index is by address alone.
 		for _, r := range listClaims(ctx, c, client.MatchingFields{indexClaimAddress: res.Spec.IP}) {
-			if len(reqs) == 0 || r != reqs[0] {
-				reqs = append(reqs, r)
-			}
+			add(r)
 		}
 		return reqs
 	}

@@ -1143,7 +1143,7 @@ func TestReservationWakesClaimsWaitingForItsAddress(t *testing.T) {
 	other := claim("other.blue")
 	other.Status.IPs = []string{"10.0.0.8/24"}
 	f := newFixture(t, n, poolOfNAD(t, n), edited, asking, other)
-	got := claimsOfReservation(f.c)(context.Background(), heldRes("10.0.0.7", stranger))
+	got := claimsOfReservation(f.c, notOwn)(context.Background(), heldRes("10.0.0.7", stranger))
 	var names []string
 	for _, r := range got {
 		names = append(names, r.Name)
@@ -1152,9 +1152,31 @@ func TestReservationWakesClaimsWaitingForItsAddress(t *testing.T) {
 	if want := []string{"asking.blue", "edited.blue"}; !slices.Equal(names, want) {
 		t.Errorf("a reservation of 10.0.0.7 woke %v, want %v", names, want)
 	}
-	own := claimsOfReservation(f.c)(context.Background(), heldRes("10.0.0.8", claimOwner(other)))
+	own := claimsOfReservation(f.c, notOwn)(context.Background(), heldRes("10.0.0.8", claimOwner(other)))
 	if len(own) != 1 || own[0].Name != "other.blue" {
 		t.Errorf("a claim's own reservation woke %v, want the claim once", own)
+	}
+}
+
+func notOwn(*ipkeeperv1alpha1.IPReservation) bool { return false }
+
+// The event of the controller's own create does not wake the claim that
+// made it, even once the cache shows the claim recording the address; a
+// claim it was lent to still learns of it.
+func TestOwnCreateDoesNotWakeItsClaim(t *testing.T) {
+	n := nad(ns, "blue", dualConf)
+	filled := claim("filled.blue")
+	filled.Status.IPs = []string{"10.0.0.8/24"}
+	f := newFixture(t, n, poolOfNAD(t, n), filled)
+	ownCreate := func(*ipkeeperv1alpha1.IPReservation) bool { return true }
+	if got := claimsOfReservation(f.c, ownCreate)(context.Background(), heldRes("10.0.0.8", claimOwner(filled))); len(got) != 0 {
+		t.Errorf("the event of the controller's own create woke %v, want none", got)
+	}
+	lent := heldRes("10.0.0.8", claimOwner(filled))
+	lent.Spec.LentTo = &ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerIPAMClaim, Namespace: ns, Name: "borrower.blue"}
+	got := claimsOfReservation(f.c, ownCreate)(context.Background(), lent)
+	if len(got) != 1 || got[0].Name != "borrower.blue" {
+		t.Errorf("the event of an own create lent to borrower.blue woke %v, want borrower.blue only", got)
 	}
 }
 

@@ -97,6 +97,7 @@ func (r *Reconciler) record(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		}
 		return err
 	}
+	r.writes.wrote(claim, updated)
 	if !claimstatus.Filled(claim) && claimstatus.Filled(updated) {
 		fills.Inc()
 		log.FromContext(ctx).Info("recorded the claim's addresses", "claim", claim.Namespace+"/"+claim.Name, "ips", st.IPs)

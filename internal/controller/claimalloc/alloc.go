@@ -37,6 +37,8 @@ type Allocator struct {
 	// blocksSynced reports whether the IPBlock watch has delivered every
 	// block (WatchBlocks).
 	blocksSynced func() bool
+	// created are its creates whose events have not come back yet.
+	created ownCreates
 }
 
 // New returns an Allocator writing through c (whose reads are the cache
@@ -157,6 +159,7 @@ func (a *Allocator) create(ctx context.Context, pool *ipam.Pool, h Holder, ip ne
 	creates.Inc()
 	res, adopted, err := reservation.CreateOrAdopt(ctx, store, reservation.New(params))
 	if err == nil && !adopted {
+		a.created.add(res, time.Now())
 		return a.withinQuota(ctx, store, pool, res)
 	}
 	var taken *reservation.TakenError
