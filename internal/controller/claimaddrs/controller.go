@@ -166,7 +166,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		// addresses may get them now.
 		Watches(&ipkeeperv1alpha1.IPPool{}, handler.EnqueueRequestsFromMapFunc(unfilledClaims(c))).
 		// A pod referencing a claim came or went: its ownerPod.
-		WatchesMetadata(podrefs.Metadata(), handler.EnqueueRequestsFromMapFunc(podrefs.ClaimRequests)).
+		WatchesMetadata(podrefs.Metadata(), handler.EnqueueRequestsFromMapFunc(podrefs.ClaimRequests), builder.WithPredicates(podrefs.MetadataChanged())).
 		Complete(r)
 }
 

@@ -13,9 +13,12 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/multus"
@@ -93,4 +96,24 @@ func ClaimRequests(_ context.Context, pod client.Object) []reconcile.Request {
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: pod.GetNamespace(), Name: ref}})
 	}
 	return reqs
+}
+
+// MetadataChanged lets through a pod's updates that change what the
+// controllers read of it (labels, annotations, owners, its deletion): a
+// pod's status changes (scheduled, started, ready), which a launcher goes
+// through several times as it starts, change only its resourceVersion
+// here, and a reconcile of its claims for each would read its VM and VMI
+// for nothing.
+func MetadataChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		old, cur := e.ObjectOld, e.ObjectNew
+		if old == nil || cur == nil {
+			return true
+		}
+		return !equality.Semantic.DeepEqual(old.GetLabels(), cur.GetLabels()) ||
+			!equality.Semantic.DeepEqual(old.GetAnnotations(), cur.GetAnnotations()) ||
+			!equality.Semantic.DeepEqual(old.GetOwnerReferences(), cur.GetOwnerReferences()) ||
+			!equality.Semantic.DeepEqual(old.GetDeletionTimestamp(), cur.GetDeletionTimestamp()) ||
+			old.GetUID() != cur.GetUID()
+	}}
 }

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/ipkeeper/ipkeeper/internal/multus"
 )
@@ -49,5 +50,35 @@ func TestClaimRequests(t *testing.T) {
 	pod.Annotations = nil
 	if reqs := ClaimRequests(context.Background(), pod); len(reqs) != 0 {
 		t.Errorf("ClaimRequests of a pod without references = %v, want none", reqs)
+	}
+}
+
+func TestMetadataChangedDropsStatusOnlyUpdates(t *testing.T) {
+	pod := func(rv string) *metav1.PartialObjectMetadata {
+		p := Metadata()
+		p.Namespace, p.Name, p.UID, p.ResourceVersion = "ns", "virt-launcher-vm1-abcde", "uid-1", rv
+		p.Labels = map[string]string{"kubevirt.io": "virt-launcher"}
+		p.Annotations = map[string]string{multus.Annotation: `[{"name":"blue","ipam-claim-reference":"vm1.blue"}]`}
+		return p
+	}
+	changed := func(old, cur *metav1.PartialObjectMetadata) bool {
+		return MetadataChanged().Update(event.UpdateEvent{ObjectOld: old, ObjectNew: cur})
+	}
+	if changed(pod("1"), pod("2")) {
+		t.Error("an update changing only the pod's resourceVersion (its status) was let through")
+	}
+	for name, edit := range map[string]func(*metav1.PartialObjectMetadata){
+		"a label":      func(p *metav1.PartialObjectMetadata) { p.Labels["kubevirt.io/migrationJobUID"] = "m1" },
+		"annotations":  func(p *metav1.PartialObjectMetadata) { p.Annotations[multus.Annotation] = `[]` },
+		"its deletion": func(p *metav1.PartialObjectMetadata) { p.DeletionTimestamp = &metav1.Time{} },
+		"its owners": func(p *metav1.PartialObjectMetadata) {
+			p.OwnerReferences = []metav1.OwnerReference{{Kind: "VirtualMachineInstance", Name: "vm1", UID: "vmi-1"}}
+		},
+	} {
+		cur := pod("3")
+		edit(cur)
+		if !changed(pod("2"), cur) {
+			t.Errorf("an update of %s was dropped", name)
+		}
 	}
 }
