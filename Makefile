@@ -148,6 +148,12 @@ test-nodes: ## The real-node lane as root: real kubelets, containerd, Multus and
 	$(MAKE) --no-print-directory image IMAGE=lab.ipkeeper.test/ipkeeper:dev IMAGE_PLATFORMS=linux/$(LAB_ARCH) IMAGE_DIR='$(LAB_IMAGE_DIR)'
 	IPKEEPER_LAB_IMAGE='$(LAB_IMAGE_DIR)/ipkeeper-linux-$(LAB_ARCH).docker.tar' go test $(SUITE_TEST_FLAGS) -timeout 20m -v ./tests/nodes/
 
+.PHONY: bench-nodes
+bench-nodes: ## As root: figure 8 of docs/performance.md, a VM's creation to its guest's address on the real nodes, ipkeeper against host-local in the same run (not part of make test).
+	bash hack/tools.sh $(LAB_TOOLS)
+	$(MAKE) --no-print-directory image IMAGE=lab.ipkeeper.test/ipkeeper:dev IMAGE_PLATFORMS=linux/$(LAB_ARCH) IMAGE_DIR='$(LAB_IMAGE_DIR)'
+	IPKEEPER_LAB_IMAGE='$(LAB_IMAGE_DIR)/ipkeeper-linux-$(LAB_ARCH).docker.tar' go test -run '^$$' -bench VMBootRealNodes -benchtime=1x -count=1 -timeout 30m -v ./tests/nodes/
+
 .PHONY: demo-real
 demo-real: ## Watch a real guest keep its address and MAC across a live migration between two real nodes (root; the real-node lane's scenario).
 	@if [ "$$(id -u)" != 0 ]; then \

@@ -138,6 +138,10 @@ func (cp *ControlPlane) waitDaemonSet(ctx context.Context, t testing.TB, ns, nam
 	}
 }
 
+// KVMWorks reports whether the lab's guests run under hardware KVM (else
+// KubeVirt emulates them): kvmWorks.
+func KVMWorks() bool { return kvmWorks() }
+
 // kvmWorks reports whether this machine has hardware KVM: /dev/kvm opens
 // and the CPU has virtualization extensions (vmx or svm). A /dev/kvm
 // without them (a PVM host, as CI's) answers KVM's API but boots no stock

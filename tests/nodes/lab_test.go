@@ -41,31 +41,7 @@ const labPodTimeout = 2 * time.Minute
 func TestRealNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	start := time.Now()
-	cp, err := framework.Start(ctx, framework.Options{Lab: true, VirtController: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			cp.DumpLogs(os.Stderr, 40)
-		}
-		if err := cp.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
-	lab = &Lab{cp: cp}
-	lab.nodes = cp.StartRealNodes(ctx, t, 2)
-	t.Logf("real nodes %s and %s Ready after %s (simulated: nothing of a node)",
-		lab.nodes[0].Name, lab.nodes[1].Name, time.Since(start).Round(time.Second))
-	cp.InstallMultus(ctx, t, lab.nodes)
-	cp.InstallIpkeeper(ctx, t, lab.nodes)
-	t.Logf("Multus and ipkeeper running on both nodes after %s", time.Since(start).Round(time.Second))
-	cp.InstallKubeVirtNode(ctx, t, lab.nodes)
-	if err := framework.SetPersistentIPsGate(ctx, cp.Client, true); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("KubeVirt's virt-handler running on both nodes after %s", time.Since(start).Round(time.Second))
+	lab = startLab(ctx, t)
 	t.Run("PodOnIpkeeperNetwork", testPodOnIpkeeperNetwork)
 	// The VM scenarios side by side: their guests idle once booted, and
 	// each has its own namespace, network and pool. The pods' runs alone
@@ -78,6 +54,40 @@ func TestRealNodes(t *testing.T) {
 	})
 }
 
+// startLab starts the control plane, two real nodes, Multus, ipkeeper
+// installed as it ships and KubeVirt's node side, with the persistent IPs
+// feature gate on; tb's cleanup stops them all (after its own cleanups
+// registered later, such as namespaces', have run).
+func startLab(ctx context.Context, tb testing.TB) *Lab {
+	tb.Helper()
+	start := time.Now()
+	cp, err := framework.Start(ctx, framework.Options{Lab: true, VirtController: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			cp.DumpLogs(os.Stderr, 40)
+		}
+		if err := cp.Stop(); err != nil {
+			tb.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	l := &Lab{cp: cp}
+	l.nodes = cp.StartRealNodes(ctx, tb, 2)
+	tb.Logf("real nodes %s and %s Ready after %s (simulated: nothing of a node)",
+		l.nodes[0].Name, l.nodes[1].Name, time.Since(start).Round(time.Second))
+	cp.InstallMultus(ctx, tb, l.nodes)
+	cp.InstallIpkeeper(ctx, tb, l.nodes)
+	tb.Logf("Multus and ipkeeper running on both nodes after %s", time.Since(start).Round(time.Second))
+	cp.InstallKubeVirtNode(ctx, tb, l.nodes)
+	if err := framework.SetPersistentIPsGate(ctx, cp.Client, true); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("KubeVirt's virt-handler running on both nodes after %s", time.Since(start).Round(time.Second))
+	return l
+}
+
 func parallel(f func(*testing.T)) func(*testing.T) {
 	return func(t *testing.T) {
 		t.Parallel()
@@ -86,7 +96,7 @@ func parallel(f func(*testing.T)) func(*testing.T) {
 }
 
 // Namespace creates a namespace for one scenario, deleted when it ends.
-func (l *Lab) Namespace(_ context.Context, t *testing.T, prefix string) string {
+func (l *Lab) Namespace(_ context.Context, t testing.TB, prefix string) string {
 	t.Helper()
 	return l.cp.NewNamespace(t, "lab-"+prefix)
 }
@@ -101,7 +111,7 @@ func (l *Lab) Namespace(_ context.Context, t *testing.T, prefix string) string {
 // MAC address). The lane once saw such a VM start first with a random MAC.
 // Waiting here spares the scenarios those refusals and virt-controller's
 // backoff after them, which would count against their timeouts.
-func (l *Lab) NAD(ctx context.Context, t *testing.T, ns, name, config string) {
+func (l *Lab) NAD(ctx context.Context, t testing.TB, ns, name, config string) {
 	t.Helper()
 	nad := &nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: config}}
 	if err := l.cp.Client.Create(ctx, nad); err != nil {
@@ -110,11 +120,15 @@ func (l *Lab) NAD(ctx context.Context, t *testing.T, ns, name, config string) {
 	var conf struct {
 		Name string `json:"name"`
 		IPAM struct {
+			Type string `json:"type"`
 			Pool string `json:"pool"`
 		} `json:"ipam"`
 	}
 	if err := json.Unmarshal([]byte(config), &conf); err != nil {
 		t.Fatalf("NAD %s/%s: %v", ns, name, err)
+	}
+	if conf.IPAM.Type != "ipkeeper" {
+		return // another IPAM (host-local, say): no pool to wait for
 	}
 	pool := conf.IPAM.Pool
 	if pool == "" {

@@ -633,7 +633,7 @@ func (l *Lab) WaitVMEvent(ctx context.Context, t *testing.T, vm *kubevirtv1.Virt
 
 // DeleteVM deletes the VM and waits until it, its VMI and its launcher
 // pods (which carry the template's app label, framework.NewVM) are gone.
-func (l *Lab) DeleteVM(ctx context.Context, t *testing.T, vm *kubevirtv1.VirtualMachine) {
+func (l *Lab) DeleteVM(ctx context.Context, t testing.TB, vm *kubevirtv1.VirtualMachine) {
 	t.Helper()
 	if err := l.cp.Client.Delete(ctx, vm); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatalf("deleting VM %s: %v", vm.Name, err)

@@ -123,13 +123,13 @@ type guestReport struct {
 // VM creates a running VM on node (any node for "") with bridge-bound interfaces on the
 // NADs (the network named as the NAD) and no pod network; its guest is
 // framework.GuestImage, booted by KubeVirt's kernel boot.
-func (l *Lab) VM(ctx context.Context, t *testing.T, ns, name, node string, nads ...string) *kubevirtv1.VirtualMachine {
+func (l *Lab) VM(ctx context.Context, t testing.TB, ns, name, node string, nads ...string) *kubevirtv1.VirtualMachine {
 	t.Helper()
 	return l.vm(ctx, t, ns, name, node, nil, nads...)
 }
 
 // vm is VM with edit (nil: none) applied to the VM before it is created.
-func (l *Lab) vm(ctx context.Context, t *testing.T, ns, name, node string, edit func(*kubevirtv1.VirtualMachine), nads ...string) *kubevirtv1.VirtualMachine {
+func (l *Lab) vm(ctx context.Context, t testing.TB, ns, name, node string, edit func(*kubevirtv1.VirtualMachine), nads ...string) *kubevirtv1.VirtualMachine {
 	t.Helper()
 	var networks []framework.VMNetwork
 	for _, n := range nads {
