@@ -196,7 +196,7 @@ func (l *Lab) firstGuestAddress(ctx context.Context, ns, pod string, deadline ti
 		// follow it again from its start.
 		select {
 		case <-ctx.Done():
-			return time.Time{}, "", time.Time{}, fmt.Errorf("console of %s/%s: %w (last error: %v)", ns, pod, ctx.Err(), err)
+			return time.Time{}, "", time.Time{}, fmt.Errorf("console of %s/%s: %w (last error: %w)", ns, pod, ctx.Err(), err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
