@@ -46,6 +46,9 @@ type Reconciler struct {
 	Recorder record.EventRecorder
 	// Workers is MaxConcurrentReconciles; DefaultWorkers when 0.
 	Workers int
+	// Fills is marked at the start of each fill, for the MAC label lane
+	// to yield to (MACLabeler.Fills); nil marks nothing.
+	Fills *Fills
 
 	// backoff spaces out the retries of a claim that cannot get its
 	// addresses yet (exhausted, taken, pool missing): events on pools,
@@ -107,6 +110,7 @@ func (k ipamClaims) Ensure(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMCl
 	// until its addresses are recorded, whatever holds it up.
 	if !claimstatus.Filled(claim) {
 		r.unfilled.Set(key, claim.CreationTimestamp.Time)
+		r.Fills.started()
 	} else {
 		r.unfilled.Delete(key)
 	}

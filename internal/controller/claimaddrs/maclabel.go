@@ -31,9 +31,13 @@ import (
 // was a third write on the path launchers wait for, and a failed label
 // write retried the whole fill. Here the fill is two writes, and in a
 // boot storm the one worker writes what it can beside the fills' sixteen,
-// catching up when they are done.
+// catching up when they are done: it yields to them (Fills), waiting for
+// a pause in their starts before each label.
 type MACLabeler struct {
 	Client client.Client
+	// Fills are the Reconciler's: while claims are being filled, each
+	// label waits (at most labelWaitMax). nil: no waiting.
+	Fills *Fills
 }
 
 // MACLabelWorkers is the lane's one worker.
@@ -52,6 +56,7 @@ func (l *MACLabeler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !ok {
 		return reconcile.Result{}, nil
 	}
+	l.Fills.yield(ctx, labelQuiet, labelWaitMax)
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{macaddr.Label: value}}})
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("encoding the MAC label of IPAMClaim %s: %w", req, err)

@@ -97,7 +97,8 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		return nil, err
 	}
 	alloc := claimalloc.New(mgr.GetClient(), mgr.GetAPIReader(), addrs, claimBlocks, blocksSynced, mgr.GetLogger().WithName("claim-allocator"))
-	fill := &claimaddrs.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Alloc: alloc, Recorder: recorder, Workers: o.ClaimWorkers}
+	fills := &claimaddrs.Fills{}
+	fill := &claimaddrs.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Alloc: alloc, Recorder: recorder, Workers: o.ClaimWorkers, Fills: fills}
 	if err := fill.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("setting up the IPAMClaim address controller: %w", err)
 	}
@@ -106,7 +107,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	if err := claims.SetupClaimIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
-	macLabel := &claimaddrs.MACLabeler{Client: mgr.GetClient()}
+	macLabel := &claimaddrs.MACLabeler{Client: mgr.GetClient(), Fills: fills}
 	if err := macLabel.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the IPAMClaim MAC label controller: %w", err)
 	}
