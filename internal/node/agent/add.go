@@ -36,6 +36,9 @@ type request struct {
 	// mac is the MAC the attachment presents on a sticky_mac network
 	// (CNI_ARGS MAC, else runtimeConfig.mac); nil elsewhere.
 	mac net.HardwareAddr
+	// macSeen is when the latest attachment of mac the agent listed was
+	// made (latestAttached); zero without a MAC or before the list.
+	macSeen time.Time
 }
 
 func parseRequest(req *cniproto.Request) (*request, error) {

@@ -202,10 +202,22 @@ func (s *fakeStore) WithMAC(_ context.Context, pool string, mac net.HardwareAddr
 	var out []ipkeeperv1alpha1.IPReservation
 	for _, o := range s.objs {
 		if o.Spec.Pool == pool && o.Labels[macaddr.Label] == macaddr.LabelValue(mac) {
-			out = append(out, *o.DeepCopy())
+			out = append(out, *asServed(o))
 		}
 	}
 	return out, nil
+}
+
+// asServed is r as the API server returns it: its times in whole
+// seconds, as metav1.Time serializes them.
+func asServed(r *ipkeeperv1alpha1.IPReservation) *ipkeeperv1alpha1.IPReservation {
+	r = r.DeepCopy()
+	for _, t := range []*metav1.Time{r.Spec.AttachedAt, r.Spec.ReuseAfter} {
+		if t != nil {
+			t.Time = t.Truncate(time.Second)
+		}
+	}
+	return r
 }
 
 func (s *fakeStore) Delete(_ context.Context, name string, uid types.UID, rv string) error {

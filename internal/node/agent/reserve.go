@@ -10,9 +10,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/ipamconfig"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
@@ -207,7 +204,7 @@ func (a *Agent) withinQuota(ctx context.Context, req *request, e entry) error {
 func (a *Agent) params(req *request, ip netip.Addr, h holder, block reservation.Block) reservation.Params {
 	return reservation.Params{
 		Pool: req.pool.Name, Key: req.pool.Key, Network: req.cfg.Name, IP: ip, Owner: h.owner, Interface: req.IfName,
-		ContainerID: req.ContainerID, Node: a.opts.NodeName, AttachedAt: ptr.To(metav1.Now()), Block: block, MAC: req.mac,
+		ContainerID: req.ContainerID, Node: a.opts.NodeName, AttachedAt: attachedAt(req), Block: block, MAC: req.mac,
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/iprange"
 	"github.com/ipkeeper/ipkeeper/internal/node/agent/index"
@@ -39,6 +41,7 @@ func (a *Agent) stickyTakeBack(ctx context.Context, req *request, family []ipran
 	if err != nil {
 		return entry{}, false, fail(reasonInternal, codeTryAgainLater, err)
 	}
+	req.macSeen = latestAttached(kept, h)
 	old, ip, found := latestKept(kept, h, req, family[0].Is4())
 	if !found {
 		return entry{}, false, nil
@@ -74,8 +77,10 @@ func (a *Agent) stickyTakeBack(ctx context.Context, req *request, family []ipran
 // family kept for the holder that was attached last (the workload's
 // latest address), whose address the pool still hands out. Not the one
 // released last: an earlier pod whose DEL never came is released by the
-// garbage collector, after its successor's DEL. Times are in seconds;
-// within one, the later release, then the name, decide.
+// garbage collector, after its successor's DEL. Each attachment is
+// stamped in a later second than those its agent listed (attachedAt);
+// ties, of attachments no agent saw together, go to the later release,
+// then the name.
 func latestKept(rs []ipkeeperv1alpha1.IPReservation, h holder, req *request, is4 bool) (*ipkeeperv1alpha1.IPReservation, netip.Addr, bool) {
 	rs = slices.DeleteFunc(slices.Clone(rs), func(r ipkeeperv1alpha1.IPReservation) bool {
 		ip, err := netip.ParseAddr(r.Spec.IP)
@@ -101,4 +106,31 @@ func latestKept(rs []ipkeeperv1alpha1.IPReservation, h holder, req *request, is4
 		return strings.Compare(y.Name, x.Name)
 	})
 	return &best, netip.MustParseAddr(best.Spec.IP), true
+}
+
+// latestAttached is when the latest of the MAC's attachments in the
+// holder's namespace, in use or released, was made, as its node stamped
+// it: the attachment being made now is stamped after it (attachedAt).
+func latestAttached(rs []ipkeeperv1alpha1.IPReservation, h holder) time.Time {
+	var latest time.Time
+	for _, r := range rs {
+		o := r.Spec.Owner
+		if r.Spec.AttachedAt != nil && o.Kind == ipkeeperv1alpha1.OwnerPod && o.Namespace == h.owner.Namespace && r.Spec.AttachedAt.After(latest) {
+			latest = r.Spec.AttachedAt.Time
+		}
+	}
+	return latest
+}
+
+// attachedAt stamps an attachment made now: by this node's clock, but in
+// a later whole second (as the API server keeps the time) than every
+// attachment of its MAC the agent saw (req.macSeen), so latestKept
+// orders a MAC's attachments as they happened, however quickly one
+// followed another and whichever node's clock runs ahead.
+func attachedAt(req *request) *metav1.Time {
+	now := time.Now()
+	if seen := req.macSeen.Truncate(time.Second); !req.macSeen.IsZero() && !now.Truncate(time.Second).After(seen) {
+		now = seen.Add(time.Second)
+	}
+	return &metav1.Time{Time: now}
 }

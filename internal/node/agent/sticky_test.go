@@ -245,3 +245,53 @@ func TestStickyMACGivesBackTheLatestAttachmentsAddress(t *testing.T) {
 		t.Fatalf("ADD presenting the MAC = %q, %v; want 10.9.0.12/28, the address of its latest attachment", y, err)
 	}
 }
+
+// A MAC's attachments are ordered by when the agents saw them, not by
+// their nodes' clocks in whole seconds: an attachment made while an
+// earlier pod's reservation with the MAC was still in use (that pod
+// deleted without its DEL) is the later one, whichever node's clock
+// runs ahead and however quickly it followed, so the garbage collector
+// releasing the earlier one last does not make it the MAC's address
+// (chaos I13, seed 7311: the second case).
+func TestStickyMACOrdersAttachmentsByWhatTheAgentSaw(t *testing.T) {
+	const mac = "02:00:00:00:00:0a"
+	for _, c := range []struct {
+		what  string
+		ahead time.Duration // how far the earlier pod's node's clock runs ahead
+	}{
+		{"the earlier pod's node's clock two seconds ahead", 2 * time.Second},
+		{"both attached within one second", 0},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			store := newFakeStore()
+			a := newTestAgent(t, store, newFakeClaims())
+			a.poolStore.(*fakePoolStore).put(coolPool(time.Hour, "10.9.0.0/28"))
+			now := time.Now()
+			// g2, on node-b, holds 10.9.0.3; deleted without its DEL, it
+			// is released by the garbage collector after the pod's grace.
+			g2 := reservation.New(reservation.Params{
+				Pool: "cool", Key: "cool", Network: "stickynet", IP: netip.MustParseAddr("10.9.0.3"), Interface: "net1",
+				Owner: ipkeeperv1alpha1.ReservationOwner{Kind: ipkeeperv1alpha1.OwnerPod, Namespace: "vms", Name: "g2", UID: "g2"},
+				Node:  "node-b", Block: reservation.NoBlock, MAC: mustMAC(t, mac), AttachedAt: &metav1.Time{Time: now.Add(c.ahead)},
+			})
+			store.put(g2)
+
+			// g3 presents the MAC meanwhile: a new address, as g2's is in use.
+			y, err := addWithMAC(t, a, stickyConf, "c3", "vms", "g3", mac)
+			if err != nil || y == "10.9.0.3/28" {
+				t.Fatalf("ADD of g3 while g2 holds the MAC's address = %q, %v; want another address", y, err)
+			}
+			if err := delVia(t, a, stickyConf, "c3"); err != nil {
+				t.Fatal(err)
+			}
+			store.modify(g2.Name, func(r *ipkeeperv1alpha1.IPReservation) {
+				r.Spec.ReuseAfter = &metav1.Time{Time: time.Now().Add(time.Hour + 5*time.Second)}
+			})
+
+			z, err := addWithMAC(t, a, stickyConf, "c4", "vms", "g4", mac)
+			if err != nil || z != y {
+				t.Fatalf("ADD presenting the MAC after both were released = %q, %v; want %s, g3's, the MAC's latest attachment", z, err, y)
+			}
+		})
+	}
+}

@@ -113,8 +113,11 @@ type IPReservationSpec struct {
 	ContainerID string `json:"containerID,omitempty"`
 	// AttachedAt is when the node's agent last pointed the reservation at
 	// an attachment (created it, or set containerID for a new sandbox), by
-	// that node's clock; pods only. A CNI GC spares reservations attached
-	// more recently than its minimum age, also across agent restarts.
+	// that node's clock; pods only. On a sticky_mac network it is at least
+	// a second after every attachment of the MAC the agent saw, so the
+	// MAC's latest attachment is the one attached last. A CNI GC spares
+	// reservations attached more recently than its minimum age, also
+	// across agent restarts.
 	// +optional
 	AttachedAt *metav1.Time `json:"attachedAt,omitempty"`
 	// Node is the node whose agent made the reservation; pods only.
