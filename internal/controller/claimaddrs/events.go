@@ -34,21 +34,27 @@ const ownWriteTTL = 2 * time.Minute
 // ownWrites remembers the last status write of each claim until its echo
 // comes back, so that a reconcile reading the cache before then works on
 // what was written (fresher), and the echo itself is not reconciled (echo).
+// Writes that follow before an echo form a chain (the fill, then the
+// owner pod a launcher's event records): a cache showing any version of
+// it is behind the last.
 type ownWrites struct {
 	mu    sync.Mutex
 	claim map[types.NamespacedName]ownWrite
 }
 
 type ownWrite struct {
-	// before is the resourceVersion the write replaced; written is what
-	// the API server returned.
-	before  string
+	// before are the resourceVersions the chain of writes replaced and
+	// wrote before its last: each older than written, what the API server
+	// returned for the last.
+	before  []string
 	written *ipamclaimsv1alpha1.IPAMClaim
 	at      time.Time
 }
 
 // wrote records that before was replaced by written (the API server's
-// answer to the status write).
+// answer to the status write). Every version the unechoed writes of the
+// same claim replaced or wrote stays behind it: a write succeeds only on
+// the latest version, so all were older.
 func (w *ownWrites) wrote(before, written *ipamclaimsv1alpha1.IPAMClaim) {
 	now := time.Now()
 	w.mu.Lock()
@@ -63,17 +69,22 @@ func (w *ownWrites) wrote(before, written *ipamclaimsv1alpha1.IPAMClaim) {
 			}
 		}
 	}
-	w.claim[types.NamespacedName{Namespace: written.Namespace, Name: written.Name}] = ownWrite{before: before.ResourceVersion, written: written.DeepCopy(), at: now}
+	key := types.NamespacedName{Namespace: written.Namespace, Name: written.Name}
+	behind := []string{before.ResourceVersion}
+	if o, ok := w.claim[key]; ok && o.written.UID == written.UID && now.Sub(o.at) <= ownWriteTTL {
+		behind = append(append(behind, o.before...), o.written.ResourceVersion)
+	}
+	w.claim[key] = ownWrite{before: behind, written: written.DeepCopy(), at: now}
 }
 
 // fresher returns what was last written for claim when claim is, to the
-// resourceVersion, the object that write replaced (the cache has not
-// shown the write yet); claim itself otherwise.
+// resourceVersion, an object the chain of writes replaced (the cache has
+// not shown the last write yet); claim itself otherwise.
 func (w *ownWrites) fresher(claim *ipamclaimsv1alpha1.IPAMClaim) *ipamclaimsv1alpha1.IPAMClaim {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	o, ok := w.claim[types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}]
-	if !ok || o.written.UID != claim.UID || o.before != claim.ResourceVersion {
+	if !ok || o.written.UID != claim.UID || !slices.Contains(o.before, claim.ResourceVersion) {
 		return claim
 	}
 	return o.written.DeepCopy()

@@ -39,6 +39,8 @@ type Allocator struct {
 	blocksSynced func() bool
 	// created are its creates whose events have not come back yet.
 	created ownCreates
+	// unsure are its creates whose outcome is unknown, by holder.
+	unsure unsureCreates
 }
 
 // New returns an Allocator writing through c (whose reads are the cache
@@ -106,6 +108,9 @@ func (a *Allocator) Assign(ctx context.Context, pool *ipam.Pool, h Holder, famil
 	if err != nil {
 		return nil, err
 	}
+	if res, ok, err := a.confirmUnsure(ctx, pool, h, family); ok {
+		return res, err
+	}
 	for _, r := range family {
 		var res *ipkeeperv1alpha1.IPReservation
 		if res, err = a.assignInRange(ctx, pool, h, r, seed); !errors.Is(err, ErrExhausted) {
@@ -158,6 +163,9 @@ func (a *Allocator) create(ctx context.Context, pool *ipam.Pool, h Holder, ip ne
 	store := reservation.KubeStore{Client: a.client, Live: a.live}
 	creates.Inc()
 	res, adopted, err := reservation.CreateOrAdopt(ctx, store, reservation.New(params))
+	if err != nil && !errors.Is(err, reservation.ErrTaken) {
+		a.unsure.add(h.Owner.UID, pool.Name, ip, time.Now()) // it may have landed
+	}
 	if err == nil && !adopted {
 		a.created.add(res, time.Now())
 		return a.withinQuota(ctx, store, pool, res)
