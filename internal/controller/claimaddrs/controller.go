@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ipkeeper/ipkeeper/internal/claimstatus"
@@ -167,8 +168,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		// served now, or from another pool.
 		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(claimsOfNAD(c))).
 		// A pool appeared or changed (a range added): claims still without
-		// addresses may get them now.
-		Watches(&ipkeeperv1alpha1.IPPool{}, handler.EnqueueRequestsFromMapFunc(unfilledClaims(c))).
+		// addresses may get them now. Not its status (counts the pool
+		// status controller writes as claims fill), which the fill never
+		// reads: in a boot storm each write would look at every claim not
+		// filled yet, or not filled yet in the cache, once more.
+		Watches(&ipkeeperv1alpha1.IPPool{}, handler.EnqueueRequestsFromMapFunc(unfilledClaims(c)), builder.WithPredicates(poolChanges())).
 		// A pod referencing a claim came or went: its ownerPod.
 		WatchesMetadata(podrefs.Metadata(), handler.EnqueueRequestsFromMapFunc(podrefs.ClaimRequests), builder.WithPredicates(podrefs.MetadataChanged())).
 		Complete(r)
@@ -222,6 +226,13 @@ func claimsOfNAD(c client.Client) handler.MapFunc {
 		}
 		return listClaims(ctx, c, client.MatchingFields{indexClaimNetwork: cfg.Name})
 	}
+}
+
+// poolChanges lets through a pool's events but the updates of its status
+// alone: its spec (generation), labels and annotations (an inline pool's
+// definition) are what the fill reads.
+func poolChanges() predicate.Predicate {
+	return predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{})
 }
 
 func unfilledClaims(c client.Client) handler.MapFunc {

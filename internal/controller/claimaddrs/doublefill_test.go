@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/go-logr/logr"
@@ -166,5 +167,29 @@ func TestLostCreateAnswerDoesNotFillTwice(t *testing.T) {
 	c := f.claim(t, cl.Name)
 	if got := f.held(t, c); len(got) != 1 {
 		t.Errorf("the claim records %v but holds %v; conditions %+v", c.Status.IPs, got, c.Status.Conditions)
+	}
+}
+
+// A pool's status write (its counts, written as claims fill) looks at no
+// claim again; a change of its spec, labels or annotations does.
+func TestPoolStatusWriteLooksAtNoClaimAgain(t *testing.T) {
+	old := &ipkeeperv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 1, ResourceVersion: "1"}}
+	status := old.DeepCopy()
+	status.ResourceVersion = "2"
+	status.Status.Used = 7
+	spec := old.DeepCopy()
+	spec.Generation, spec.ResourceVersion = 2, "3"
+	annotated := old.DeepCopy()
+	annotated.ResourceVersion = "4"
+	annotated.Annotations = map[string]string{ipkeeperv1alpha1.InlineDefinitionAnnotation: "{}"}
+	p := poolChanges()
+	for _, c := range []struct {
+		what string
+		cur  *ipkeeperv1alpha1.IPPool
+		want bool
+	}{{"its status", status, false}, {"its spec", spec, true}, {"its annotations", annotated, true}} {
+		if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: c.cur}); got != c.want {
+			t.Errorf("an update of %s looks at the unfilled claims again: %v, want %v", c.what, got, c.want)
+		}
 	}
 }
